@@ -1,0 +1,13 @@
+// embedded_templates.hpp — the files of templates/, embedded at build time
+// (cmake/embed_templates.cmake writes the definitions).
+#pragma once
+
+#include <string_view>
+
+namespace nsajit::embedded {
+std::string_view kernel_params();      // templates/kernel_params.h
+std::string_view device_common();      // templates/device_common.cuh
+std::string_view index_transform();    // templates/index_transform.cuh
+std::string_view topk();               // templates/topk.cuh
+std::string_view sparse_mla_decode();  // templates/sparse_mla_decode.cuh
+}  // namespace nsajit::embedded

@@ -1,0 +1,75 @@
+// generator/families/index_transform.cpp — traits of the index-transform family
+// (templates/index_transform.cuh, §1).
+#include <string>
+#include <vector>
+
+#include "generator/embedded_templates.hpp"
+#include "generator/family.hpp"
+
+namespace nsajit {
+namespace {
+
+constexpr int kDefaultThreads = 256;
+
+void fill_default_tile(KernelSpec& spec) {
+  if (spec.tile.threads == 0) spec.tile.threads = kDefaultThreads;
+}
+
+void validate_index_transform(const KernelSpec& spec) {
+  if (spec.topk < 64 || spec.topk > 16384 || spec.topk % 64 != 0)
+    throw_bad_field(spec, "topk", spec.topk, "a multiple of 64 in [64, 16384]");
+  if (spec.mode != IndexMode::decode && spec.mode != IndexMode::prefill &&
+      spec.mode != IndexMode::ragged)
+    throw_bad_field(spec, "mode", static_cast<long long>(spec.mode), "decode, prefill or ragged");
+  if (spec.page_size < 1 || spec.page_size > 4096)
+    throw_bad_field(spec, "page_size", spec.page_size, "an integer in [1, 4096]");
+  // ragged reads no page table: one kernel per topk, whatever page size the caller uses.
+  if (spec.mode == IndexMode::ragged && spec.page_size != 1)
+    throw_bad_field(spec, "page_size", spec.page_size, "1 for mode ragged (no page table)");
+  const int t = spec.tile.threads;
+  if (t != 128 && t != 256 && t != 512 && t != 1024)
+    throw_bad_field(spec, "threads", t, "one of 128, 256, 512, 1024");
+}
+
+// NSAJIT_MODE: 0 decode, 1 prefill, 2 ragged (templates/index_transform.cuh).
+long long mode_constant(IndexMode mode) {
+  switch (mode) {
+    case IndexMode::decode: return 0;
+    case IndexMode::prefill: return 1;
+    case IndexMode::ragged: return 2;
+  }
+  return 0;
+}
+
+std::vector<KernelConstant> constants(const KernelSpec& spec) {
+  return {{"TOPK", spec.topk},
+          {"PAGE_SIZE", spec.page_size},
+          {"MODE", mode_constant(spec.mode)},
+          {"THREADS", spec.tile.threads}};
+}
+
+// "index_transform.decode.ps64.topk2048" (readable_name() appends a non-default tile and the arch).
+std::string readable_stem(const KernelSpec& spec) {
+  return "index_transform." + to_string(spec.mode) + ".ps" + std::to_string(spec.page_size) +
+         ".topk" + std::to_string(spec.topk);
+}
+
+unsigned max_dynamic_smem(const KernelSpec&) { return 0; }
+
+}  // namespace
+
+extern const FamilyTraits index_transform_traits;
+const FamilyTraits index_transform_traits = {
+    Family::index_transform,
+    uses_page_size | uses_mode,
+    "index_transform",
+    "nsajit_index_transform",
+    &embedded::index_transform,
+    &fill_default_tile,
+    &validate_index_transform,
+    &constants,
+    &readable_stem,
+    &max_dynamic_smem,
+};
+
+}  // namespace nsajit

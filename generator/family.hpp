@@ -1,0 +1,58 @@
+// family.hpp — what the generator and runtime need to know about one kernel family.
+//
+// Each family supplies one FamilyTraits in generator/families/<family>.cpp: its template, the
+// compile-time constants a spec turns into, its defaults and checks, and its launch geometry.
+// Adding a family = one template in templates/, one traits file here, one launch file in runtime/,
+// a CPU reference in reference/ and tests (docs/ARCHITECTURE.md).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "nsajit/spec.hpp"
+
+namespace nsajit {
+
+// A named compile-time constant of a generated source ("#define NSAJIT_<name> <value>").
+using KernelConstant = std::pair<std::string, long long>;
+
+// Spec fields beyond family/topk/threads/arch that a family reads. validate() requires every
+// field a family does not use to keep its default, so equal kernels always have equal specs.
+enum SpecField : unsigned {
+  uses_h_q = 1u << 0,
+  uses_page_size = 1u << 1,
+  uses_mode = 1u << 2,
+  uses_kv_dtype = 1u << 3,
+  uses_next_n = 1u << 4,
+  uses_block_tokens = 1u << 5,
+  uses_heads_per_cta = 1u << 6,
+};
+
+struct FamilyTraits {
+  Family family;
+  unsigned used_fields;         // SpecField bits
+  const char* name;             // "topk": spec text, readable names, template file stem
+  const char* kernel_entry;     // extern "C" __global__ function of the template
+  std::string_view (*template_source)();  // the embedded templates/<name>.cuh
+  // Fills tile fields left at 0 with the family's defaults.
+  void (*fill_default_tile)(KernelSpec& spec);
+  // Throws InvalidArgument for a value of a used field (or topk/threads) the family does not
+  // allow. Called after the generic checks, with the default tile filled.
+  void (*validate)(const KernelSpec& spec);
+  // The constants the template reads, in a fixed order.
+  std::vector<KernelConstant> (*constants)(const KernelSpec& spec);
+  // Readable name without the arch, e.g. "topk.topk2048".
+  std::string (*readable_stem)(const KernelSpec& spec);
+  // Largest dynamic shared memory any launch of this spec uses (set once per function).
+  unsigned (*max_dynamic_smem)(const KernelSpec& spec);
+};
+
+const FamilyTraits& traits(Family family);
+
+// Helper for validate(): throws InvalidArgument("<spec name>: field <field> = <value>: <expected>").
+[[noreturn]] void throw_bad_field(const KernelSpec& spec, std::string_view field, long long value,
+                                  std::string_view expected);
+
+}  // namespace nsajit

@@ -1,0 +1,121 @@
+// spec.cpp — validation, canonical text and names of KernelSpec.
+#include "nsajit/spec.hpp"
+
+#include <fmt/format.h>
+
+#include <functional>
+
+#include "generator/family.hpp"
+#include "nsajit/errors.hpp"
+
+namespace nsajit {
+
+std::string to_string(Family f) { return traits(f).name; }
+
+std::string to_string(IndexMode m) {
+  switch (m) {
+    case IndexMode::decode: return "decode";
+    case IndexMode::prefill: return "prefill";
+    case IndexMode::ragged: return "ragged";
+  }
+  return fmt::format("IndexMode({})", int(m));
+}
+
+std::string to_string(KvDtype d) {
+  switch (d) {
+    case KvDtype::bf16: return "bf16";
+    case KvDtype::fp8_e4m3: return "fp8";
+  }
+  return fmt::format("KvDtype({})", int(d));
+}
+
+std::string to_string(Arch a) {
+  return a.suffix ? fmt::format("sm_{}{}", a.sm, a.suffix) : fmt::format("sm_{}", a.sm);
+}
+
+Arch parse_arch(const std::string& text) {
+  std::string t = text.rfind("sm_", 0) == 0 ? text.substr(3) : text;
+  Arch a{0, 0};
+  std::size_t i = 0;
+  while (i < t.size() && t[i] >= '0' && t[i] <= '9') a.sm = a.sm * 10 + (t[i++] - '0');
+  if (i < t.size() && (t[i] == 'a' || t[i] == 'f')) a.suffix = t[i++];
+  if (i == 0 || i != t.size() || a.sm < 80 || a.sm > 199)
+    throw InvalidArgument(fmt::format("arch = \"{}\": expected sm_<80..199> with an optional "
+                                      "'a' or 'f' suffix, e.g. sm_90a",
+                                      text));
+  return a;
+}
+
+KernelSpec with_default_tile(KernelSpec spec) {
+  traits(spec.family).fill_default_tile(spec);
+  return spec;
+}
+
+void throw_bad_field(const KernelSpec& spec, std::string_view field, long long value,
+                     std::string_view expected) {
+  throw InvalidArgument(fmt::format("kernel spec {}: field {} = {}: expected {}", to_string(spec.family),
+                                    field, value, expected));
+}
+
+void validate(const KernelSpec& spec) {
+  const FamilyTraits& t = traits(spec.family);  // throws for an unknown family
+  const KernelSpec defaults{};
+  // Fields the family does not read must keep their defaults: one kernel, one spec, one cache entry.
+  auto unused = [&](unsigned bit, std::string_view field, long long value, long long default_value) {
+    if (!(t.used_fields & bit) && value != default_value)
+      throw_bad_field(spec, field, value, fmt::format("{} (the {} family does not use it)", default_value, t.name));
+  };
+  unused(uses_h_q, "h_q", spec.h_q, defaults.h_q);
+  unused(uses_page_size, "page_size", spec.page_size, defaults.page_size);
+  unused(uses_mode, "mode", int(spec.mode), int(defaults.mode));
+  unused(uses_kv_dtype, "kv_dtype", int(spec.kv_dtype), int(defaults.kv_dtype));
+  unused(uses_next_n, "next_n", spec.next_n, defaults.next_n);
+  unused(uses_block_tokens, "block_tokens", spec.tile.block_tokens, defaults.tile.block_tokens);
+  unused(uses_heads_per_cta, "heads_per_cta", spec.tile.heads_per_cta, defaults.tile.heads_per_cta);
+  if (spec.tile.threads <= 0 || spec.tile.threads > 1024 || spec.tile.threads % 32 != 0)
+    throw_bad_field(spec, "threads", spec.tile.threads, "a multiple of 32 in [32, 1024]");
+  if (spec.arch.sm < 80 || spec.arch.sm > 199)
+    throw_bad_field(spec, "arch.sm", spec.arch.sm, "a compute capability in [80, 199] (e.g. 90)");
+  if (spec.arch.suffix != 0 && spec.arch.suffix != 'a' && spec.arch.suffix != 'f')
+    throw_bad_field(spec, "arch.suffix", spec.arch.suffix, "none, 'a' or 'f'");
+  t.validate(spec);
+}
+
+std::string canonical_text(const KernelSpec& s) {
+  return fmt::format(
+      "family={} h_q={} topk={} page_size={} mode={} kv_dtype={} next_n={} threads={} "
+      "block_tokens={} heads_per_cta={} arch={}",
+      to_string(s.family), s.h_q, s.topk, s.page_size, to_string(s.mode), to_string(s.kv_dtype),
+      s.next_n, s.tile.threads, s.tile.block_tokens, s.tile.heads_per_cta, to_string(s.arch));
+}
+
+std::string readable_name(const KernelSpec& spec) {
+  const KernelSpec s = with_default_tile(spec);
+  std::string name = traits(s.family).readable_stem(s);
+  // A non-default tile config is part of the kernel's identity; defaults stay out of the name.
+  const KernelSpec d = with_default_tile(KernelSpec{.family = s.family, .h_q = s.h_q});
+  if (!(s.tile == d.tile))
+    name += fmt::format(".t{}x{}x{}", s.tile.threads, s.tile.block_tokens, s.tile.heads_per_cta);
+  return name + "." + to_string(s.arch);
+}
+
+std::size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
+  // Every field folded in; boost-style combine is plenty for a map of a few hundred specs.
+  std::size_t h = 0;
+  auto mix = [&h](long long v) { h ^= std::hash<long long>{}(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+  mix(int(s.family));
+  mix(s.h_q);
+  mix(s.topk);
+  mix(s.page_size);
+  mix(int(s.mode));
+  mix(int(s.kv_dtype));
+  mix(s.next_n);
+  mix(s.tile.threads);
+  mix(s.tile.block_tokens);
+  mix(s.tile.heads_per_cta);
+  mix(s.arch.sm);
+  mix(s.arch.suffix);
+  return h;
+}
+
+}  // namespace nsajit

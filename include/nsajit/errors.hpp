@@ -1,0 +1,40 @@
+// nsajit/errors.hpp — the exceptions nsajit throws.
+//
+// Every error message names what failed: the argument with its value and what was expected
+// (InvalidArgument), the spec, options and full NVRTC log (CompileError), or the Driver API call
+// and its CUresult (CudaError). Nothing is launched after an error is detected.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace nsajit {
+
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Bad user input: a spec field or a launch argument. Raised before anything is compiled or launched.
+struct InvalidArgument : Error {
+  using Error::Error;
+};
+
+// NVRTC rejected a generated source. what() holds the spec name, the options and the whole log.
+struct CompileError : Error {
+  using Error::Error;
+};
+
+// A CUDA Driver API call failed (or libcuda.so.1 could not be loaded). what() names the call and
+// the CUresult name and description.
+struct CudaError : Error {
+  CudaError(const std::string& message, int result) : Error(message), result(result) {}
+  int result;  // the CUresult, or -1 when the driver library itself is missing
+};
+
+// The on-disk cache could not be used (directory not creatable, write failed). Corrupt entries
+// are not errors: they are reported, removed and rebuilt.
+struct CacheError : Error {
+  using Error::Error;
+};
+
+}  // namespace nsajit

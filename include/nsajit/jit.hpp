@@ -1,0 +1,42 @@
+// nsajit/jit.hpp — the JIT machinery as a user sees it: precompiling, the cache, statistics.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nsajit/spec.hpp"
+
+namespace nsajit {
+
+// The nsajit version baked into every cache key ("0.1.0").
+std::string version();
+
+// NVRTC's version as "major.minor" (e.g. "13.0").
+std::string nvrtc_version();
+
+// The cache directory: $NSAJIT_CACHE_DIR, else $XDG_CACHE_HOME/nsajit, else ~/.cache/nsajit.
+std::string cache_dir();
+
+// The generated CUDA source of a spec (validated; default tile filled). Deterministic.
+std::string generate_source(const KernelSpec& spec);
+
+// Where a kernel's cubin came from on the first request of this process.
+enum class CubinSource : std::uint8_t { memory, disk_cache, compiled };
+
+struct KernelRecord {
+  std::string name;        // readable_name(spec)
+  CubinSource source;      // disk_cache = hit, compiled = miss
+  double compile_ms = 0;   // NVRTC time (0 on a hit)
+  double load_ms = 0;      // read + verify (+ write after compiling)
+  std::size_t cubin_bytes = 0;
+};
+
+// Ensures the spec's cubin is in the disk cache (compiling if needed); needs no GPU or driver.
+// The spec's arch field is the target. Returns how it was obtained.
+KernelRecord precompile(const KernelSpec& spec);
+
+// One record per spec this process obtained a cubin for, in first-use order.
+std::vector<KernelRecord> jit_records();
+
+}  // namespace nsajit

@@ -1,0 +1,88 @@
+// nsajit/spec.hpp — typed kernel specifications.
+//
+// A KernelSpec names one generated kernel: its family plus every parameter that is baked into the
+// generated source as a compile-time constant. Two equal specs always produce byte-identical source,
+// the same cache key and the same cubin. Specs are plain values (no strings) so that the runtime's
+// warm dispatch can hash and compare them without allocating.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace nsajit {
+
+enum class Family : std::uint8_t {
+  index_transform,    // §1: top-k positions -> KV-cache slots through the page table
+  topk,               // §2: per-row top-k of fp32 indexer scores
+  sparse_mla_decode,  // §3: sparse MLA attention over the top-k KV tokens of each query row
+};
+
+// How an index-transform / fused top-k row finds its page-table row and offset (§1).
+enum class IndexMode : std::uint8_t {
+  decode,   // row r uses page-table row r (MTP: the caller repeats each request's row next_n times)
+  prefill,  // row r belongs to request b through cu_seqlens_q; uses page-table row b
+  ragged,   // out = idx + offset[r]; no page table
+};
+
+enum class KvDtype : std::uint8_t {
+  bf16,      // [num_slots, 576] bf16 rows
+  fp8_e4m3,  // [num_pages, page_size, 656] bytes (§4); not yet generated, reserved
+};
+
+// Target architecture: compute capability and suffix ('a' for arch-specific sm_90a, 0 for none).
+struct Arch {
+  int sm = 90;
+  char suffix = 'a';
+  friend bool operator==(const Arch&, const Arch&) = default;
+};
+
+// Tile configuration of a generated kernel. Which fields matter depends on the family; the rest
+// must stay at their defaults (validate() enforces it so that equal kernels have equal specs).
+struct TileConfig {
+  int threads = 0;       // threads per CTA (0 = family default)
+  int block_tokens = 0;  // sparse MLA: KV tokens staged per iteration (0 = family default)
+  int heads_per_cta = 0; // sparse MLA: query heads handled by one CTA (0 = family default)
+  friend bool operator==(const TileConfig&, const TileConfig&) = default;
+};
+
+struct KernelSpec {
+  Family family = Family::topk;
+  int h_q = 0;            // sparse_mla_decode: query heads per GPU (16, 32, 64, 128; 8 allowed)
+  int topk = 2048;        // all families: indices per row (multiple of 64, <= 4096 for topk)
+  int page_size = 1;      // index_transform: page size P >= 1 (1 = page_table_1)
+  IndexMode mode = IndexMode::decode;  // index_transform
+  KvDtype kv_dtype = KvDtype::bf16;    // sparse_mla_decode
+  int next_n = 1;         // sparse_mla_decode: query tokens per request (MTP), 1..8
+  TileConfig tile{};
+  Arch arch{};
+  friend bool operator==(const KernelSpec&, const KernelSpec&) = default;
+};
+
+// Fills the family's default tile config where fields are 0. Returns a copy.
+KernelSpec with_default_tile(KernelSpec spec);
+
+// Throws nsajit::InvalidArgument naming the first bad field, its value and what is allowed.
+void validate(const KernelSpec& spec);
+
+// Canonical text form: every field, fixed order, e.g.
+// "family=sparse_mla_decode h_q=16 topk=2048 page_size=1 mode=decode kv_dtype=bf16 next_n=1
+//  threads=256 block_tokens=64 heads_per_cta=16 arch=sm_90a".
+std::string canonical_text(const KernelSpec& spec);
+
+// Stable readable name with only the fields the family uses, e.g.
+// "sparse_mla_decode.h16.topk2048.kv_bf16.sm_90a", "index_transform.decode.ps64.topk2048.sm_90a".
+std::string readable_name(const KernelSpec& spec);
+
+std::string to_string(Family f);
+std::string to_string(IndexMode m);
+std::string to_string(KvDtype d);
+std::string to_string(Arch a);  // "sm_90a"
+Arch parse_arch(const std::string& text);  // "sm_90a", "sm_90", "90a"; throws InvalidArgument
+
+// Hash over the spec's fields (no strings): used by the runtime's in-process function map.
+struct KernelSpecHash {
+  std::size_t operator()(const KernelSpec& s) const noexcept;
+};
+
+}  // namespace nsajit

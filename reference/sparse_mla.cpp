@@ -1,0 +1,128 @@
+#include "reference/sparse_mla.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+#include "reference/bf16.hpp"
+
+namespace nsajit::reference {
+
+SparseMlaOutput sparse_mla(const SparseMlaInput& in) {
+  const std::size_t rows = std::size_t(std::max(in.rows, 0));
+  const std::size_t h_q = std::size_t(in.h_q);
+  if (in.q.size() < rows * h_q * kMlaDimQK || in.indices.size() < rows * std::size_t(in.topk) ||
+      (!in.topk_length.empty() && in.topk_length.size() < rows) ||
+      in.kv.size() < std::size_t(std::max<std::int64_t>(in.num_slots - 1, 0)) * in.kv_row_stride +
+                         (in.num_slots > 0 ? kMlaDimQK : 0))
+    throw std::invalid_argument("reference::sparse_mla: input spans smaller than the shapes");
+
+  SparseMlaOutput res;
+  res.out.assign(rows * h_q * kMlaDimV, 0.0);
+  res.lse.assign(rows * h_q, std::numeric_limits<double>::infinity());
+
+  std::vector<double> q(kMlaDimQK), s;
+  std::vector<const std::uint16_t*> sel;
+  for (std::size_t r = 0; r < rows; ++r) {
+    int n = in.topk;
+    if (!in.topk_length.empty()) n = std::clamp(in.topk_length[r], 0, in.topk);
+    sel.clear();
+    for (int j = 0; j < n; ++j) {
+      const std::int64_t idx = in.indices[r * in.topk + j];
+      if (idx >= 0 && idx < in.num_slots) sel.push_back(in.kv.data() + idx * in.kv_row_stride);
+    }
+    if (sel.empty()) continue;  // out 0, lse +inf
+    for (std::size_t h = 0; h < h_q; ++h) {
+      const std::uint16_t* qh = in.q.data() + (r * h_q + h) * kMlaDimQK;
+      for (int d = 0; d < kMlaDimQK; ++d) q[d] = bf16_to_float(qh[d]);
+      s.assign(sel.size(), 0.0);
+      double m = -std::numeric_limits<double>::infinity();
+      for (std::size_t j = 0; j < sel.size(); ++j) {
+        double dot = 0;
+        for (int d = 0; d < kMlaDimQK; ++d) dot += q[d] * double(bf16_to_float(sel[j][d]));
+        s[j] = in.sm_scale * dot;
+        m = std::max(m, s[j]);
+      }
+      double sum = 0;
+      for (double& v : s) sum += (v = std::exp(v - m));
+      double* o = res.out.data() + (r * h_q + h) * kMlaDimV;
+      for (std::size_t j = 0; j < sel.size(); ++j) {
+        const double pj = s[j] / sum;
+        for (int d = 0; d < kMlaDimV; ++d) o[d] += pj * double(bf16_to_float(sel[j][d]));
+      }
+      res.lse[r * h_q + h] = m + std::log(sum);
+    }
+  }
+  return res;
+}
+
+MlaComparison compare_sparse_mla(std::span<const std::uint16_t> out_bf16, std::span<const float> lse,
+                                 const SparseMlaOutput& ref, int rows, int h_q) {
+  MlaComparison c;
+  const std::size_t heads = std::size_t(rows) * std::size_t(h_q);
+  std::ostringstream msg;
+  if (out_bf16.size() != heads * kMlaDimV || lse.size() != heads || ref.out.size() != heads * kMlaDimV ||
+      ref.lse.size() != heads) {
+    c.ok = false;
+    c.message = "compare_sparse_mla: sizes do not match rows * h_q";
+    return c;
+  }
+  auto where = [&](std::size_t head) {
+    std::ostringstream w;
+    w << "row " << head / h_q << ", head " << head % h_q;
+    return w.str();
+  };
+
+  double xy = 0, xx_yy = 0;
+  for (std::size_t hd = 0; hd < heads; ++hd) {
+    const bool empty_row = std::isinf(ref.lse[hd]) && ref.lse[hd] > 0;
+    for (int d = 0; d < kMlaDimV; ++d) {
+      const std::size_t i = hd * kMlaDimV + d;
+      const double got = bf16_to_float(out_bf16[i]);
+      const double want = ref.out[i];
+      const double err = std::abs(got - want);
+      const double allowed = std::max(1e-3, 2.0 / 128.0 * std::abs(want));
+      bool bad = !std::isfinite(got) || err > allowed || (empty_row && got != 0.0);
+      if (std::isfinite(got)) {
+        c.worst_out_abs = std::max(c.worst_out_abs, err);
+        c.worst_out_ratio = std::max(c.worst_out_ratio, err / allowed);
+        xy += got * want;
+        xx_yy += got * got + want * want;
+      }
+      if (bad && c.out_failures++ == 0)
+        msg << "out[" << where(hd) << ", dim " << d << "] = " << got << ", reference " << want
+            << (empty_row ? " (no valid index: must be exactly 0)" : "") << "; ";
+    }
+  }
+  c.cos_diff = 1.0 - 2.0 * xy / std::max(xx_yy, 1e-12);
+  const bool cos_bad = !(c.cos_diff < 1e-5);
+
+  for (std::size_t hd = 0; hd < heads; ++hd) {
+    const double got = lse[hd];
+    const double want = ref.lse[hd];
+    bool bad;
+    if (std::isinf(want)) {
+      bad = got != want;
+    } else {
+      const double err = std::abs(got - want);
+      bad = !std::isfinite(got) || err > std::max(1e-5, 1e-5 * std::abs(want));
+      if (std::isfinite(got)) c.worst_lse_abs = std::max(c.worst_lse_abs, err);
+    }
+    if (bad && c.lse_failures++ == 0)
+      msg << "lse[" << where(hd) << "] = " << got << ", reference " << want << "; ";
+  }
+
+  c.ok = c.out_failures == 0 && c.lse_failures == 0 && !cos_bad;
+  std::ostringstream head;
+  head << (c.ok ? "ok" : "MISMATCH") << ": out failures " << c.out_failures << "/" << heads * kMlaDimV
+       << " (worst abs " << c.worst_out_abs << ", worst err/allowed " << c.worst_out_ratio << "), cos_diff "
+       << c.cos_diff << (cos_bad ? " (limit 1e-5)" : "") << ", lse failures " << c.lse_failures << "/" << heads
+       << " (worst abs " << c.worst_lse_abs << ")";
+  const std::string details = msg.str();
+  c.message = details.empty() ? head.str() : head.str() + "; first: " + details;
+  return c;
+}
+
+}  // namespace nsajit::reference

@@ -1,0 +1,56 @@
+// sparse_mla.hpp — fp64 CPU reference of sparse MLA attention (nsa-semantics.md §3) and the
+// spec's tolerance check.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace nsajit::reference {
+
+inline constexpr int kMlaDimQK = 576;  // 512 latent + 64 rope
+inline constexpr int kMlaDimV = 512;
+
+struct SparseMlaInput {
+  std::span<const std::uint16_t> q;      // bf16 bits [rows, h_q, 576]
+  std::span<const std::uint16_t> kv;     // bf16 bits [num_slots, kv_row_stride]
+  std::int64_t num_slots = 0;
+  std::int64_t kv_row_stride = kMlaDimQK;
+  std::span<const std::int32_t> indices;      // [rows, topk]; invalid: < 0 or >= num_slots
+  std::span<const std::int32_t> topk_length;  // [rows] or empty (= topk for every row)
+  int rows = 0;
+  int h_q = 0;
+  int topk = 0;
+  double sm_scale = 0;  // pass the same value the kernel gets (e.g. double(float scale))
+};
+
+struct SparseMlaOutput {
+  std::vector<double> out;  // [rows, h_q, 512]; 0 for a row with no valid index
+  std::vector<double> lse;  // [rows, h_q], natural log; +inf for a row with no valid index
+};
+
+// S_j = sm_scale * q . kv[idx_j] over 576 dims (fp64), over the valid j among the first
+// clamp(topk_length[r], 0, topk) entries; out = softmax(S) . kv[idx_j][0:512]; lse = ln sum exp S.
+SparseMlaOutput sparse_mla(const SparseMlaInput& in);
+
+// The spec's tolerance for attention output (nsa-semantics.md, Tolerances):
+// - out: per element |got - ref| <= 1e-3 or <= 2/128 * |ref|; over the whole tensor the cosine
+//   difference 1 - 2 x.y / (x.x + y.y) (FlashMLA's cal_diff) < 1e-5; a (row, head) whose reference
+//   lse is +inf (no valid index) must be exactly 0; NaN/inf anywhere fails.
+// - lse: |got - ref| <= 1e-5 or <= 1e-5 * |ref|; +inf must match exactly.
+struct MlaComparison {
+  bool ok = true;
+  std::size_t out_failures = 0;
+  std::size_t lse_failures = 0;
+  double worst_out_abs = 0;   // largest |got - ref| over out
+  double worst_out_ratio = 0; // largest error / allowed error over out (> 1 fails)
+  double cos_diff = 0;        // whole-tensor cosine difference of out
+  double worst_lse_abs = 0;   // largest |got - ref| over finite lse
+  std::string message;        // summary; names the first failing element of each kind
+};
+
+MlaComparison compare_sparse_mla(std::span<const std::uint16_t> out_bf16, std::span<const float> lse,
+                                 const SparseMlaOutput& ref, int rows, int h_q);
+
+}  // namespace nsajit::reference

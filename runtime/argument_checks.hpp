@@ -1,0 +1,44 @@
+// argument_checks.hpp — InvalidArgument messages of the public launch functions (header-only).
+//
+// Message form: "<function>: argument <name> = <value>: expected <what>", e.g.
+// "nsajit::topk: argument topk = 100: expected a multiple of 64 in [64, 4096]".
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "nsajit/errors.hpp"
+
+namespace nsajit::detail {
+
+[[noreturn]] inline void throw_bad_argument(std::string_view function, std::string_view argument,
+                                            std::string_view value, std::string_view expected) {
+  std::string message(function);
+  message += ": argument ";
+  message += argument;
+  message += " = ";
+  message += value;
+  message += ": expected ";
+  message += expected;
+  throw InvalidArgument(message);
+}
+
+[[noreturn]] inline void throw_bad_argument(std::string_view function, std::string_view argument,
+                                            long long value, std::string_view expected) {
+  throw_bad_argument(function, argument, std::to_string(value), expected);
+}
+
+// Throws unless `pointer` is non-null.
+inline void require_pointer(std::string_view function, std::string_view argument,
+                            const void* pointer) {
+  if (pointer == nullptr) throw_bad_argument(function, argument, "null", "a device pointer");
+}
+
+// Throws unless value is a multiple of 64 in [64, max].
+inline void require_topk(std::string_view function, long long value, long long max) {
+  if (value < 64 || value > max || value % 64 != 0)
+    throw_bad_argument(function, "topk", value,
+                       "a multiple of 64 in [64, " + std::to_string(max) + "]");
+}
+
+}  // namespace nsajit::detail

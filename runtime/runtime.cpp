@@ -1,0 +1,193 @@
+// runtime.cpp — spec -> cubin (once per process) -> function (once per context) -> launch.
+#include "runtime/runtime.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "cache/cubin_cache.hpp"
+#include "compiler/nvrtc_compiler.hpp"
+#include "generator/family.hpp"
+#include "generator/generator.hpp"
+#include "nsajit/errors.hpp"
+#include "nsajit/jit.hpp"
+#include "runtime/driver.hpp"
+
+namespace nsajit {
+namespace {
+
+// A map whose values are built once per key: concurrent callers of one key wait for the first
+// builder; other keys never wait behind a build (the lock is not held while building). A build
+// that throws is forgotten, so a later call retries.
+template <class Key, class Value, class Hash>
+class OnceMap {
+ public:
+  template <class Build>
+  const Value& get(const Key& key, Build&& build) {
+    {
+      std::shared_lock lock(mutex_);
+      if (auto it = map_.find(key); it != map_.end()) return wait(it->second);
+    }
+    std::promise<Value> promise;
+    std::shared_future<Value> future;
+    {
+      std::unique_lock lock(mutex_);
+      if (auto it = map_.find(key); it != map_.end()) {
+        future = it->second;
+      } else {
+        future = promise.get_future().share();
+        map_.emplace(key, future);
+        lock.unlock();
+        try {
+          promise.set_value(build());
+        } catch (...) {
+          promise.set_exception(std::current_exception());
+          std::unique_lock relock(mutex_);
+          map_.erase(key);
+        }
+      }
+    }
+    return wait(future);
+  }
+
+ private:
+  static const Value& wait(const std::shared_future<Value>& f) { return f.get(); }
+  std::shared_mutex mutex_;
+  std::unordered_map<Key, std::shared_future<Value>, Hash> map_;
+};
+
+struct ContextSpec {
+  CUcontext context;
+  KernelSpec spec;
+  friend bool operator==(const ContextSpec&, const ContextSpec&) = default;
+};
+struct ContextSpecHash {
+  std::size_t operator()(const ContextSpec& k) const noexcept {
+    return KernelSpecHash{}(k.spec) ^ (std::hash<const void*>{}(k.context) * 0x9e3779b97f4a7c15ull);
+  }
+};
+
+using Cubin = std::shared_ptr<const std::vector<char>>;
+
+struct State {
+  CubinCache cache{default_cache_dir()};
+  OnceMap<KernelSpec, Cubin, KernelSpecHash> cubins;
+  OnceMap<ContextSpec, std::shared_ptr<const LoadedKernel>, ContextSpecHash> kernels;
+  std::mutex records_mutex;
+  std::vector<KernelRecord> records;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+// Generates, then takes the cubin from the disk cache or compiles it. Runs once per spec.
+Cubin obtain_cubin(const KernelSpec& spec, CubinSource* source_out = nullptr) {
+  State& s = state();
+  CubinSource source = CubinSource::memory;
+  const Cubin& cubin = s.cubins.get(spec, [&] {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string name = readable_name(spec);
+    const std::string text = render_source(spec);
+    const std::vector<std::string> options = nvrtc_options(spec.arch);
+    const CacheKey key = make_cache_key({.nsajit_version = version(),
+                                         .nvrtc_version = nvrtc_version(),
+                                         .arch = to_string(spec.arch),
+                                         .options = options,
+                                         .source = text});
+    double compile_ms = 0;
+    CacheLookup found = s.cache.get_or_build(name, key, [&] {
+      CompileResult r = compile_cubin(name, text, options);
+      compile_ms = r.compile_ms;
+      return std::move(r.cubin);
+    });
+    source = found.hit ? CubinSource::disk_cache : CubinSource::compiled;
+    const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    {
+      std::lock_guard lock(s.records_mutex);
+      s.records.push_back({name, source, compile_ms, total_ms - compile_ms, found.cubin.size()});
+    }
+    return std::make_shared<const std::vector<char>>(std::move(found.cubin));
+  });
+  if (source_out) *source_out = source;
+  return cubin;
+}
+
+char arch_suffix_for(int sm) {
+  // Arch-specific ("a") targets exist from Hopper on; they unlock wgmma/setmaxnreg on sm_90a.
+  return sm >= 90 ? 'a' : 0;
+}
+
+}  // namespace
+
+std::string version() { return NSAJIT_VERSION; }
+
+std::string cache_dir() { return state().cache.dir(); }
+
+KernelSpec spec_for_current_device(KernelSpec spec) {
+  // The arch of the current context, remembered per thread for the last context seen, so a warm
+  // launch costs one cuCtxGetCurrent.
+  thread_local CUcontext last_context = nullptr;
+  thread_local Arch last_arch{};
+  const CUcontext ctx = driver::current_context();
+  if (ctx != last_context) {
+    const driver::DeviceArch a = driver::current_device_arch();
+    last_arch = Arch{a.major * 10 + a.minor, arch_suffix_for(a.major * 10 + a.minor)};
+    last_context = ctx;
+  }
+  spec.arch = last_arch;
+  spec = with_default_tile(spec);
+  validate(spec);
+  return spec;
+}
+
+const LoadedKernel& kernel(const KernelSpec& spec) {
+  const CUcontext ctx = driver::current_context();
+  return *state().kernels.get(ContextSpec{ctx, spec}, [&] {
+    const Cubin cubin = obtain_cubin(spec);
+    const FamilyTraits& t = traits(spec.family);
+    CUmodule module = nullptr;
+    NSAJIT_CU(cuModuleLoadData, &module, cubin->data());  // modules live as long as the context
+    auto loaded = std::make_shared<LoadedKernel>();
+    loaded->spec = spec;
+    NSAJIT_CU(cuModuleGetFunction, &loaded->function, module, t.kernel_entry);
+    if (const unsigned smem = t.max_dynamic_smem(spec); smem > 0)
+      NSAJIT_CU(cuFuncSetAttribute, loaded->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem));
+    return std::shared_ptr<const LoadedKernel>(std::move(loaded));
+  });
+}
+
+void launch(const LoadedKernel& k, const LaunchGeometry& g, const void* params, CUstream stream) {
+  if (g.grid_x == 0 || g.grid_y == 0 || g.grid_z == 0) return;
+  void* args[] = {const_cast<void*>(params)};
+  NSAJIT_CU(cuLaunchKernel, k.function, g.grid_x, g.grid_y, g.grid_z, g.block, 1, 1, g.dynamic_smem, stream, args,
+            nullptr);
+}
+
+KernelRecord precompile(const KernelSpec& spec_in) {
+  KernelSpec spec = with_default_tile(spec_in);
+  validate(spec);
+  CubinSource source = CubinSource::memory;
+  const Cubin cubin = obtain_cubin(spec, &source);
+  // A spec this process already had is reported as a memory hit.
+  KernelRecord record{readable_name(spec), source, 0, 0, cubin->size()};
+  if (source != CubinSource::memory) {
+    std::lock_guard lock(state().records_mutex);
+    for (const auto& r : state().records)
+      if (r.name == record.name) record = r;
+  }
+  return record;
+}
+
+std::vector<KernelRecord> jit_records() {
+  std::lock_guard lock(state().records_mutex);
+  return state().records;
+}
+
+}  // namespace nsajit

@@ -1,0 +1,41 @@
+// runtime.hpp — from a spec to a launched kernel.
+//
+// Runtime::kernel(spec) returns the function for the current context: a warm call is one lookup
+// in a per-context map keyed by the spec's fields (no source text, no file I/O, no strings). A cold
+// call generates the source, gets the cubin from the cache (compiling on a miss; concurrent first
+// calls of one spec compile once), loads the module into the context and sets the function's
+// dynamic shared memory limit once.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+
+#include "nsajit/spec.hpp"
+
+namespace nsajit {
+
+struct LaunchGeometry {
+  unsigned grid_x = 1, grid_y = 1, grid_z = 1;
+  unsigned block = 1;         // threads per CTA (1-D blocks)
+  unsigned dynamic_smem = 0;  // bytes, <= the family's max_dynamic_smem(spec)
+};
+
+struct LoadedKernel {
+  CUfunction function = nullptr;
+  KernelSpec spec;
+};
+
+// The spec for `family`-specific fields with the current device's arch and default tile,
+// validated. Used by the public launch functions.
+KernelSpec spec_for_current_device(KernelSpec spec);
+
+// The loaded kernel of `spec` (arch must be filled) in the current context.
+const LoadedKernel& kernel(const KernelSpec& spec);
+
+// cuLaunchKernel with the parameter block as the kernel's single argument. No sync, no allocation.
+// A zero-sized grid launches nothing.
+void launch(const LoadedKernel& kernel, const LaunchGeometry& geometry, const void* params,
+            CUstream stream);
+
+}  // namespace nsajit

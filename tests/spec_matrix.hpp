@@ -1,0 +1,25 @@
+// spec_matrix.hpp — the DeepSeek-V3.2 spec matrix the tests compile: h_q 16..128, page sizes 1
+// and 64, topk 512/1024/2048, for every family.
+#pragma once
+
+#include <vector>
+
+#include "nsajit/spec.hpp"
+
+namespace nsajit::test {
+
+inline std::vector<KernelSpec> deepseek_v32_matrix() {
+  std::vector<KernelSpec> specs;
+  for (int topk : {512, 1024, 2048}) {
+    for (int h_q : {16, 32, 64, 128}) specs.push_back({.family = Family::sparse_mla_decode, .h_q = h_q, .topk = topk});
+    specs.push_back({.family = Family::topk, .topk = topk});
+    for (IndexMode mode : {IndexMode::decode, IndexMode::prefill})
+      for (int page_size : {1, 64})
+        specs.push_back({.family = Family::index_transform, .topk = topk, .page_size = page_size, .mode = mode});
+    specs.push_back({.family = Family::index_transform, .topk = topk, .mode = IndexMode::ragged});
+  }
+  for (KernelSpec& s : specs) s = with_default_tile(s);
+  return specs;
+}
+
+}  // namespace nsajit::test

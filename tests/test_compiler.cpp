@@ -1,0 +1,68 @@
+// test_compiler.cpp — NVRTC compiles every spec of the matrix for sm_90a; failures carry the log.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compiler/nvrtc_compiler.hpp"
+#include "generator/generator.hpp"
+#include "nsajit/errors.hpp"
+#include "nsajit/jit.hpp"
+#include "tests/spec_matrix.hpp"
+
+using namespace nsajit;
+
+namespace {
+bool is_elf(const std::vector<char>& bytes) {
+  return bytes.size() > 4 && bytes[0] == 0x7f && bytes[1] == 'E' && bytes[2] == 'L' && bytes[3] == 'F';
+}
+}  // namespace
+
+TEST_CASE("NVRTC's version is reported") {
+  const NvrtcVersion v = nvrtc_version_numbers();
+  CHECK(v.major >= 12);
+  CHECK(nvrtc_version() == std::to_string(v.major) + "." + std::to_string(v.minor));
+}
+
+TEST_CASE("every spec of the DeepSeek-V3.2 matrix compiles under NVRTC for sm_90a") {
+  const std::vector<KernelSpec> specs = test::deepseek_v32_matrix();
+  std::atomic<std::size_t> next{0};
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  std::size_t compiled = 0;
+  auto worker = [&] {
+    for (std::size_t i; (i = next++) < specs.size();) {
+      const KernelSpec& spec = specs[i];
+      try {
+        const CompileResult r = compile_cubin(readable_name(spec), render_source(spec), nvrtc_options(spec.arch));
+        std::lock_guard lock(mutex);
+        if (!is_elf(r.cubin)) failures.push_back(readable_name(spec) + ": not an ELF cubin");
+        ++compiled;
+      } catch (const std::exception& e) {
+        std::lock_guard lock(mutex);
+        failures.push_back(e.what());
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  for (const auto& f : failures) FAIL_CHECK(f);
+  CHECK(compiled == specs.size());
+}
+
+TEST_CASE("a compile error names the kernel, the options and carries NVRTC's log") {
+  const std::string bad = "extern \"C\" __global__ void k() { undeclared_identifier_xyz = 1; }\n";
+  try {
+    compile_cubin("broken_kernel.sm_90a", bad, nvrtc_options({90, 'a'}));
+    FAIL("compile_cubin accepted a broken source");
+  } catch (const CompileError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("broken_kernel.sm_90a") != std::string::npos);
+    CHECK(what.find("--gpu-architecture=sm_90a") != std::string::npos);
+    CHECK(what.find("undeclared_identifier_xyz") != std::string::npos);  // from the log
+  }
+}

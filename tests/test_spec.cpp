@@ -1,0 +1,98 @@
+// test_spec.cpp — spec validation messages, canonical text, readable names (CPU only).
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "nsajit/errors.hpp"
+#include "nsajit/spec.hpp"
+
+using namespace nsajit;
+
+namespace {
+
+// The message of the InvalidArgument that validate() throws for `spec` ("" if none).
+std::string validation_error(const KernelSpec& spec) {
+  try {
+    validate(with_default_tile(spec));
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+KernelSpec sparse(int h_q, int topk = 2048) {
+  return {.family = Family::sparse_mla_decode, .h_q = h_q, .topk = topk};
+}
+
+}  // namespace
+
+TEST_CASE("valid specs of the DeepSeek-V3.2 matrix pass validation") {
+  for (int h_q : {16, 32, 64, 128})
+    for (int topk : {512, 1024, 2048}) CHECK(validation_error(sparse(h_q, topk)) == "");
+  for (int topk : {512, 1024, 2048, 4096}) CHECK(validation_error({.family = Family::topk, .topk = topk}) == "");
+  for (int ps : {1, 64})
+    CHECK(validation_error({.family = Family::index_transform, .page_size = ps}) == "");
+}
+
+TEST_CASE("validation names the bad field, its value and what is allowed") {
+  const std::string h = validation_error(sparse(24));
+  CHECK(h.find("h_q") != std::string::npos);
+  CHECK(h.find("24") != std::string::npos);
+  CHECK(h.find("128") != std::string::npos);  // the allowed values are listed
+
+  const std::string k = validation_error({.family = Family::topk, .topk = 100});
+  CHECK(k.find("topk") != std::string::npos);
+  CHECK(k.find("100") != std::string::npos);
+  CHECK(k.find("multiple of 64") != std::string::npos);
+
+  CHECK(validation_error({.family = Family::topk, .topk = 8192}).find("8192") != std::string::npos);
+  CHECK(validation_error({.family = Family::index_transform, .page_size = 0}).find("page_size = 0") != std::string::npos);
+
+  // Fields a family does not use must keep their defaults (one kernel, one spec).
+  const std::string unused = validation_error({.family = Family::topk, .page_size = 64});
+  CHECK(unused.find("page_size = 64") != std::string::npos);
+  CHECK(unused.find("does not use") != std::string::npos);
+  CHECK(validation_error({.family = Family::topk, .h_q = 16}).find("h_q = 16") != std::string::npos);
+
+  KernelSpec threads = sparse(16);
+  threads.tile.threads = 100;
+  CHECK(validation_error(threads).find("threads = 100") != std::string::npos);
+
+  KernelSpec old_arch = sparse(16);
+  old_arch.arch = {70, 0};
+  CHECK(validation_error(old_arch).find("arch.sm = 70") != std::string::npos);
+}
+
+TEST_CASE("arch text round-trips and bad arch text is rejected") {
+  CHECK(to_string(parse_arch("sm_90a")) == "sm_90a");
+  CHECK(to_string(parse_arch("90")) == "sm_90");
+  CHECK(to_string(parse_arch("sm_100f")) == "sm_100f");
+  CHECK_THROWS_WITH_AS(parse_arch("sm90x"), doctest::Contains("sm90x"), InvalidArgument);
+  CHECK_THROWS_AS(parse_arch("sm_75"), InvalidArgument);
+  CHECK_THROWS_AS(parse_arch(""), InvalidArgument);
+}
+
+TEST_CASE("readable names are stable and carry only the fields the family uses") {
+  CHECK(readable_name(sparse(16)) == "sparse_mla_decode.h16.topk2048.kv_bf16.sm_90a");
+  CHECK(readable_name({.family = Family::topk}) == "topk.topk2048.sm_90a");
+  CHECK(readable_name({.family = Family::index_transform, .page_size = 64}) ==
+        "index_transform.decode.ps64.topk2048.sm_90a");
+  KernelSpec tiled = sparse(64);
+  tiled.tile.threads = 128;
+  CHECK(readable_name(tiled).find(".t128x") != std::string::npos);  // non-default tiles are named
+  KernelSpec other_arch = sparse(16);
+  other_arch.arch = {100, 'a'};
+  CHECK(readable_name(other_arch) == "sparse_mla_decode.h16.topk2048.kv_bf16.sm_100a");
+}
+
+TEST_CASE("canonical text lists every field and separates different specs") {
+  const KernelSpec a = with_default_tile(sparse(16));
+  const std::string text = canonical_text(a);
+  for (const char* field : {"family=sparse_mla_decode", "h_q=16", "topk=2048", "page_size=1", "mode=decode",
+                            "kv_dtype=bf16", "next_n=1", "threads=", "block_tokens=", "heads_per_cta=", "arch=sm_90a"})
+    CHECK(text.find(field) != std::string::npos);
+  CHECK(canonical_text(a) == canonical_text(with_default_tile(sparse(16))));
+  CHECK(canonical_text(a) != canonical_text(with_default_tile(sparse(32))));
+  CHECK(KernelSpecHash{}(a) == KernelSpecHash{}(with_default_tile(sparse(16))));
+  CHECK(KernelSpecHash{}(a) != KernelSpecHash{}(with_default_tile(sparse(32))));
+}

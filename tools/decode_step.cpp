@@ -1,0 +1,255 @@
+// decode_step.cpp — the GPU part of `nsajit run`: one realistic DeepSeek-V3.2 decode step.
+//
+// A batch of requests with context lengths spread log-uniformly from min_context to max_context,
+// a shuffled real page table, random bf16 KV, indexer-like fp32 scores. Runs top-k -> transform ->
+// sparse MLA decode through the JIT, checks sampled rows against the CPU references, and times each
+// kernel (CUDA events, L2 flushed before each timed launch, median).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "nsajit/kernels.hpp"
+#include "reference/bf16.hpp"
+#include "reference/index_transform.hpp"
+#include "reference/sparse_mla.hpp"
+#include "reference/topk.hpp"
+#include "runtime/device_buffer.hpp"
+#include "runtime/driver.hpp"
+#include "tools/commands.hpp"
+
+namespace nsajit::tools {
+namespace {
+
+constexpr int kDimQK = 576;
+constexpr int kDimV = 512;
+
+// A fast generator for hundreds of MB of inputs (mt19937 + normal_distribution is too slow).
+struct FastRandom {
+  std::uint64_t state;
+  std::uint64_t next() {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  }
+  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
+  float roughly_normal() { return (uniform() + uniform() + uniform() - 1.5f) * 2.0f; }
+};
+
+struct Batch {
+  int b = 0, h_q = 0, topk = 0, page_size = 0, width = 0, max_pages = 0;
+  std::int64_t num_slots = 0;
+  std::vector<std::int32_t> seq_lens;    // [b]
+  std::vector<std::int32_t> page_table;  // [b, max_pages] page ids, -1 padding
+  std::vector<float> scores;             // [b, width]
+  std::vector<std::uint16_t> q;          // bf16 [b, h_q, 576]
+  std::vector<std::uint16_t> kv;         // bf16 [num_slots, 576]
+};
+
+Batch make_batch(const ModelConfig& c) {
+  Batch t;
+  t.b = c.batch;
+  t.h_q = c.h_q();
+  t.topk = c.index_topk;
+  t.page_size = c.page_size;
+  t.width = c.max_context;
+  std::mt19937_64 rng(c.seed);
+  FastRandom fast{c.seed * 0x9e3779b97f4a7c15ull + 1};
+
+  // Context lengths log-uniform over [min_context, max_context], both ends included, shuffled.
+  t.seq_lens.resize(t.b);
+  for (int i = 0; i < t.b; ++i) {
+    const double f = t.b == 1 ? 1.0 : double(i) / (t.b - 1);
+    t.seq_lens[i] = int(std::lround(c.min_context * std::pow(double(c.max_context) / c.min_context, f)));
+  }
+  std::shuffle(t.seq_lens.begin(), t.seq_lens.end(), rng);
+
+  // Pages of every request, drawn from one shuffled pool of page ids.
+  t.max_pages = (c.max_context + t.page_size - 1) / t.page_size;
+  std::int64_t total_pages = 0;
+  for (int len : t.seq_lens) total_pages += (len + t.page_size - 1) / t.page_size;
+  std::vector<std::int32_t> pool(total_pages);
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  t.page_table.assign(std::size_t(t.b) * t.max_pages, -1);
+  std::int64_t next_page = 0;
+  for (int r = 0; r < t.b; ++r)
+    for (int p = 0; p < (t.seq_lens[r] + t.page_size - 1) / t.page_size; ++p)
+      t.page_table[std::size_t(r) * t.max_pages + p] = pool[next_page++];
+  t.num_slots = total_pages * t.page_size;
+
+  // Indexer-like scores: noise, a few hot regions, a recency ramp. Positions past the length are
+  // +1e30, so a kernel that reads beyond `len` would select them and fail the check.
+  t.scores.assign(std::size_t(t.b) * t.width, 1e30f);
+  for (int r = 0; r < t.b; ++r) {
+    const int len = t.seq_lens[r];
+    float* row = &t.scores[std::size_t(r) * t.width];
+    for (int p = 0; p < len; ++p) row[p] = fast.roughly_normal() + 2.0f * float(p) / float(len);
+    for (int hot = 0; hot < 4; ++hot) {
+      const int centre = int(fast.next() % std::uint64_t(len));
+      for (int p = std::max(0, centre - 100); p < std::min(len, centre + 100); ++p) row[p] += 3.0f;
+    }
+  }
+
+  t.q.resize(std::size_t(t.b) * t.h_q * kDimQK);
+  for (auto& v : t.q) v = reference::float_to_bf16(fast.roughly_normal());
+  t.kv.resize(std::size_t(t.num_slots) * kDimQK);
+  for (auto& v : t.kv) v = reference::float_to_bf16(fast.roughly_normal());
+  return t;
+}
+
+// Median time of `launch` in microseconds: events around each launch, L2 flushed before each.
+template <class Launch>
+double median_us(int iters, DeviceBuffer<std::uint8_t>& l2_flush, Launch&& launch) {
+  CUevent start = nullptr, stop = nullptr;
+  NSAJIT_CU(cuEventCreate, &start, CU_EVENT_DEFAULT);
+  NSAJIT_CU(cuEventCreate, &stop, CU_EVENT_DEFAULT);
+  for (int i = 0; i < 3; ++i) launch();  // warm-up (also loads the modules)
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    l2_flush.poison(std::uint8_t(i));
+    NSAJIT_CU(cuEventRecord, start, nullptr);
+    launch();
+    NSAJIT_CU(cuEventRecord, stop, nullptr);
+    NSAJIT_CU(cuEventSynchronize, stop);
+    float ms = 0;
+    NSAJIT_CU(cuEventElapsedTime, &ms, start, stop);
+    times.push_back(double(ms) * 1e3);
+  }
+  driver::api().cuEventDestroy(start);
+  driver::api().cuEventDestroy(stop);
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+// Rows to check: the shortest and longest requests plus random others.
+std::vector<int> rows_to_check(const Batch& t, int count, std::uint64_t seed) {
+  std::vector<int> rows;
+  rows.push_back(int(std::min_element(t.seq_lens.begin(), t.seq_lens.end()) - t.seq_lens.begin()));
+  rows.push_back(int(std::max_element(t.seq_lens.begin(), t.seq_lens.end()) - t.seq_lens.begin()));
+  std::mt19937_64 rng(seed + 7);
+  while (int(rows.size()) < std::min(count, t.b)) {
+    const int r = int(rng() % std::uint64_t(t.b));
+    if (std::find(rows.begin(), rows.end(), r) == rows.end()) rows.push_back(r);
+  }
+  rows.resize(std::min<std::size_t>(rows.size(), std::size_t(count)));
+  return rows;
+}
+
+}  // namespace
+
+int run_decode_step(const ModelConfig& c) {
+  const Batch t = make_batch(c);
+  std::int64_t context_tokens = std::accumulate(t.seq_lens.begin(), t.seq_lens.end(), std::int64_t(0));
+  fmt::print("decode batch: {} requests, context {}..{} tokens ({} in all), {} KV slots ({:.0f} MB bf16), "
+             "page_size {}, shuffled page table\n",
+             t.b, *std::min_element(t.seq_lens.begin(), t.seq_lens.end()),
+             *std::max_element(t.seq_lens.begin(), t.seq_lens.end()), context_tokens, t.num_slots,
+             double(t.kv.size()) * 2 / 1e6, t.page_size);
+
+  DeviceBuffer<float> scores(t.scores);
+  DeviceBuffer<std::int32_t> seq_lens(t.seq_lens);
+  DeviceBuffer<std::int32_t> page_table(t.page_table);
+  DeviceBuffer<std::uint16_t> q(t.q);
+  DeviceBuffer<std::uint16_t> kv(t.kv);
+  DeviceBuffer<std::int32_t> raw_idx(std::size_t(t.b) * t.topk);
+  DeviceBuffer<std::int32_t> slots(std::size_t(t.b) * t.topk);
+  DeviceBuffer<std::uint16_t> out(std::size_t(t.b) * t.h_q * kDimV);
+  DeviceBuffer<float> lse(std::size_t(t.b) * t.h_q);
+  DeviceBuffer<std::uint8_t> l2_flush(std::size_t(256) << 20);
+  raw_idx.poison();
+  slots.poison();
+  out.poison();
+  lse.poison();
+
+  const TopkArgs topk_args{.scores = scores.get(), .lengths = seq_lens.get(), .out = raw_idx.get(),
+                           .rows = t.b, .width = t.width, .topk = t.topk};
+  const IndexTransformArgs transform_args{.mode = IndexMode::decode, .topk_indices = raw_idx.get(),
+                                          .out = slots.get(), .rows = t.b, .topk = t.topk,
+                                          .page_table = page_table.get(), .page_table_width = t.max_pages,
+                                          .page_size = t.page_size, .num_requests = t.b};
+  const SparseMlaDecodeArgs attention_args{.q = q.get(), .kv = kv.get(), .num_slots = t.num_slots,
+                                           .indices = slots.get(), .out = out.get(), .lse = lse.get(),
+                                           .rows = t.b, .h_q = t.h_q, .topk = t.topk,
+                                           .sm_scale = float(c.sm_scale)};
+  // One step first, on poisoned outputs, for the checks.
+  topk(topk_args);
+  index_transform(transform_args);
+  sparse_mla_decode(attention_args);
+  const std::vector<std::int32_t> got_idx = raw_idx.download();
+  const std::vector<std::int32_t> got_slots = slots.download();
+  const std::vector<std::uint16_t> got_out = out.download();
+  const std::vector<float> got_lse = lse.download();
+
+  // Checks on sampled rows (all rows for the transform, which is cheap on the CPU).
+  bool all_ok = true;
+  const std::vector<int> check = rows_to_check(t, c.check_rows, c.seed);
+  int topk_bad = 0;
+  for (int r : check) {
+    reference::TopkProblem p{.scores = {t.scores.begin() + std::ptrdiff_t(r) * t.width,
+                                        t.scores.begin() + std::ptrdiff_t(r + 1) * t.width},
+                             .lengths = {t.seq_lens[r]}, .rows = 1, .width = t.width, .topk = t.topk};
+    const std::vector<std::int32_t> got(got_idx.begin() + std::ptrdiff_t(r) * t.topk,
+                                        got_idx.begin() + std::ptrdiff_t(r + 1) * t.topk);
+    if (std::string why = reference::topk_mismatch(p, got, reference::topk(p)); !why.empty()) {
+      fmt::print("  top-k row {} (len {}): {}\n", r, t.seq_lens[r], why);
+      ++topk_bad;
+    }
+  }
+  reference::IndexTransformProblem tp{.mode = IndexMode::decode, .topk_indices = got_idx, .rows = t.b,
+                                      .topk = t.topk, .page_table = t.page_table,
+                                      .page_table_width = t.max_pages, .page_size = t.page_size,
+                                      .num_requests = t.b};
+  const std::string transform_diff = reference::first_difference(got_slots, reference::index_transform(tp), t.topk);
+
+  std::vector<std::uint16_t> q_rows, out_rows;
+  std::vector<std::int32_t> idx_rows;
+  std::vector<float> lse_rows;
+  for (int r : check) {
+    q_rows.insert(q_rows.end(), t.q.begin() + std::ptrdiff_t(r) * t.h_q * kDimQK,
+                  t.q.begin() + std::ptrdiff_t(r + 1) * t.h_q * kDimQK);
+    idx_rows.insert(idx_rows.end(), got_slots.begin() + std::ptrdiff_t(r) * t.topk,
+                    got_slots.begin() + std::ptrdiff_t(r + 1) * t.topk);
+    out_rows.insert(out_rows.end(), got_out.begin() + std::ptrdiff_t(r) * t.h_q * kDimV,
+                    got_out.begin() + std::ptrdiff_t(r + 1) * t.h_q * kDimV);
+    lse_rows.insert(lse_rows.end(), got_lse.begin() + std::ptrdiff_t(r) * t.h_q,
+                    got_lse.begin() + std::ptrdiff_t(r + 1) * t.h_q);
+  }
+  const int n = int(check.size());
+  const reference::SparseMlaOutput ref = reference::sparse_mla({.q = q_rows, .kv = t.kv, .num_slots = t.num_slots,
+                                                                .indices = idx_rows, .rows = n, .h_q = t.h_q,
+                                                                .topk = t.topk, .sm_scale = double(float(c.sm_scale))});
+  const reference::MlaComparison cmp = reference::compare_sparse_mla(out_rows, lse_rows, ref, n, t.h_q);
+
+  // Timings.
+  const double topk_us = median_us(c.timed_iters, l2_flush, [&] { topk(topk_args); });
+  const double transform_us = median_us(c.timed_iters, l2_flush, [&] { index_transform(transform_args); });
+  const double attention_us = median_us(c.timed_iters, l2_flush, [&] { sparse_mla_decode(attention_args); });
+
+  const double score_bytes = double(context_tokens) * 4 + double(t.b) * t.topk * 4;
+  const double gather_bytes = double(t.b) * t.topk * kDimQK * 2;
+  const double flops = 2.0 * t.b * t.h_q * t.topk * (kDimQK + kDimV);
+  fmt::print("\n{:<20} {:>10} {:>12}  {}\n", "kernel", "median us", "", "check");
+  fmt::print("{:<20} {:>10.1f} {:>9.0f} GB/s  {} ({} sampled rows vs full sort)\n", "topk", topk_us,
+             score_bytes / topk_us / 1e3, topk_bad == 0 ? "pass" : "FAIL", n);
+  fmt::print("{:<20} {:>10.1f} {:>12}  {} (all {} rows, exact)\n", "index_transform", transform_us, "",
+             transform_diff.empty() ? "pass" : "FAIL: " + transform_diff, t.b);
+  fmt::print("{:<20} {:>10.1f} {:>7.1f} TFLOP/s  {} ({} rows vs fp64: max |err| {:.2e}, cos diff {:.2e})\n",
+             "sparse_mla_decode", attention_us, flops / attention_us / 1e6, cmp.ok ? "pass" : "FAIL", n,
+             cmp.worst_out_abs, cmp.cos_diff);
+  fmt::print("  (sparse_mla_decode gathers {:.0f} MB: {:.0f} GB/s; timings: median of {}, L2 flushed)\n",
+             gather_bytes / 1e6, gather_bytes / attention_us / 1e3, c.timed_iters);
+  if (!cmp.ok) fmt::print("  {}\n", cmp.message);
+  all_ok = topk_bad == 0 && transform_diff.empty() && cmp.ok;
+
+  fmt::print("\n");
+  print_jit_records();
+  fmt::print("\nnsajit run: {}\n", all_ok ? "all checks passed" : "CHECKS FAILED");
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace nsajit::tools
