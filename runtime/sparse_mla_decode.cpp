@@ -28,11 +28,11 @@ std::string pointer_text(const void* p) {
   return s.str();
 }
 
-// Pointers the kernel reads or writes with 16-byte vector accesses must be 16-byte aligned.
-void check_pointer(const char* name, const void* p, bool vector_access) {
+// Non-null and aligned for the kernel's accesses (16 bytes where it uses vector loads/stores).
+void check_pointer(const char* name, const void* p, unsigned alignment) {
   detail::require_pointer(kFn, name, p);
-  if (vector_access && reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
-    bad(name, pointer_text(p), "a 16-byte aligned device pointer");
+  if (reinterpret_cast<std::uintptr_t>(p) % alignment != 0)
+    bad(name, pointer_text(p), "a " + std::to_string(alignment) + "-byte aligned device pointer");
 }
 
 // Everything is checked here, before any driver call, so a bad call never compiles or launches.
@@ -53,14 +53,14 @@ void check_args(const SparseMlaDecodeArgs& a) {
   if (a.kv_row_stride < 576 || a.kv_row_stride % 8 != 0)
     bad("kv_row_stride", std::to_string(a.kv_row_stride), "a multiple of 8 elements, >= 576");
   if (a.rows == 0) return;  // nothing is read or written
-  check_pointer("q", a.q, true);
+  check_pointer("q", a.q, 16);
   // With no slots every index is invalid and the pool is never read, so it may be null.
-  if (a.num_slots > 0 || a.kv != nullptr) check_pointer("kv", a.kv, true);
-  check_pointer("indices", a.indices, false);
+  if (a.num_slots > 0 || a.kv != nullptr) check_pointer("kv", a.kv, 16);
+  check_pointer("indices", a.indices, 4);
   if (a.topk_length != nullptr && reinterpret_cast<std::uintptr_t>(a.topk_length) % 4 != 0)
     bad("topk_length", pointer_text(a.topk_length), "a 4-byte aligned device pointer or null");
-  check_pointer("out", a.out, true);
-  check_pointer("lse", a.lse, false);
+  check_pointer("out", a.out, 16);
+  check_pointer("lse", a.lse, 4);
 }
 
 }  // namespace

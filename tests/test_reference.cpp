@@ -200,13 +200,13 @@ TEST_CASE("reference index_transform: page size 3 by hand and through real_page_
   ref::IndexTransformProblem p;
   p.mode = IndexMode::decode;
   p.rows = 1;
-  p.topk = 8;
+  p.topk = 10;
   p.page_size = 3;
-  p.page_table_width = 2;  // max_position = 6
-  p.page_table = {5, 2};
+  p.page_table_width = 3;  // max_position = 9
+  p.page_table = {5, 2, -1};  // page 2 unmapped: positions 6..8 give -1 (not -3 + offset)
   p.num_requests = 1;
-  p.topk_indices = {0, 2, 3, 5, 6, -1, 4, 1};
-  CHECK(ref::index_transform(p) == I{15, 17, 6, 8, -1, -1, 7, 16});
+  p.topk_indices = {0, 2, 3, 5, 6, -1, 4, 1, 7, 9};
+  CHECK(ref::index_transform(p) == I{15, 17, 6, 8, -1, -1, 7, 16, -1, -1});
 
   // page_table_1 with pages 4, 0, 7 (width 8: the last page is partly used).
   const I page_table_1 = {12, 13, 14, 0, 1, 2, 21, 22};

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -306,7 +307,8 @@ TEST_CASE("sparse_mla gpu: slot offsets past 2^31 elements use 64-bit arithmetic
   p.num_slots = slots;
 
   DeviceBuffer<std::uint16_t> pool(std::size_t(slots) * D);
-  NSAJIT_CU(cuMemsetD16, CUdeviceptr(pool.get()), ref::kBf16QuietNaN, std::size_t(slots) * D);
+  // Two NaN bf16 per 32-bit word (D is even).
+  NSAJIT_CU(cuMemsetD32, CUdeviceptr(pool.get()), 0x7fc07fc0u, std::size_t(slots) * D / 2);
   // Compact host copy for the reference: slot -> position; invalid stays invalid.
   Problem compact = p;
   compact.num_slots = 256;
@@ -381,7 +383,7 @@ TEST_CASE("sparse_mla args: bad arguments throw InvalidArgument naming the argum
       {"argument sm_scale = -0.5", [](auto& a) { a.sm_scale = -0.5f; }},
       {"argument sm_scale = nan", [](auto& a) { a.sm_scale = std::numeric_limits<float>::quiet_NaN(); }},
       {"argument sm_scale = inf", [](auto& a) { a.sm_scale = std::numeric_limits<float>::infinity(); }},
-      {"argument kv_dtype = fp8_e4m3", [](auto& a) { a.kv_dtype = nsajit::KvDtype::fp8_e4m3; }},
+      {"argument kv_dtype = fp8", [](auto& a) { a.kv_dtype = nsajit::KvDtype::fp8_e4m3; }},
       {"not yet supported", [](auto& a) { a.kv_dtype = nsajit::KvDtype::fp8_e4m3; }},
       {"argument num_slots = -1", [](auto& a) { a.num_slots = -1; }},
       {"argument kv_row_stride = 575", [](auto& a) { a.kv_row_stride = 575; }},
@@ -394,6 +396,9 @@ TEST_CASE("sparse_mla args: bad arguments throw InvalidArgument naming the argum
       {"argument q = ", [](auto& a) { a.q = static_cast<const char*>(a.q) + 8; }},
       {"16-byte aligned", [](auto& a) { a.kv = static_cast<const char*>(a.kv) + 2; }},
       {"argument out = ", [](auto& a) { a.out = static_cast<char*>(a.out) + 4; }},
+      {"argument indices = ",
+       [](auto& a) { a.indices = reinterpret_cast<const std::int32_t*>(std::uintptr_t(0x30002)); }},
+      {"argument lse = ", [](auto& a) { a.lse = reinterpret_cast<float*>(std::uintptr_t(0x50001)); }},
       {"argument topk_length = ",
        [](auto& a) { a.topk_length = reinterpret_cast<const std::int32_t*>(std::uintptr_t(0x60002)); }},
   };

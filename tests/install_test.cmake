@@ -1,0 +1,21 @@
+# cmake --install the build into a fresh prefix, then build and run a consumer that uses
+# find_package(nsajit) with both the shared and the static library.
+# In: BUILD_DIR, SOURCE_DIR, WORK_DIR.
+file(REMOVE_RECURSE "${WORK_DIR}")
+function(run_step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "step failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+endfunction()
+run_step(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
+run_step(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/package_consumer" -B "${WORK_DIR}/build"
+         "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_BUILD_TYPE=Release)
+run_step(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
+foreach(app app app_static)
+  execute_process(COMMAND "${WORK_DIR}/build/${app}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${app} failed (${rc}):\n${out}\n${err}")
+  endif()
+  message(STATUS "${app}: ${out}")
+endforeach()
