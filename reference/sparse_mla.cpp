@@ -103,7 +103,9 @@ MlaComparison compare_sparse_mla(std::span<const std::uint16_t> out_bf16, std::s
             << (empty_row ? " (no valid index: must be exactly 0)" : "") << "; ";
     }
   }
-  c.cos_diff = 1.0 - 2.0 * xy / std::max(xx_yy, 1e-12);
+  // Both tensors exactly zero (every row without a valid index) agree: the per-element check
+  // already requires exact zeros there.
+  c.cos_diff = xx_yy == 0 ? 0.0 : 1.0 - 2.0 * xy / xx_yy;
   const bool cos_bad = !(c.cos_diff < 1e-5);
 
   for (std::size_t hd = 0; hd < heads; ++hd) {

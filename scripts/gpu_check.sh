@@ -8,7 +8,9 @@ build=${1:-build}
 out=${OUT:-out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export NSAJIT_CACHE_DIR=$(mktemp -d /tmp/nsajit-gpu-cache-XXXXXX)
+# Tests and the runs get separate fresh caches, so run1 shows compiles and run2 disk-cache hits.
+test_cache=$(mktemp -d /tmp/nsajit-test-cache-XXXXXX)
+export NSAJIT_CACHE_DIR=$(mktemp -d /tmp/nsajit-run-cache-XXXXXX)
 status=0
 step() {  # step NAME COMMAND... : runs, logs to $out/NAME.log, remembers failure
   local name=$1; shift
@@ -19,7 +21,7 @@ step() {  # step NAME COMMAND... : runs, logs to $out/NAME.log, remembers failur
   [ "$rc" -eq 0 ] || status=1
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
-step tests "$build/nsajit_tests" --duration=true
+NSAJIT_CACHE_DIR=$test_cache step tests "$build/nsajit_tests" --duration=true
 step run1 "$build/nsajit" run
 step run2 "$build/nsajit" run
 step run_tp8 "$build/nsajit" run --tp 8
