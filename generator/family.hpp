@@ -28,6 +28,8 @@ enum SpecField : unsigned {
   uses_next_n = 1u << 4,
   uses_block_tokens = 1u << 5,
   uses_heads_per_cta = 1u << 6,
+  uses_fused_transform = 1u << 7,
+  uses_sorted = 1u << 8,
 };
 
 struct FamilyTraits {

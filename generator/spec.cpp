@@ -72,6 +72,8 @@ void validate(const KernelSpec& spec) {
   unused(uses_next_n, "next_n", spec.next_n, defaults.next_n);
   unused(uses_block_tokens, "block_tokens", spec.tile.block_tokens, defaults.tile.block_tokens);
   unused(uses_heads_per_cta, "heads_per_cta", spec.tile.heads_per_cta, defaults.tile.heads_per_cta);
+  unused(uses_fused_transform, "fused_transform", spec.fused_transform, defaults.fused_transform);
+  unused(uses_sorted, "sorted", spec.sorted, defaults.sorted);
   if (spec.tile.threads <= 0 || spec.tile.threads > 1024 || spec.tile.threads % 32 != 0)
     throw_bad_field(spec, "threads", spec.tile.threads, "a multiple of 32 in [32, 1024]");
   if (spec.arch.sm < 80 || spec.arch.sm > 199)
@@ -83,10 +85,11 @@ void validate(const KernelSpec& spec) {
 
 std::string canonical_text(const KernelSpec& s) {
   return fmt::format(
-      "family={} h_q={} topk={} page_size={} mode={} kv_dtype={} next_n={} threads={} "
-      "block_tokens={} heads_per_cta={} arch={}",
+      "family={} h_q={} topk={} page_size={} mode={} kv_dtype={} next_n={} fused_transform={} sorted={} "
+      "threads={} block_tokens={} heads_per_cta={} arch={}",
       to_string(s.family), s.h_q, s.topk, s.page_size, to_string(s.mode), to_string(s.kv_dtype),
-      s.next_n, s.tile.threads, s.tile.block_tokens, s.tile.heads_per_cta, to_string(s.arch));
+      s.next_n, int(s.fused_transform), int(s.sorted), s.tile.threads, s.tile.block_tokens,
+      s.tile.heads_per_cta, to_string(s.arch));
 }
 
 std::string readable_name(const KernelSpec& spec) {
@@ -110,6 +113,8 @@ std::size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
   mix(int(s.mode));
   mix(int(s.kv_dtype));
   mix(s.next_n);
+  mix(s.fused_transform);
+  mix(s.sorted);
   mix(s.tile.threads);
   mix(s.tile.block_tokens);
   mix(s.tile.heads_per_cta);

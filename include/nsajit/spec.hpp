@@ -16,6 +16,9 @@ enum class Family : std::uint8_t {
   index_transform,    // §1: top-k positions -> KV-cache slots through the page table
   topk,               // §2: per-row top-k of fp32 indexer scores
   sparse_mla_decode,  // §3: sparse MLA attention over the top-k KV tokens of each query row
+  sparse_mla_combine, // §3: merges the partial results of split-KV sparse MLA decode
+  fp8_kv_quantize,    // §4: quantize bf16 [n, 576] rows and store them into slots of the FP8 paged cache
+  fp8_kv_gather,      // §4: gather slots of the FP8 paged cache and dequantize them to bf16 [n, 576]
 };
 
 // How an index-transform / fused top-k row finds its page-table row and offset (§1).
@@ -53,7 +56,9 @@ struct KernelSpec {
   int page_size = 1;      // index_transform: page size P >= 1 (1 = page_table_1)
   IndexMode mode = IndexMode::decode;  // index_transform
   KvDtype kv_dtype = KvDtype::bf16;    // sparse_mla_decode
-  int next_n = 1;         // sparse_mla_decode: query tokens per request (MTP), 1..8
+  int next_n = 1;         // sparse_mla_decode, fused topk decode: query tokens per request (MTP), 1..8
+  bool fused_transform = false;  // topk: output transformed indices (§2 fused forms) instead of positions
+  bool sorted = false;           // topk: output ordered by score descending
   TileConfig tile{};
   Arch arch{};
   friend bool operator==(const KernelSpec&, const KernelSpec&) = default;

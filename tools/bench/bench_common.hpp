@@ -1,0 +1,68 @@
+// bench_common.hpp — what every `nsajit bench <family>` shares: timing, floors, baselines, results.
+//
+// Timing: CUDA events around each launch, warm-up first, the L2 flushed (a 256 MB memset) before
+// every timed launch, median of >= 50. Baselines: PyTorch runs in a python3 subprocess of the same
+// invocation on the same inputs, which the bench writes to a folder (see bench/torch_baseline.py);
+// without python3/torch the baseline fields are null and the reason is recorded.
+// Results: bench/results/<family>-<YYYYMMDD>-<short commit>.json in the format of
+// shared/spec/bench-results.md.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace nsajit::tools::bench {
+
+inline constexpr double kCopyTBps = 4.17;      // measured device-to-device copy ceiling (H200)
+inline constexpr double kBf16TFLOPs = 752.0;   // measured bf16 GEMM ceiling (H200)
+
+// max(bytes / 4.17 TB/s, flops / 752 TFLOP/s) in microseconds.
+double floor_us(double bytes, double flops);
+
+struct TimingOptions {
+  int warmup = 5;
+  int iters = 50;
+  bool flush_l2 = true;
+};
+
+// Median microseconds of `launch` (which enqueues work on the default stream).
+double median_us(const std::function<void()>& launch, const TimingOptions& options = {});
+
+struct Case {
+  std::string name;            // e.g. "1x131072", "decode h128 b64 n1 bf16"
+  nlohmann::json params;       // e.g. {"rows":1,"len":131072,"topk":2048}
+  double nsajit_us = 0;
+  std::string baseline;        // e.g. "torch.topk"
+  std::optional<double> baseline_us;
+  double floor_us = 0;
+  std::optional<double> tflops;
+  double gbps = 0;
+  std::string check = "not run";  // "pass" / "FAIL: ..."
+  std::string baseline_input;  // folder handed to the baseline script for this case ("" = none)
+};
+
+// Runs `python3 <script> <family> <cases.json>` where cases.json lists each case's name, params
+// and baseline_input folder; reads back {"<case name>": baseline_us, ...}. Fills baseline_us of
+// every case it timed. Returns "" or why no baseline was measured.
+std::string run_python_baseline(const std::string& script, const std::string& family, std::vector<Case>& cases,
+                                const std::string& work_dir);
+
+// Writes raw bytes to <dir>/<name> (creating dir). For baseline inputs.
+void write_blob(const std::string& dir, const std::string& name, const void* data, std::size_t bytes);
+
+struct RunInfo {
+  std::string family;   // topk | transform | sparse_mla | fp8_quant | jit
+  std::string command;  // the exact command line
+};
+
+// Writes the results JSON (GPU name, SM count, driver, NVRTC, commit from `git rev-parse` or
+// $NSAJIT_COMMIT, date) to `path`, or to bench/results/<family>-<date>-<commit>.json when path is
+// "". Prints a table of the cases. Returns the path written.
+std::string write_results(const RunInfo& info, const std::vector<Case>& cases, const std::string& path);
+
+}  // namespace nsajit::tools::bench
