@@ -5,6 +5,8 @@
 #include <cstdio>
 
 #include "nsajit/errors.hpp"
+#include "runtime/driver.hpp"
+#include "tools/bench/bench_common.hpp"
 #include "tools/commands.hpp"
 
 int main(int argc, char** argv) {
@@ -28,7 +30,35 @@ int main(int argc, char** argv) {
   CLI::App* pre = app.add_subcommand("precompile", "compile the config's kernels into the cache (no GPU needed)");
   add_config_options(pre);
 
+  nsajit::tools::bench::BenchOptions bench_options;
+  std::string bench_family;
+  bool no_baseline = false;
+  CLI::App* bench = app.add_subcommand("bench", "benchmark a kernel family on the GPU against the PyTorch baseline "
+                                                "and write bench/results/<family>-<date>-<commit>.json");
+  bench->add_option("family", bench_family, "topk | sparse-mla")->required()->check(CLI::IsMember({"topk", "sparse-mla"}));
+  bench->add_option("--out", bench_options.out, "results file (default: bench/results/<family>-<date>-<commit>.json)");
+  bench->add_option("--iters", bench_options.iters, "timed launches per case (median reported)")->check(CLI::Range(1, 100000));
+  bench->add_option("--only", bench_options.only, "run only the cases whose name contains this text");
+  bench->add_option("--baseline-script", bench_options.baseline_script, "python3 script timing the PyTorch baseline");
+  bench->add_flag("--no-baseline", no_baseline, "skip the PyTorch baseline");
+
   CLI11_PARSE(app, argc, argv);
+  if (bench->parsed()) {
+    bench_options.command = "nsajit";
+    for (int i = 1; i < argc; ++i) bench_options.command += std::string(" ") + argv[i];
+    if (no_baseline) bench_options.baseline_script.clear();
+    if (!nsajit::driver::available()) {
+      std::fprintf(stderr, "nsajit bench: no GPU (libcuda.so.1 or a CUDA device is missing)\n");
+      return 2;
+    }
+    try {
+      return bench_family == "topk" ? nsajit::tools::bench::bench_topk(bench_options)
+                                    : nsajit::tools::bench::bench_sparse_mla(bench_options);
+    } catch (const nsajit::Error& e) {
+      std::fprintf(stderr, "nsajit: error: %s\n", e.what());
+      return 2;
+    }
+  }
   try {
     RunOptions options;
     if (!config_path.empty()) options.config = load_model_config(config_path);
@@ -36,6 +66,7 @@ int main(int argc, char** argv) {
     options.arch = arch;
     validate_model_config(options.config);
     if (run->parsed()) return run_command(options);
+    if (!pre->parsed()) return 2;
     return precompile_command(options);
   } catch (const nsajit::Error& e) {
     std::fprintf(stderr, "nsajit: error: %s\n", e.what());

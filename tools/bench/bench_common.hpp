@@ -65,4 +65,19 @@ struct RunInfo {
 // "". Prints a table of the cases. Returns the path written.
 std::string write_results(const RunInfo& info, const std::vector<Case>& cases, const std::string& path);
 
+// Options of `nsajit bench <family>`.
+struct BenchOptions {
+  std::string command;        // the exact command line (recorded in the results)
+  std::string out;            // results path ("" = bench/results/<family>-<date>-<commit>.json)
+  std::string baseline_script = "bench/torch_baseline.py";  // "" = no baseline
+  std::string work_dir = "/tmp/nsajit-bench";  // baseline inputs are written here
+  int iters = 50;
+  std::string only;           // run only cases whose name contains this ("" = all)
+};
+
+// The families' benchmarks (tools/bench/bench_<family>.cpp). Return the exit code (non-zero when
+// a case's check fails).
+int bench_topk(const BenchOptions& options);
+int bench_sparse_mla(const BenchOptions& options);
+
 }  // namespace nsajit::tools::bench

@@ -1,0 +1,171 @@
+// bench_common.cpp — timing, floors, the python baseline subprocess and the results file.
+#include "tools/bench/bench_common.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "nsajit/errors.hpp"
+#include "nsajit/jit.hpp"
+#include "runtime/device_buffer.hpp"
+#include "runtime/driver.hpp"
+
+namespace nsajit::tools::bench {
+namespace {
+
+// Output of a shell command (stdout), and its exit status.
+std::pair<std::string, int> capture(const std::string& command) {
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return {"", -1};
+  std::array<char, 4096> buf{};
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  return {out, status};
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string today(const char* format) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, format, &tm);
+  return buf;
+}
+
+}  // namespace
+
+double floor_us(double bytes, double flops) {
+  return std::max(bytes / (kCopyTBps * 1e12), flops / (kBf16TFLOPs * 1e12)) * 1e6;
+}
+
+double median_us(const std::function<void()>& launch, const TimingOptions& options) {
+  // The flush buffer is written before every timed launch: 256 MB is over four times the 60 MB L2.
+  // Never freed: it lives as long as the process (and its context).
+  static DeviceBuffer<std::uint8_t>& flush = *new DeviceBuffer<std::uint8_t>(std::size_t(256) << 20);
+  CUevent start = nullptr, stop = nullptr;
+  NSAJIT_CU(cuEventCreate, &start, CU_EVENT_DEFAULT);
+  NSAJIT_CU(cuEventCreate, &stop, CU_EVENT_DEFAULT);
+  for (int i = 0; i < options.warmup; ++i) launch();
+  std::vector<double> times;
+  times.reserve(std::size_t(options.iters));
+  for (int i = 0; i < options.iters; ++i) {
+    if (options.flush_l2) flush.poison(std::uint8_t(i));
+    NSAJIT_CU(cuEventRecord, start, nullptr);
+    launch();
+    NSAJIT_CU(cuEventRecord, stop, nullptr);
+    NSAJIT_CU(cuEventSynchronize, stop);
+    float ms = 0;
+    NSAJIT_CU(cuEventElapsedTime, &ms, start, stop);
+    times.push_back(double(ms) * 1e3);
+  }
+  driver::api().cuEventDestroy(start);
+  driver::api().cuEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+void write_blob(const std::string& dir, const std::string& name, const void* data, std::size_t bytes) {
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/" + name;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(static_cast<const char*>(data), std::streamsize(bytes));
+  if (!out) throw Error(fmt::format("cannot write baseline input {}", path));
+}
+
+std::string run_python_baseline(const std::string& script, const std::string& family, std::vector<Case>& cases,
+                                const std::string& work_dir) {
+  if (script.empty()) return "no baseline script given";
+  if (!std::filesystem::exists(script)) return fmt::format("baseline script {} not found", script);
+  nlohmann::json list = nlohmann::json::array();
+  for (const Case& c : cases)
+    if (!c.baseline_input.empty()) list.push_back({{"name", c.name}, {"params", c.params}, {"input", c.baseline_input}});
+  if (list.empty()) return "no case has baseline inputs";
+  std::filesystem::create_directories(work_dir);
+  const std::string cases_path = work_dir + "/" + family + "-cases.json";
+  std::ofstream(cases_path) << list.dump(1);
+  const auto [out, status] = capture(fmt::format("python3 {} {} {}", script, family, cases_path));
+  if (status != 0) return fmt::format("python3 {} exited with status {}", script, status);
+  nlohmann::json times;
+  try {
+    // The script may print progress lines; the last line is the JSON object.
+    const std::string text = trim(out);
+    times = nlohmann::json::parse(text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1));
+  } catch (const std::exception& e) {
+    return fmt::format("cannot parse the baseline's output ({})", e.what());
+  }
+  for (Case& c : cases)
+    if (times.contains(c.name) && times[c.name].is_number()) c.baseline_us = times[c.name].get<double>();
+  return "";
+}
+
+std::string write_results(const RunInfo& info, const std::vector<Case>& cases, const std::string& path_in) {
+  std::string commit = std::getenv("NSAJIT_COMMIT") ? std::getenv("NSAJIT_COMMIT") : "";
+  if (commit.empty()) commit = trim(capture("git rev-parse --short=12 HEAD 2>/dev/null").first);
+  if (commit.empty()) commit = "unknown";
+
+  char name[256] = {0};
+  CUdevice dev = 0;
+  NSAJIT_CU(cuCtxGetDevice, &dev);
+  NSAJIT_CU(cuDeviceGetName, name, int(sizeof name), dev);
+  int sm_count = 0, driver_version = 0;
+  NSAJIT_CU(cuDeviceGetAttribute, &sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+  NSAJIT_CU(cuDriverGetVersion, &driver_version);
+  std::string driver = trim(capture("nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1").first);
+  if (driver.empty()) driver = fmt::format("CUDA {}.{}", driver_version / 1000, driver_version % 1000 / 10);
+
+  nlohmann::json j;
+  j["family"] = info.family;
+  j["gpu"] = name;
+  j["sm_count"] = sm_count;
+  j["driver"] = driver;
+  j["nvrtc"] = nvrtc_version();
+  j["commit"] = commit;
+  j["command"] = info.command;
+  j["date"] = today("%Y-%m-%d");
+  j["ceilings"] = {{"copy_TBps", kCopyTBps}, {"bf16_TFLOPs", kBf16TFLOPs}};
+  j["cases"] = nlohmann::json::array();
+  for (const Case& c : cases) {
+    nlohmann::json e;
+    e["case"] = c.name;
+    e["params"] = c.params;
+    e["nsajit_us"] = c.nsajit_us;
+    e["baseline"] = c.baseline;
+    e["baseline_us"] = c.baseline_us ? nlohmann::json(*c.baseline_us) : nlohmann::json(nullptr);
+    e["speedup"] = c.baseline_us ? nlohmann::json(*c.baseline_us / c.nsajit_us) : nlohmann::json(nullptr);
+    e["floor_us"] = c.floor_us;
+    e["tflops"] = c.tflops ? nlohmann::json(*c.tflops) : nlohmann::json(nullptr);
+    e["gbps"] = c.gbps;
+    e["check"] = c.check;
+    j["cases"].push_back(e);
+  }
+  std::string path = path_in;
+  if (path.empty()) path = fmt::format("bench/results/{}-{}-{}.json", info.family, today("%Y%m%d"), commit.substr(0, 7));
+  if (auto parent = std::filesystem::path(path).parent_path(); !parent.empty())
+    std::filesystem::create_directories(parent);
+  std::ofstream(path) << j.dump(1) << "\n";
+
+  fmt::print("\n{:<34} {:>10} {:>11} {:>8} {:>9} {:>8} {:>9}  {}\n", "case", "nsajit us", "baseline us", "speedup",
+             "floor us", "TFLOP/s", "GB/s", "check");
+  for (const Case& c : cases)
+    fmt::print("{:<34} {:>10.1f} {:>11} {:>8} {:>9.1f} {:>8} {:>9.0f}  {}\n", c.name, c.nsajit_us,
+               c.baseline_us ? fmt::format("{:.1f}", *c.baseline_us) : "-",
+               c.baseline_us ? fmt::format("{:.2f}x", *c.baseline_us / c.nsajit_us) : "-", c.floor_us,
+               c.tflops ? fmt::format("{:.1f}", *c.tflops) : "-", c.gbps, c.check);
+  fmt::print("results: {}\n", path);
+  return path;
+}
+
+}  // namespace nsajit::tools::bench
