@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cache/cubin_cache.hpp"
@@ -189,4 +190,27 @@ TEST_CASE("precompile: a fresh process compiles once, the next one hits the disk
   CHECK(in_child() == int(CubinSource::compiled));
   CHECK(in_child() == int(CubinSource::disk_cache));
   CHECK(entries() == 1);
+}
+
+TEST_CASE("concurrent first requests of one spec in a process compile it once") {
+  // A spec no other test uses; any disk entry of it from an earlier run is removed first.
+  const KernelSpec spec{.family = Family::topk, .topk = 1920};
+  const std::string prefix = readable_name(spec) + ".";
+  if (fs::exists(cache_dir()))
+    for (const auto& p : files_in(cache_dir()))
+      if (p.filename().string().starts_with(prefix)) fs::remove(p);
+  std::vector<std::thread> threads;
+  std::vector<CubinSource> sources(8, CubinSource::memory);
+  for (int i = 0; i < 8; ++i) threads.emplace_back([&, i] { sources[i] = precompile(spec).source; });
+  for (auto& t : threads) t.join();
+  int compiled = 0, memory = 0;
+  for (CubinSource s : sources) {
+    compiled += s == CubinSource::compiled;
+    memory += s == CubinSource::memory;
+  }
+  CHECK(compiled == 1);
+  CHECK(memory == 7);
+  int records = 0;
+  for (const KernelRecord& r : jit_records()) records += r.name == readable_name(spec);
+  CHECK(records == 1);
 }
