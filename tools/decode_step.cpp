@@ -19,6 +19,7 @@
 #include "reference/topk.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/driver.hpp"
+#include "tools/bench/bench_common.hpp"
 #include "tools/commands.hpp"
 
 namespace nsajit::tools {
@@ -102,30 +103,6 @@ Batch make_batch(const ModelConfig& c) {
   return t;
 }
 
-// Median time of `launch` in microseconds: events around each launch, L2 flushed before each.
-template <class Launch>
-double median_us(int iters, DeviceBuffer<std::uint8_t>& l2_flush, Launch&& launch) {
-  CUevent start = nullptr, stop = nullptr;
-  NSAJIT_CU(cuEventCreate, &start, CU_EVENT_DEFAULT);
-  NSAJIT_CU(cuEventCreate, &stop, CU_EVENT_DEFAULT);
-  for (int i = 0; i < 3; ++i) launch();  // warm-up (also loads the modules)
-  std::vector<double> times;
-  for (int i = 0; i < iters; ++i) {
-    l2_flush.poison(std::uint8_t(i));
-    NSAJIT_CU(cuEventRecord, start, nullptr);
-    launch();
-    NSAJIT_CU(cuEventRecord, stop, nullptr);
-    NSAJIT_CU(cuEventSynchronize, stop);
-    float ms = 0;
-    NSAJIT_CU(cuEventElapsedTime, &ms, start, stop);
-    times.push_back(double(ms) * 1e3);
-  }
-  driver::api().cuEventDestroy(start);
-  driver::api().cuEventDestroy(stop);
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  return times[times.size() / 2];
-}
-
 // Rows to check: the shortest and longest requests plus random others.
 std::vector<int> rows_to_check(const Batch& t, int count, std::uint64_t seed) {
   std::vector<int> rows;
@@ -160,7 +137,6 @@ int run_decode_step(const ModelConfig& c) {
   DeviceBuffer<std::int32_t> slots(std::size_t(t.b) * t.topk);
   DeviceBuffer<std::uint16_t> out(std::size_t(t.b) * t.h_q * kDimV);
   DeviceBuffer<float> lse(std::size_t(t.b) * t.h_q);
-  DeviceBuffer<std::uint8_t> l2_flush(std::size_t(256) << 20);
   raw_idx.poison();
   slots.poison();
   out.poison();
@@ -226,9 +202,10 @@ int run_decode_step(const ModelConfig& c) {
   const reference::MlaComparison cmp = reference::compare_sparse_mla(out_rows, lse_rows, ref, n, t.h_q);
 
   // Timings.
-  const double topk_us = median_us(c.timed_iters, l2_flush, [&] { topk(topk_args); });
-  const double transform_us = median_us(c.timed_iters, l2_flush, [&] { index_transform(transform_args); });
-  const double attention_us = median_us(c.timed_iters, l2_flush, [&] { sparse_mla_decode(attention_args); });
+  const bench::TimingOptions timing{.iters = c.timed_iters};
+  const double topk_us = bench::median_us([&] { topk(topk_args); }, timing);
+  const double transform_us = bench::median_us([&] { index_transform(transform_args); }, timing);
+  const double attention_us = bench::median_us([&] { sparse_mla_decode(attention_args); }, timing);
 
   const double score_bytes = double(context_tokens) * 4 + double(t.b) * t.topk * 4;
   const double gather_bytes = double(t.b) * t.topk * kDimQK * 2;
