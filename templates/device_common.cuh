@@ -66,3 +66,85 @@ NSAJIT_DEVICE int warp_inclusive_scan(int v) {
   }
   return v;
 }
+
+// ---- FP8 e4m3 and the 656-byte FP8 KV token (§4) ----------------------------------------------
+// e4m3 (OCP E4M3FN, torch.float8_e4m3fn): 1 sign, 4 exponent (bias 7), 3 mantissa bits; no
+// infinities; S.1111.111 (0x7f / 0xff) is NaN; largest finite ±448 (0x7e); subnormals m * 2^-9.
+// Written out bit by bit (NVRTC has no cuda_fp8.h); bit-exact with reference/fp8_kv_cache.cpp.
+//
+// Token layout (FlashMLA "V3.2 FP8 sparse"): bytes [0, 512) 512 e4m3 latent dims; [512, 528) 4 fp32
+// scales, scale t covers dims [128t, 128t + 128); [528, 656) 64 bf16 rope dims 512..575.
+// Dequantized latent dim d = bf16(e4m3_to_float(byte d) * scale[d / 128]); rope dims as stored.
+
+constexpr int fp8_kv_token_bytes = 656;
+constexpr int fp8_kv_latent_dims = 512;
+constexpr int fp8_kv_rope_dims = 64;
+constexpr int fp8_kv_tile_dims = 128;      // dims per scale
+constexpr int fp8_kv_scale_offset = 512;   // byte offset of the 4 fp32 scales
+constexpr int fp8_kv_rope_offset = 528;    // byte offset of the 64 bf16 rope dims
+
+// float -> e4m3 code (low 8 bits): saturating (|x| >= 448, inf included -> ±448), round to nearest
+// even, NaN -> 0x7f with the sign kept. For every non-NaN input the same code as PTX
+// cvt.rn.satfinite.e4m3x2.f32 (sm_89+), which is not used so that every arch gives one answer.
+NSAJIT_DEVICE uint32_t float_to_e4m3(float x) {
+  const uint32_t u = __float_as_uint(x);
+  const uint32_t sign = (u >> 24) & 0x80u;
+  const uint32_t a = u & 0x7fffffffu;  // |x| bits
+  if (a > 0x7f800000u) return sign | 0x7fu;          // NaN
+  if (a >= 0x43e00000u) return sign | 0x7eu;         // |x| >= 448 (incl. inf): saturate
+  if (a < 0x3c800000u) {                             // |x| < 2^-6: subnormal e4m3, m * 2^-9
+    const float m = rintf(__uint_as_float(a) * 512.0f);  // exact scaling; rintf rounds half to even
+    return sign | uint32_t(m);                       // 0..8 (8 = 0x08 = 2^-6, the smallest normal)
+  }
+  // Normal: keep 3 of 23 mantissa bits, RNE; a carry moves into the exponent, as it should.
+  const uint32_t r = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20;  // (fp32 exponent << 3) | mantissa
+  return sign | (r - (120u << 3));                   // rebias 127 -> 7; at most 0x7e (448)
+}
+
+// e4m3 code (low 8 bits) -> float, exact; 0x7f / 0xff -> NaN. No fp32 subnormal is formed, so the
+// result does not depend on flush-to-zero.
+NSAJIT_DEVICE float e4m3_to_float(uint32_t code) {
+  const uint32_t sign = (code & 0x80u) << 24;
+  const uint32_t mag = code & 0x7fu;
+  if (mag == 0x7fu) return __uint_as_float(sign | 0x7fc00000u);
+  const float v = mag < 8u ? float(mag) * 0.001953125f                  // m * 2^-9
+                           : __uint_as_float((mag << 20) + (120u << 23));  // rebias 7 -> 127
+  return __uint_as_float(__float_as_uint(v) | sign);
+}
+
+// The token of `slot` in a paged FP8 cache: page slot / page_size at page_stride bytes, row
+// slot % page_size of 656 bytes; 64-bit offsets (a pool can exceed 2^31 bytes). The caller checks
+// 0 <= slot < num_pages * page_size. Pass page_size as a compile-time constant where possible.
+NSAJIT_DEVICE const uint8_t* fp8_kv_token(const uint8_t* cache, long long page_stride,
+                                          int page_size, long long slot) {
+  return cache + (slot / page_size) * page_stride + (slot % page_size) * fp8_kv_token_bytes;
+}
+
+// The fp32 scale of tile t (0..3) of a token.
+NSAJIT_DEVICE float fp8_kv_scale(const uint8_t* token, int tile) {
+  return reinterpret_cast<const float*>(token + fp8_kv_scale_offset)[tile];
+}
+
+// Dequantizes dims [d0, d0 + 16) of one token (token 16-byte aligned: global or shared memory;
+// d0 a multiple of 16 in [0, 576)). out[i] is the dequantized value as a float that is exactly a
+// bf16: latent dims bf16(e4m3 * scale), rope dims the stored bf16 (float_to_bf16(out[i]) gives the
+// bf16 bits back). One 16-byte load (+ the scale) for latent dims, two for rope dims.
+NSAJIT_DEVICE void fp8_kv_dequant16(const uint8_t* token, int d0, float out[16]) {
+  if (d0 < fp8_kv_latent_dims) {
+    const u32x4 q = *reinterpret_cast<const u32x4*>(token + d0);
+    const float s = fp8_kv_scale(token, d0 / fp8_kv_tile_dims);
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      out[i] = bf16_to_float(float_to_bf16(e4m3_to_float((w[i >> 2] >> (8 * (i & 3))) & 0xffu) * s));
+  } else {
+    const u32x4* r = reinterpret_cast<const u32x4*>(token + fp8_kv_rope_offset + 2 * (d0 - fp8_kv_latent_dims));
+    const u32x4 a = r[0], b = r[1];
+    const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      out[2 * i] = bf16x2_lo(w[i]);
+      out[2 * i + 1] = bf16x2_hi(w[i]);
+    }
+  }
+}
