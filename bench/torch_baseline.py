@@ -69,5 +69,59 @@ def main():
 # Family baselines are defined below this line (one function per family, @family("<name>")).
 
 
+@family("topk")
+def topk_baseline(case):
+    """torch.topk(k, sorted=False) over [rows, width] fp32 scores whose positions >= len were set to
+    -inf by the bench (so the selection stays inside each row's length); fused cases add the
+    page-table gather of a real page table: slot = page_table[r, idx // P] * P + idx % P."""
+    p = case["params"]
+    rows, width, k = p["rows"], p["width"], p["topk"]
+    scores = load(case["input"], "scores.f32", torch.float32, (rows, width))
+    if p.get("fused"):
+        ps, pages = p["page_size"], p["pages"]
+        table = load(case["input"], "page_table.i32", torch.int32, (rows, pages))
+
+        def fn():
+            idx = torch.topk(scores, k, dim=-1, sorted=False).indices
+            return torch.gather(table, 1, idx // ps) * ps + idx % ps
+    else:
+        def fn():
+            return torch.topk(scores, k, dim=-1, sorted=False)
+    us = median_us(fn)
+    del scores
+    return us
+
+
+_pools = {}
+
+
+@family("sparse_mla")
+def sparse_mla_baseline(case):
+    """ref_sparse_bf16 of shared/baselines/torch_baselines.py: gather the top-k KV rows, bf16 einsum
+    for the scores, fp32 softmax (invalid -> -inf), bf16 einsum with V. FP8 cases run on the
+    dequantized bf16 pool (params.pool). q [rows, h_q, 576], indices [rows, topk]."""
+    p = case["params"]
+    rows, h, k, n = p["rows"], p["h_q"], p["topk"], p["num_slots"]
+    if p["pool"] not in _pools:
+        _pools.clear()
+        torch.cuda.empty_cache()
+        folder, name = os.path.split(p["pool"])
+        _pools[p["pool"]] = load(folder, name, torch.bfloat16, (n, 576))
+    kv = _pools[p["pool"]]
+    q = load(case["input"], "q.bf16", torch.bfloat16, (rows, h, 576))
+    idx = load(case["input"], "idx.i32", torch.int32, (rows, k))
+    scale = 0.13524
+
+    def fn():
+        kg = kv[idx.clamp(min=0)]
+        s = torch.einsum("thd,tkd->thk", q, kg).float() * scale
+        s = s.masked_fill((idx < 0)[:, None, :], float("-inf"))
+        pr = torch.softmax(s, dim=-1).to(q.dtype)
+        return torch.einsum("thk,tkd->thd", pr, kg[..., :512])
+    us = median_us(fn)
+    del q, idx
+    return us
+
+
 if __name__ == "__main__":
     main()

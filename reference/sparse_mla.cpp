@@ -22,6 +22,7 @@ SparseMlaOutput sparse_mla(const SparseMlaInput& in) {
   SparseMlaOutput res;
   res.out.assign(rows * h_q * kMlaDimV, 0.0);
   res.lse.assign(rows * h_q, std::numeric_limits<double>::infinity());
+  res.max_logits.assign(rows * h_q, -std::numeric_limits<double>::infinity());
 
   std::vector<double> q(kMlaDimQK), s, kv_sel;  // kv_sel: the row's valid KV rows as doubles
   for (std::size_t r = 0; r < rows; ++r) {
@@ -60,6 +61,7 @@ SparseMlaOutput sparse_mla(const SparseMlaInput& in) {
         for (int d = 0; d < kMlaDimV; ++d) o[d] += pj * v[d];
       }
       res.lse[r * h_q + h] = m + std::log(sum);
+      res.max_logits[r * h_q + h] = m;
     }
   }
   return res;
@@ -132,6 +134,26 @@ MlaComparison compare_sparse_mla(std::span<const std::uint16_t> out_bf16, std::s
   const std::string details = msg.str();
   c.message = details.empty() ? head.str() : head.str() + "; first: " + details;
   return c;
+}
+
+std::size_t compare_max_logits(std::span<const float> got, const SparseMlaOutput& ref, std::string& message) {
+  std::size_t failures = 0;
+  if (got.size() != ref.max_logits.size()) {
+    message = "compare_max_logits: sizes differ";
+    return got.size() + 1;
+  }
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double want = ref.max_logits[i];
+    const double g = got[i];
+    const bool bad = std::isinf(want) ? g != want
+                                      : (!std::isfinite(g) || std::abs(g - want) > std::max(1e-5, 1e-5 * std::abs(want)));
+    if (bad && failures++ == 0) {
+      std::ostringstream m;
+      m << "max_logits[" << i << "] = " << g << ", reference " << want;
+      message = m.str();
+    }
+  }
+  return failures;
 }
 
 }  // namespace nsajit::reference

@@ -28,6 +28,7 @@ struct SparseMlaInput {
 struct SparseMlaOutput {
   std::vector<double> out;  // [rows, h_q, 512]; 0 for a row with no valid index
   std::vector<double> lse;  // [rows, h_q], natural log; +inf for a row with no valid index
+  std::vector<double> max_logits;  // [rows, h_q], max S; -inf for a row with no valid index
 };
 
 // S_j = sm_scale * q . kv[idx_j] over 576 dims (fp64), over the valid j among the first
@@ -52,5 +53,9 @@ struct MlaComparison {
 
 MlaComparison compare_sparse_mla(std::span<const std::uint16_t> out_bf16, std::span<const float> lse,
                                  const SparseMlaOutput& ref, int rows, int h_q);
+
+// max_logits against ref.max_logits with the lse tolerance (-inf must match exactly). Returns the
+// number of failures; `message` names the first.
+std::size_t compare_max_logits(std::span<const float> got, const SparseMlaOutput& ref, std::string& message);
 
 }  // namespace nsajit::reference

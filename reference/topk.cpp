@@ -1,6 +1,8 @@
 // reference/topk.cpp — see topk.hpp.
 #include "reference/topk.hpp"
 
+#include "reference/index_transform.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -59,6 +61,51 @@ std::vector<std::int32_t> topk(const TopkProblem& pr) {
     std::copy(order.begin(), order.begin() + pr.topk, row_out);
   }
   return out;
+}
+
+std::vector<std::int32_t> topk_index_order(const TopkProblem& pr) {
+  std::vector<std::int32_t> out = topk(pr);
+  for (int r = 0; r < pr.rows; ++r) {
+    if (length_of(pr, r) <= pr.topk) continue;
+    std::int32_t* row_out = out.data() + std::size_t(r) * pr.topk;
+    const std::uint32_t threshold = order_key(score_at(pr, r, row_out[pr.topk - 1]));
+    // Keys above the threshold first, each group in increasing index order.
+    std::stable_sort(row_out, row_out + pr.topk, [&](std::int32_t a, std::int32_t b) {
+      const bool ga = order_key(score_at(pr, r, a)) > threshold;
+      const bool gb = order_key(score_at(pr, r, b)) > threshold;
+      if (ga != gb) return ga;
+      return a < b;
+    });
+  }
+  return out;
+}
+
+std::vector<std::int32_t> apply_transform(const TopkTransform& t, int rows, int topk,
+                                          const std::vector<std::int32_t>& positions) {
+  IndexTransformProblem it;
+  it.mode = t.mode;
+  it.topk_indices = positions;
+  it.rows = rows;
+  it.topk = topk;
+  it.page_table_width = t.page_table_width;
+  it.page_size = t.page_size;
+  it.cu_seqlens_q = t.cu_seqlens_q;
+  it.num_requests = t.num_requests;
+  it.offsets = t.offsets;
+  const std::int64_t stride = t.page_table_row_stride ? t.page_table_row_stride : t.page_table_width;
+  if (t.mode == IndexMode::decode && t.next_n > 1) {
+    // Row r uses page-table row r / next_n: repeat each row next_n times.
+    it.page_table_row_stride = stride;
+    it.num_requests = rows;
+    it.page_table.resize(std::size_t(rows) * std::size_t(stride));
+    for (int r = 0; r < rows; ++r)
+      std::copy_n(t.page_table.begin() + std::ptrdiff_t(r / t.next_n) * stride, stride,
+                  it.page_table.begin() + std::ptrdiff_t(r) * stride);
+  } else {
+    it.page_table = t.page_table;
+    it.page_table_row_stride = t.page_table_row_stride;
+  }
+  return index_transform(it);
 }
 
 std::string topk_mismatch(const TopkProblem& pr, const std::vector<std::int32_t>& got,

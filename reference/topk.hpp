@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "nsajit/spec.hpp"
+
 namespace nsajit::reference {
 
 // The host mirror of nsajit::TopkArgs, on std::vector.
@@ -31,6 +33,30 @@ int length_of(const TopkProblem& problem, int r);
 // then -1; len > topk: the first topk of a std::stable_sort by (key desc, index asc), so ties go to
 // the lower index; returned in that order (score descending).
 std::vector<std::int32_t> topk(const TopkProblem& problem);
+
+// The same selection as topk() in the order of the unsorted kernel (templates/topk.cuh): for a
+// row with len > topk, the positions whose key is above the threshold key T (the topk-th largest)
+// in increasing index order, then the positions with key == T in increasing index order; shorter
+// rows as in topk(). The unsorted GPU output must equal this byte for byte.
+std::vector<std::int32_t> topk_index_order(const TopkProblem& problem);
+
+// The §1 transform of a fused top-k (host mirror of the fused fields of nsajit::TopkArgs).
+struct TopkTransform {
+  IndexMode mode = IndexMode::decode;
+  std::vector<std::int32_t> page_table;    // [num_requests, page_table_row_stride]
+  int page_table_width = 0;
+  std::int64_t page_table_row_stride = 0;  // 0 = page_table_width
+  int page_size = 1;
+  std::vector<std::int32_t> cu_seqlens_q;  // prefill: [num_requests + 1]
+  int num_requests = 0;
+  std::vector<std::int32_t> offsets;       // ragged: [rows]
+  int next_n = 1;                          // decode: row r uses page-table row r / next_n
+};
+
+// Applies the transform to positions int32 [rows, topk] (through reference::index_transform;
+// decode with next_n > 1 repeats each page-table row next_n times first).
+std::vector<std::int32_t> apply_transform(const TopkTransform& transform, int rows, int topk,
+                                          const std::vector<std::int32_t>& positions);
 
 // Compares a top-k output with the reference one row by row, order-insensitively: the same valid
 // prefix (valid entries first, then only -1), the same index set, distinct in-range indices and the

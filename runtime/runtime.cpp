@@ -166,6 +166,26 @@ const LoadedKernel& kernel(const KernelSpec& spec) {
 void launch(const LoadedKernel& k, const LaunchGeometry& g, const void* params, CUstream stream) {
   if (g.grid_x == 0 || g.grid_y == 0 || g.grid_z == 0) return;
   void* args[] = {const_cast<void*>(params)};
+  if (g.cluster_x > 0) {
+    CUlaunchAttribute attribute{};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attribute.value.clusterDim.x = g.cluster_x;
+    attribute.value.clusterDim.y = 1;
+    attribute.value.clusterDim.z = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = g.grid_x;
+    config.gridDimY = g.grid_y;
+    config.gridDimZ = g.grid_z;
+    config.blockDimX = g.block;
+    config.blockDimY = 1;
+    config.blockDimZ = 1;
+    config.sharedMemBytes = g.dynamic_smem;
+    config.hStream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    NSAJIT_CU(cuLaunchKernelEx, &config, k.function, args, nullptr);
+    return;
+  }
   NSAJIT_CU(cuLaunchKernel, k.function, g.grid_x, g.grid_y, g.grid_z, g.block, 1, 1, g.dynamic_smem, stream, args,
             nullptr);
 }

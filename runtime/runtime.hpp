@@ -19,6 +19,8 @@ struct LaunchGeometry {
   unsigned grid_x = 1, grid_y = 1, grid_z = 1;
   unsigned block = 1;         // threads per CTA (1-D blocks)
   unsigned dynamic_smem = 0;  // bytes, <= the family's max_dynamic_smem(spec)
+  unsigned cluster_x = 0;     // > 0: launch as thread-block clusters of cluster_x CTAs along x
+                              // (cuLaunchKernelEx; grid_x must be a multiple; <= 8 portable)
 };
 
 struct LoadedKernel {
@@ -33,7 +35,7 @@ KernelSpec spec_for_current_device(KernelSpec spec);
 // The loaded kernel of `spec` (arch must be filled) in the current context.
 const LoadedKernel& kernel(const KernelSpec& spec);
 
-// cuLaunchKernel with the parameter block as the kernel's single argument. No sync, no allocation.
+// cuLaunchKernel (cuLaunchKernelEx with a cluster dimension when cluster_x > 0) with the parameter block as the kernel's single argument. No sync, no allocation.
 // A zero-sized grid launches nothing.
 void launch(const LoadedKernel& kernel, const LaunchGeometry& geometry, const void* params,
             CUstream stream);

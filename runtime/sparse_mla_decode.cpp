@@ -1,4 +1,5 @@
 // sparse_mla_decode.cpp — nsajit::sparse_mla_decode: argument checks, spec, launch.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include "nsajit/errors.hpp"
 #include "nsajit/kernels.hpp"
 #include "runtime/argument_checks.hpp"
+#include "runtime/driver.hpp"
 #include "runtime/runtime.hpp"
 #include "templates/kernel_params.h"
 
@@ -35,6 +37,43 @@ void check_pointer(const char* name, const void* p, unsigned alignment) {
     bad(name, pointer_text(p), "a " + std::to_string(alignment) + "-byte aligned device pointer");
 }
 
+constexpr int kMaxSplits = 64;
+
+int heads_per_cta(int h_q) { return h_q < 64 ? h_q : 64; }
+
+// Streaming multiprocessors of the current context's device (remembered per context).
+int device_sm_count() {
+  thread_local CUcontext last = nullptr;
+  thread_local int sms = 132;
+  const CUcontext ctx = driver::current_context();
+  if (ctx != last) {
+    CUdevice dev;
+    NSAJIT_CU(cuCtxGetDevice, &dev);
+    NSAJIT_CU(cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    last = ctx;
+  }
+  return sms;
+}
+
+// One CTA per SM (the tiles take ~150-227 KiB of shared memory). Split only when the CTAs of the
+// batch leave most SMs idle; keep >= 2 tiles per split.
+int auto_splits(long long rows, int h_q, int topk, int sms) {
+  const long long ctas = rows * (h_q / heads_per_cta(h_q));
+  if (ctas <= 0 || ctas * 4 > sms * 3) return 1;  // >= 3/4 of the SMs busy already
+  const int max_by_tiles = std::max(1, topk / 64 / 2);
+  return int(std::clamp<long long>(sms / ctas, 1, std::min(kMaxSplits, max_by_tiles)));
+}
+
+int resolve_splits(int rows, int h_q, int topk, int num_splits) {
+  if (num_splits > 0) return std::min(num_splits, topk / 64);
+  return auto_splits(rows, h_q, topk, device_sm_count());
+}
+
+std::size_t workspace_for(int rows, int h_q, int splits) {
+  if (splits <= 1) return 0;
+  return std::size_t(splits) * std::size_t(rows) * std::size_t(h_q) * (512 + 2) * 4;
+}
+
 // Everything is checked here, before any driver call, so a bad call never compiles or launches.
 void check_args(const SparseMlaDecodeArgs& a) {
   if (a.rows < 0) bad("rows", std::to_string(a.rows), ">= 0");
@@ -46,12 +85,30 @@ void check_args(const SparseMlaDecodeArgs& a) {
     v << a.sm_scale;
     bad("sm_scale", v.str(), "finite and > 0");
   }
-  if (a.kv_dtype != KvDtype::bf16)
-    bad("kv_dtype", to_string(a.kv_dtype), "bf16 (" + to_string(a.kv_dtype) + " KV is not yet supported)");
+  if (a.next_n < 1 || a.next_n > 8) bad("next_n", std::to_string(a.next_n), "1..8");
+  if (a.rows % a.next_n != 0)
+    bad("rows", std::to_string(a.rows), "a multiple of next_n (" + std::to_string(a.next_n) + ")");
   if (a.num_slots < 0) bad("num_slots", std::to_string(a.num_slots), ">= 0");
-  // Rows are copied in 16-byte chunks: the stride keeps every row 16-byte aligned.
-  if (a.kv_row_stride < 576 || a.kv_row_stride % 8 != 0)
-    bad("kv_row_stride", std::to_string(a.kv_row_stride), "a multiple of 8 elements, >= 576");
+  if (a.kv_dtype == KvDtype::bf16) {
+    // Rows are copied in 16-byte chunks: the stride keeps every row 16-byte aligned.
+    if (a.kv_row_stride < 576 || a.kv_row_stride % 8 != 0)
+      bad("kv_row_stride", std::to_string(a.kv_row_stride), "a multiple of 8 elements, >= 576");
+  } else if (a.kv_dtype == KvDtype::fp8_e4m3) {
+    if (a.page_size < 1) bad("page_size", std::to_string(a.page_size), ">= 1");
+    if (a.kv_page_stride != 0 &&
+        (a.kv_page_stride % 16 != 0 || a.kv_page_stride < std::int64_t(a.page_size) * 656))
+      bad("kv_page_stride", std::to_string(a.kv_page_stride),
+          "0 or a multiple of 16 bytes >= page_size * 656 (" + std::to_string(std::int64_t(a.page_size) * 656) + ")");
+    if (a.num_slots % a.page_size != 0)
+      bad("num_slots", std::to_string(a.num_slots),
+          "num_pages * page_size (a multiple of page_size " + std::to_string(a.page_size) + ")");
+  } else {
+    bad("kv_dtype", to_string(a.kv_dtype), "bf16 or fp8");
+  }
+  if (a.num_splits < 0 || a.num_splits > kMaxSplits)
+    bad("num_splits", std::to_string(a.num_splits), "0 (automatic) .. 64");
+  if (a.workspace == nullptr && a.num_splits > 1)
+    bad("num_splits", std::to_string(a.num_splits), "0 or 1 without a workspace");
   if (a.rows == 0) return;  // nothing is read or written
   check_pointer("q", a.q, 16);
   // With no slots every index is invalid and the pool is never read, so it may be null.
@@ -61,13 +118,33 @@ void check_args(const SparseMlaDecodeArgs& a) {
     bad("topk_length", pointer_text(a.topk_length), "a 4-byte aligned device pointer or null");
   check_pointer("out", a.out, 16);
   check_pointer("lse", a.lse, 4);
+  if (a.max_logits != nullptr && reinterpret_cast<std::uintptr_t>(a.max_logits) % 4 != 0)
+    bad("max_logits", pointer_text(a.max_logits), "a 4-byte aligned device pointer or null");
+  if (a.workspace != nullptr && reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0)
+    bad("workspace", pointer_text(a.workspace), "a 16-byte aligned device pointer or null");
 }
 
 }  // namespace
 
+int sparse_mla_num_splits(int rows, int h_q, int topk, int num_splits) {
+  if (rows <= 0 || h_q <= 0 || topk < 64) return 1;
+  return resolve_splits(rows, h_q, topk, num_splits);
+}
+
+std::size_t sparse_mla_workspace_bytes(int rows, int h_q, int topk, int num_splits) {
+  if (rows <= 0 || h_q <= 0 || topk < 64) return 0;
+  return workspace_for(rows, h_q, resolve_splits(rows, h_q, topk, num_splits));
+}
+
 void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
   check_args(a);
   if (a.rows == 0) return;
+
+  const int splits = a.workspace == nullptr ? 1 : resolve_splits(a.rows, a.h_q, a.topk, a.num_splits);
+  const std::size_t need = workspace_for(a.rows, a.h_q, splits);
+  if (a.workspace_bytes < need)
+    bad("workspace_bytes", std::to_string(a.workspace_bytes),
+        ">= sparse_mla_workspace_bytes(...) = " + std::to_string(need) + " for " + std::to_string(splits) + " splits");
 
   KernelSpec spec;
   spec.family = Family::sparse_mla_decode;
@@ -81,22 +158,60 @@ void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
 
   SparseMlaDecodeParams p{};
   p.q = static_cast<const unsigned short*>(a.q);
-  p.kv = static_cast<const unsigned short*>(a.kv);
+  if (a.kv_dtype == KvDtype::fp8_e4m3) {
+    p.kv_fp8 = static_cast<const unsigned char*>(a.kv);
+    p.page_size = a.page_size;
+    p.kv_page_stride = a.kv_page_stride != 0 ? a.kv_page_stride : std::int64_t(a.page_size) * 656;
+  } else {
+    p.kv = static_cast<const unsigned short*>(a.kv);
+    p.kv_row_stride = a.kv_row_stride;
+    p.page_size = 1;
+  }
   p.num_slots = a.num_slots;
-  p.kv_row_stride = a.kv_row_stride;
   p.indices = a.indices;
   p.topk_length = a.topk_length;
   p.out = static_cast<unsigned short*>(a.out);
   p.lse = a.lse;
+  p.max_logits = a.max_logits;
   p.sm_scale = a.sm_scale;
   p.rows = a.rows;
+  const std::size_t heads = std::size_t(a.rows) * std::size_t(a.h_q);
+  if (splits > 1) {
+    char* ws = static_cast<char*>(a.workspace);
+    p.o_part = reinterpret_cast<float*>(ws);
+    p.lse_part = reinterpret_cast<float*>(ws + std::size_t(splits) * heads * 512 * 4);
+    p.max_part = p.lse_part + std::size_t(splits) * heads;
+  }
 
   LaunchGeometry g;
   g.grid_x = unsigned(a.rows);
   g.grid_y = unsigned(a.h_q / spec.tile.heads_per_cta);
+  g.grid_z = unsigned(splits);
   g.block = unsigned(spec.tile.threads);
   g.dynamic_smem = traits(spec.family).max_dynamic_smem(spec);
   launch(k, g, &p, stream);
+
+  if (splits > 1) {
+    KernelSpec cspec;
+    cspec.family = Family::sparse_mla_combine;
+    cspec = spec_for_current_device(cspec);
+    const LoadedKernel& ck = kernel(cspec);
+    SparseMlaCombineParams c{};
+    c.o_part = p.o_part;
+    c.lse_part = p.lse_part;
+    c.max_part = p.max_part;
+    c.out = p.out;
+    c.lse = p.lse;
+    c.max_logits = p.max_logits;
+    c.rows = a.rows;
+    c.h_q = a.h_q;
+    c.num_splits = splits;
+    LaunchGeometry cg;
+    cg.grid_x = unsigned(a.rows);
+    cg.grid_y = unsigned(a.h_q);
+    cg.block = unsigned(cspec.tile.threads);
+    launch(ck, cg, &c, stream);
+  }
 }
 
 }  // namespace nsajit

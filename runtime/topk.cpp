@@ -1,14 +1,110 @@
-// runtime/topk.cpp — nsajit::topk (§2): argument checks, spec, launch of templates/topk.cuh.
+// runtime/topk.cpp — nsajit::topk (§2, plain and fused with §1): argument checks, spec, launch
+// plan and launch of templates/topk.cuh.
+#include "runtime/topk_launch.hpp"
+
+#include <algorithm>
+
 #include "nsajit/kernels.hpp"
 #include "runtime/argument_checks.hpp"
+#include "runtime/driver.hpp"
 #include "runtime/runtime.hpp"
 #include "templates/kernel_params.h"
 
 namespace nsajit {
 
+namespace detail {
 namespace {
-constexpr const char* kFunction = "nsajit::topk";
+TopkLaunchOverride g_override;
+
+constexpr int kTargetSlice = 16384;     // positions per CTA before a row is split further
+constexpr int kMinSpreadSlice = 8192;   // few rows: split while slices stay at least this long
+constexpr int kMaxResident = 49152;     // positions of a slice kept in shared memory (192 KB)
+constexpr int kMaxCluster = 8;          // portable cluster size
+}  // namespace
+
+void set_topk_launch_override(const TopkLaunchOverride& o) { g_override = o; }
+
+TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count) {
+  TopkLaunchPlan plan;
+  plan.threads = g_override.threads > 0 ? g_override.threads : 512;
+  if (width <= topk) return plan;  // no row needs a selection
+  auto ceil_div = [](long long a, long long b) { return (a + b - 1) / b; };
+  int c = 1;
+  if (g_override.ctas_per_row > 0) {
+    c = g_override.ctas_per_row;
+  } else {
+    while (c < kMaxCluster && ceil_div(width, c) > kTargetSlice) c *= 2;
+    while (c < kMaxCluster && (long long)rows * c < sm_count && ceil_div(width, c) >= 2 * kMinSpreadSlice) c *= 2;
+  }
+  plan.ctas_per_row = c;
+  // Few CTAs in the grid: more threads per CTA hide more latency; many: 512 lets more CTAs share an SM.
+  if (g_override.threads <= 0) plan.threads = (long long)rows * c <= 2LL * sm_count ? 1024 : 512;
+  plan.slice = int((ceil_div(width, c) + 3) / 4 * 4);
+  plan.resident = plan.slice <= kMaxResident && !g_override.force_streaming;
+  plan.dynamic_smem = plan.resident ? unsigned(plan.slice / 4 + 1) * 16u : 0u;
+  return plan;
 }
+
+}  // namespace detail
+
+namespace {
+
+constexpr const char* kFunction = "nsajit::topk";
+
+int sm_count_of_current_device() {
+  thread_local CUcontext last_context = nullptr;
+  thread_local int count = 132;
+  const CUcontext ctx = driver::current_context();
+  if (ctx != last_context) {
+    CUdevice device = 0;
+    NSAJIT_CU(cuCtxGetDevice, &device);
+    NSAJIT_CU(cuDeviceGetAttribute, &count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
+    last_context = ctx;
+  }
+  return count;
+}
+
+void check_fused(const TopkArgs& args, long long* table_stride) {
+  using detail::require_pointer;
+  using detail::throw_bad_argument;
+  const IndexMode mode = args.mode;
+  if (mode != IndexMode::decode && mode != IndexMode::prefill && mode != IndexMode::ragged)
+    throw_bad_argument(kFunction, "mode", static_cast<long long>(mode), "decode, prefill or ragged");
+  if (mode == IndexMode::decode) {
+    if (args.next_n < 1 || args.next_n > 8)
+      throw_bad_argument(kFunction, "next_n", args.next_n, "an integer in [1, 8]");
+  } else if (args.next_n != 1) {
+    throw_bad_argument(kFunction, "next_n", args.next_n, "1 unless mode decode (MTP rows)");
+  }
+  if (mode == IndexMode::ragged) {
+    if (args.rows > 0) require_pointer(kFunction, "offsets", args.offsets);
+    return;
+  }
+  if (args.page_size < 1 || args.page_size > 4096)
+    throw_bad_argument(kFunction, "page_size", args.page_size, "an integer in [1, 4096]");
+  if (args.page_table_width < 0)
+    throw_bad_argument(kFunction, "page_table_width", args.page_table_width, ">= 0");
+  *table_stride = args.page_table_row_stride ? args.page_table_row_stride : args.page_table_width;
+  if (*table_stride < args.page_table_width)
+    throw_bad_argument(kFunction, "page_table_row_stride", args.page_table_row_stride,
+                       "0 (= page_table_width) or >= page_table_width = " + std::to_string(args.page_table_width));
+  if (mode == IndexMode::decode) {
+    if (args.rows % args.next_n != 0)
+      throw_bad_argument(kFunction, "rows", args.rows,
+                         "a multiple of next_n = " + std::to_string(args.next_n) + " for mode decode");
+    if (args.num_requests != args.rows / args.next_n)
+      throw_bad_argument(kFunction, "num_requests", args.num_requests,
+                         "rows / next_n = " + std::to_string(args.rows / args.next_n) +
+                             " for mode decode (row r uses page-table row r / next_n)");
+  } else {
+    if (args.num_requests < 0) throw_bad_argument(kFunction, "num_requests", args.num_requests, ">= 0");
+    if (args.rows > 0) require_pointer(kFunction, "cu_seqlens_q", args.cu_seqlens_q);
+  }
+  if (args.rows > 0 && args.num_requests > 0 && args.page_table_width > 0)
+    require_pointer(kFunction, "page_table", args.page_table);
+}
+
+}  // namespace
 
 void topk(const TopkArgs& args, CUstream stream) {
   using detail::require_pointer;
@@ -27,11 +123,23 @@ void topk(const TopkArgs& args, CUstream stream) {
     require_pointer(kFunction, "lengths", args.lengths);
     require_pointer(kFunction, "out", args.out);
   }
+  long long table_stride = 0;
+  if (args.fused_transform) check_fused(args, &table_stride);
   if (args.rows == 0) return;
 
   KernelSpec spec;
   spec.family = Family::topk;
   spec.topk = args.topk;
+  spec.sorted = args.sorted;
+  if (args.fused_transform) {
+    spec.fused_transform = true;
+    spec.mode = args.mode;
+    spec.page_size = args.mode == IndexMode::ragged ? 1 : args.page_size;
+    spec.next_n = args.mode == IndexMode::decode ? args.next_n : 1;
+  }
+  const detail::TopkLaunchPlan plan =
+      detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count_of_current_device());
+  spec.tile.threads = plan.threads == 512 ? 0 : plan.threads;  // 512 is the default tile
   spec = spec_for_current_device(spec);
   const LoadedKernel& loaded = kernel(spec);
 
@@ -43,11 +151,43 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.out = args.out;
   params.rows = args.rows;
   params.width = args.width;
+  params.ctas_per_row = plan.ctas_per_row;
+  params.slice = plan.slice;
+  params.resident = plan.resident ? 1 : 0;
+  params.phase = 0;
+  if (args.fused_transform) {
+    if (args.mode == IndexMode::ragged) {
+      params.offsets = args.offsets;
+    } else {
+      params.page_table = args.page_table;
+      params.page_table_row_stride = table_stride;
+      params.max_position = static_cast<long long>(args.page_table_width) * args.page_size;
+      params.cu_seqlens_q = args.cu_seqlens_q;
+      params.num_requests = args.num_requests;
+    }
+  }
 
+  if (plan.ctas_per_row > 8) {
+    // Clusters above the portable 8 need the function's opt-in (set on every call: idempotent).
+    NSAJIT_CU(cuFuncSetAttribute, loaded.function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
+  }
   LaunchGeometry geometry;
-  geometry.grid_x = unsigned(args.rows);  // one CTA per row
+  geometry.grid_x = unsigned(args.rows) * unsigned(plan.ctas_per_row);
   geometry.block = unsigned(spec.tile.threads);
+  geometry.dynamic_smem = plan.dynamic_smem;
+  geometry.cluster_x = plan.ctas_per_row > 1 ? unsigned(plan.ctas_per_row) : 0u;
   launch(loaded, geometry, &params, stream);
+
+  if (args.sorted) {  // phase 1: sort each row, then transform
+    long long n = 1;
+    while (n < args.topk) n <<= 1;
+    params.phase = 1;
+    LaunchGeometry sort_geometry;
+    sort_geometry.grid_x = unsigned(args.rows);
+    sort_geometry.block = unsigned(spec.tile.threads);
+    sort_geometry.dynamic_smem = unsigned(n * 8);
+    launch(loaded, sort_geometry, &params, stream);
+  }
 }
 
 }  // namespace nsajit

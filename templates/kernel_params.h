@@ -25,17 +25,70 @@ struct TopkParams {
   int* out;                    // [rows, topk]
   int rows;
   int width;
+  // Launch shape (templates/topk.cuh): CTAs per row (= the cluster size, 1..16), positions per CTA.
+  int ctas_per_row;
+  int slice;                   // multiple of 4; the row's CTA c covers [c * slice, (c + 1) * slice)
+  int resident;                // 1: the slice is kept as keys in dynamic shared memory; 0: re-read
+  int phase;                   // 0: select (+ transform); 1 (sorted specs): sort each row, transform
+  // Fused transform (NSAJIT_FUSED): see IndexTransformParams.
+  const int* page_table;            // [num_requests, page_table_row_stride]
+  long long page_table_row_stride;  // elements
+  long long max_position;           // page_table_width * page_size
+  const int* cu_seqlens_q;          // prefill: [num_requests + 1]
+  const int* offsets;               // ragged: [rows]
+  int num_requests;
 };
 
 struct SparseMlaDecodeParams {
-  const unsigned short* q;   // bf16 [rows, h_q, 576]
-  const unsigned short* kv;  // bf16 [num_slots, kv_row_stride]
-  long long num_slots;
-  long long kv_row_stride;   // elements
-  const int* indices;        // [rows, topk]
-  const int* topk_length;    // [rows] or null
-  unsigned short* out;       // bf16 [rows, h_q, 512]
-  float* lse;                // [rows, h_q]
+  const unsigned short* q;         // bf16 [rows, h_q, 576]
+  const unsigned short* kv;        // bf16 KV: [num_slots, kv_row_stride]
+  const unsigned char* kv_fp8;     // FP8 KV: [num_pages, page_size, 656] bytes, pages kv_page_stride apart
+  long long num_slots;             // valid indices are [0, num_slots)
+  long long kv_row_stride;         // bf16: elements
+  long long kv_page_stride;        // fp8: bytes between pages
+  int page_size;                   // fp8: tokens per page (>= 1)
+  const int* indices;              // [rows, topk]
+  const int* topk_length;          // [rows] or null
+  unsigned short* out;             // bf16 [rows, h_q, 512]
+  float* lse;                      // [rows, h_q] natural log
+  float* max_logits;               // [rows, h_q] or null
+  // Split-KV (gridDim.z > 1): partial results, combined by nsajit_sparse_mla_combine.
+  float* o_part;                   // fp32 [splits, rows, h_q, 512]
+  float* lse_part;                 // fp32 [splits, rows, h_q], base 2
+  float* max_part;                 // fp32 [splits, rows, h_q], base 2
   float sm_scale;
   int rows;
+};
+
+struct SparseMlaCombineParams {
+  const float* o_part;    // fp32 [splits, rows, h_q, 512]
+  const float* lse_part;  // fp32 [splits, rows, h_q], base 2 (-inf: the split saw no valid token)
+  const float* max_part;  // fp32 [splits, rows, h_q], base 2
+  unsigned short* out;    // bf16 [rows, h_q, 512]
+  float* lse;             // [rows, h_q] natural log
+  float* max_logits;      // [rows, h_q] or null
+  int rows;
+  int h_q;
+  int num_splits;
+};
+
+struct Fp8KvQuantizeParams {
+  const unsigned short* kv;  // bf16 [n, kv_row_stride]
+  long long kv_row_stride;   // elements
+  const int* slots;          // [n]
+  unsigned char* cache;      // [num_pages, page_size, 656] bytes, pages page_stride apart
+  long long page_stride;     // bytes
+  long long num_slots;       // num_pages * page_size
+  int n;
+  int scale_fmt;             // 0: fp32, 1: ue8m0
+};
+
+struct Fp8KvGatherParams {
+  const unsigned char* cache;  // [num_pages, page_size, 656] bytes, pages page_stride apart
+  long long page_stride;       // bytes
+  long long num_slots;         // num_pages * page_size
+  const int* slots;            // [n]
+  unsigned short* out;         // bf16 [n, out_row_stride]
+  long long out_row_stride;    // elements
+  int n;
 };

@@ -1,297 +1,567 @@
-// sparse_mla_decode.cuh — sparse MLA attention over the top-k KV tokens of each query row (§3).
+// sparse_mla_decode.cuh — sparse MLA attention over the top-k KV tokens of each query row (§3),
+// tensor cores (mma.sync m16n8k16 bf16 -> fp32), bf16 or FP8 (656-byte, §4) KV, optional split-KV.
 //
 // For query row r and head h, over the valid entries j of indices[r, 0:n) (n = topk_length[r]
 // clamped to [0, TOPK], or TOPK):
 //   S_j = sm_scale * q[r, h, 0:576] . kv[idx_j, 0:576]
 //   out[r, h, :] = sum_j softmax(S)_j * kv[idx_j, 0:512]        (bf16, round to nearest even)
-//   lse[r, h]    = ln sum_j exp(S_j)                             (fp32; +inf when no j is valid)
-// An index is valid iff 0 <= idx < num_slots; invalid entries are never dereferenced.
+//   lse[r, h]    = ln sum_j exp(S_j); max_logits[r, h] = max_j S_j
+// An index is valid iff 0 <= idx < num_slots; invalid entries are never dereferenced. A row (or a
+// split) with no valid entry gives out 0, lse +inf, max_logits -inf.
 //
-// Schedule: one CTA per (query row, group of HEADS_PER_CTA heads); grid (rows, H_Q / HEADS_PER_CTA).
-// q of the CTA's heads is staged in shared memory once. The row's indices are walked in blocks of
-// BLOCK_TOKENS; per block:
-//   1. gather   all threads: cp.async the valid KV rows (16-byte chunks) into kv_s, zero-fill the
-//               invalid ones (blocks with no valid entry are skipped entirely).
-//   2. scores   warp w owns heads [w * HEADS_PER_WARP, ...) of the CTA and every token of the block
-//               (lane l: tokens l, l + 32, ...): fp32 dot products on CUDA cores, then the online
-//               softmax of its heads within the warp (running max m and sum l in registers).
-//               Probabilities go to p_s[token][head], the rescale factor of each head to alpha_s.
-//   3. PV       thread t owns 8 output dims (one 16-byte chunk of V) of HEADS_PER_THREAD heads:
-//               o = o * alpha + sum_token p * v, in fp32 registers.
-// Finally o / l is written as bf16 and lse = ln2 * (m + log2 l) by the owning warp.
-// The math runs in base 2 (scores pre-multiplied by sm_scale * log2 e) so exp is one ex2.
-// Tensor-core MMA and split-KV are later work; this version favours clarity.
+// Schedule. One CTA = one query row x HB heads (HB = min(H_Q, 64); H_Q 8 runs the heads in one
+// 16-row MMA tile whose upper 8 rows are zero). grid = (rows, H_Q / HB, num_splits); split s
+// walks 64-token tiles [s*T/ns, (s+1)*T/ns) of the row's T = ceil(n / 64) tiles.
+// 8 warps. Warp w = (m-group mg = w % G, column split cs = w / G): G = HB / MW m-groups of MW heads
+// (MW = 32, or 16 when HB <= 16), NCS = 8 / G column splits.
+//   QK:  warp (mg, cs) computes S for its MW heads x the tile's tokens [cs*TW, cs*TW + TW)
+//        (TW = 64 / NCS) over 576 dims: A = q (ldmatrix from smem), B = K (ldmatrix from the tile).
+//   softmax: row maxima are exchanged between the NCS warps of an m-group through smem (named
+//        barrier per m-group); every warp of the group then holds the same running max m; each
+//        thread keeps a partial row sum l of its own columns (summed once, in the epilogue).
+//        P (bf16) goes to smem [heads][64].
+//   PV:  warp (mg, cs) owns O[MW heads][dims cs*DW .. +DW) (DW = 512 / NCS) in fp32 registers:
+//        A = P (ldmatrix), B = V (ldmatrix.trans from the same KV tile).
+// KV tiles are double buffered. bf16 KV: 16-byte cp.async gathers of tile t+1 are issued before
+// tile t is computed. FP8 KV: the 656-byte tokens of tile t+1 are loaded into registers
+// (ld.global.nc) before tile t is computed (HB 64: in two halves, before QK and before PV, to
+// bound registers) and dequantised into the other buffer after it: bf16(float(e4m3) * scale),
+// the rope part copied. Indices are prefetched two tiles ahead. Every shared tile row of 576 bf16
+// (72 16-byte chunks) is XOR-swizzled (chunk ^ (row & 7)) so ldmatrix is conflict-free.
+// The math runs in base 2 (scores pre-multiplied by sm_scale * log2 e).
 //
-// Constants (FamilyTraits::constants): NSAJIT_H_Q, NSAJIT_TOPK, NSAJIT_THREADS,
-// NSAJIT_BLOCK_TOKENS, NSAJIT_HEADS_PER_CTA, NSAJIT_DYNAMIC_SMEM (the host's byte count; checked
-// below against this file's layout so the two can never disagree).
+// Constants (FamilyTraits::constants): NSAJIT_H_Q, NSAJIT_TOPK, NSAJIT_HEADS_PER_CTA,
+// NSAJIT_KV_FP8 (0/1), NSAJIT_THREADS (256), NSAJIT_BLOCK_TOKENS (64), NSAJIT_DYNAMIC_SMEM (the
+// host's byte count; checked below against this file's layout).
 #pragma once
 
 namespace mla {
 
 constexpr int kDimQK = 576;  // 512 latent + 64 rope
 constexpr int kDimV = 512;   // V = the latent part of the KV row
-constexpr int kChunkElems = 8;                     // bf16 per 16-byte chunk
-constexpr int kChunksQK = kDimQK / kChunkElems;    // 72
-constexpr int kChunksV = kDimV / kChunkElems;      // 64
+constexpr int kChunksQK = 72;  // 16-byte chunks of a bf16 row
+constexpr int kFp8Bytes = 656;
 
 constexpr int H_Q = NSAJIT_H_Q;
 constexpr int TOPK = NSAJIT_TOPK;
+constexpr int HB = NSAJIT_HEADS_PER_CTA;  // real heads of one CTA
+constexpr bool FP8 = NSAJIT_KV_FP8 != 0;
 constexpr int THREADS = NSAJIT_THREADS;
-constexpr int BLOCK_TOKENS = NSAJIT_BLOCK_TOKENS;
-constexpr int HEADS = NSAJIT_HEADS_PER_CTA;  // heads of one CTA
+constexpr int BT = NSAJIT_BLOCK_TOKENS;   // tokens per tile
 
+constexpr int MROWS = HB < 16 ? 16 : HB;  // MMA rows (heads, padded to 16)
+constexpr int MW = MROWS >= 32 ? 32 : 16; // heads per warp
+constexpr int MT = MW / 16;               // m16 tiles per warp
+constexpr int G = MROWS / MW;             // m-groups
 constexpr int WARPS = THREADS / 32;
-constexpr int HEADS_PER_WARP = HEADS / WARPS;         // score phase
-constexpr int TOKENS_PER_LANE = BLOCK_TOKENS / 32;    // score phase
-constexpr int HEAD_GROUPS = THREADS / kChunksV;       // PV phase: threads [64g, 64g+64) = group g
-constexpr int HEADS_PER_THREAD = HEADS / HEAD_GROUPS; // PV phase
+constexpr int NCS = WARPS / G;            // column splits (warps per m-group)
+constexpr int TW = BT / NCS;              // tokens per warp in QK
+constexpr int NT = TW / 8;                // n8 tiles per warp in QK
+constexpr int DW = kDimV / NCS;           // output dims per warp in PV
+constexpr int NDT = DW / 8;               // n8 tiles per warp in PV
 
-static_assert(THREADS % 64 == 0 && THREADS >= 128, "THREADS: multiple of 64, >= 128");
-static_assert(HEADS % WARPS == 0, "every warp owns the same number of heads");
-static_assert(HEADS % HEAD_GROUPS == 0, "every PV thread owns the same number of heads");
-static_assert(BLOCK_TOKENS % 32 == 0 && BLOCK_TOKENS <= THREADS, "BLOCK_TOKENS: multiple of 32, <= THREADS");
-static_assert(TOPK % BLOCK_TOKENS == 0, "TOPK: multiple of BLOCK_TOKENS");
-static_assert(H_Q % HEADS == 0, "H_Q: multiple of HEADS_PER_CTA");
+static_assert(THREADS == 256 && BT == 64, "the tile schedule assumes 256 threads and 64-token tiles");
+static_assert(HB == 8 || HB == 16 || HB == 32 || HB == 64, "HEADS_PER_CTA: 8, 16, 32 or 64");
+static_assert(H_Q % HB == 0, "H_Q: multiple of HEADS_PER_CTA");
+static_assert(TOPK % BT == 0, "TOPK: multiple of 64");
+static_assert(NT == 1 || NT == 2, "QK n-tiles per warp");
+static_assert(NDT % 2 == 0, "PV n-tiles per warp come in pairs");
 
-// Shared memory layout (bytes). KV rows are padded by one chunk (576 -> 584 elements, 1168 bytes =
-// 292 words): rows then start 4 banks apart, so the 16-byte loads of 8 consecutive rows at one
-// column (score phase, lanes = tokens) hit 32 distinct banks.
-constexpr int KV_STRIDE = kDimQK + kChunkElems;  // elements per staged KV row
-constexpr int P_STRIDE = HEADS + 4;              // floats per token in p_s (16-byte aligned rows)
-constexpr unsigned OFF_KV = 0;
-constexpr unsigned OFF_Q = OFF_KV + BLOCK_TOKENS * KV_STRIDE * 2;
-constexpr unsigned OFF_P = OFF_Q + HEADS * kDimQK * 2;
-constexpr unsigned OFF_ALPHA = OFF_P + BLOCK_TOKENS * P_STRIDE * 4;
-constexpr unsigned OFF_L = OFF_ALPHA + HEADS * 4;
-constexpr unsigned OFF_IDX = OFF_L + HEADS * 4;
-constexpr unsigned SMEM_BYTES = OFF_IDX + BLOCK_TOKENS * 4;
-// Must match generator/families/sparse_mla_decode.cpp (sparse_mla_decode_smem_bytes).
+// FP8 gather: PASSES half-tiles per tile, TPT threads per token.
+constexpr int FP8_PASSES = (FP8 && HB == 64) ? 2 : 1;
+constexpr int PASS_TOKENS = BT / FP8_PASSES;
+constexpr int TPT = THREADS / PASS_TOKENS;   // 4 or 8
+constexpr int F8_CHUNKS = 32 / TPT;          // 16-byte fp8 chunks per thread
+constexpr int ROPE_CHUNKS = 8 / TPT;         // 16-byte rope chunks per thread (1 or 2)
+
+// Shared memory layout (bytes).
+constexpr unsigned TILE_BYTES = BT * kDimQK * 2;           // 73728
+constexpr unsigned OFF_KV = 0;                             // 2 tiles
+constexpr unsigned OFF_Q = OFF_KV + 2 * TILE_BYTES;        // [MROWS][576]
+constexpr unsigned OFF_P = OFF_Q + MROWS * kDimQK * 2;     // [MROWS][64] bf16
+constexpr unsigned OFF_RED = OFF_P + MROWS * BT * 2;       // [NCS][MROWS] fp32
+constexpr unsigned OFF_VALID = OFF_RED + NCS * MROWS * 4;  // [2][64] int
+constexpr unsigned SMEM_BYTES = OFF_VALID + 2 * BT * 4;
+// Must match generator/families/sparse_mla_decode.cpp (smem_bytes).
 static_assert(SMEM_BYTES == NSAJIT_DYNAMIC_SMEM, "host and kernel disagree on shared memory size");
 
-struct alignas(16) f32x4 {
-  float x, y, z, w;
+struct alignas(8) f32x2 {
+  float x, y;
 };
 
 NSAJIT_DEVICE float neg_inf() { return __uint_as_float(0xff800000u); }
 NSAJIT_DEVICE float pos_inf() { return __uint_as_float(0x7f800000u); }
 
-NSAJIT_DEVICE uint32_t smem_addr(const void* p) {
+NSAJIT_DEVICE uint32_t smem_u32(const void* p) {
   uint32_t a;
   asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
   return a;
 }
 
-// 16-byte global -> shared copy that bypasses L1 (.cg): KV rows are shared between the CTAs of
-// one query row (and rows of one request) through L2, never reused within a CTA.
-NSAJIT_DEVICE void cp_async_16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(smem)), "l"(gmem)
+// Byte offset of 16-byte chunk `c` of row `r` in a [rows][72 chunks] tile / a [rows][8 chunks] tile.
+NSAJIT_DEVICE uint32_t sw576(int r, int c) { return uint32_t(r) * 1152u + (uint32_t(c ^ (r & 7)) << 4); }
+NSAJIT_DEVICE uint32_t sw64(int r, int c) { return uint32_t(r) * 128u + (uint32_t(c ^ (r & 7)) << 4); }
+
+NSAJIT_DEVICE void cp_async_16(uint32_t saddr, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(saddr), "l"(gmem) : "memory");
+}
+NSAJIT_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+NSAJIT_DEVICE void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+NSAJIT_DEVICE void st_shared_16(uint32_t saddr, const u32x4& v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(saddr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
 }
-NSAJIT_DEVICE void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+NSAJIT_DEVICE void st_shared_4(uint32_t saddr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(saddr), "r"(v) : "memory");
+}
+NSAJIT_DEVICE void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Eight bf16 of a 16-byte chunk to floats.
-NSAJIT_DEVICE void unpack8(const u32x4& c, float (&f)[8]) {
-  f[0] = bf16x2_lo(c.x); f[1] = bf16x2_hi(c.x);
-  f[2] = bf16x2_lo(c.y); f[3] = bf16x2_hi(c.y);
-  f[4] = bf16x2_lo(c.z); f[5] = bf16x2_hi(c.z);
-  f[6] = bf16x2_lo(c.w); f[7] = bf16x2_hi(c.w);
+NSAJIT_DEVICE void ldsm_x4(uint32_t a, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(a));
+}
+NSAJIT_DEVICE void ldsm_x2(uint32_t a, uint32_t& r0, uint32_t& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(a));
+}
+NSAJIT_DEVICE void ldsm_x4_t(uint32_t a, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(a));
+}
+// c += a . b (16x8x16, bf16 inputs, fp32 accumulate).
+NSAJIT_DEVICE void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-NSAJIT_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
-  return uint32_t(float_to_bf16(lo)) | (uint32_t(float_to_bf16(hi)) << 16);
+NSAJIT_DEVICE uint32_t pack_bf16x2_rn(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Two e4m3 (low byte first) -> bf16x2 of float(e4m3) * scale, rounded to nearest even (§4 dequant).
+NSAJIT_DEVICE uint32_t dequant_e4m3x2(uint32_t two, float scale) {
+  uint32_t h2;
+  asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t; }" : "=r"(h2) : "r"(two));
+  float lo, hi;
+  asm("{ .reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
+      : "=f"(lo), "=f"(hi)
+      : "r"(h2));
+  return pack_bf16x2_rn(lo * scale, hi * scale);
+}
+
+// Row index of tile token j of the query row, or -1 when invalid / past n.
+NSAJIT_DEVICE int load_index(const int* idx_row, int j, int n, long long num_slots) {
+  if (j >= n) return -1;
+  const int idx = __ldg(idx_row + j);
+  return (idx >= 0 && (long long)idx < num_slots) ? idx : -1;
 }
 
 }  // namespace mla
 
-extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS)
+extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1)
 nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   using namespace mla;
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf16_t* kv_s = reinterpret_cast<bf16_t*>(smem + OFF_KV);     // [BLOCK_TOKENS][KV_STRIDE]
-  bf16_t* q_s = reinterpret_cast<bf16_t*>(smem + OFF_Q);       // [HEADS][576]
-  float* p_s = reinterpret_cast<float*>(smem + OFF_P);         // [BLOCK_TOKENS][P_STRIDE]
-  float* alpha_s = reinterpret_cast<float*>(smem + OFF_ALPHA); // [HEADS] rescale of this block
-  float* l_s = reinterpret_cast<float*>(smem + OFF_L);         // [HEADS] running softmax sum
-  int* idx_s = reinterpret_cast<int*>(smem + OFF_IDX);         // [BLOCK_TOKENS] slot or -1
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s_base = smem_u32(smem);
+  const uint32_t s_q = s_base + OFF_Q;
+  const uint32_t s_p = s_base + OFF_P;
+  float* red = reinterpret_cast<float*>(smem + OFF_RED);     // [NCS][MROWS]
+  int* valid_s = reinterpret_cast<int*>(smem + OFF_VALID);   // [2][64]
 
   const int tid = threadIdx.x;
-  const int warp = tid / 32;
-  const int lane = tid % 32;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;  // fragment row
+  const int t4 = lane & 3;  // fragment column pair
+  const int mg = warp % G;
+  const int cs = warp / G;
   const long long row = blockIdx.x;
-  const int head0 = blockIdx.y * HEADS;  // first head of this CTA
+  const int head0 = blockIdx.y * HB;
+  const int split = blockIdx.z;
+  const int num_splits = gridDim.z;
 
-  // ---- prologue: stage q of this CTA's heads (contiguous in global: [row, head0 .. head0+HEADS)).
-  const bf16_t* q_g = p.q + (row * H_Q + head0) * kDimQK;
-  for (int c = tid; c < HEADS * kChunksQK; c += THREADS)
-    cp_async_16(q_s + c * kChunkElems, q_g + c * kChunkElems);
-  if (tid < HEADS) l_s[tid] = 0.f;
-  cp_async_wait_all();
-  __syncthreads();
-
+  // ---- tile range of this split
   int n = TOPK;
-  if (p.topk_length != nullptr) n = min(max(p.topk_length[row], 0), TOPK);
-  const int* idx_g = p.indices + row * TOPK;
-  const float scale_log2 = p.sm_scale * 1.4426950408889634f;  // scores in base 2
+  if (p.topk_length != nullptr) n = min(max(__ldg(p.topk_length + row), 0), TOPK);
+  const int tiles = (n + BT - 1) / BT;
+  const int tb = (int)((long long)tiles * split / num_splits);
+  const int te = (int)((long long)tiles * (split + 1) / num_splits);
+  const int* idx_row = p.indices + row * TOPK;
 
-  // Score-phase state: the running max (base 2) and sum of the warp's heads; every lane holds the
-  // same copy. m = -inf until the head has seen a valid token.
-  float m_run[HEADS_PER_WARP], l_run[HEADS_PER_WARP];
-#pragma unroll
-  for (int h = 0; h < HEADS_PER_WARP; ++h) {
-    m_run[h] = neg_inf();
-    l_run[h] = 0.f;
+  // ---- q of this CTA's heads -> smem (rows >= HB zero).
+  {
+    const bf16_t* q_g = p.q + (row * H_Q + head0) * kDimQK;
+    for (int c = tid; c < MROWS * kChunksQK; c += THREADS) {
+      const int r = c / kChunksQK, k = c % kChunksQK;
+      if (r < HB) cp_async_16(s_q + sw576(r, k), q_g + r * kDimQK + k * 8);
+      else st_shared_16(s_q + sw576(r, k), u32x4{0u, 0u, 0u, 0u});
+    }
   }
 
-  // PV-phase state: output accumulators of HEADS_PER_THREAD heads x 8 dims.
-  const int v_chunk = tid % kChunksV;                 // dims [8 * v_chunk, 8 * v_chunk + 8)
-  const int pv_head0 = (tid / kChunksV) * HEADS_PER_THREAD;  // warp-uniform: p_s reads broadcast
-  float o[HEADS_PER_THREAD][kChunkElems];
-#pragma unroll
-  for (int h = 0; h < HEADS_PER_THREAD; ++h)
-#pragma unroll
-    for (int i = 0; i < kChunkElems; ++i) o[h][i] = 0.f;
+  // ---- gather machinery
+  // bf16: thread = (token tid/4, chunks tid%4 + 4i). fp8: per pass, thread = (token tid/TPT, part tid%TPT).
+  const int g_tok = FP8 ? tid / TPT : tid / 4;
+  const int g_sub = FP8 ? tid % TPT : tid % 4;
+  u32x4 f8[F8_CHUNKS];
+  u32x4 f8_scale;
+  u32x4 f8_rope[ROPE_CHUNKS];
+  int f8_idx = -1;  // fp8: index of the token whose bytes are in the registers
 
-  for (int t0 = 0; t0 < n; t0 += BLOCK_TOKENS) {
-    // ---- 1. indices of this block: anything outside [0, num_slots), or past n, becomes -1.
-    bool valid = false;
-    if (tid < BLOCK_TOKENS) {
-      const int j = t0 + tid;
-      const int idx = j < n ? idx_g[j] : -1;
-      valid = idx >= 0 && (long long)idx < p.num_slots;
-      idx_s[tid] = valid ? idx : -1;
-    }
-    // A block without a valid entry changes nothing; skip it (uniform: every thread sees the OR).
-    if (!__syncthreads_or(valid)) continue;
-
-    // ---- 1b. gather the block's KV rows; invalid rows become zeros and are never read.
-    for (int c = tid; c < BLOCK_TOKENS * kChunksQK; c += THREADS) {
-      const int t = c / kChunksQK;
-      const int k = c % kChunksQK;
-      bf16_t* dst = kv_s + t * KV_STRIDE + k * kChunkElems;
-      const int idx = idx_s[t];
-      if (idx >= 0) {
-        cp_async_16(dst, p.kv + (long long)idx * p.kv_row_stride + k * kChunkElems);
-      } else {
-        *reinterpret_cast<u32x4*>(dst) = u32x4{0u, 0u, 0u, 0u};
+  // bf16: issue the 16-byte copies of one tile (token g_tok) into buffer `buf`.
+  auto gather_bf16 = [&](int buf, int idx) {
+    const uint32_t dst = s_base + OFF_KV + buf * TILE_BYTES;
+    if (idx >= 0) {
+      const bf16_t* src = p.kv + (long long)idx * p.kv_row_stride;
+#pragma unroll
+      for (int i = 0; i < kChunksQK / 4; ++i) {
+        const int c = g_sub + 4 * i;
+        cp_async_16(dst + sw576(g_tok, c), src + c * 8);
       }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kChunksQK / 4; ++i)
+        st_shared_16(dst + sw576(g_tok, g_sub + 4 * i), u32x4{0u, 0u, 0u, 0u});
     }
-    cp_async_wait_all();
+  };
+  // fp8: registers <- the bytes of token idx (zeros when invalid).
+  auto fp8_load = [&](int idx) {
+    f8_idx = idx;
+    if (idx >= 0) {
+      const unsigned ps = (unsigned)p.page_size;
+      const unsigned char* src = p.kv_fp8 + (long long)((unsigned)idx / ps) * p.kv_page_stride +
+                                 (long long)((unsigned)idx % ps) * kFp8Bytes;
+#pragma unroll
+      for (int c = 0; c < F8_CHUNKS; ++c) f8[c] = load_global_nc_16(src + 16 * (g_sub + TPT * c));
+      f8_scale = load_global_nc_16(src + 512);
+#pragma unroll
+      for (int r = 0; r < ROPE_CHUNKS; ++r) f8_rope[r] = load_global_nc_16(src + 528 + 16 * (g_sub + TPT * r));
+    } else {
+#pragma unroll
+      for (int c = 0; c < F8_CHUNKS; ++c) f8[c] = u32x4{0u, 0u, 0u, 0u};
+      f8_scale = u32x4{0u, 0u, 0u, 0u};
+#pragma unroll
+      for (int r = 0; r < ROPE_CHUNKS; ++r) f8_rope[r] = u32x4{0u, 0u, 0u, 0u};
+    }
+  };
+  // fp8: registers -> bf16 token row `tok` of buffer `buf`.
+  auto fp8_store = [&](int buf, int tok) {
+    const uint32_t dst = s_base + OFF_KV + buf * TILE_BYTES;
+    const float sc[4] = {__uint_as_float(f8_scale.x), __uint_as_float(f8_scale.y), __uint_as_float(f8_scale.z),
+                         __uint_as_float(f8_scale.w)};
+#pragma unroll
+    for (int c = 0; c < F8_CHUNKS; ++c) {
+      const int k = g_sub + TPT * c;             // fp8 chunk: dims [16k, 16k + 16)
+      const float s = sc[(TPT * c) >> 3];        // its 128-dim tile (compile-time index)
+      const uint32_t w[4] = {f8[c].x, f8[c].y, f8[c].z, f8[c].w};
+      u32x4 lo, hi;
+      lo.x = dequant_e4m3x2(w[0] & 0xffffu, s);
+      lo.y = dequant_e4m3x2(w[0] >> 16, s);
+      lo.z = dequant_e4m3x2(w[1] & 0xffffu, s);
+      lo.w = dequant_e4m3x2(w[1] >> 16, s);
+      hi.x = dequant_e4m3x2(w[2] & 0xffffu, s);
+      hi.y = dequant_e4m3x2(w[2] >> 16, s);
+      hi.z = dequant_e4m3x2(w[3] & 0xffffu, s);
+      hi.w = dequant_e4m3x2(w[3] >> 16, s);
+      st_shared_16(dst + sw576(tok, 2 * k), lo);
+      st_shared_16(dst + sw576(tok, 2 * k + 1), hi);
+    }
+#pragma unroll
+    for (int r = 0; r < ROPE_CHUNKS; ++r) st_shared_16(dst + sw576(tok, 64 + g_sub + TPT * r), f8_rope[r]);
+  };
+
+  // Per-thread index registers: the thread's token of the next tile to gather (all passes).
+  int idx_next[FP8_PASSES];
+  int idx_after[FP8_PASSES];
+  auto load_tile_indices = [&](int tile, int (&dst)[FP8_PASSES]) {
+#pragma unroll
+    for (int ps = 0; ps < FP8_PASSES; ++ps)
+      dst[ps] = tile < te ? load_index(idx_row, tile * BT + ps * PASS_TOKENS + g_tok, n, p.num_slots) : -1;
+  };
+  // Validity flags of a tile (written by the threads of part 0 of each token).
+  auto write_valid = [&](int buf, const int (&ids)[FP8_PASSES]) {
+    if (g_sub == 0) {
+#pragma unroll
+      for (int ps = 0; ps < FP8_PASSES; ++ps) valid_s[buf * BT + ps * PASS_TOKENS + g_tok] = ids[ps] >= 0;
+    }
+  };
+
+  // ---- prologue: tile tb into buffer 0; indices of tb + 1 in registers.
+  load_tile_indices(tb, idx_next);
+  if (tb < te) {
+    write_valid(0, idx_next);
+    if constexpr (FP8) {
+#pragma unroll
+      for (int ps = 0; ps < FP8_PASSES; ++ps) {
+        fp8_load(idx_next[ps]);
+        fp8_store(0, ps * PASS_TOKENS + g_tok);
+      }
+    } else {
+      gather_bf16(0, idx_next[0]);
+    }
+  }
+  cp_async_commit();
+  load_tile_indices(tb + 1, idx_next);
+
+  const float scale_log2 = p.sm_scale * 1.4426950408889634f;
+
+  // Running state. m: base-2 running max of each fragment row (same in every warp of the m-group).
+  // l: this thread's partial row sum. o: output accumulators.
+  float m_run[MT][2], l_run[MT][2];
+  float o[MT][NDT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    m_run[mt][0] = m_run[mt][1] = neg_inf();
+    l_run[mt][0] = l_run[mt][1] = 0.f;
+#pragma unroll
+    for (int nd = 0; nd < NDT; ++nd) o[mt][nd][0] = o[mt][nd][1] = o[mt][nd][2] = o[mt][nd][3] = 0.f;
+  }
+  const int mrow0 = mg * MW;  // first head (smem row) of this warp
+  const int tok0 = cs * TW;   // first token of this warp in QK
+  const int dim0 = cs * DW;   // first output dim of this warp in PV
+
+  for (int t = tb; t < te; ++t) {
+    const int buf = (t - tb) & 1;
+    const uint32_t s_kv = s_base + OFF_KV + buf * TILE_BYTES;
+    const bool has_next = t + 1 < te;
+    // ---- issue tile t+1 (bf16: all of it; fp8: the first pass into registers)
+    if (has_next) {
+      write_valid(buf ^ 1, idx_next);
+      if constexpr (FP8) fp8_load(idx_next[0]);
+      else gather_bf16(buf ^ 1, idx_next[0]);
+    }
+    cp_async_commit();
+    load_tile_indices(t + 2, idx_after);
+    cp_async_wait_1();
     __syncthreads();
 
-    // ---- 2. scores of the warp's heads x the block's tokens, then the online softmax.
+    // ---- S = q . K^T for this warp's MW heads x TW tokens
+    float s[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
     {
-      float acc[HEADS_PER_WARP][TOKENS_PER_LANE];
+      const uint32_t a_base = s_q;
+      const int a_row = mrow0 + (lane & 15);
+      const int a_cadd = lane >> 4;
+      const int b_tok = NT == 2 ? tok0 + ((lane >> 4) << 3) + (lane & 7) : tok0 + (lane & 7);
+      const int b_cadd = (lane >> 3) & 1;
+#pragma unroll 4
+      for (int kk = 0; kk < kDimQK / 16; ++kk) {
+        uint32_t a[MT][4];
 #pragma unroll
-      for (int h = 0; h < HEADS_PER_WARP; ++h)
+        for (int mt = 0; mt < MT; ++mt)
+          ldsm_x4(a_base + sw576(a_row + mt * 16, 2 * kk + a_cadd), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
+        uint32_t b[NT][2];
+        if constexpr (NT == 2) {
+          ldsm_x4(s_kv + sw576(b_tok, 2 * kk + b_cadd), b[0][0], b[0][1], b[NT - 1][0], b[NT - 1][1]);
+        } else {
+          ldsm_x2(s_kv + sw576(b_tok, 2 * kk + b_cadd), b[0][0], b[0][1]);
+        }
 #pragma unroll
-        for (int t = 0; t < TOKENS_PER_LANE; ++t) acc[h][t] = 0.f;
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mma_bf16(s[mt][nt], a[mt], b[nt][0], b[nt][1]);
+      }
+    }
 
-      const bf16_t* q_w = q_s + warp * HEADS_PER_WARP * kDimQK;
-#pragma unroll 2
-      for (int k = 0; k < kChunksQK; ++k) {
-        float kvf[TOKENS_PER_LANE][kChunkElems];
+    // FP8 two-pass: pass 0 of tile t+1 -> smem, pass 1 -> registers (stored after PV).
+    if constexpr (FP8 && FP8_PASSES == 2) {
+      if (has_next) {
+        fp8_store(buf ^ 1, g_tok);
+        fp8_load(idx_next[1]);
+      }
+    }
+
+    // ---- online softmax (base 2)
+    bool cval[NT][2];
 #pragma unroll
-        for (int t = 0; t < TOKENS_PER_LANE; ++t)
-          unpack8(*reinterpret_cast<const u32x4*>(kv_s + (lane + 32 * t) * KV_STRIDE + k * kChunkElems),
-                  kvf[t]);
+    for (int nt = 0; nt < NT; ++nt) {
+      const int c = tok0 + nt * 8 + 2 * t4;
+      cval[nt][0] = valid_s[buf * BT + c] != 0;
+      cval[nt][1] = valid_s[buf * BT + c + 1] != 0;
+    }
+    float mx[MT][2];
 #pragma unroll
-        for (int h = 0; h < HEADS_PER_WARP; ++h) {
-          float qf[kChunkElems];  // same address for the whole warp: a broadcast
-          unpack8(*reinterpret_cast<const u32x4*>(q_w + h * kDimQK + k * kChunkElems), qf);
+    for (int mt = 0; mt < MT; ++mt) {
+      mx[mt][0] = mx[mt][1] = neg_inf();
 #pragma unroll
-          for (int t = 0; t < TOKENS_PER_LANE; ++t)
+      for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-            for (int i = 0; i < kChunkElems; ++i) acc[h][t] = fmaf(qf[i], kvf[t][i], acc[h][t]);
+        for (int e = 0; e < 4; ++e) {
+          const float v = cval[nt][e & 1] ? s[mt][nt][e] * scale_log2 : neg_inf();
+          s[mt][nt][e] = v;
+          mx[mt][e >> 1] = fmaxf(mx[mt][e >> 1], v);
         }
       }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[mt][h] = fmaxf(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 1));
+        mx[mt][h] = fmaxf(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 2));
+      }
+    }
+    if constexpr (NCS > 1) {
+      if (t4 == 0) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          red[cs * MROWS + mrow0 + mt * 16 + g] = mx[mt][0];
+          red[cs * MROWS + mrow0 + mt * 16 + g + 8] = mx[mt][1];
+        }
+      }
+      named_barrier(1 + mg, NCS * 32);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        float a0 = neg_inf(), a1 = neg_inf();
+#pragma unroll
+        for (int c2 = 0; c2 < NCS; ++c2) {
+          a0 = fmaxf(a0, red[c2 * MROWS + mrow0 + mt * 16 + g]);
+          a1 = fmaxf(a1, red[c2 * MROWS + mrow0 + mt * 16 + g + 8]);
+        }
+        mx[mt][0] = a0;
+        mx[mt][1] = a1;
+      }
+    }
+    float alpha[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m_new = fmaxf(m_run[mt][h], mx[mt][h]);
+        // m_new = -inf: nothing valid yet (o = l = 0): subtract 0 so -inf - -inf never happens.
+        const float m_use = m_new == neg_inf() ? 0.f : m_new;
+        alpha[mt][h] = exp2f(m_run[mt][h] - m_use);
+        m_run[mt][h] = m_new;
+        mx[mt][h] = m_use;
+      }
+      float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const float p0 = exp2f(s[mt][nt][0] - mx[mt][0]);
+        const float p1 = exp2f(s[mt][nt][1] - mx[mt][0]);
+        const float p2 = exp2f(s[mt][nt][2] - mx[mt][1]);
+        const float p3 = exp2f(s[mt][nt][3] - mx[mt][1]);
+        rs0 += p0 + p1;
+        rs1 += p2 + p3;
+        const int r = mrow0 + mt * 16 + g;
+        const int chunk = (tok0 + nt * 8) >> 3;
+        st_shared_4(s_p + sw64(r, chunk) + 4 * t4, pack_bf16x2_rn(p0, p1));
+        st_shared_4(s_p + sw64(r + 8, chunk) + 4 * t4, pack_bf16x2_rn(p2, p3));
+      }
+      l_run[mt][0] = l_run[mt][0] * alpha[mt][0] + rs0;
+      l_run[mt][1] = l_run[mt][1] * alpha[mt][1] + rs1;
+#pragma unroll
+      for (int nd = 0; nd < NDT; ++nd) {
+        o[mt][nd][0] *= alpha[mt][0];
+        o[mt][nd][1] *= alpha[mt][0];
+        o[mt][nd][2] *= alpha[mt][1];
+        o[mt][nd][3] *= alpha[mt][1];
+      }
+    }
+    if constexpr (NCS > 1) named_barrier(1 + mg, NCS * 32);
+    else __syncwarp();
 
-      bool tok_valid[TOKENS_PER_LANE];
+    // ---- O += P . V over the tile's 64 tokens, this warp's DW dims
 #pragma unroll
-      for (int t = 0; t < TOKENS_PER_LANE; ++t) tok_valid[t] = idx_s[lane + 32 * t] >= 0;
+    for (int kk = 0; kk < BT / 16; ++kk) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        ldsm_x4(s_p + sw64(mrow0 + mt * 16 + (lane & 15), 2 * kk + (lane >> 4)), a[mt][0], a[mt][1], a[mt][2],
+                a[mt][3]);
+      const int v_tok = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+      for (int nd = 0; nd < NDT; nd += 2) {
+        uint32_t b0, b1, b2, b3;
+        ldsm_x4_t(s_kv + sw576(v_tok, ((dim0 + nd * 8) >> 3) + (lane >> 4)), b0, b1, b2, b3);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_bf16(o[mt][nd], a[mt], b0, b1);
+          mma_bf16(o[mt][nd + 1], a[mt], b2, b3);
+        }
+      }
+    }
 
+    if constexpr (FP8) {
+      if (has_next) fp8_store(buf ^ 1, (FP8_PASSES - 1) * PASS_TOKENS + g_tok);
+    }
 #pragma unroll
-      for (int h = 0; h < HEADS_PER_WARP; ++h) {
-        float s[TOKENS_PER_LANE];
-        float block_max = neg_inf();
+    for (int ps = 0; ps < FP8_PASSES; ++ps) idx_next[ps] = idx_after[ps];
+    __syncthreads();  // buffer `buf`, P and red are rewritten next
+  }
+
+  // ---- epilogue: total row sums l (over t4 lanes, then over the NCS warps of the m-group)
 #pragma unroll
-        for (int t = 0; t < TOKENS_PER_LANE; ++t) {
-          s[t] = tok_valid[t] ? acc[h][t] * scale_log2 : neg_inf();
-          block_max = fmaxf(block_max, s[t]);
-        }
-        const float m_new = fmaxf(m_run[h], warp_max(block_max));
-        // Guarded: -inf - -inf would be NaN. An old max of -inf means nothing accumulated yet
-        // (o = 0, l = 0), so any factor works; 0 keeps it exact. A -inf score has p = 0. When
-        // either guard is false, m_new is finite.
-        const float alpha = m_run[h] == neg_inf() ? 0.f : exp2f(m_run[h] - m_new);
-        float sum = 0.f;
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int t = 0; t < TOKENS_PER_LANE; ++t) {
-          const float pr = s[t] == neg_inf() ? 0.f : exp2f(s[t] - m_new);
-          p_s[(lane + 32 * t) * P_STRIDE + warp * HEADS_PER_WARP + h] = pr;
-          sum += pr;
-        }
-        l_run[h] = l_run[h] * alpha + warp_sum(sum);
-        m_run[h] = m_new;
-        if (lane == 0) {
-          alpha_s[warp * HEADS_PER_WARP + h] = alpha;
-          l_s[warp * HEADS_PER_WARP + h] = l_run[h];
-        }
+    for (int h = 0; h < 2; ++h) {
+      l_run[mt][h] += __shfl_xor_sync(0xffffffffu, l_run[mt][h], 1);
+      l_run[mt][h] += __shfl_xor_sync(0xffffffffu, l_run[mt][h], 2);
+    }
+  if constexpr (NCS > 1) {
+    if (t4 == 0) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        red[cs * MROWS + mrow0 + mt * 16 + g] = l_run[mt][0];
+        red[cs * MROWS + mrow0 + mt * 16 + g + 8] = l_run[mt][1];
       }
     }
     __syncthreads();
-
-    // ---- 3. o = o * alpha + P . V over the block's tokens (invalid tokens have p = 0, v = 0).
 #pragma unroll
-    for (int h = 0; h < HEADS_PER_THREAD; ++h) {
-      const float a = alpha_s[pv_head0 + h];
+    for (int mt = 0; mt < MT; ++mt) {
+      float a0 = 0.f, a1 = 0.f;
 #pragma unroll
-      for (int i = 0; i < kChunkElems; ++i) o[h][i] *= a;
+      for (int c2 = 0; c2 < NCS; ++c2) {  // fixed order: the same sum in every warp
+        a0 += red[c2 * MROWS + mrow0 + mt * 16 + g];
+        a1 += red[c2 * MROWS + mrow0 + mt * 16 + g + 8];
+      }
+      l_run[mt][0] = a0;
+      l_run[mt][1] = a1;
     }
-#pragma unroll 4
-    for (int t = 0; t < BLOCK_TOKENS; ++t) {
-      float vf[kChunkElems];
-      unpack8(*reinterpret_cast<const u32x4*>(kv_s + t * KV_STRIDE + v_chunk * kChunkElems), vf);
-      const float* p_t = p_s + t * P_STRIDE + pv_head0;
-      float pr[HEADS_PER_THREAD];
-      if constexpr (HEADS_PER_THREAD % 4 == 0) {
+  }
+
+  const bool partial = num_splits > 1;
+  const long long rows = p.rows;
 #pragma unroll
-        for (int h = 0; h < HEADS_PER_THREAD; h += 4) {
-          const f32x4 v4 = *reinterpret_cast<const f32x4*>(p_t + h);
-          pr[h] = v4.x; pr[h + 1] = v4.y; pr[h + 2] = v4.z; pr[h + 3] = v4.w;
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int hl = mrow0 + mt * 16 + g + 8 * h;  // head within the CTA
+      if (hl >= HB) continue;
+      const long long head = row * H_Q + head0 + hl;
+      const float l = l_run[mt][h];
+      const float inv_l = l > 0.f ? 1.f / l : 0.f;
+      if (!partial) {
+        unsigned short* out = p.out + head * kDimV + dim0 + 2 * t4;
+#pragma unroll
+        for (int nd = 0; nd < NDT; ++nd)
+          *reinterpret_cast<uint32_t*>(out + nd * 8) =
+              pack_bf16x2_rn(o[mt][nd][2 * h] * inv_l, o[mt][nd][2 * h + 1] * inv_l);
+        if (cs == 0 && t4 == 0) {
+          const float m = m_run[mt][h];
+          p.lse[head] = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : pos_inf();
+          if (p.max_logits != nullptr) p.max_logits[head] = l > 0.f ? m * 0.6931471805599453f : neg_inf();
         }
       } else {
+        // Workspace: o_part fp32 [splits][rows][H_Q][512] (normalised by this split's l),
+        // lse_part / max_part fp32 [splits][rows][H_Q] in base 2 (-inf: no valid token).
+        const long long ph = (long long)split * rows * H_Q + head;
+        float* out = p.o_part + ph * kDimV + dim0 + 2 * t4;
 #pragma unroll
-        for (int h = 0; h < HEADS_PER_THREAD; ++h) pr[h] = p_t[h];
+        for (int nd = 0; nd < NDT; ++nd)
+          *reinterpret_cast<f32x2*>(out + nd * 8) = f32x2{o[mt][nd][2 * h] * inv_l, o[mt][nd][2 * h + 1] * inv_l};
+        if (cs == 0 && t4 == 0) {
+          p.lse_part[ph] = l > 0.f ? m_run[mt][h] + log2f(l) : neg_inf();
+          p.max_part[ph] = l > 0.f ? m_run[mt][h] : neg_inf();
+        }
       }
-#pragma unroll
-      for (int h = 0; h < HEADS_PER_THREAD; ++h)
-#pragma unroll
-        for (int i = 0; i < kChunkElems; ++i) o[h][i] = fmaf(pr[h], vf[i], o[h][i]);
-    }
-    __syncthreads();  // kv_s, p_s, alpha_s are rewritten by the next block
-  }
-
-  // ---- epilogue. l = 0 means no valid token: out = 0 (o is exactly 0), lse = +inf.
-#pragma unroll
-  for (int h = 0; h < HEADS_PER_THREAD; ++h) {
-    const float l = l_s[pv_head0 + h];
-    const float inv_l = l > 0.f ? 1.f / l : 0.f;
-    u32x4 packed;
-    packed.x = pack_bf16x2(o[h][0] * inv_l, o[h][1] * inv_l);
-    packed.y = pack_bf16x2(o[h][2] * inv_l, o[h][3] * inv_l);
-    packed.z = pack_bf16x2(o[h][4] * inv_l, o[h][5] * inv_l);
-    packed.w = pack_bf16x2(o[h][6] * inv_l, o[h][7] * inv_l);
-    const long long head = row * H_Q + head0 + pv_head0 + h;
-    *reinterpret_cast<u32x4*>(p.out + head * kDimV + v_chunk * kChunkElems) = packed;
-  }
-  if (lane == 0) {
-#pragma unroll
-    for (int h = 0; h < HEADS_PER_WARP; ++h) {
-      const float lse = l_run[h] > 0.f ? (m_run[h] + log2f(l_run[h])) * 0.6931471805599453f : pos_inf();
-      p.lse[row * H_Q + head0 + warp * HEADS_PER_WARP + h] = lse;
     }
   }
 }

@@ -12,12 +12,18 @@ inline std::vector<KernelSpec> deepseek_v32_matrix() {
   std::vector<KernelSpec> specs;
   for (int topk : {512, 1024, 2048}) {
     for (int h_q : {16, 32, 64, 128}) specs.push_back({.family = Family::sparse_mla_decode, .h_q = h_q, .topk = topk});
+    for (int h_q : {16, 32, 64, 128})
+      specs.push_back({.family = Family::sparse_mla_decode, .h_q = h_q, .topk = topk, .kv_dtype = KvDtype::fp8_e4m3});
     specs.push_back({.family = Family::topk, .topk = topk});
     for (IndexMode mode : {IndexMode::decode, IndexMode::prefill})
       for (int page_size : {1, 64})
         specs.push_back({.family = Family::index_transform, .topk = topk, .page_size = page_size, .mode = mode});
     specs.push_back({.family = Family::index_transform, .topk = topk, .mode = IndexMode::ragged});
   }
+  for (Family family : {Family::fp8_kv_quantize, Family::fp8_kv_gather})  // §4: no topk
+    for (int page_size : {1, 64}) specs.push_back({.family = family, .page_size = page_size});
+  specs.push_back({.family = Family::sparse_mla_decode, .h_q = 8, .topk = 2048});
+  specs.push_back({.family = Family::sparse_mla_combine});
   for (KernelSpec& s : specs) s = with_default_tile(s);
   return specs;
 }

@@ -1,9 +1,12 @@
-// test_sparse_mla_gpu.cpp — nsajit::sparse_mla_decode (§3) against the fp64 reference, plus the
-// host-side argument checks (CPU only: they throw before any driver call).
+// test_sparse_mla_gpu.cpp — nsajit::sparse_mla_decode (§3) against the fp64 reference, for both
+// KV layouts (bf16 rows, FP8 656-byte paged tokens read directly), batch-invariant and split-KV
+// modes, plus the host-side argument checks (CPU only: they throw before any driver call).
 //
-// Every KV row that no used index references is NaN (bf16 0x7fc0), as is the padding of each row
-// past 576 elements, so a stray read of an invalid, out-of-range or past-topk_length entry shows up
-// as NaN in out or lse. Outputs are poisoned before every launch so unwritten elements fail too.
+// Every KV row that no used index references is NaN (bf16 0x7fc0; FP8 tokens all 0xFF bytes:
+// e4m3 NaN, NaN scales, NaN rope), as is the padding of each bf16 row past 576 elements, so a
+// stray read of an invalid, out-of-range or past-topk_length entry shows up as NaN in out or lse.
+// FP8 problems are quantized on the host (reference/fp8_kv_cache) and the reference runs on the
+// dequantized bf16 values. Outputs are poisoned before every launch so unwritten elements fail too.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -19,6 +22,7 @@
 #include "nsajit/errors.hpp"
 #include "nsajit/kernels.hpp"
 #include "reference/bf16.hpp"
+#include "reference/fp8_kv_cache.hpp"
 #include "reference/sparse_mla.hpp"
 #include "tests/gpu_support.hpp"
 
@@ -29,17 +33,31 @@ namespace {
 
 constexpr int D = ref::kMlaDimQK;
 constexpr int DV = ref::kMlaDimV;
+constexpr int kTok = 656;
 constexpr float kScaleModel = 0.13524f;       // DeepSeek-V3.2's sm_scale
 const float kScaleDefault = 1.f / std::sqrt(576.f);  // d_qk^-0.5
 constexpr std::int32_t kIntMax = std::numeric_limits<std::int32_t>::max();
 constexpr std::int32_t kIntMin = std::numeric_limits<std::int32_t>::min();
 constexpr int kPoisonSlots = 64;  // the last slots of every pool: never filled, always NaN
 
+// How a problem is launched: KV layout and split mode.
+struct Mode {
+  bool fp8 = false;
+  int page_size = 64;           // fp8
+  std::int64_t page_pad = 0;    // fp8: extra bytes per page (kv_page_stride = page_size * 656 + pad)
+  int splits = 1;               // 1: no workspace (batch-invariant); 0: workspace, automatic; > 1 forced
+  std::string name() const {
+    return std::string(fp8 ? "fp8 ps" + std::to_string(page_size) : "bf16") + " splits " +
+           (splits == 0 ? std::string("auto") : std::to_string(splits));
+  }
+};
+
 struct Problem {
   int rows = 1, h_q = 16, topk = 2048;
   std::int64_t num_slots = 0, kv_row_stride = D;
   float sm_scale = kScaleModel;
-  std::vector<std::uint16_t> q, kv;
+  std::vector<std::uint16_t> q, kv;  // kv: the bf16 pool (fp8: the dequantized tokens) for the reference
+  std::vector<std::uint8_t> cache;   // fp8: [num_slots / page_size pages][page stride]
   std::vector<std::int32_t> indices;
   std::vector<std::int32_t> topk_length;  // empty: not passed
   std::int32_t poison_slot(int i) const { return std::int32_t(num_slots - kPoisonSlots + i); }
@@ -51,7 +69,7 @@ std::uint16_t random_bf16(std::mt19937& rng) {
 }
 
 // q random, every row's indices distinct random slots of [0, num_slots - kPoisonSlots); KV all NaN
-// until finalize().
+// until finalize(). num_slots is rounded up to a multiple of 64 (whole FP8 pages).
 Problem make_problem(int rows, int h_q, int topk, std::int64_t num_slots, std::uint32_t seed,
                      std::int64_t kv_row_stride = D) {
   std::mt19937 rng(seed);
@@ -59,11 +77,11 @@ Problem make_problem(int rows, int h_q, int topk, std::int64_t num_slots, std::u
   p.rows = rows;
   p.h_q = h_q;
   p.topk = topk;
-  p.num_slots = num_slots;
+  p.num_slots = (num_slots + 63) / 64 * 64;
   p.kv_row_stride = kv_row_stride;
   p.q.resize(std::size_t(rows) * h_q * D);
   for (auto& v : p.q) v = random_bf16(rng);
-  std::vector<std::int32_t> pool(std::size_t(num_slots - kPoisonSlots));
+  std::vector<std::int32_t> pool(std::size_t(p.num_slots - kPoisonSlots));
   std::iota(pool.begin(), pool.end(), 0);
   p.indices.resize(std::size_t(rows) * topk);
   for (int r = 0; r < rows; ++r) {
@@ -76,19 +94,36 @@ Problem make_problem(int rows, int h_q, int topk, std::int64_t num_slots, std::u
   return p;
 }
 
-// Fills the 576 used elements of every slot that a used, valid entry references with random bf16;
-// every other element of the pool stays NaN. Call after editing indices / topk_length.
-void finalize(Problem& p, std::uint32_t seed = 7) {
+// Row generator for finalize: default N(0, 1) bf16.
+using RowFill = void (*)(std::mt19937&, std::uint16_t*);
+void normal_row(std::mt19937& rng, std::uint16_t* row) {
+  for (int d = 0; d < D; ++d) row[d] = random_bf16(rng);
+}
+
+// Fills the 576 used elements of every slot that a used, valid entry references; every other
+// element stays NaN. fp8: the referenced rows are quantized into their tokens (fp32 scales, not
+// powers of two) and kv holds their dequantized values; other tokens are all 0xFF.
+// Call after editing indices / topk_length.
+void finalize(Problem& p, const Mode& m = {}, std::uint32_t seed = 7, RowFill fill = normal_row) {
   std::mt19937 rng(seed);
   p.kv.assign(std::size_t(p.num_slots) * p.kv_row_stride, ref::kBf16QuietNaN);
+  const std::int64_t page_stride = std::int64_t(m.page_size) * kTok + m.page_pad;
+  if (m.fp8) p.cache.assign(std::size_t(p.num_slots / m.page_size * page_stride), 0xFF);
   std::vector<bool> filled(std::size_t(p.num_slots), false);
+  std::vector<std::uint16_t> row(D);
   for (int r = 0; r < p.rows; ++r) {
     const int n = p.topk_length.empty() ? p.topk : std::clamp(p.topk_length[r], 0, p.topk);
     for (int j = 0; j < n; ++j) {
       const std::int64_t idx = p.indices[std::size_t(r) * p.topk + j];
       if (idx < 0 || idx >= p.num_slots || filled[std::size_t(idx)]) continue;
       filled[std::size_t(idx)] = true;
-      for (int d = 0; d < D; ++d) p.kv[std::size_t(idx) * p.kv_row_stride + d] = random_bf16(rng);
+      fill(rng, row.data());
+      if (m.fp8) {
+        std::uint8_t* tok = p.cache.data() + (idx / m.page_size) * page_stride + (idx % m.page_size) * kTok;
+        ref::fp8_kv_quantize_token(row.data(), nsajit::Fp8ScaleFormat::fp32, tok);
+        ref::fp8_kv_dequantize_token(tok, row.data());
+      }
+      std::copy(row.begin(), row.end(), p.kv.begin() + std::ptrdiff_t(idx * p.kv_row_stride));
     }
   }
 }
@@ -110,123 +145,208 @@ ref::SparseMlaOutput reference(const Problem& p) {
 
 struct Result {
   std::vector<std::uint16_t> out;
-  std::vector<float> lse;
+  std::vector<float> lse, max_logits;
 };
 
-// Launches on poisoned outputs and downloads them.
-Result launch(const Problem& p, const void* kv_device = nullptr) {
+// Launches on poisoned outputs (and a poisoned workspace) and downloads them. kv_device: a pool
+// already on the device (bf16 or fp8 per the mode) instead of p.kv / p.cache.
+Result launch(const Problem& p, const Mode& m = {}, const void* kv_device = nullptr) {
   DeviceBuffer<std::uint16_t> q(p.q);
-  DeviceBuffer<std::uint16_t> kv(kv_device ? std::vector<std::uint16_t>{} : p.kv);
+  DeviceBuffer<std::uint16_t> kv(kv_device || m.fp8 ? std::vector<std::uint16_t>{} : p.kv);
+  DeviceBuffer<std::uint8_t> cache(kv_device || !m.fp8 ? std::vector<std::uint8_t>{} : p.cache);
   DeviceBuffer<std::int32_t> indices(p.indices);
   DeviceBuffer<std::int32_t> lengths(p.topk_length);
   DeviceBuffer<std::uint16_t> out(std::size_t(p.rows) * p.h_q * DV);
   DeviceBuffer<float> lse(std::size_t(p.rows) * p.h_q);
+  DeviceBuffer<float> max_logits(std::size_t(p.rows) * p.h_q);
   out.poison();
   lse.poison();
+  max_logits.poison();
   nsajit::SparseMlaDecodeArgs a;
   a.q = q.get();
-  a.kv = kv_device ? kv_device : kv.get();
+  if (m.fp8) {
+    a.kv = kv_device ? kv_device : cache.get();
+    a.kv_dtype = nsajit::KvDtype::fp8_e4m3;
+    a.page_size = m.page_size;
+    a.kv_page_stride = m.page_pad ? std::int64_t(m.page_size) * kTok + m.page_pad : 0;
+  } else {
+    a.kv = kv_device ? kv_device : kv.get();
+    a.kv_row_stride = p.kv_row_stride;
+  }
   a.num_slots = p.num_slots;
-  a.kv_row_stride = p.kv_row_stride;
   a.indices = indices.get();
   a.topk_length = p.topk_length.empty() ? nullptr : lengths.get();
   a.out = out.get();
   a.lse = lse.get();
+  a.max_logits = max_logits.get();
   a.rows = p.rows;
   a.h_q = p.h_q;
   a.topk = p.topk;
   a.sm_scale = p.sm_scale;
+  std::size_t ws_bytes = 0;
+  if (m.splits != 1) {
+    a.num_splits = m.splits;
+    ws_bytes = std::max<std::size_t>(16, nsajit::sparse_mla_workspace_bytes(p.rows, p.h_q, p.topk, m.splits));
+  }
+  DeviceBuffer<std::uint8_t> ws(ws_bytes);
+  if (ws_bytes) {
+    ws.poison(0xFF);  // NaN floats: an unwritten partial would show
+    a.workspace = ws.get();
+    a.workspace_bytes = ws_bytes;
+  }
   nsajit::sparse_mla_decode(a);
-  return {out.download(), lse.download()};
+  return {out.download(), lse.download(), max_logits.download()};
 }
 
 // Launch + compare with the fp64 reference under the spec's tolerance.
-Result check(const Problem& p, const std::string& what) {
-  INFO(what, " (rows ", p.rows, ", h_q ", p.h_q, ", topk ", p.topk, ", sm_scale ", p.sm_scale, ")");
-  Result got = launch(p);
-  const ref::MlaComparison c = ref::compare_sparse_mla(got.out, got.lse, reference(p), p.rows, p.h_q);
+Result check(const Problem& p, const std::string& what, const Mode& m = {}) {
+  INFO(what, " [", m.name(), "] (rows ", p.rows, ", h_q ", p.h_q, ", topk ", p.topk, ", sm_scale ", p.sm_scale, ")");
+  Result got = launch(p, m);
+  const ref::SparseMlaOutput want = reference(p);
+  const ref::MlaComparison c = ref::compare_sparse_mla(got.out, got.lse, want, p.rows, p.h_q);
   CHECK_MESSAGE(c.ok, c.message);
+  std::string msg;
+  const std::size_t bad_max = ref::compare_max_logits(got.max_logits, want, msg);
+  CHECK_MESSAGE(bad_max == 0, msg);
   return got;
 }
 
-// Every out element of (row, all heads) is exactly 0 and every lse is +inf.
+// The modes every correctness case runs in.
+const std::vector<Mode>& all_modes() {
+  static const std::vector<Mode> modes = {
+      Mode{},                                        // bf16, batch-invariant
+      Mode{.fp8 = true, .page_size = 64},            // fp8, batch-invariant
+      Mode{.splits = 3},                             // bf16, split-KV
+      Mode{.fp8 = true, .page_size = 1, .splits = 0} // fp8 page size 1, automatic splits
+  };
+  return modes;
+}
+
+// Every out element of (row, all heads) is exactly 0, every lse +inf, every max_logits -inf.
 void check_empty_row(const Result& r, const Problem& p, int row) {
   INFO("row ", row, " has no valid index");
-  bool zeros = true, infs = true;
+  bool zeros = true, infs = true, ninfs = true;
   for (std::size_t i = std::size_t(row) * p.h_q * DV; i < std::size_t(row + 1) * p.h_q * DV; ++i)
     zeros &= ref::bf16_to_float(r.out[i]) == 0.f;
-  for (int h = 0; h < p.h_q; ++h) infs &= r.lse[std::size_t(row) * p.h_q + h] == std::numeric_limits<float>::infinity();
+  for (int h = 0; h < p.h_q; ++h) {
+    infs &= r.lse[std::size_t(row) * p.h_q + h] == std::numeric_limits<float>::infinity();
+    ninfs &= r.max_logits[std::size_t(row) * p.h_q + h] == -std::numeric_limits<float>::infinity();
+  }
   CHECK(zeros);
   CHECK(infs);
+  CHECK(ninfs);
 }
 
 void set_range(Problem& p, int row, int begin, int end, std::int32_t value) {
   for (int j = begin; j < end; ++j) p.indices[std::size_t(row) * p.topk + j] = value;
 }
 
+bool same_bits(const Result& a, std::size_t a_head, const Result& b, std::size_t b_head, std::size_t heads) {
+  for (std::size_t i = 0; i < heads * DV; ++i)
+    if (a.out[a_head * DV + i] != b.out[b_head * DV + i]) return false;
+  for (std::size_t h = 0; h < heads; ++h)
+    if (std::bit_cast<std::uint32_t>(a.lse[a_head + h]) != std::bit_cast<std::uint32_t>(b.lse[b_head + h]) ||
+        std::bit_cast<std::uint32_t>(a.max_logits[a_head + h]) != std::bit_cast<std::uint32_t>(b.max_logits[b_head + h]))
+      return false;
+  return true;
+}
+
 }  // namespace
 
-TEST_CASE("sparse_mla gpu: every h_q at topk 2048, both sm_scales") {
+TEST_CASE("sparse_mla gpu: every h_q at topk 2048, both sm_scales, every mode") {
   NSAJIT_REQUIRE_GPU();
-  for (int h_q : {8, 16, 32, 64, 128}) {
-    for (float scale : {kScaleModel, kScaleDefault}) {
-      Problem p = make_problem(2, h_q, 2048, 6000, std::uint32_t(h_q));
-      p.sm_scale = scale;
-      finalize(p);
-      check(p, "random valid slots");
+  for (const Mode& m : all_modes()) {
+    for (int h_q : {8, 16, 32, 64, 128}) {
+      for (float scale : {kScaleModel, kScaleDefault}) {
+        Problem p = make_problem(2, h_q, 2048, 6000, std::uint32_t(h_q));
+        p.sm_scale = scale;
+        finalize(p, m);
+        check(p, "random valid slots", m);
+      }
     }
   }
 }
 
 TEST_CASE("sparse_mla gpu: invalid entries at the front, middle, end, whole blocks, all") {
   NSAJIT_REQUIRE_GPU();
-  for (int h_q : {16, 128}) {
-    Problem p = make_problem(10, h_q, 2048, 5000, 11);
-    set_range(p, 0, 0, 100, -1);        // front
-    set_range(p, 1, 1000, 1100, -1);    // middle
-    set_range(p, 2, 1748, 2048, -1);    // end
-    set_range(p, 3, 640, 704, -1);      // exactly one 64-token block
-    set_range(p, 4, 0, 2048, -1);       // everything
-    set_range(p, 5, 0, 2048, -1);       // one valid entry after 23 all-invalid blocks
-    p.indices[5 * 2048 + 1500] = 42;
-    set_range(p, 6, 1, 2048, -1);       // one valid entry, first
-    for (int j = 0; j < 2048; j += 2) p.indices[7 * 2048 + j] = -1;  // every other entry
-    for (int b = 0; b < 32; b += 2) set_range(p, 8, b * 64, b * 64 + 64, -1);  // every other block
-    // Row 9: invalid values other than -1, sprinkled: other negatives and slots >= num_slots.
-    const std::int32_t odd[] = {-2, -1000, kIntMin, std::int32_t(p.num_slots), std::int32_t(p.num_slots + 1),
-                                kIntMax};
-    for (int j = 0; j < 2048; j += 7) p.indices[9 * 2048 + j] = odd[(j / 7) % 6];
-    finalize(p);
-    const Result r = check(p, "invalid entries");
-    check_empty_row(r, p, 4);
+  for (const Mode& m : all_modes()) {
+    for (int h_q : {16, 128}) {
+      Problem p = make_problem(10, h_q, 2048, 5000, 11);
+      set_range(p, 0, 0, 100, -1);        // front
+      set_range(p, 1, 1000, 1100, -1);    // middle
+      set_range(p, 2, 1748, 2048, -1);    // end
+      set_range(p, 3, 640, 704, -1);      // exactly one 64-token block
+      set_range(p, 4, 0, 2048, -1);       // everything
+      set_range(p, 5, 0, 2048, -1);       // one valid entry after 23 all-invalid blocks
+      p.indices[5 * 2048 + 1500] = 42;
+      set_range(p, 6, 1, 2048, -1);       // one valid entry, first
+      for (int j = 0; j < 2048; j += 2) p.indices[7 * 2048 + j] = -1;  // every other entry
+      for (int b = 0; b < 32; b += 2) set_range(p, 8, b * 64, b * 64 + 64, -1);  // every other block
+      // Row 9: invalid values other than -1, sprinkled: other negatives and slots >= num_slots.
+      const std::int32_t odd[] = {-2, -1000, kIntMin, std::int32_t(p.num_slots), std::int32_t(p.num_slots + 1),
+                                  kIntMax};
+      for (int j = 0; j < 2048; j += 7) p.indices[9 * 2048 + j] = odd[(j / 7) % 6];
+      finalize(p, m);
+      const Result r = check(p, "invalid entries", m);
+      check_empty_row(r, p, 4);
+    }
   }
 }
 
 TEST_CASE("sparse_mla gpu: rows whose every entry is an out-of-range value") {
   NSAJIT_REQUIRE_GPU();
-  Problem p = make_problem(3, 32, 512, 1000, 3);
-  set_range(p, 0, 0, 512, -7);
-  set_range(p, 1, 0, 512, std::int32_t(p.num_slots));
-  set_range(p, 2, 0, 512, kIntMin);
-  finalize(p);
-  const Result r = check(p, "all invalid, not -1");
-  for (int row = 0; row < 3; ++row) check_empty_row(r, p, row);
+  for (const Mode& m : all_modes()) {
+    Problem p = make_problem(3, 32, 512, 1000, 3);
+    set_range(p, 0, 0, 512, -7);
+    set_range(p, 1, 0, 512, std::int32_t(p.num_slots));
+    set_range(p, 2, 0, 512, kIntMin);
+    finalize(p, m);
+    const Result r = check(p, "all invalid, not -1", m);
+    for (int row = 0; row < 3; ++row) check_empty_row(r, p, row);
+  }
 }
 
 TEST_CASE("sparse_mla gpu: topk_length uses only the first n entries") {
   NSAJIT_REQUIRE_GPU();
-  const std::vector<std::int32_t> lengths{0, 1, 63, 64, 65, 1000, 2047, 2048, 5000, -3, kIntMin, kIntMax};
-  Problem p = make_problem(int(lengths.size()), 16, 2048, 9000, 5);
-  p.topk_length = lengths;
-  // Entries past n point at never-filled (NaN) slots: reading one would poison the row.
-  for (int r = 0; r < p.rows; ++r)
-    for (int j = std::clamp(lengths[std::size_t(r)], 0, p.topk); j < p.topk; ++j)
-      p.indices[std::size_t(r) * p.topk + j] = p.poison_slot(j % kPoisonSlots);
-  finalize(p);
-  const Result r = check(p, "topk_length");
-  check_empty_row(r, p, 0);
-  check_empty_row(r, p, 9);
-  check_empty_row(r, p, 10);
+  for (const Mode& m : all_modes()) {
+    const std::vector<std::int32_t> lengths{0, 1, 63, 64, 65, 1000, 2047, 2048, 5000, -3, kIntMin, kIntMax};
+    Problem p = make_problem(int(lengths.size()), 16, 2048, 9000, 5);
+    p.topk_length = lengths;
+    // Entries past n point at never-filled (NaN) slots: reading one would poison the row.
+    for (int r = 0; r < p.rows; ++r)
+      for (int j = std::clamp(lengths[std::size_t(r)], 0, p.topk); j < p.topk; ++j)
+        p.indices[std::size_t(r) * p.topk + j] = p.poison_slot(j % kPoisonSlots);
+    finalize(p, m);
+    const Result r = check(p, "topk_length", m);
+    check_empty_row(r, p, 0);
+    check_empty_row(r, p, 9);
+    check_empty_row(r, p, 10);
+  }
+}
+
+TEST_CASE("sparse_mla gpu: MTP next_n 1..4 with requests shorter than next_n") {
+  NSAJIT_REQUIRE_GPU();
+  // Request lengths; MTP row j of a request of length L sees L - next_n + j + 1 keys (valid
+  // prefix of distinct slots, then -1), so requests shorter than next_n have empty first rows.
+  const std::vector<int> lens{1, 2, 3, 700, 4000};
+  for (const Mode& m : {Mode{}, Mode{.fp8 = true, .page_size = 64, .splits = 0}}) {
+    for (int next_n = 1; next_n <= 4; ++next_n) {
+      const int b = int(lens.size());
+      Problem p = make_problem(b * next_n, 64, 2048, 8000, 60 + next_n);
+      for (int r = 0; r < b; ++r)
+        for (int j = 0; j < next_n; ++j) {
+          const int row = r * next_n + j;
+          const int seen = lens[std::size_t(r)] - next_n + j + 1;
+          set_range(p, row, std::clamp(seen, 0, p.topk), p.topk, -1);
+        }
+      finalize(p, m);
+      INFO("next_n ", next_n);
+      const Result res = check(p, "MTP", m);
+      for (int r = 0; r < b; ++r)
+        for (int j = 0; j < next_n; ++j)
+          if (lens[std::size_t(r)] - next_n + j + 1 <= 0) check_empty_row(res, p, r * next_n + j);
+    }
+  }
 }
 
 TEST_CASE("sparse_mla gpu: kv_row_stride > 576 (padding is NaN and never read)") {
@@ -239,61 +359,148 @@ TEST_CASE("sparse_mla gpu: kv_row_stride > 576 (padding is NaN and never read)")
   }
 }
 
+TEST_CASE("sparse_mla gpu: FP8 page sizes 1 and 64, padded pages, shuffled page tables") {
+  NSAJIT_REQUIRE_GPU();
+  for (int page_size : {1, 64}) {
+    for (std::int64_t pad : {0, 48}) {
+      // Positions 0..len-1 of each request map to slots through a shuffled page table.
+      const int num_pages = 12000 / page_size + 2;
+      Problem p = make_problem(4, 32, 1024, std::int64_t(num_pages) * page_size, 70 + page_size);
+      std::mt19937 rng(71);
+      std::vector<std::int32_t> table(std::size_t(num_pages) - 1);  // the last page stays NaN
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), rng);
+      const int len = 3000;
+      for (int r = 0; r < p.rows; ++r)
+        for (int j = 0; j < p.topk; ++j) {
+          const int pos = std::uniform_int_distribution<int>(0, len - 1)(rng);
+          p.indices[std::size_t(r) * p.topk + j] = table[std::size_t(pos / page_size)] * page_size + pos % page_size;
+        }
+      set_range(p, 2, 512, 1024, -1);
+      p.num_slots = std::int64_t(num_pages) * page_size;
+      const Mode m{.fp8 = true, .page_size = page_size, .page_pad = pad};
+      finalize(p, m);
+      check(p, "page size " + std::to_string(page_size) + " pad " + std::to_string(pad), m);
+    }
+  }
+}
+
+TEST_CASE("sparse_mla gpu: FP8 tiles zero, tiny, 448, huge, non-power-of-two scales") {
+  NSAJIT_REQUIRE_GPU();
+  // Tile t of each token: kind chosen per token: N(0,1) x {0, 1e-6, 1, 448-peaked, 3e5}. q dims of
+  // tiles 2 and 3 are scaled down so scores stay moderate.
+  auto fill = [](std::mt19937& rng, std::uint16_t* row) {
+    static const float mags[] = {0.f, 1e-6f, 1.f, 100.f, 3e5f};
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (int t = 0; t < 4; ++t) {
+      const float mag = mags[std::uniform_int_distribution<int>(0, 4)(rng)];
+      const int peak = std::uniform_int_distribution<int>(0, 127)(rng);
+      for (int d = 0; d < 128; ++d) {
+        float v = mag * normal(rng);
+        if (mag == 100.f && d == peak) v = 448.f;  // amax exactly 448: scale 1
+        row[128 * t + d] = ref::float_to_bf16(v);
+      }
+    }
+    for (int d = 512; d < D; ++d) row[d] = ref::float_to_bf16(normal(rng));
+  };
+  for (int h_q : {16, 64}) {
+    Problem p = make_problem(3, h_q, 512, 3000, 80);
+    for (int r = 0; r < p.rows; ++r)
+      for (int h = 0; h < h_q; ++h)
+        for (int d = 256; d < 512; ++d) {
+          std::uint16_t& v = p.q[(std::size_t(r) * h_q + h) * D + d];
+          v = ref::float_to_bf16(ref::bf16_to_float(v) * (d < 384 ? 1e-2f : 1e-5f));
+        }
+    set_range(p, 1, 0, 100, -1);
+    const Mode m{.fp8 = true, .page_size = 64};
+    finalize(p, m, 81, +fill);
+    check(p, "fp8 tile magnitudes", m);
+  }
+}
+
 TEST_CASE("sparse_mla gpu: rows = 1 and rows = 64") {
   NSAJIT_REQUIRE_GPU();
-  Problem one = make_problem(1, 128, 2048, 4096, 21);
-  finalize(one);
-  check(one, "rows 1");
-  Problem many = make_problem(64, 16, 2048, 20000, 22);
-  for (int r = 0; r < 64; r += 5) set_range(many, r, (r * 37) % 2000, (r * 37) % 2000 + 48, -1);
-  finalize(many);
-  check(many, "rows 64");
+  for (const Mode& m : all_modes()) {
+    Problem one = make_problem(1, 128, 2048, 4096, 21);
+    finalize(one, m);
+    check(one, "rows 1", m);
+    Problem many = make_problem(64, 16, 2048, 20000, 22);
+    for (int r = 0; r < 64; r += 5) set_range(many, r, (r * 37) % 2000, (r * 37) % 2000 + 48, -1);
+    finalize(many, m);
+    check(many, "rows 64", m);
+  }
 }
 
 TEST_CASE("sparse_mla gpu: topk 64, 576 (odd block count), 16384") {
   NSAJIT_REQUIRE_GPU();
-  for (int topk : {64, 576}) {
-    Problem p = make_problem(4, 32, topk, 2000, std::uint32_t(topk));
-    set_range(p, 1, topk - 64, topk, -1);
-    finalize(p);
-    check(p, "topk " + std::to_string(topk));
+  for (const Mode& m : all_modes()) {
+    for (int topk : {64, 576}) {
+      Problem p = make_problem(4, 32, topk, 2000, std::uint32_t(topk));
+      set_range(p, 1, topk - 64, topk, -1);
+      finalize(p, m);
+      check(p, "topk " + std::to_string(topk), m);
+    }
+    Problem big = make_problem(1, 16, 16384, 17000, 17);
+    set_range(big, 0, 8000, 9000, -1);
+    finalize(big, m);
+    check(big, "topk 16384", m);
   }
-  Problem big = make_problem(1, 16, 16384, 17000, 17);
-  set_range(big, 0, 8000, 9000, -1);
-  finalize(big);
-  check(big, "topk 16384");
 }
 
 TEST_CASE("sparse_mla gpu: peaked softmax (large scores) stays finite and accurate") {
   NSAJIT_REQUIRE_GPU();
-  Problem p = make_problem(4, 16, 1024, 3000, 31);
-  p.sm_scale = 1.0f;  // scores ~ N(0, 24^2): one token dominates, exp underflows for most
-  set_range(p, 2, 0, 512, -1);
-  finalize(p);
-  check(p, "sm_scale 1.0");
+  for (const Mode& m : all_modes()) {
+    Problem p = make_problem(4, 16, 1024, 3000, 31);
+    p.sm_scale = 1.0f;  // scores ~ N(0, 24^2): one token dominates, exp underflows for most
+    set_range(p, 2, 0, 512, -1);
+    finalize(p, m);
+    check(p, "sm_scale 1.0", m);
+  }
 }
 
-TEST_CASE("sparse_mla gpu: deterministic and independent of batchmates") {
+TEST_CASE("sparse_mla gpu: batch-invariant mode: deterministic and independent of batchmates") {
   NSAJIT_REQUIRE_GPU();
-  Problem batch = make_problem(4, 32, 1024, 5000, 41);
-  set_range(batch, 3, 0, 1024, -1);
-  finalize(batch);
-  const Result a = launch(batch);
-  const Result b = launch(batch);
-  CHECK(a.out == b.out);
-  CHECK(std::equal(a.lse.begin(), a.lse.end(), b.lse.begin(), b.lse.end(),
-                   [](float x, float y) { return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y); }));
-  // Row 2 alone gives the same bits as inside the batch.
-  Problem alone = batch;
-  alone.rows = 1;
-  alone.q.assign(batch.q.begin() + 2 * 32 * D, batch.q.begin() + 3 * 32 * D);
-  alone.indices.assign(batch.indices.begin() + 2 * 1024, batch.indices.begin() + 3 * 1024);
-  const Result c = launch(alone);
-  CHECK(std::equal(c.out.begin(), c.out.end(), a.out.begin() + 2 * 32 * DV));
-  for (int h = 0; h < 32; ++h) CHECK(c.lse[std::size_t(h)] == a.lse[std::size_t(2 * 32 + h)]);
+  for (const Mode& m : {Mode{}, Mode{.fp8 = true, .page_size = 64}}) {
+    for (int h_q : {16, 128}) {
+      INFO(m.name(), " h_q ", h_q);
+      Problem batch = make_problem(6, h_q, 1024, 5000, 41);
+      set_range(batch, 3, 0, 1024, -1);
+      finalize(batch, m);
+      const Result a = launch(batch, m);
+      const Result b = launch(batch, m);
+      CHECK(same_bits(a, 0, b, 0, std::size_t(6 * h_q)));
+      // Row 2 alone, and with other batchmates, gives the same bits as inside the batch.
+      Problem alone = batch;
+      alone.rows = 1;
+      alone.q.assign(batch.q.begin() + 2 * h_q * D, batch.q.begin() + 3 * h_q * D);
+      alone.indices.assign(batch.indices.begin() + 2 * 1024, batch.indices.begin() + 3 * 1024);
+      const Result c = launch(alone, m);
+      CHECK(same_bits(c, 0, a, std::size_t(2 * h_q), std::size_t(h_q)));
+      Problem other = make_problem(200, h_q, 1024, 5000, 43);  // different batchmates, row 2 at 117
+      other.kv = batch.kv;
+      other.cache = batch.cache;
+      std::copy(alone.q.begin(), alone.q.end(), other.q.begin() + 117 * h_q * D);
+      for (auto& v : other.indices) v = v % 64 == 0 ? -1 : std::int32_t(v % 4000);
+      std::copy(alone.indices.begin(), alone.indices.end(), other.indices.begin() + 117 * 1024);
+      const Result d = launch(other, m);
+      CHECK(same_bits(d, std::size_t(117 * h_q), a, std::size_t(2 * h_q), std::size_t(h_q)));
+    }
+  }
 }
 
-TEST_CASE("sparse_mla gpu: slot offsets past 2^31 elements use 64-bit arithmetic") {
+TEST_CASE("sparse_mla gpu: split-KV partial results are combined for every split count") {
+  NSAJIT_REQUIRE_GPU();
+  for (int splits : {2, 5, 32, 64}) {
+    Problem p = make_problem(3, 64, 2048, 6000, 90 + splits);
+    set_range(p, 1, 0, 1500, -1);  // most splits of row 1 are empty
+    set_range(p, 2, 0, 2048, -1);  // every split of row 2 is empty
+    finalize(p, Mode{.splits = splits});
+    const Result r = check(p, "splits " + std::to_string(splits), Mode{.splits = splits});
+    check_empty_row(r, p, 2);
+  }
+}
+
+TEST_CASE("sparse_mla gpu: bf16 slot offsets past 2^31 bytes use 64-bit arithmetic") {
   NSAJIT_REQUIRE_GPU();
   // 3.8M slots x 576 bf16 = 4.4 GB: idx * 576 exceeds 2^31 for idx >= 3 728 271.
   const std::int64_t slots = 3'800'000;
@@ -331,9 +538,55 @@ TEST_CASE("sparse_mla gpu: slot offsets past 2^31 elements use 64-bit arithmetic
     }
     idx = pos;
   }
-  const Result got = launch(p, pool.get());
+  const Result got = launch(p, Mode{}, pool.get());
   const ref::MlaComparison c = ref::compare_sparse_mla(got.out, got.lse, reference(compact), p.rows, p.h_q);
   CHECK_MESSAGE(c.ok, c.message);
+}
+
+TEST_CASE("sparse_mla gpu: FP8 pool larger than 2^31 bytes, pages referenced above that offset") {
+  NSAJIT_REQUIRE_GPU();
+  // 54 000 pages x 64 tokens x 656 B = 2.27 GB; page 51 150 starts past 2^31 bytes.
+  const int page_size = 64;
+  const std::int64_t pages = 54'000, slots = pages * page_size;
+  Problem p = make_problem(2, 32, 256, 2 * kPoisonSlots + 512, 53);
+  std::mt19937 rng(54);
+  for (int j = 0; j < 512; ++j)  // most indices in pages >= 51 200, a few low ones
+    p.indices[std::size_t(j)] = j % 8 == 0 ? std::int32_t(7 * j) : std::int32_t(slots - 1 - 5 * j);
+  set_range(p, 1, 10, 50, -1);
+  p.indices[std::size_t(256 + 60)] = std::int32_t(slots);  // just out of range
+  p.num_slots = slots;
+
+  DeviceBuffer<std::uint8_t> pool(std::size_t(slots) * kTok);
+  NSAJIT_CU(cuMemsetD8, CUdeviceptr(pool.get()), 0xFF, std::size_t(slots) * kTok);  // NaN everywhere
+  Problem compact = p;
+  compact.num_slots = 512;
+  compact.kv.assign(512 * D, ref::kBf16QuietNaN);
+  int next = 0;
+  std::vector<std::int32_t> seen(512, -1);
+  std::vector<std::uint16_t> row(D);
+  std::vector<std::uint8_t> tok(kTok);
+  for (auto& idx : compact.indices) {
+    if (idx < 0 || idx >= slots) {
+      idx = -1;
+      continue;
+    }
+    const auto it = std::find(seen.begin(), seen.begin() + next, idx);
+    const int pos = int(it - seen.begin());
+    if (pos == next) {
+      seen[std::size_t(next++)] = idx;
+      for (auto& v : row) v = random_bf16(rng);
+      ref::fp8_kv_quantize_token(row.data(), nsajit::Fp8ScaleFormat::fp32, tok.data());
+      ref::fp8_kv_dequantize_token(tok.data(), row.data());
+      std::copy(row.begin(), row.end(), compact.kv.begin() + std::ptrdiff_t(pos) * D);
+      NSAJIT_CU(cuMemcpyHtoD, CUdeviceptr(pool.get() + std::size_t(idx) * kTok), tok.data(), kTok);
+    }
+    idx = pos;
+  }
+  for (int splits : {1, 4}) {
+    const Result got = launch(p, Mode{.fp8 = true, .page_size = page_size, .splits = splits}, pool.get());
+    const ref::MlaComparison c = ref::compare_sparse_mla(got.out, got.lse, reference(compact), p.rows, p.h_q);
+    CHECK_MESSAGE(c.ok, c.message);
+  }
 }
 
 // ---- host-side argument checks (no GPU needed: they throw before any driver call) -------------
@@ -383,8 +636,23 @@ TEST_CASE("sparse_mla args: bad arguments throw InvalidArgument naming the argum
       {"argument sm_scale = -0.5", [](auto& a) { a.sm_scale = -0.5f; }},
       {"argument sm_scale = nan", [](auto& a) { a.sm_scale = std::numeric_limits<float>::quiet_NaN(); }},
       {"argument sm_scale = inf", [](auto& a) { a.sm_scale = std::numeric_limits<float>::infinity(); }},
-      {"argument kv_dtype = fp8", [](auto& a) { a.kv_dtype = nsajit::KvDtype::fp8_e4m3; }},
-      {"not yet supported", [](auto& a) { a.kv_dtype = nsajit::KvDtype::fp8_e4m3; }},
+      {"argument page_size = 0: expected >= 1",
+       [](auto& a) { a.kv_dtype = nsajit::KvDtype::fp8_e4m3; a.page_size = 0; }},
+      {"argument kv_page_stride = 100",
+       [](auto& a) { a.kv_dtype = nsajit::KvDtype::fp8_e4m3; a.page_size = 1; a.kv_page_stride = 100; }},
+      {"argument kv_page_stride = 664",
+       [](auto& a) { a.kv_dtype = nsajit::KvDtype::fp8_e4m3; a.page_size = 2; a.kv_page_stride = 664; }},
+      {"argument num_slots = 100: expected num_pages * page_size",
+       [](auto& a) { a.kv_dtype = nsajit::KvDtype::fp8_e4m3; a.page_size = 64; }},
+      {"argument next_n = 9: expected 1..8", [](auto& a) { a.next_n = 9; }},
+      {"argument next_n = 0", [](auto& a) { a.next_n = 0; }},
+      {"argument rows = 3: expected a multiple of next_n (2)", [](auto& a) { a.rows = 3; a.next_n = 2; }},
+      {"argument num_splits = 65", [](auto& a) { a.num_splits = 65; }},
+      {"argument num_splits = 2: expected 0 or 1 without a workspace", [](auto& a) { a.num_splits = 2; }},
+      {"argument workspace = ",
+       [](auto& a) { a.workspace = reinterpret_cast<void*>(std::uintptr_t(0x70008)); }},
+      {"argument max_logits = ",
+       [](auto& a) { a.max_logits = reinterpret_cast<float*>(std::uintptr_t(0x80002)); }},
       {"argument num_slots = -1", [](auto& a) { a.num_slots = -1; }},
       {"argument kv_row_stride = 575", [](auto& a) { a.kv_row_stride = 575; }},
       {"argument kv_row_stride = 580", [](auto& a) { a.kv_row_stride = 580; }},
@@ -443,13 +711,25 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   };
   for (int h_q : {8, 16, 32, 64, 128}) CHECK(message(spec(h_q)) == "(valid)");
   CHECK(spec(8).tile.heads_per_cta == 8);
-  CHECK(spec(128).tile.heads_per_cta == 16);
+  CHECK(spec(32).tile.heads_per_cta == 32);
+  CHECK(spec(128).tile.heads_per_cta == 64);
   CHECK(spec(128).tile.threads == 256);
   CHECK(spec(128).tile.block_tokens == 64);
   CHECK(message(spec(24)).find("h_q = 24: expected one of 8, 16, 32, 64, 128") != std::string::npos);
   KernelSpec s = spec(16);
   s.kv_dtype = nsajit::KvDtype::fp8_e4m3;
-  CHECK(message(s).find("not yet supported") != std::string::npos);
+  CHECK(message(s) == "(valid)");
+  CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.sm_90a");
+  s = spec(16);
+  s.tile.threads = 128;
+  CHECK(message(s).find("threads = 128") != std::string::npos);
+  KernelSpec c;
+  c.family = Family::sparse_mla_combine;
+  c = nsajit::with_default_tile(c);
+  CHECK(message(c) == "(valid)");
+  CHECK(nsajit::readable_name(c) == "sparse_mla_combine.sm_90a");
+  c.h_q = 16;
+  CHECK(message(c).find("h_q = 16") != std::string::npos);
   s = spec(16);
   s.next_n = 9;
   CHECK(message(s).find("next_n = 9") != std::string::npos);
@@ -458,7 +738,6 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   CHECK(message(s).find("topk = 100") != std::string::npos);
   s = spec(16);
   s.tile.heads_per_cta = 32;
-  s.h_q = 16;
   CHECK(message(s).find("heads_per_cta = 32") != std::string::npos);  // does not divide h_q
 
   s = spec(16);

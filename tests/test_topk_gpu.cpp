@@ -1,5 +1,8 @@
-// test_topk_gpu.cpp — nsajit::topk (§2) on the GPU against reference::topk, plus host-side
-// argument checks (those need no GPU: they throw before any driver call).
+// test_topk_gpu.cpp — nsajit::topk (§2, plain, fused with §1, sorted) on the GPU against the CPU
+// reference (full stable sort), plus host-side argument checks and compile checks (those need no
+// GPU). The unsorted output is compared byte for byte with reference::topk_index_order (which
+// implies the same index set, the same value multiset and the tie rule), sorted output with
+// reference::topk, fused output with reference::apply_transform of those.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -9,18 +12,23 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "nsajit/errors.hpp"
+#include "nsajit/jit.hpp"
 #include "nsajit/kernels.hpp"
+#include "reference/index_transform.hpp"
 #include "reference/topk.hpp"
 #include "runtime/runtime.hpp"
+#include "runtime/topk_launch.hpp"
 #include "templates/kernel_params.h"
 #include "tests/gpu_support.hpp"
 
 namespace ref = nsajit::reference;
+using nsajit::IndexMode;
 using nsajit::test::DeviceBuffer;
 using I = std::vector<std::int32_t>;
 
@@ -31,12 +39,19 @@ const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 unsigned fresh_seed() { return std::random_device{}(); }
 
-// Device copies of a problem's inputs and a poisoned output.
+float from_bits(std::uint32_t u) { return std::bit_cast<float>(u); }
+
+template <class T>
+std::unique_ptr<DeviceBuffer<T>> device_or_null(const std::vector<T>& v) {
+  return v.empty() ? nullptr : std::make_unique<DeviceBuffer<T>>(v);
+}
+
+// Device copies of a problem's inputs (and of a transform's), and a poisoned output.
 struct DeviceTopk {
-  explicit DeviceTopk(const ref::TopkProblem& p)
-      : scores(p.scores),
+  explicit DeviceTopk(const ref::TopkProblem& p, const ref::TopkTransform* t = nullptr, bool sorted = false)
+      : scores(p.scores.empty() ? std::vector<float>{0.f} : p.scores),
         lengths(p.lengths),
-        row_starts(p.row_starts.empty() ? nullptr : std::make_unique<DeviceBuffer<std::int32_t>>(p.row_starts)),
+        row_starts(device_or_null(p.row_starts)),
         out(std::size_t(p.rows) * p.topk) {
     args.scores = scores.get();
     args.score_row_stride = p.score_row_stride;
@@ -46,6 +61,22 @@ struct DeviceTopk {
     args.rows = p.rows;
     args.width = p.width;
     args.topk = p.topk;
+    args.sorted = sorted;
+    if (t) {
+      page_table = device_or_null(t->page_table);
+      cu_seqlens_q = device_or_null(t->cu_seqlens_q);
+      offsets = device_or_null(t->offsets);
+      args.fused_transform = true;
+      args.mode = t->mode;
+      args.page_table = page_table ? page_table->get() : nullptr;
+      args.page_table_width = t->page_table_width;
+      args.page_table_row_stride = t->page_table_row_stride;
+      args.page_size = t->page_size;
+      args.cu_seqlens_q = cu_seqlens_q ? cu_seqlens_q->get() : nullptr;
+      args.num_requests = t->num_requests;
+      args.offsets = offsets ? offsets->get() : nullptr;
+      args.next_n = t->next_n;
+    }
   }
   I run() {
     out.poison();
@@ -54,23 +85,40 @@ struct DeviceTopk {
   }
   DeviceBuffer<float> scores;
   DeviceBuffer<std::int32_t> lengths;
-  std::unique_ptr<DeviceBuffer<std::int32_t>> row_starts;
+  std::unique_ptr<DeviceBuffer<std::int32_t>> row_starts, page_table, cu_seqlens_q, offsets;
   DeviceBuffer<std::int32_t> out;
   nsajit::TopkArgs args;
 };
 
-I run_topk(const ref::TopkProblem& p) { return DeviceTopk(p).run(); }
+// Scoped launch-shape override (tests of shape independence).
+struct LaunchOverride {
+  explicit LaunchOverride(nsajit::detail::TopkLaunchOverride o) { nsajit::detail::set_topk_launch_override(o); }
+  ~LaunchOverride() { nsajit::detail::set_topk_launch_override({}); }
+};
 
-// Runs on the GPU, compares with the reference; returns the GPU output.
+// First differing row, with the reference's explanation, or "".
+std::string explain(const ref::TopkProblem& p, const I& got, const I& expected) {
+  if (got == expected) return "";
+  const std::string set = ref::topk_mismatch(p, got, ref::topk(p));
+  for (int r = 0; r < p.rows; ++r) {
+    const auto a = got.begin() + std::ptrdiff_t(r) * p.topk;
+    const auto m = std::mismatch(a, a + p.topk, expected.begin() + std::ptrdiff_t(r) * p.topk);
+    if (m.first != a + p.topk)
+      return "row " + std::to_string(r) + " (len " + std::to_string(ref::length_of(p, r)) + ") slot " +
+             std::to_string(m.first - a) + ": got " + std::to_string(*m.first) + ", expected " +
+             std::to_string(*m.second) + (set.empty() ? "; same index sets (order differs)" : "; " + set);
+  }
+  return "?";
+}
+
+// Runs the plain top-k and checks it byte for byte against the kernel-order reference.
 I check_topk(const ref::TopkProblem& p) {
-  const I got = run_topk(p);
-  const I expected = ref::topk(p);
-  const std::string mismatch = ref::topk_mismatch(p, got, expected);
-  CHECK_MESSAGE(mismatch.empty(), mismatch);
+  const I got = DeviceTopk(p).run();
+  const std::string why = explain(p, got, ref::topk_index_order(p));
+  CHECK_MESSAGE(why.empty(), why);
   return got;
 }
 
-// A problem of `rows` rows of `width` scores drawn by `draw`, all rows full length.
 template <class Draw>
 ref::TopkProblem make_problem(int rows, int width, int topk, Draw draw) {
   ref::TopkProblem p;
@@ -85,23 +133,75 @@ ref::TopkProblem make_problem(int rows, int width, int topk, Draw draw) {
 
 }  // namespace
 
-TEST_CASE("topk gpu: lengths 0, -5, 1, topk-1, topk, topk+1, long, clamped") {
+// --- compile checks (no GPU needed) -----------------------------------------------------------------
+
+TEST_CASE("topk specs: plain, fused (every mode, page sizes, MTP), sorted, every thread count compile for sm_90a") {
+  std::vector<nsajit::KernelSpec> specs;
+  for (int topk : {64, 512, 1024, 1984, 2048, 2112, 4096}) {
+    specs.push_back({.family = nsajit::Family::topk, .topk = topk});
+    specs.push_back({.family = nsajit::Family::topk, .topk = topk, .sorted = true});
+  }
+  using S = nsajit::KernelSpec;
+  specs.push_back(S{.family = nsajit::Family::topk, .fused_transform = true});
+  specs.push_back(S{.family = nsajit::Family::topk, .page_size = 64, .fused_transform = true});
+  specs.push_back(S{.family = nsajit::Family::topk, .page_size = 64, .next_n = 2, .fused_transform = true});
+  specs.push_back(S{.family = nsajit::Family::topk, .page_size = 64, .mode = IndexMode::prefill, .fused_transform = true});
+  specs.push_back(S{.family = nsajit::Family::topk, .mode = IndexMode::ragged, .fused_transform = true});
+  specs.push_back(S{.family = nsajit::Family::topk, .topk = 512, .page_size = 3, .mode = IndexMode::prefill,
+                    .fused_transform = true, .sorted = true});
+  for (int threads : {128, 256, 1024}) {
+    S s{.family = nsajit::Family::topk};
+    s.tile.threads = threads;
+    specs.push_back(s);
+  }
+  for (auto s : specs) {
+    INFO(nsajit::readable_name(s));
+    CHECK_NOTHROW(nsajit::precompile(s));
+  }
+  CHECK(nsajit::readable_name(S{.family = nsajit::Family::topk, .page_size = 64, .next_n = 2,
+                                .fused_transform = true, .sorted = true}) ==
+        "topk.topk2048.fused.decode.ps64.n2.sorted.sm_90a");
+  // A plain top-k spec must keep the transform fields at their defaults.
+  CHECK_THROWS_AS(nsajit::validate(S{.family = nsajit::Family::topk, .page_size = 64}), nsajit::InvalidArgument);
+  CHECK_THROWS_AS(nsajit::validate(S{.family = nsajit::Family::topk, .page_size = 64,
+                                     .mode = IndexMode::ragged, .fused_transform = true}),
+                  nsajit::InvalidArgument);
+}
+
+TEST_CASE("topk launch plan: regimes by width and rows") {
+  using nsajit::detail::plan_topk_launch;
+  CHECK(plan_topk_launch(4096, 2048, 2048, 132).slice == 0);  // no row needs a selection
+  auto p = plan_topk_launch(1, 131072, 2048, 132);
+  CHECK(p.ctas_per_row == 8);
+  CHECK(p.resident);
+  CHECK(plan_topk_launch(4096, 8192, 2048, 132).ctas_per_row == 1);
+  CHECK(plan_topk_launch(4096, 32768, 2048, 132).ctas_per_row == 2);
+  p = plan_topk_launch(1, 1 << 20, 2048, 132);
+  CHECK(p.ctas_per_row == 8);
+  CHECK_FALSE(p.resident);  // re-reads global memory
+  CHECK(p.slice % 4 == 0);
+}
+
+// --- GPU ---------------------------------------------------------------------------------------------
+
+TEST_CASE("topk gpu: lengths 0, negative, 1, topk-1, topk, topk+1, ~16384, ~65536, 131072, clamped") {
   NSAJIT_REQUIRE_GPU();
   const unsigned seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
-  for (const int topk : {64, 512, 1024, 2048, 4096}) {
+  for (const int topk : {64, 512, 1024, 1984, 2048, 4096}) {
     INFO("topk " << topk);
     const int width = 131072;
-    const I lengths = {0, -5, 1, topk - 1, topk, topk + 1, 2 * topk + 3, 100000, width, width + 7, INT32_MAX};
+    const I lengths = {0,     -5,    INT32_MIN, 1,     topk - 1, topk,   topk + 1, 2 * topk + 3, 16383, 16384,
+                       16385, 65535, 65536,     65537, 100000,   width, width + 7, INT32_MAX};
     auto p = make_problem(int(lengths.size()), width, topk, [&] { return normal(rng); });
     p.lengths = lengths;
     check_topk(p);
   }
 }
 
-TEST_CASE("topk gpu: one row of 2^20 and rows past 2^20") {
+TEST_CASE("topk gpu: a row of 2^20 and rows past 2^20 (global re-read path)") {
   NSAJIT_REQUIRE_GPU();
   const unsigned seed = fresh_seed();
   INFO("seed " << seed);
@@ -109,144 +209,304 @@ TEST_CASE("topk gpu: one row of 2^20 and rows past 2^20") {
   std::normal_distribution<float> normal;
   auto p = make_problem(1, 1 << 20, 2048, [&] { return normal(rng); });
   check_topk(p);
-  // Long rows whose top-k sits in a plateau and in a narrow band, as two rows of one batch.
   const int width = (1 << 20) + 4097;
-  auto q = make_problem(2, width, 2048, [&] { return 0.f; });
+  auto q = make_problem(3, width, 2048, [&] { return 0.f; });
   for (int i = 0; i < width; ++i) {
-    q.scores[i] = float(rng() % 3);                                   // huge plateaus
-    q.scores[width + i] = 1.0f + float(rng() % 65536) * 1e-7f;        // narrow band
+    q.scores[i] = float(rng() % 3);                             // huge plateaus
+    q.scores[width + i] = 1.0f + float(rng() % 65536) * 1e-7f;  // narrow band
+    q.scores[2 * std::size_t(width) + i] = from_bits(0x3f800000u | (rng() & 0xffu));  // equal high bits
   }
   check_topk(q);
 }
 
-TEST_CASE("topk gpu: distributions (normal, plateau, equal high bits, bands, inf, NaN, zeros, subnormals, raw bits)") {
+TEST_CASE("topk gpu: distributions, at one CTA, a 2-CTA cluster and an 8-CTA cluster") {
   NSAJIT_REQUIRE_GPU();
   const unsigned seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
   std::uniform_int_distribution<std::uint32_t> bits;
-  auto from_bits = [](std::uint32_t u) { return std::bit_cast<float>(u); };
   struct Dist {
     const char* name;
-    std::function<float()> draw;
+    std::function<void(std::vector<float>&, int width)> fill;  // one row
+  };
+  auto per_element = [](std::function<float()> f) {
+    return [f](std::vector<float>& row, int) {
+      for (float& x : row) x = f();
+    };
   };
   const std::vector<Dist> dists = {
-      {"normal", [&] { return normal(rng); }},
-      {"plateau", [&] { return 0.5f; }},
-      {"small integers (many ties)", [&] { return float(int(rng() % 7) - 3); }},
-      {"equal in the high 24 bits", [&] { return from_bits(0x3f800000u | (rng() & 0xffu)); }},
-      {"equal in the high 16 bits", [&] { return from_bits(0xbf800000u | (rng() & 0xffffu)); }},
-      {"narrow band", [&] { return 1000.0f + float(rng() % 1000) * 1e-5f; }},
-      {"+-inf and normal", [&] {
-         const unsigned c = rng() % 4;
+      {"normal", per_element([&] { return normal(rng); })},
+      {"all in one fp16 bucket", per_element([&] { return 1.0f + float(rng() % 64) * 1e-6f; })},
+      {"banded 54..88", per_element([&] { return 54.0f + float(rng() % 3400) * 0.01f; })},
+      {"70 + randn", per_element([&] { return 70.0f + normal(rng); })},
+      {"1e-16 * randn", per_element([&] { return 1e-16f * normal(rng); })},
+      {"low mantissa bits ascending, positive",
+       [&](std::vector<float>& row, int) {
+         for (std::size_t i = 0; i < row.size(); ++i) row[i] = from_bits(0x3f800000u + std::uint32_t(i));
+       }},
+      {"low mantissa bits ascending, negative",
+       [&](std::vector<float>& row, int) {
+         for (std::size_t i = 0; i < row.size(); ++i) row[i] = from_bits(0xbf800000u + std::uint32_t(i));
+       }},
+      {"low mantissa bits shuffled, positive and negative",
+       [&](std::vector<float>& row, int) {
+         for (std::size_t i = 0; i < row.size(); ++i)
+           row[i] = from_bits((i % 2 ? 0xc0000000u : 0x40000000u) + std::uint32_t(i / 2));
+         std::shuffle(row.begin(), row.end(), rng);
+       }},
+      {"subnormals", per_element([&] { return from_bits((rng() & 0x80000000u) | (rng() & 0x007fffffu)); })},
+      {"zeros plateau with a few large values",
+       per_element([&] { return rng() % 1000 == 0 ? 100.0f + float(rng() % 10) : (rng() % 2 ? 0.0f : -0.0f); })},
+      {"+-inf sprinkled", per_element([&] {
+         const unsigned c = rng() % 100;
          return c == 0 ? kInf : c == 1 ? -kInf : normal(rng);
-       }},
-      {"90% NaN", [&] { return rng() % 10 < 9 ? kNaN : normal(rng); }},
-      {"100% NaN", [&] { return kNaN; }},
-      {"NaN and -inf", [&] { return rng() % 2 ? kNaN : -kInf; }},
-      {"-0.0 and +0.0", [&] {
-         const unsigned c = rng() % 3;
-         return c == 0 ? 0.0f : c == 1 ? -0.0f : -1.0f;
-       }},
-      {"subnormals", [&] { return from_bits((rng() & 0x80000000u) | (rng() & 0x007fffffu)); }},
-      {"raw bit patterns", [&] { return from_bits(bits(rng)); }},
+       })},
+      {"90% NaN", per_element([&] { return rng() % 10 < 9 ? kNaN : normal(rng); })},
+      {"100% NaN", per_element([&] { return kNaN; })},
+      {"NaN and -inf", per_element([&] { return rng() % 2 ? kNaN : -kInf; })},
+      {"small integers (many ties)", per_element([&] { return float(int(rng() % 7) - 3); })},
+      {"plateau", per_element([&] { return 0.5f; })},
+      {"raw bit patterns", per_element([&] { return from_bits(bits(rng)); })},
   };
-  for (const Dist& d : dists) {
-    for (const int topk : {512, 2048}) {
-      INFO(d.name << ", topk " << topk);
-      auto p = make_problem(6, 20000, topk, d.draw);
-      p.lengths = {20000, topk + 1, 3 * topk, 19999, 5000, 2 * topk};
-      check_topk(p);
+  for (const int width : {9000, 20000, 131072}) {  // 1 CTA, a 2-CTA cluster, an 8-CTA cluster
+    for (const Dist& d : dists) {
+      for (const int topk : {512, 2048}) {
+        INFO(d.name << ", width " << width << ", topk " << topk);
+        ref::TopkProblem p;
+        p.rows = 2;
+        p.width = width;
+        p.topk = topk;
+        p.scores.resize(2 * std::size_t(width));
+        std::vector<float> row(width);
+        for (int r = 0; r < 2; ++r) {
+          d.fill(row, width);
+          std::copy(row.begin(), row.end(), p.scores.begin() + std::ptrdiff_t(r) * width);
+        }
+        p.lengths = {width, width - 4097 > topk ? width - 4097 : topk + 1};
+        check_topk(p);
+      }
     }
   }
 }
 
-TEST_CASE("topk gpu: row_starts (clamped) and a padded row stride") {
+TEST_CASE("topk gpu: row_starts (clamped) and a padded odd row stride") {
   NSAJIT_REQUIRE_GPU();
   const unsigned seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
-  const int rows = 64, width = 9000, topk = 2048;
-  ref::TopkProblem p;
-  p.rows = rows;
-  p.width = width;
-  p.topk = topk;
-  p.score_row_stride = width + 13;  // odd stride: rows are not 16-byte aligned
-  p.scores.resize(std::size_t(rows) * p.score_row_stride);
-  for (float& s : p.scores) s = rng() % 50 == 0 ? normal(rng) + 3.f : normal(rng);
-  std::uniform_int_distribution<int> start(-100, width + 100), len(-10, width + 10);
-  for (int r = 0; r < rows; ++r) {
-    p.row_starts.push_back(start(rng));
-    p.lengths.push_back(len(rng));
+  for (const int width : {9000, 40000}) {
+    const int rows = 64, topk = 2048;
+    ref::TopkProblem p;
+    p.rows = rows;
+    p.width = width;
+    p.topk = topk;
+    p.score_row_stride = width + 13;  // odd stride: rows are not 16-byte aligned
+    p.scores.resize(std::size_t(rows) * p.score_row_stride);
+    for (float& s : p.scores) s = rng() % 50 == 0 ? normal(rng) + 3.f : normal(rng);
+    std::uniform_int_distribution<int> start(-100, width + 100), len(-10, width + 10);
+    for (int r = 0; r < rows; ++r) {
+      p.row_starts.push_back(start(rng));
+      p.lengths.push_back(len(rng));
+    }
+    p.row_starts[0] = -3;         // clamps to 0
+    p.row_starts[1] = width + 5;  // clamps to width: len 0
+    p.row_starts[2] = width - topk - 1;
+    p.lengths[2] = width;         // clamps to topk + 1
+    p.row_starts[3] = 1;
+    p.lengths[3] = width;         // clamps to width - 1
+    p.row_starts[4] = 7;
+    p.lengths[4] = width / 2;
+    INFO("width " << width);
+    check_topk(p);
   }
-  p.row_starts[0] = -3;         // clamps to 0
-  p.row_starts[1] = width + 5;  // clamps to width: len 0
-  p.row_starts[2] = width - topk - 1;
-  p.lengths[2] = width;         // clamps to topk + 1
-  check_topk(p);
 }
 
-TEST_CASE("topk gpu: deterministic across runs, batches and thread counts") {
+TEST_CASE("topk gpu: batches of 1 to 4096 rows (the last query rows of a prefill)") {
   NSAJIT_REQUIRE_GPU();
   const unsigned seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
-  const int rows = 8, width = 50000, topk = 2048;
-  // Heavy ties so that any order-dependence would show.
-  auto p = make_problem(rows, width, topk, [&] { return float(rng() % 5); });
-  for (int r = 0; r < rows; ++r) p.lengths[r] = width - 997 * r;
+  std::normal_distribution<float> normal;
+  for (const int rows : {1, 3, 64, 1000, 4096}) {
+    const int width = rows == 4096 ? 4096 + 2048 : 8192;
+    auto p = make_problem(rows, width, 2048, [&] { return normal(rng); });
+    for (int r = 0; r < rows; ++r) p.lengths[r] = width - rows + 1 + r;  // causal: len grows by row
+    INFO("rows " << rows);
+    check_topk(p);
+  }
+}
 
+TEST_CASE("topk gpu: deterministic across 20 launches, batchmates, launch shapes and thread counts") {
+  NSAJIT_REQUIRE_GPU();
+  const unsigned seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  const int rows = 6, width = 100000, topk = 2048;
+  // Heavy ties so that any order dependence would show.
+  auto p = make_problem(rows, width, topk, [&] { return float(rng() % 5); });
+  for (int r = 0; r < rows; ++r) p.lengths[r] = width - 9973 * r;
+  p.lengths[5] = 30000;
   DeviceTopk device(p);
   const I first = device.run();
-  CHECK(ref::same_selection(p, first, ref::topk(p)));
-  for (int i = 0; i < 2; ++i) CHECK(device.run() == first);  // bit-identical, same order
+  CHECK(explain(p, first, ref::topk_index_order(p)).empty());
+  for (int i = 0; i < 20; ++i) CHECK(device.run() == first);
 
-  // Each row alone gives the same bytes as inside the batch.
+  // Each row alone, and inside a batch with different neighbours, gives the same bytes.
   for (int r = 0; r < rows; ++r) {
     ref::TopkProblem alone;
     alone.rows = 1;
     alone.width = width;
     alone.topk = topk;
-    alone.scores.assign(p.scores.begin() + std::ptrdiff_t(r) * width,
-                        p.scores.begin() + std::ptrdiff_t(r + 1) * width);
+    alone.scores.assign(p.scores.begin() + std::ptrdiff_t(r) * width, p.scores.begin() + std::ptrdiff_t(r + 1) * width);
     alone.lengths = {p.lengths[r]};
-    const I got = run_topk(alone);
+    const I got = DeviceTopk(alone).run();
     INFO("row " << r);
     CHECK(std::equal(got.begin(), got.end(), first.begin() + std::ptrdiff_t(r) * topk));
   }
-
-  // Every allowed thread count gives the same bytes (launched through the runtime directly).
-  for (const int threads : {128, 256, 512, 1024}) {
-    INFO("threads " << threads);
-    nsajit::KernelSpec spec;
-    spec.family = nsajit::Family::topk;
-    spec.topk = topk;
-    spec.tile.threads = threads;
-    spec = nsajit::spec_for_current_device(spec);
-    TopkParams params{};
-    params.scores = device.args.scores;
-    params.score_row_stride = width;
-    params.lengths = device.args.lengths;
-    params.row_starts = nullptr;
-    params.out = device.args.out;
-    params.rows = rows;
-    params.width = width;
-    nsajit::LaunchGeometry geometry;
-    geometry.grid_x = rows;
-    geometry.block = unsigned(threads);
-    device.out.poison();
-    nsajit::launch(nsajit::kernel(spec), geometry, &params, nullptr);
-    CHECK(device.out.download() == first);
+  {
+    auto big = make_problem(200, width, topk, [&] { return float(rng() % 5); });
+    std::copy(p.scores.begin(), p.scores.begin() + width, big.scores.begin() + 117 * std::ptrdiff_t(width));
+    big.lengths[117] = p.lengths[0];
+    const I got = DeviceTopk(big).run();
+    CHECK(std::equal(first.begin(), first.begin() + topk, got.begin() + 117 * topk));
   }
+
+  // Every launch shape: 1..16 CTAs per row, global re-read, thread counts.
+  for (const int ctas : {1, 2, 4, 8, 16}) {
+    for (const int threads : {256, 512, 1024}) {
+      for (const bool streaming : {false, true}) {
+        if (ctas == 1 && !streaming && threads != 512) continue;
+        INFO("ctas " << ctas << " threads " << threads << " streaming " << streaming);
+        LaunchOverride o({.ctas_per_row = ctas, .threads = threads, .force_streaming = streaming});
+        CHECK(device.run() == first);
+      }
+    }
+  }
+}
+
+TEST_CASE("topk gpu: sorted output is the reference's (score descending, ties by index)") {
+  NSAJIT_REQUIRE_GPU();
+  const unsigned seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  for (const int topk : {512, 1984, 2048, 4096}) {
+    auto p = make_problem(5, 50000, topk, [&] { return rng() % 3 == 0 ? float(rng() % 4) : normal(rng); });
+    p.lengths = {50000, topk + 1, topk, 17, 30001};
+    INFO("topk " << topk);
+    const I got = DeviceTopk(p, nullptr, true).run();
+    const std::string why = explain(p, got, ref::topk(p));
+    CHECK_MESSAGE(why.empty(), why);
+  }
+}
+
+namespace {
+
+// page_table_1 of `requests` requests of up to `width` positions each, slots of shuffled pages of
+// size `page` (page-aligned, so the real page table of page size `page` is equivalent); entries at
+// positions >= the request's length are -1 (a partial last page keeps its valid slots only).
+I shuffled_page_table_1(std::mt19937& rng, int requests, int width, int page, const I& request_len) {
+  const int pages = (width + page - 1) / page;
+  std::vector<int> ids(std::size_t(requests) * pages);
+  std::iota(ids.begin(), ids.end(), 3);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  I table(std::size_t(requests) * width, -1);
+  for (int b = 0; b < requests; ++b)
+    for (int pos = 0; pos < std::min(width, request_len[b]); ++pos)
+      table[std::size_t(b) * width + pos] = ids[std::size_t(b) * pages + pos / page] * page + pos % page;
+  return table;
+}
+
+// Runs fused (and, when check_sorted, fused + sorted) and compares with the reference.
+void check_fused(const ref::TopkProblem& p, const ref::TopkTransform& t) {
+  const I expected = ref::apply_transform(t, p.rows, p.topk, ref::topk_index_order(p));
+  const I got = DeviceTopk(p, &t).run();
+  CHECK_MESSAGE(got == expected, ref::first_difference(got, expected, p.topk));
+  const I expected_sorted = ref::apply_transform(t, p.rows, p.topk, ref::topk(p));
+  const I got_sorted = DeviceTopk(p, &t, true).run();
+  CHECK_MESSAGE(got_sorted == expected_sorted, ref::first_difference(got_sorted, expected_sorted, p.topk));
+}
+
+}  // namespace
+
+TEST_CASE("topk gpu fused: decode, page sizes 1 and 64 give the same slots, partial last page, MTP") {
+  NSAJIT_REQUIRE_GPU();
+  const unsigned seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  for (const int next_n : {1, 2}) {
+    const int requests = 6, rows = requests * next_n, width = 40000, topk = 2048;
+    auto p = make_problem(rows, width, topk, [&] { return normal(rng); });
+    I request_len = {40000, 2049, 2048, 5, 0, 33333};  // partial last pages; len <= topk rows
+    for (int r = 0; r < rows; ++r) p.lengths[r] = request_len[r / next_n] - (next_n - 1 - r % next_n);
+    const I pt1 = shuffled_page_table_1(rng, requests, width, 64, request_len);
+    ref::TopkTransform t1;
+    t1.mode = IndexMode::decode;
+    t1.page_table = pt1;
+    t1.page_table_width = width;
+    t1.num_requests = requests;
+    t1.next_n = next_n;
+    ref::TopkTransform t64 = t1;
+    t64.page_size = 64;
+    t64.page_table_width = (width + 63) / 64;
+    t64.page_table = ref::real_page_table(pt1, requests, width, 64);
+    INFO("next_n " << next_n);
+    check_fused(p, t1);
+    check_fused(p, t64);
+    const I a = DeviceTopk(p, &t1).run(), b = DeviceTopk(p, &t64).run();
+    // The same logical result, except where page_table_1 has -1 inside a partial last page
+    // (the real page table maps those positions to slots); no selected position lies there.
+    CHECK(a == b);
+  }
+}
+
+TEST_CASE("topk gpu fused: prefill with a cached prefix (row_starts, cu_seqlens_q) and ragged offsets") {
+  NSAJIT_REQUIRE_GPU();
+  const unsigned seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  // Request 0: 3000 new tokens; request 1: 20000 cached + 40 new; request 2: 1 new token.
+  const I extend = {3000, 40, 1}, prefix = {0, 20000, 5000};
+  const I cu = ref::cu_seqlens(extend);
+  const int rows = cu.back(), topk = 2048;
+  const int width = 20040;  // the scores of every row: its request's keys at row_starts
+  I request_len(3);
+  for (int b = 0; b < 3; ++b) request_len[b] = prefix[b] + extend[b];
+  ref::TopkProblem p = make_problem(rows, width, topk, [&] { return normal(rng); });
+  for (int b = 0; b < 3; ++b)
+    for (int i = 0; i < extend[b]; ++i) {
+      const int r = cu[b] + i;
+      p.lengths[r] = prefix[b] + i + 1;  // causal
+    }
+  p.row_starts.assign(rows, 0);
+  p.row_starts[rows - 1] = 13;  // ragged-style start inside the score row
+  ref::TopkTransform t;
+  t.mode = IndexMode::prefill;
+  t.page_table = shuffled_page_table_1(rng, 3, width, 1, request_len);
+  t.page_table_width = width;
+  t.num_requests = 3;
+  t.cu_seqlens_q = cu;
+  check_fused(p, t);
+  ref::TopkTransform t64 = t;
+  t64.page_size = 64;
+  t64.page_table = ref::real_page_table(shuffled_page_table_1(rng, 3, width, 64, request_len), 3, width, 64);
+  t64.page_table_width = (width + 63) / 64;
+  check_fused(p, t64);
+
+  ref::TopkTransform rg;
+  rg.mode = IndexMode::ragged;
+  for (int r = 0; r < rows; ++r) rg.offsets.push_back(r < 3000 ? 0 : r < 3040 ? 3000 : 23040);
+  check_fused(p, rg);
 }
 
 // --- host-side argument checks: no GPU needed ----------------------------------------------------
 
 namespace {
 
-// Valid arguments with fake (never dereferenced) device pointers.
 nsajit::TopkArgs valid_topk_args() {
   static float scores_storage;
   static std::int32_t ints_storage;
@@ -297,6 +557,40 @@ TEST_CASE("topk arguments: each bad argument is named before anything is launche
   a = valid_topk_args();
   a.out = nullptr;
   CHECK(topk_error(a).find("argument out = null") != std::string::npos);
+}
+
+TEST_CASE("topk arguments: fused transform checks") {
+  static std::int32_t table_storage;
+  auto a = valid_topk_args();
+  a.fused_transform = true;
+  a.page_table = &table_storage;
+  a.page_table_width = 10;
+  a.num_requests = 4;
+  a.next_n = 3;
+  CHECK(topk_error(a).find("argument rows = 4: expected a multiple of next_n = 3") != std::string::npos);
+  a.next_n = 2;
+  CHECK(topk_error(a).find("argument num_requests = 4: expected rows / next_n = 2") != std::string::npos);
+  a.next_n = 9;
+  CHECK(topk_error(a).find("argument next_n = 9") != std::string::npos);
+  a.next_n = 1;
+  a.page_size = 0;
+  CHECK(topk_error(a).find("argument page_size = 0") != std::string::npos);
+  a.page_size = 1;
+  a.page_table_row_stride = 5;
+  CHECK(topk_error(a).find("argument page_table_row_stride = 5") != std::string::npos);
+  a.page_table_row_stride = 0;
+  a.page_table = nullptr;
+  CHECK(topk_error(a).find("argument page_table = null") != std::string::npos);
+  a.page_table = &table_storage;
+  a.mode = IndexMode::prefill;
+  CHECK(topk_error(a).find("argument cu_seqlens_q = null") != std::string::npos);
+  a.next_n = 2;
+  CHECK(topk_error(a).find("argument next_n = 2: expected 1 unless mode decode") != std::string::npos);
+  a.next_n = 1;
+  a.mode = IndexMode::ragged;
+  CHECK(topk_error(a).find("argument offsets = null") != std::string::npos);
+  a.mode = static_cast<IndexMode>(7);
+  CHECK(topk_error(a).find("argument mode = 7") != std::string::npos);
 }
 
 TEST_CASE("topk arguments: rows == 0 launches nothing (null pointers allowed)") {

@@ -16,19 +16,22 @@ constexpr unsigned kMaxSmem = 232448;  // sm_90 opt-in limit per CTA (227 KiB)
 // Dynamic shared memory of one CTA. Mirrors the layout in templates/sparse_mla_decode.cuh, which
 // static_asserts that its own sum equals NSAJIT_DYNAMIC_SMEM (this value), so a change on one
 // side without the other fails to compile.
-unsigned smem_bytes(int block_tokens, int heads_per_cta) {
-  const unsigned kv = unsigned(block_tokens) * (kDimQK + 8) * 2;  // padded bf16 KV rows
-  const unsigned q = unsigned(heads_per_cta) * kDimQK * 2;        // bf16 q of the CTA's heads
-  const unsigned p = unsigned(block_tokens) * (heads_per_cta + 4) * 4;  // fp32 probabilities
-  const unsigned stats = 2u * heads_per_cta * 4;                  // alpha and l per head
-  const unsigned idx = unsigned(block_tokens) * 4;                // the block's slots
-  return kv + q + p + stats + idx;
+unsigned smem_bytes(int block_tokens, int heads_per_cta, int threads) {
+  const unsigned mrows = heads_per_cta < 16 ? 16u : unsigned(heads_per_cta);  // MMA rows
+  const unsigned mw = mrows >= 32 ? 32u : 16u;                                // heads per warp
+  const unsigned ncs = unsigned(threads / 32) / (mrows / mw);                 // warps per m-group
+  const unsigned kv = 2u * unsigned(block_tokens) * kDimQK * 2;  // two bf16 KV tiles
+  const unsigned q = mrows * kDimQK * 2;                         // bf16 q
+  const unsigned p = mrows * unsigned(block_tokens) * 2;         // bf16 probabilities
+  const unsigned red = ncs * mrows * 4;                          // row max / sum exchange
+  const unsigned valid = 2u * unsigned(block_tokens) * 4;        // validity flags of both tiles
+  return kv + q + p + red + valid;
 }
 
 void fill_default_tile(KernelSpec& spec) {
   if (spec.tile.threads == 0) spec.tile.threads = 256;
   if (spec.tile.block_tokens == 0) spec.tile.block_tokens = 64;
-  if (spec.tile.heads_per_cta == 0) spec.tile.heads_per_cta = spec.h_q == 8 ? 8 : 16;
+  if (spec.tile.heads_per_cta == 0) spec.tile.heads_per_cta = spec.h_q < 64 ? (spec.h_q > 0 ? spec.h_q : 64) : 64;
 }
 
 void validate_spec(const KernelSpec& spec) {
@@ -37,33 +40,19 @@ void validate_spec(const KernelSpec& spec) {
     throw_bad_field(spec, "h_q", h, "one of 8, 16, 32, 64, 128");
   if (spec.topk < 64 || spec.topk > kMaxTopk || spec.topk % 64 != 0)
     throw_bad_field(spec, "topk", spec.topk, "a multiple of 64 in [64, 16384]");
-  if (spec.kv_dtype != KvDtype::bf16)
-    throw_bad_field(spec, "kv_dtype", static_cast<long long>(spec.kv_dtype),
-                    "bf16 (" + to_string(spec.kv_dtype) + " KV is not yet supported)");
+  if (spec.kv_dtype != KvDtype::bf16 && spec.kv_dtype != KvDtype::fp8_e4m3)
+    throw_bad_field(spec, "kv_dtype", static_cast<long long>(spec.kv_dtype), "bf16 or fp8");
   if (spec.next_n < 1 || spec.next_n > 8) throw_bad_field(spec, "next_n", spec.next_n, "1..8");
 
   const TileConfig& t = spec.tile;
-  if (t.threads != 128 && t.threads != 256 && t.threads != 512)
-    throw_bad_field(spec, "threads", t.threads, "one of 128, 256, 512");
-  if (t.block_tokens != 32 && t.block_tokens != 64 && t.block_tokens != 128)
-    throw_bad_field(spec, "block_tokens", t.block_tokens, "one of 32, 64, 128");
-  if (t.block_tokens > t.threads)
-    throw_bad_field(spec, "block_tokens", t.block_tokens, "at most threads (" + std::to_string(t.threads) + ")");
+  if (t.threads != 256) throw_bad_field(spec, "threads", t.threads, "256 (8 warps: the MMA schedule)");
+  if (t.block_tokens != 64) throw_bad_field(spec, "block_tokens", t.block_tokens, "64");
   const int hpc = t.heads_per_cta;
-  if (hpc != 8 && hpc != 16 && hpc != 32)
-    throw_bad_field(spec, "heads_per_cta", hpc, "one of 8, 16, 32");
+  if (hpc != 8 && hpc != 16 && hpc != 32 && hpc != 64)
+    throw_bad_field(spec, "heads_per_cta", hpc, "one of 8, 16, 32, 64");
   if (h % hpc != 0)
     throw_bad_field(spec, "heads_per_cta", hpc, "a divisor of h_q (" + std::to_string(h) + ")");
-  // Score phase: every warp owns heads_per_cta / warps heads.
-  if (hpc % (t.threads / 32) != 0)
-    throw_bad_field(spec, "heads_per_cta", hpc,
-                    "a multiple of threads / 32 (" + std::to_string(t.threads / 32) + ")");
-  // PV phase: each thread accumulates heads_per_cta / (threads / 64) heads x 8 dims in registers;
-  // keep that at <= 64 floats so the kernel does not spill.
-  if (hpc * 64 / t.threads > 8)
-    throw_bad_field(spec, "heads_per_cta", hpc,
-                    "at most threads / 8 (" + std::to_string(t.threads / 8) + ") for register space");
-  if (smem_bytes(t.block_tokens, hpc) > kMaxSmem)
+  if (smem_bytes(t.block_tokens, hpc, t.threads) > kMaxSmem)
     throw_bad_field(spec, "block_tokens", t.block_tokens, "a tile within 227 KiB of shared memory");
 }
 
@@ -74,7 +63,8 @@ std::vector<KernelConstant> constants(const KernelSpec& spec) {
       {"THREADS", spec.tile.threads},
       {"BLOCK_TOKENS", spec.tile.block_tokens},
       {"HEADS_PER_CTA", spec.tile.heads_per_cta},
-      {"DYNAMIC_SMEM", smem_bytes(spec.tile.block_tokens, spec.tile.heads_per_cta)},
+      {"KV_FP8", spec.kv_dtype == KvDtype::fp8_e4m3 ? 1 : 0},
+      {"DYNAMIC_SMEM", smem_bytes(spec.tile.block_tokens, spec.tile.heads_per_cta, spec.tile.threads)},
   };
 }
 
@@ -88,7 +78,7 @@ std::string readable_stem(const KernelSpec& spec) {
 }
 
 unsigned max_dynamic_smem(const KernelSpec& spec) {
-  return smem_bytes(spec.tile.block_tokens, spec.tile.heads_per_cta);
+  return smem_bytes(spec.tile.block_tokens, spec.tile.heads_per_cta, spec.tile.threads);
 }
 
 }  // namespace

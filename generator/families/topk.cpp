@@ -1,4 +1,5 @@
-// generator/families/topk.cpp — traits of the top-k family (templates/topk.cuh, §2).
+// generator/families/topk.cpp — traits of the top-k family (templates/topk.cuh, §2), plain and
+// fused with the §1 transform, optionally sorted.
 #include <string>
 #include <vector>
 
@@ -8,7 +9,11 @@
 namespace nsajit {
 namespace {
 
-constexpr int kDefaultThreads = 1024;
+constexpr int kDefaultThreads = 512;
+// Dynamic shared memory: the resident slice (runtime/topk.cpp keeps it <= 49152 positions =
+// 196624 bytes with the alignment vector) or the sort buffer of sorted specs (<= 4096 x 8 bytes).
+// Static shared memory is ~12.5 KB, so the total stays under the 227 KB per block of sm_90.
+constexpr unsigned kMaxDynamicSmem = 196624;
 
 void fill_default_tile(KernelSpec& spec) {
   if (spec.tile.threads == 0) spec.tile.threads = kDefaultThreads;
@@ -20,23 +25,73 @@ void validate_topk(const KernelSpec& spec) {
   const int t = spec.tile.threads;
   if (t != 128 && t != 256 && t != 512 && t != 1024)
     throw_bad_field(spec, "threads", t, "one of 128, 256, 512, 1024");
+  // Transform fields only mean something for fused specs: one kernel, one spec.
+  if (!spec.fused_transform) {
+    if (spec.mode != IndexMode::decode)
+      throw_bad_field(spec, "mode", static_cast<long long>(spec.mode), "decode: a plain top-k (fused_transform false) does not use mode");
+    if (spec.page_size != 1) throw_bad_field(spec, "page_size", spec.page_size, "1: a plain top-k (fused_transform false) does not use page_size");
+    if (spec.next_n != 1) throw_bad_field(spec, "next_n", spec.next_n, "1: a plain top-k (fused_transform false) does not use next_n");
+    return;
+  }
+  if (spec.mode != IndexMode::decode && spec.mode != IndexMode::prefill && spec.mode != IndexMode::ragged)
+    throw_bad_field(spec, "mode", static_cast<long long>(spec.mode), "decode, prefill or ragged");
+  if (spec.page_size < 1 || spec.page_size > 4096)
+    throw_bad_field(spec, "page_size", spec.page_size, "an integer in [1, 4096]");
+  if (spec.mode == IndexMode::ragged && spec.page_size != 1)
+    throw_bad_field(spec, "page_size", spec.page_size, "1 for mode ragged (no page table)");
+  if (spec.next_n < 1 || spec.next_n > 8)
+    throw_bad_field(spec, "next_n", spec.next_n, "an integer in [1, 8]");
+  if (spec.mode != IndexMode::decode && spec.next_n != 1)
+    throw_bad_field(spec, "next_n", spec.next_n, "1 unless mode decode (MTP rows)");
+}
+
+long long mode_constant(IndexMode mode) {
+  switch (mode) {
+    case IndexMode::decode: return 0;
+    case IndexMode::prefill: return 1;
+    case IndexMode::ragged: return 2;
+  }
+  return 0;
+}
+
+long long sort_size(int topk) {
+  long long n = 1;
+  while (n < topk) n <<= 1;
+  return n;
 }
 
 std::vector<KernelConstant> constants(const KernelSpec& spec) {
-  return {{"TOPK", spec.topk}, {"THREADS", spec.tile.threads}};
+  return {{"TOPK", spec.topk},
+          {"THREADS", spec.tile.threads},
+          {"FUSED", spec.fused_transform ? 1 : 0},
+          {"MODE", mode_constant(spec.mode)},
+          {"PAGE_SIZE", spec.page_size},
+          {"NEXT_N", spec.next_n},
+          {"SORTED", spec.sorted ? 1 : 0},
+          {"SORT_N", sort_size(spec.topk)}};
 }
 
-// "topk.topk2048" (readable_name() appends a non-default tile and the arch).
-std::string readable_stem(const KernelSpec& spec) { return "topk.topk" + std::to_string(spec.topk); }
+// "topk.topk2048", "topk.topk2048.fused.decode.ps64.n2.sorted" (readable_name() appends a
+// non-default tile and the arch).
+std::string readable_stem(const KernelSpec& spec) {
+  std::string s = "topk.topk" + std::to_string(spec.topk);
+  if (spec.fused_transform) {
+    s += ".fused." + to_string(spec.mode);
+    if (spec.mode != IndexMode::ragged) s += ".ps" + std::to_string(spec.page_size);
+    if (spec.next_n != 1) s += ".n" + std::to_string(spec.next_n);
+  }
+  if (spec.sorted) s += ".sorted";
+  return s;
+}
 
-unsigned max_dynamic_smem(const KernelSpec&) { return 0; }  // static shared memory only
+unsigned max_dynamic_smem(const KernelSpec&) { return kMaxDynamicSmem; }
 
 }  // namespace
 
 extern const FamilyTraits topk_traits;
 const FamilyTraits topk_traits = {
     Family::topk,
-    0u,  // reads only topk and threads
+    uses_page_size | uses_mode | uses_next_n | uses_fused_transform | uses_sorted,
     "topk",
     "nsajit_topk",
     &embedded::topk,

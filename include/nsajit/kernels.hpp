@@ -14,6 +14,7 @@
 // Semantics: ../shared/spec/nsa-semantics.md (§ numbers below).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "nsajit/spec.hpp"
@@ -48,43 +49,177 @@ struct IndexTransformArgs {
 };
 void index_transform(const IndexTransformArgs& args, CUstream stream = nullptr);
 
-// §2 Top-k of the indexer scores. Follows SGLang's fast_topk_v2 (sgl_kernel) / the
-// `topk_transform` contract: output positions are relative to row_start; every slot is written.
-// len = clamp(lengths[r], width - row_start); len <= 0: all -1; len <= topk: 0..len-1 then -1
-// (scores not read); len > topk: the top-k (NaN lowest, ties to the lower index), order
-// unspecified but deterministic.
+// §2 Top-k of the indexer scores, optionally fused with the §1 transform. Follows SGLang's
+// sgl_kernel fast_topk_v2 (plain), fast_topk_transform_fused (decode / prefill through
+// page_table_size_1 and cu_seqlens_q) and fast_topk_transform_ragged_fused (+ offsets), the
+// `topk_transform` contract of nsa_backend.py, without their topk == 2048 restriction.
+//
+// Per row r: row_start = clamp(row_starts[r], 0, width) (0 without row_starts);
+// len = min(lengths[r], width - row_start) (a negative length is <= 0, never a huge unsigned one).
+//   len <= 0:        all -1.
+//   len <= topk:     0, 1, ..., len-1, then -1 (scores are not read).
+//   len > topk:      exactly topk distinct positions in [0, len) whose scores are the true top-k
+//                    multiset: NaN ranks below -inf, -0.0 == +0.0, ties at the threshold go to the
+//                    lower index. Exact for every input (no candidate buffer that can overflow).
+// Positions are relative to row_start. Every output slot is written; the valid entries are the
+// first min(len, topk). The output is bit-identical across runs, launch shapes and batchmates
+// (each row depends on its own scores only). Order: sorted == false: the positions whose score is
+// above the threshold in increasing index order, then the threshold ties in increasing index
+// order; sorted == true: by score descending, ties by increasing index (rows with len <= topk keep
+// 0..len-1, as their scores are not read). sorted costs a second launch (a bitonic sort per row).
+//
+// fused_transform: each position goes through the §1 transform before it is written (-1 stays
+// -1); only positions in [0, len) ever reach the page table:
+//   decode:  row r uses page-table row r / next_n (next_n MTP query rows per request, 1..8;
+//            rows == num_requests * next_n). next_n = 1 is SGLang's decode / target-verify case.
+//   prefill: row r uses page-table row b, cu_seqlens_q[b] <= r < cu_seqlens_q[b + 1]; a row of no
+//            request is all -1.
+//   ragged:  out = position + offsets[r] (int32 wrapping add); no page table.
+// decode / prefill: page_size 1 = page_table_1 (slots); P > 1 = the real page table (page ids):
+// slot = page_table[b, p / P] * P + p % P (64-bit, stored as int32); a position >=
+// page_table_width * P or a negative entry gives -1.
+//
+// Launch: one CTA per row for rows that fit shared memory; long rows with few rows are split over
+// a thread-block cluster of up to 8 CTAs (sm_90); rows longer than the cluster's shared memory
+// are re-read from global memory. See templates/topk.cuh and docs/notes/topk.md.
+// Errors: InvalidArgument for rows < 0, width < 0, topk not a multiple of 64 in [64, 4096],
+// score_row_stride in (0, width), a null pointer that would be read, and (fused) the
+// index_transform checks: mode, page_size in [1, 4096], page_table_width >= 0, row stride,
+// num_requests (decode: rows / next_n; rows % next_n == 0), next_n in [1, 8] (decode only).
 struct TopkArgs {
   const float* scores = nullptr;         // fp32 [rows, width], row stride score_row_stride
   std::int64_t score_row_stride = 0;     // elements; 0 = width
   const std::int32_t* lengths = nullptr;  // int32 [rows]
   const std::int32_t* row_starts = nullptr;  // optional int32 [rows]; nullptr = all 0
-  std::int32_t* out = nullptr;           // int32 [rows, topk]
+  std::int32_t* out = nullptr;           // int32 [rows, topk]: positions, or slots when fused
   int rows = 0;
   int width = 0;                         // columns of scores (>= 0)
   int topk = 2048;                       // multiple of 64, <= 4096
+  bool sorted = false;                   // order by score descending (see above)
+  // Fused transform (§2 fused forms); the fields below are ignored unless fused_transform.
+  bool fused_transform = false;
+  IndexMode mode = IndexMode::decode;
+  const std::int32_t* page_table = nullptr;  // int32 [num_requests, page_table_width] (decode/prefill)
+  int page_table_width = 0;                  // entries per page-table row
+  std::int64_t page_table_row_stride = 0;    // elements; 0 = page_table_width
+  int page_size = 1;                         // 1 = page_table_1; P > 1 = real page table
+  const std::int32_t* cu_seqlens_q = nullptr;  // prefill: int32 [num_requests + 1], last == rows
+  int num_requests = 0;                      // decode: rows / next_n; prefill: requests
+  const std::int32_t* offsets = nullptr;     // ragged: int32 [rows]
+  int next_n = 1;                            // decode: query rows per request (MTP), 1..8
 };
 void topk(const TopkArgs& args, CUstream stream = nullptr);
 
-// §3 Sparse MLA attention, decode form (also valid for prefill rows: every query row has its own
-// index row). Follows FlashMLA's flash_mla_with_kvcache(..., indices=...) / flash_mla_sparse_fwd:
-// out = softmax(sm_scale * q . kv[idx]) . kv[idx][:512], lse natural log; invalid indices
-// (< 0 or >= num_slots) contribute nothing and are never read; a row with none gives out 0,
-// lse +inf.
+// §3 Sparse MLA attention, decode and prefill (every query row has its own index row: prefill
+// rows are s_q query tokens, decode rows are b requests x next_n MTP tokens, flattened).
+// Follows FlashMLA's flash_mla_with_kvcache(..., indices=...) (decode, FP8 KV) and
+// flash_mla_sparse_fwd (prefill, bf16 KV): out = softmax(sm_scale * q . kv[idx]) . kv[idx][:512],
+// lse natural log, max_logits = max score. Invalid indices (< 0 or >= num_slots) contribute
+// nothing and are never read; a row with none gives out 0, lse +inf, max_logits -inf.
+// KV layouts: bf16 [num_slots, 576] (row stride kv_row_stride elements), or the FP8 paged cache
+// (§4) uint8 [num_pages, page_size, 656], num_slots = num_pages * page_size, read directly and
+// dequantized in the kernel (bf16(float(e4m3) * scale)); slot s = page s / page_size, row s % page_size.
+//
+// Modes. Batch-invariant (the default: no workspace, or num_splits = 1): one CTA walks the whole
+// index row of its (row, heads); a row's results are bit-identical whatever its batchmates and
+// the launch's batch size. Split-KV (workspace given, num_splits 0 = automatic or > 1): when
+// rows x h_q / 64 CTAs cannot fill the GPU, each row's tiles are split over num_splits CTAs that
+// write fp32 partials into `workspace`, merged by a second kernel (same stream). Results are
+// deterministic for a given split count, but the automatic count depends on the batch size, so
+// split mode is not batch-invariant (differences of ~1 bf16 ulp).
 struct SparseMlaDecodeArgs {
   const void* q = nullptr;            // bf16 [rows, h_q, 576] contiguous (rows = b * next_n)
-  const void* kv = nullptr;           // bf16 [num_slots, 576], row stride kv_row_stride
-  std::int64_t num_slots = 0;
-  std::int64_t kv_row_stride = 576;   // elements, >= 576
+  const void* kv = nullptr;           // bf16: [num_slots, 576], row stride kv_row_stride;
+                                      // fp8: uint8 [num_pages, page_size, 656], pages kv_page_stride apart
+  std::int64_t num_slots = 0;         // valid indices are [0, num_slots) (fp8: num_pages * page_size)
+  std::int64_t kv_row_stride = 576;   // bf16: elements, a multiple of 8, >= 576
+  KvDtype kv_dtype = KvDtype::bf16;   // bf16 or fp8_e4m3
+  int page_size = 1;                  // fp8: tokens per page (>= 1)
+  std::int64_t kv_page_stride = 0;    // fp8: bytes between pages; 0 = page_size * 656; a multiple of 16
   const std::int32_t* indices = nullptr;  // int32 [rows, topk] transformed indices (slots or -1)
   const std::int32_t* topk_length = nullptr;  // optional int32 [rows]: use only the first n
   void* out = nullptr;                // bf16 [rows, h_q, 512]
   float* lse = nullptr;               // fp32 [rows, h_q]
-  int rows = 0;
+  float* max_logits = nullptr;        // optional fp32 [rows, h_q]
+  int rows = 0;                       // query rows (b * next_n for decode, s_q for prefill)
+  int next_n = 1;                     // decode MTP tokens per request, 1..8; rows must be a multiple
   int h_q = 16;                       // 8, 16, 32, 64, 128
-  int topk = 2048;                    // multiple of 64
+  int topk = 2048;                    // multiple of 64, <= 16384
   float sm_scale = 0.f;               // > 0 and finite
-  KvDtype kv_dtype = KvDtype::bf16;   // only bf16 so far
+  // Split-KV. workspace == nullptr: batch-invariant, no split. Otherwise 16-byte aligned, at least
+  // sparse_mla_workspace_bytes(rows, h_q, topk, num_splits) bytes, not shared with a concurrent call.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  int num_splits = 0;                 // 0 = automatic (with a workspace), 1 = no split, 2..64 forced
 };
 void sparse_mla_decode(const SparseMlaDecodeArgs& args, CUstream stream = nullptr);
+// The same kernel for prefill rows (s_q query tokens; next_n must be 1).
+inline void sparse_mla_prefill(const SparseMlaDecodeArgs& args, CUstream stream = nullptr) {
+  sparse_mla_decode(args, stream);
+}
+// Split count the launch uses: num_splits when > 0, else the automatic choice for the current
+// device (1 when rows x h_q / 64 CTAs already fill it). At most 64 and at most the row's tiles.
+int sparse_mla_num_splits(int rows, int h_q, int topk, int num_splits = 0);
+// Workspace bytes the split-KV launch needs (0 when it does not split):
+// splits * rows * h_q * (512 + 2) * 4.
+std::size_t sparse_mla_workspace_bytes(int rows, int h_q, int topk, int num_splits = 0);
+
+// §4 FP8 KV cache, 656 bytes per token, in pages: uint8 [num_pages, page_size, 656] (a page may be
+// padded: page_stride_bytes apart). Token of slot s = page s / page_size, row s % page_size:
+//   bytes [0, 512)   512 x e4m3 (OCP E4M3FN) latent dims 0..511,
+//   bytes [512, 528) 4 x fp32 scale; scale t covers dims [128t, 128t + 128),
+//   bytes [528, 656) 64 x bf16 rope dims 512..575, copied bit-exact.
+// All byte offsets are 64-bit (a pool may exceed 2^31 bytes). The cache must be 16-byte aligned.
+enum class Fp8ScaleFormat : std::uint8_t {
+  fp32,   // scale = max(amax / 448, FLT_MIN) in fp32 (vLLM's writer; SGLang's without the floor)
+  ue8m0,  // scale = 2^ceil(log2(max(amax / 448, 1e-4))), a power of two stored as fp32
+          // (FlashMLA's test quantizer at HEAD)
+};
+
+// Quantize-and-store (the cache writer). Follows FlashMLA's quantize_k_cache (tests/quant.py) and
+// SGLang's NSA quantize_k_cache (nsa/quant_k_cache.py, reference path: x / scale, not x * (1 /
+// scale)), with vLLM's max(..., FLT_MIN) so that an all-zero tile is not 0 / 0. For row i with
+// slot = slots[i] in [0, num_pages * page_size): per 128-dim tile t, amax = max |x| over the tile,
+// scale as scale_fmt says, latent byte d = e4m3(x_d / scale) (fp32 division, saturated to ±448,
+// round to nearest even; an all-zero tile stores zeros and scale FLT_MIN, never NaN); scales at
+// bytes 512..527; rope dims copied. A slot < 0 or >= num_pages * page_size is skipped: its row is
+// not read and no byte of the cache changes. Two rows with the same valid slot race (the token's
+// bytes may mix both rows): give each slot once.
+// Finite inputs are assumed; a NaN input dim stores e4m3 NaN (0x7f | sign) and does not affect amax.
+// InvalidArgument: n < 0, kv_row_stride < 576, scale_fmt, page_size outside [1, 4096],
+// num_pages < 0 or a pool past 2^63 bytes, page_stride_bytes; when n > 0 a null or misaligned kv
+// (2 bytes), slots (4) or cache (16; cache may be null when num_pages == 0). n == 0 launches nothing.
+struct Fp8KvQuantizeArgs {
+  const void* kv = nullptr;                // bf16 [n, 576], row stride kv_row_stride
+  std::int64_t kv_row_stride = 576;        // elements, >= 576
+  const std::int32_t* slots = nullptr;     // int32 [n]: slot = page * page_size + offset; < 0 = skip
+  int n = 0;                               // rows (>= 0)
+  void* cache = nullptr;                   // uint8 [num_pages, page_size, 656], 16-byte aligned
+  std::int64_t num_pages = 0;              // >= 0
+  int page_size = 64;                      // tokens per page, in [1, 4096]
+  std::int64_t page_stride_bytes = 0;      // bytes between pages; 0 = page_size * 656; else a
+                                           // multiple of 16, >= page_size * 656
+  Fp8ScaleFormat scale_fmt = Fp8ScaleFormat::fp32;
+};
+void fp8_kv_quantize(const Fp8KvQuantizeArgs& args, CUstream stream = nullptr);
+
+// Gather-and-dequantize: out[i] = the token of slots[i] as bf16 [576]: latent dim d =
+// bf16(float(e4m3) * scale[d / 128]) (fp32 product, round to nearest even), rope dims copied
+// bit-exact. An invalid slot (< 0 or >= num_pages * page_size) gives an all-zero row and is never
+// dereferenced. Follows SGLang's dequantize_k_cache_paged (nsa/dequant_k_cache.py), FlashMLA's
+// dequantize_k_cache (tests/quant.py) and vLLM's cp_gather_and_upconvert_fp8_kv_cache.
+// Columns [576, out_row_stride) of out are not written. InvalidArgument: n < 0, out_row_stride < 576,
+// the cache arguments as for fp8_kv_quantize; when n > 0 a null or misaligned slots (4) or out (2).
+struct Fp8KvGatherArgs {
+  const void* cache = nullptr;             // uint8 [num_pages, page_size, 656], 16-byte aligned
+  std::int64_t num_pages = 0;              // >= 0
+  int page_size = 64;                      // tokens per page, in [1, 4096]
+  std::int64_t page_stride_bytes = 0;      // bytes between pages; 0 = page_size * 656 (as above)
+  const std::int32_t* slots = nullptr;     // int32 [n]
+  int n = 0;                               // rows (>= 0)
+  void* out = nullptr;                     // bf16 [n, 576], row stride out_row_stride
+  std::int64_t out_row_stride = 576;       // elements, >= 576
+};
+void fp8_kv_gather(const Fp8KvGatherArgs& args, CUstream stream = nullptr);
 
 }  // namespace nsajit

@@ -1,7 +1,215 @@
-// bench_sparse_mla.cpp — placeholder until the family's benchmark lands (being written).
-#include "nsajit/errors.hpp"
+// bench_sparse_mla.cpp — `nsajit bench sparse-mla`: nsajit::sparse_mla_decode against the PyTorch
+// reference (gather + bf16 einsum + softmax, bench/torch_baseline.py) on the same inputs.
+//
+// Cases (topk 2048, a pool of 262 144 slots, uniformly random indices):
+//   decode b {1, 8, 64, 128} x next_n {1, 2} x h_q {16, 64, 128} x KV {bf16, fp8 (page size 64)}
+//   prefill s_q 4096 x h_q {64, 128} x KV {bf16, fp8}
+// nsajit runs with a workspace (split-KV where the batch cannot fill the GPU; params.num_splits)
+// and, for comparison, batch-invariant (params.batch_invariant_us). The torch reference of an
+// FP8 case runs on the dequantized bf16 pool. FLOPs = 2 rows h_q topk (576 + 512); bytes = q +
+// gathered KV (rows x topk x 1152 or 656) + indices + out + lse; gbps is on gathered KV bytes.
+// Each case's output is checked against the fp64 reference on its first and last row.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "nsajit/kernels.hpp"
+#include "reference/bf16.hpp"
+#include "reference/fp8_kv_cache.hpp"
+#include "reference/sparse_mla.hpp"
+#include "runtime/device_buffer.hpp"
 #include "tools/bench/bench_common.hpp"
 
 namespace nsajit::tools::bench {
-int bench_sparse_mla(const BenchOptions&) { throw Error("nsajit bench: this family's benchmark is not implemented yet"); }
+namespace {
+
+constexpr int D = 576;
+constexpr int DV = 512;
+constexpr int kTok = 656;
+constexpr int kTopk = 2048;
+constexpr std::int64_t kSlots = 262144;
+constexpr int kPageSize = 64;
+constexpr float kScale = 0.13524f;
+
+// xorshift64* -> approximately N(0, 1) (sum of 4 uniforms, rescaled); fast enough for 150M values.
+struct Rng {
+  std::uint64_t s;
+  std::uint64_t next() {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 2685821657736338717ull;
+  }
+  float normal() {
+    const std::uint64_t v = next();
+    float sum = 0;
+    for (int i = 0; i < 4; ++i) sum += float((v >> (16 * i)) & 0xffff) * (1.f / 65536.f);
+    return (sum - 2.f) * 1.7320508f;
+  }
+};
+
+std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint64_t seed) {
+  Rng r{seed * 0x9E3779B97F4A7C15ull + 1};
+  std::vector<std::uint16_t> v(n);
+  for (auto& x : v) x = reference::float_to_bf16(r.normal());
+  return v;
+}
+
+struct Shape {
+  bool prefill;
+  int b, next_n, h_q;
+  bool fp8;
+  int rows() const { return prefill ? b : b * next_n; }
+  std::string name() const {
+    return prefill ? fmt::format("prefill h{} sq{} skv{} {}", h_q, b, kSlots, fp8 ? "fp8" : "bf16")
+                   : fmt::format("decode h{} b{} n{} {}", h_q, b, next_n, fp8 ? "fp8" : "bf16");
+  }
+};
+
+}  // namespace
+
+int bench_sparse_mla(const BenchOptions& options) {
+  std::vector<Shape> shapes;
+  for (bool fp8 : {false, true})
+    for (int h : {16, 64, 128})
+      for (int b : {1, 8, 64, 128})
+        for (int n : {1, 2}) shapes.push_back({false, b, n, h, fp8});
+  for (bool fp8 : {false, true})
+    for (int h : {64, 128}) shapes.push_back({true, 4096, 1, h, fp8});
+  std::erase_if(shapes, [&](const Shape& s) { return !options.only.empty() && s.name().find(options.only) == std::string::npos; });
+  if (shapes.empty()) {
+    fmt::print(stderr, "nsajit bench sparse-mla: no case matches --only {}\n", options.only);
+    return 2;
+  }
+
+  // ---- pools: bf16 rows; FP8 tokens quantized from the same rows, and their dequantized bf16.
+  fmt::print(stderr, "building pools ({} slots)...\n", kSlots);
+  const std::vector<std::uint16_t> pool = random_bf16(std::size_t(kSlots) * D, 1);
+  std::vector<std::uint8_t> cache(std::size_t(kSlots) * kTok);
+  std::vector<std::uint16_t> dequant(std::size_t(kSlots) * D);
+  for (std::int64_t s = 0; s < kSlots; ++s) {
+    reference::fp8_kv_quantize_token(pool.data() + s * D, Fp8ScaleFormat::fp32, cache.data() + s * kTok);
+    reference::fp8_kv_dequantize_token(cache.data() + s * kTok, dequant.data() + s * D);
+  }
+  DeviceBuffer<std::uint16_t> d_pool(pool);
+  DeviceBuffer<std::uint8_t> d_cache(cache);
+  const std::string dir = options.work_dir + "/sparse_mla";
+  const bool baseline = !options.baseline_script.empty();
+  if (baseline) {
+    write_blob(dir, "pool_bf16.bf16", pool.data(), pool.size() * 2);
+    write_blob(dir, "pool_fp8_dequant.bf16", dequant.data(), dequant.size() * 2);
+  }
+
+  std::vector<Case> cases;
+  int failures = 0;
+  const TimingOptions timing{.warmup = 5, .iters = options.iters, .flush_l2 = true};
+  for (const Shape& sh : shapes) {
+    const int rows = sh.rows();
+    const std::uint64_t seed = std::uint64_t(rows) * 1000 + sh.h_q;
+    const std::vector<std::uint16_t> q = random_bf16(std::size_t(rows) * sh.h_q * D, seed);
+    std::vector<std::int32_t> idx(std::size_t(rows) * kTopk);
+    Rng r{seed + 77};
+    for (auto& v : idx) v = std::int32_t(r.next() % std::uint64_t(kSlots));
+    DeviceBuffer<std::uint16_t> d_q(q);
+    DeviceBuffer<std::int32_t> d_idx(idx);
+    DeviceBuffer<std::uint16_t> d_out(std::size_t(rows) * sh.h_q * DV);
+    DeviceBuffer<float> d_lse(std::size_t(rows) * sh.h_q);
+    SparseMlaDecodeArgs a;
+    a.q = d_q.get();
+    if (sh.fp8) {
+      a.kv = d_cache.get();
+      a.kv_dtype = KvDtype::fp8_e4m3;
+      a.page_size = kPageSize;
+    } else {
+      a.kv = d_pool.get();
+    }
+    a.num_slots = kSlots;
+    a.indices = d_idx.get();
+    a.out = d_out.get();
+    a.lse = d_lse.get();
+    a.rows = rows;
+    a.next_n = sh.prefill ? 1 : sh.next_n;
+    a.h_q = sh.h_q;
+    a.topk = kTopk;
+    a.sm_scale = kScale;
+    const int splits = sparse_mla_num_splits(rows, sh.h_q, kTopk);
+    const std::size_t ws_bytes = sparse_mla_workspace_bytes(rows, sh.h_q, kTopk);
+    DeviceBuffer<std::uint8_t> d_ws(std::max<std::size_t>(ws_bytes, 16));
+
+    // Batch-invariant first (also the checked output of row 0 / last), then with the workspace.
+    const double invariant_us = median_us([&] { sparse_mla_decode(a); }, timing);
+    SparseMlaDecodeArgs split_args = a;
+    split_args.workspace = d_ws.get();
+    split_args.workspace_bytes = d_ws.bytes();
+    const double us = splits > 1 ? median_us([&] { sparse_mla_decode(split_args); }, timing) : invariant_us;
+
+    // Check the split-mode output (the timed one) on the first and last row.
+    d_out.poison();
+    d_lse.poison();
+    sparse_mla_decode(splits > 1 ? split_args : a);
+    const std::vector<std::uint16_t> out = d_out.download();
+    const std::vector<float> lse = d_lse.download();
+    std::string check = "pass";
+    for (int row : {0, rows - 1}) {
+      reference::SparseMlaInput in;
+      in.q = std::span(q).subspan(std::size_t(row) * sh.h_q * D, std::size_t(sh.h_q) * D);
+      in.kv = sh.fp8 ? std::span<const std::uint16_t>(dequant) : std::span<const std::uint16_t>(pool);
+      in.num_slots = kSlots;
+      in.indices = std::span(idx).subspan(std::size_t(row) * kTopk, kTopk);
+      in.rows = 1;
+      in.h_q = sh.h_q;
+      in.topk = kTopk;
+      in.sm_scale = double(kScale);
+      const reference::SparseMlaOutput want = reference::sparse_mla(in);
+      const auto c = reference::compare_sparse_mla(
+          std::span(out).subspan(std::size_t(row) * sh.h_q * DV, std::size_t(sh.h_q) * DV),
+          std::span(lse).subspan(std::size_t(row) * sh.h_q, std::size_t(sh.h_q)), want, 1, sh.h_q);
+      if (!c.ok) check = fmt::format("FAIL row {}: {}", row, c.message);
+    }
+    if (check != "pass") ++failures;
+
+    const double kv_bytes = double(rows) * kTopk * (sh.fp8 ? kTok : 2 * D);
+    const double bytes = double(rows) * sh.h_q * D * 2 + kv_bytes + double(rows) * kTopk * 4 +
+                         double(rows) * sh.h_q * (DV * 2 + 4);
+    const double flops = 2.0 * rows * sh.h_q * kTopk * (576 + 512);
+    Case c;
+    c.name = sh.name();
+    c.params = {{"mode", sh.prefill ? "prefill" : "decode"}, {"rows", rows}, {"b", sh.prefill ? 1 : sh.b},
+                {"next_n", sh.prefill ? 1 : sh.next_n}, {"s_q", sh.prefill ? sh.b : 0}, {"h_q", sh.h_q},
+                {"topk", kTopk}, {"kv", sh.fp8 ? "fp8" : "bf16"}, {"num_slots", kSlots},
+                {"page_size", sh.fp8 ? kPageSize : 1}, {"num_splits", splits},
+                {"batch_invariant_us", invariant_us}, {"gathered_bytes", kv_bytes}, {"bytes", bytes},
+                {"flops", flops}};
+    c.nsajit_us = us;
+    c.baseline = "torch gather + bf16 einsum + softmax (ref_sparse_bf16)";
+    c.floor_us = floor_us(bytes, flops);
+    c.tflops = flops / us / 1e6;
+    c.gbps = kv_bytes / us / 1e3;
+    c.check = check;
+    if (baseline) {
+      const std::string in_dir = fmt::format("{}/r{}h{}", dir, rows, sh.h_q);
+      if (!std::filesystem::exists(in_dir + "/idx.i32")) {
+        write_blob(in_dir, "q.bf16", q.data(), q.size() * 2);
+        write_blob(in_dir, "idx.i32", idx.data(), idx.size() * 4);
+      }
+      c.baseline_input = in_dir;
+      c.params["pool"] = dir + (sh.fp8 ? "/pool_fp8_dequant.bf16" : "/pool_bf16.bf16");
+    }
+    fmt::print(stderr, "{:<32} {:>9.1f} us (batch-invariant {:.1f}, splits {})  {:6.1f} TFLOP/s  {:6.0f} GB/s  floor {:.1f}  {}\n",
+               c.name, us, invariant_us, splits, *c.tflops, c.gbps, c.floor_us, check);
+    cases.push_back(std::move(c));
+  }
+
+  if (baseline) {
+    const std::string why = run_python_baseline(options.baseline_script, "sparse_mla", cases, options.work_dir);
+    if (!why.empty()) fmt::print(stderr, "baseline not measured: {}\n", why);
+  }
+  write_results({.family = "sparse_mla", .command = options.command}, cases, options.out);
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace nsajit::tools::bench

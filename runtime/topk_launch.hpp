@@ -1,0 +1,28 @@
+// topk_launch.hpp — how nsajit::topk shapes its launch (internal: tests and the bench use it to
+// check that every launch shape gives the same bytes and to compare shapes).
+#pragma once
+
+namespace nsajit::detail {
+
+struct TopkLaunchPlan {
+  int ctas_per_row = 1;  // = cluster size along x when > 1 (1, 2, 4, 8; 16 non-portable)
+  int slice = 0;         // positions per CTA, a multiple of 4
+  bool resident = false; // slice kept in shared memory
+  int threads = 512;
+  unsigned dynamic_smem = 0;  // bytes of the select launch
+};
+
+// The plan for `rows` rows of `width` columns: rows that fit shared memory get one CTA; few long
+// rows are split over a cluster so that the GPU (sm_count SMs) is filled.
+TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count);
+
+// Test/bench hook (not thread-safe): values > 0 replace the plan's choice; force_streaming makes
+// every slice re-read global memory. Reset with a default-constructed value.
+struct TopkLaunchOverride {
+  int ctas_per_row = 0;
+  int threads = 0;
+  bool force_streaming = false;
+};
+void set_topk_launch_override(const TopkLaunchOverride& o);
+
+}  // namespace nsajit::detail
