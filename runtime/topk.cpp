@@ -16,7 +16,7 @@ namespace detail {
 namespace {
 TopkLaunchOverride g_override;
 
-constexpr int kTargetSlice = 16384;     // positions per CTA before a row is split further
+constexpr int kTargetSlice = 32768;     // positions per CTA before a row is split further
 constexpr int kMinSpreadSlice = 8192;   // few rows: split while slices stay at least this long
 constexpr int kMaxResident = 49152;     // positions of a slice kept in shared memory (192 KB)
 constexpr int kMaxCluster = 8;          // portable cluster size
@@ -34,12 +34,19 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count) {
     c = g_override.ctas_per_row;
   } else {
     while (c < kMaxCluster && ceil_div(width, c) > kTargetSlice) c *= 2;
-    while (c < kMaxCluster && (long long)rows * c < sm_count && ceil_div(width, c) >= 2 * kMinSpreadSlice) c *= 2;
+    // Few rows (the grid would fill less than half the SMs): split further, slices >= 8K.
+    while (c < kMaxCluster && (long long)rows * c < sm_count / 2 && ceil_div(width, c) >= 2 * kMinSpreadSlice) c *= 2;
   }
   plan.ctas_per_row = c;
-  // Few CTAs in the grid: more threads per CTA hide more latency; many: 512 lets more CTAs share an SM.
-  if (g_override.threads <= 0) plan.threads = (long long)rows * c <= 2LL * sm_count ? 1024 : 512;
   plan.slice = int((ceil_div(width, c) + 3) / 4 * 4);
+  // About 32 positions per thread (256..1024 threads); a grid of at most one CTA per SM gets 1024
+  // threads to hide more latency.
+  if (g_override.threads <= 0) {
+    int t = 256;
+    while (t < 1024 && plan.slice > 32 * t) t *= 2;
+    if ((long long)rows * c <= sm_count) t = 1024;
+    plan.threads = t;
+  }
   plan.resident = plan.slice <= kMaxResident && !g_override.force_streaming;
   plan.dynamic_smem = plan.resident ? unsigned(plan.slice / 4 + 1) * 16u : 0u;
   return plan;

@@ -16,11 +16,12 @@
 // global memory. Nothing is ever buffered in a fixed-size candidate list, so any len is exact.
 //
 // Selection: keys are order-preserving uint32 (NaN -> 1 below -inf's 0x007fffff; -0.0 == +0.0;
-// key 0 marks padding and is never counted). Three histogram passes find the topk-th largest key
-// T: bits 31..21 (fused with the load), 20..10 and 9..0 of the keys whose higher bits match the
-// digits found so far (a rescan of the slice, no candidate buffer). Cluster CTAs reduce each
-// histogram: CTA q sums bins [q*B/C, (q+1)*B/C) of every CTA, then every CTA gathers the sums.
-// Every CTA finds the same digit from the same sums.
+// key 0 marks padding and is never counted). Four histogram passes of 8-bit digits (bits 31..24,
+// fused with the load, then 23..16, 15..8, 7..0 of the keys whose higher bits match the digits
+// found so far: a rescan of the slice, no candidate buffer) find the topk-th largest key T.
+// Histograms count into 32 lane-private copies (conflict-free whatever the data). Cluster CTAs
+// publish each pass's histogram and every CTA sums all of them (one cluster barrier per pass),
+// so every CTA finds the same digit from the same sums.
 // Output (ordered compaction): the keys > T in increasing index order at slots [0, G), then the
 // first topk - G keys == T in increasing index order (ties go to the lower index). Slot of an
 // element = number of selected elements of lower index (per-warp contiguous segments, warp scans,
@@ -77,26 +78,6 @@ NSAJIT_DEVICE uint32_t topk_key(float f) {
   if (magnitude > 0x7f800000u) return 1u;            // NaN: below -inf
   if (magnitude == 0u) return 0x80000000u;           // -0.0 gets +0.0's key
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // negatives reversed, below positives
-}
-
-// Exclusive prefix sum of v over the block (all threads must call); *total gets the block sum.
-// warp_sums: 32 ints of shared memory, free again when this returns.
-NSAJIT_DEVICE int topk_block_exclusive_scan(int v, int* warp_sums, int* total) {
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int inclusive = warp_inclusive_scan(v);
-  if (lane == 31) warp_sums[warp] = inclusive;
-  __syncthreads();
-  if (warp == 0) {
-    int s = lane < NSAJIT_TOPK_WARPS ? warp_sums[lane] : 0;
-    s = warp_inclusive_scan(s);
-    if (lane < NSAJIT_TOPK_WARPS) warp_sums[lane] = s;
-  }
-  __syncthreads();
-  const int result = (warp > 0 ? warp_sums[warp - 1] : 0) + inclusive - v;
-  *total = warp_sums[NSAJIT_TOPK_WARPS - 1];
-  __syncthreads();  // everyone has read warp_sums before the next call overwrites it
-  return result;
 }
 
 // --- thread-block cluster helpers (sm_90 PTX) -----------------------------------------------------
@@ -233,78 +214,77 @@ NSAJIT_DEVICE u32x4 topk_slice_keys(const TopkSlice& s, const u32x4* keys, bool 
 
 NSAJIT_DEVICE uint32_t topk_lane(const u32x4& k, int j) { return j == 0 ? k.x : j == 1 ? k.y : j == 2 ? k.z : k.w; }
 
-// Histogram increment of `bin` for the lanes with `valid`; the whole warp calls. A warp whose
-// valid lanes share one bin adds once (plateaus do not serialise on one shared address).
-NSAJIT_DEVICE void topk_hist_add(uint32_t* hist, uint32_t bin, bool valid) {
-  const unsigned m = __ballot_sync(NSAJIT_TOPK_FULL, valid);
-  if (m == 0u) return;
-  const int leader = __ffs(m) - 1;
-  const uint32_t b0 = __shfl_sync(NSAJIT_TOPK_FULL, bin, leader);
-  if (__all_sync(NSAJIT_TOPK_FULL, !valid || bin == b0)) {
-    if ((threadIdx.x & 31) == leader) atomicAdd(&hist[b0], uint32_t(__popc(m)));
-  } else if (valid) {
-    atomicAdd(&hist[bin], 1u);
-  }
+// Histograms of one 8-bit digit use 32 lane-private copies of 16-bit counters: bin d of lane l
+// is half (d & 1) of word (d >> 1) * 32 + l, so the 32 lanes of a warp always hit 32 different
+// banks and never the same address, whatever the data (plateaus and narrow bands cost the same as
+// spread values; no warp-wide step per element). A copy counts at most 32768 keys per chunk
+// (kTopkChunkVecs vectors) before it is folded into the 32-bit histogram.
+#define NSAJIT_TOPK_PRIV_WORDS (128 * 32)
+constexpr int kTopkChunkVecs = 1 << 18;
+
+NSAJIT_DEVICE void topk_count(uint32_t* priv, uint32_t key, int shift, int lane) {
+  const uint32_t d = (key >> shift) & 255u;
+  atomicAdd(&priv[(d >> 1) * 32 + lane], 1u << ((d & 1u) * 16));
 }
 
-// Pass-1 histogram (bits 31..21) of one vector of keys, by plain shared atomics: no warp-wide
-// step per element (those made the pass latency-bound). Four equal bins (plateaus, runs) add once;
-// key 0 (padding) is not counted.
-NSAJIT_DEVICE void topk_hist_add4(uint32_t* hist, const u32x4& k) {
-  const uint32_t b0 = k.x >> 21, b1 = k.y >> 21, b2 = k.z >> 21, b3 = k.w >> 21;
-  if (b0 == b1 && b1 == b2 && b2 == b3 && k.x != 0u && k.w != 0u) {
-    atomicAdd(&hist[b0], 4u);
-  } else {
-    if (k.x != 0u) atomicAdd(&hist[b0], 1u);
-    if (k.y != 0u) atomicAdd(&hist[b1], 1u);
-    if (k.z != 0u) atomicAdd(&hist[b2], 1u);
-    if (k.w != 0u) atomicAdd(&hist[b3], 1u);
-  }
-}
-
-// Reduces the cluster's histograms of `bins` bins into every CTA's `hist` (C > 1), or just
-// publishes the local one (C == 1). On return `hist` holds the row's histogram in every CTA.
-NSAJIT_DEVICE void topk_reduce_hist(uint32_t* hist, uint32_t* red, int bins, int C, uint32_t rank) {
-  if (C == 1) {
-    __syncthreads();
-    return;
-  }
-  topk_cluster_sync();  // every CTA's local histogram is complete
-  const int owned = bins / C;
-  for (int i = threadIdx.x; i < owned; i += NSAJIT_THREADS) {
-    const int j = int(rank) * owned + i;
+// Adds the lane copies into hist[256] (32-bit) and zeroes them. Whole block; ends synchronised.
+// Thread d < 256 sums bin d over the 32 copies, starting at copy (d >> 1) so that the 16 words a
+// warp reads at once lie in 16 different banks (the two bins of one word share a broadcast): 32
+// independent loads instead of a shuffle-reduction chain per word.
+NSAJIT_DEVICE void topk_fold(uint32_t* priv, uint32_t* hist) {
+  __syncthreads();
+  for (int d = threadIdx.x; d < 256; d += NSAJIT_THREADS) {
+    const int w = d >> 1;
+    const uint32_t half = (uint32_t(d) & 1u) * 16u;
     uint32_t sum = 0;
-    for (int q = 0; q < C; ++q) sum += topk_cluster_load(&hist[j], uint32_t(q));
-    red[i] = sum;
+#pragma unroll 8
+    for (int i = 0; i < 32; ++i) sum += (priv[w * 32 + ((i + w) & 31)] >> half) & 0xffffu;
+    hist[d] += sum;
   }
-  topk_cluster_sync();  // every owner's sums are complete; no one reads a local histogram any more
-  for (int j = threadIdx.x; j < bins; j += NSAJIT_THREADS) {
-    const int q = j / owned;
-    hist[j] = topk_cluster_load(&red[j - q * owned], uint32_t(q));
-  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < NSAJIT_TOPK_PRIV_WORDS; i += NSAJIT_THREADS) priv[i] = 0u;
   __syncthreads();
 }
 
-// The digit d with greater(d) < k <= greater(d) + hist[d], greater(d) = count in bins above d.
-// Every thread returns d and sets *greater_out.
-NSAJIT_DEVICE uint32_t topk_find_digit(const uint32_t* hist, int bins, int k, int* warp_sums,
-                                       uint32_t* s_digit, int* s_greater, int* greater_out) {
-  const int per = bins / NSAJIT_THREADS > 0 ? bins / NSAJIT_THREADS : 1;
-  const int lo = threadIdx.x * per;
-  int local = 0;
-  if (lo < bins)
-    for (int j = 0; j < per; ++j) local += int(hist[lo + j]);
-  int total;
-  const int before = topk_block_exclusive_scan(local, warp_sums, &total);
-  if (lo < bins) {
-    int greater = total - before - local;  // keys in the bins above this thread's chunk
-    for (int d = lo + per - 1; d >= lo; --d) {
-      const int h = int(hist[d]);
-      if (greater < k && greater + h >= k) {
+// The row's histogram: the local one (C == 1), or the sum over the cluster's CTAs, read from
+// their `hist` (a buffer no CTA rewrites before the next cluster barrier) into `total`.
+NSAJIT_DEVICE const uint32_t* topk_row_hist(const uint32_t* hist, uint32_t* total, int C) {
+  if (C == 1) return hist;
+  topk_cluster_sync();  // every CTA's histogram of this pass is complete
+  for (int j = threadIdx.x; j < 256; j += NSAJIT_THREADS) {
+    uint32_t sum = 0;
+    for (int q0 = 0; q0 < C; q0 += 4) {  // four loads in flight at a time
+      const uint32_t a = topk_cluster_load(&hist[j], uint32_t(q0));
+      const uint32_t b = topk_cluster_load(&hist[j], uint32_t(q0 + 1));  // C is even
+      const uint32_t c = q0 + 2 < C ? topk_cluster_load(&hist[j], uint32_t(q0 + 2)) : 0u;
+      const uint32_t d = q0 + 3 < C ? topk_cluster_load(&hist[j], uint32_t(q0 + 3)) : 0u;
+      sum += a + b + c + d;
+    }
+    total[j] = sum;
+  }
+  __syncthreads();
+  return total;
+}
+
+// The digit d with greater(d) < k <= greater(d) + h[d] (greater(d) = keys in the bins above d),
+// found by warp 0 (lane l owns bins [8l, 8l + 8)). Every thread returns d and *greater_out.
+NSAJIT_DEVICE uint32_t topk_find_digit(const uint32_t* h, int k, uint32_t* s_digit, int* s_greater,
+                                       int* greater_out) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int local = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) local += int(h[8 * lane + j]);
+    const int inclusive = warp_inclusive_scan(local);
+    const int all = __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
+    int greater = all - inclusive;  // keys in the bins of the lanes above
+    for (int d = 8 * lane + 7; d >= 8 * lane; --d) {
+      const int c = int(h[d]);
+      if (greater < k && greater + c >= k) {
         *s_digit = uint32_t(d);
         *s_greater = greater;
       }
-      greater += h;
+      greater += c;
     }
   }
   __syncthreads();
@@ -359,11 +339,13 @@ NSAJIT_DEVICE void topk_sort_phase(const TopkParams& p, unsigned long long* s) {
 
 // --- the kernel ------------------------------------------------------------------------------------
 
-extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS) nsajit_topk(const TopkParams p) {
+// At most 64 registers: 1024 threads per SM (the most the shared memory allows) are never
+// limited by registers.
+extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREADS) nsajit_topk(const TopkParams p) {
   extern __shared__ u32x4 topk_dynamic[];
-  __shared__ uint32_t hist[2048];
-  __shared__ uint32_t red[1024];
-  __shared__ int warp_sums[32];
+  __shared__ uint32_t priv[NSAJIT_TOPK_PRIV_WORDS];
+  __shared__ uint32_t hist[2][256];  // by pass parity: cluster peers read one while the next fills
+  __shared__ uint32_t row_total[256];
   __shared__ int warp_greater[NSAJIT_TOPK_WARPS];
   __shared__ int warp_equal[NSAJIT_TOPK_WARPS];
   __shared__ int cta_counts[2];
@@ -410,81 +392,75 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS) nsajit_topk(const T
   const bool resident = p.resident != 0;
   u32x4* keys = topk_dynamic;
 
-  // Pass 1: load (keeping keys when resident) and histogram bits 31..21.
-  for (int i = tid; i < 2048; i += NSAJIT_THREADS) hist[i] = 0u;
-  __syncthreads();
-  constexpr int kUnroll = 4;
-  for (int base = 0; base < s.nvec; base += kUnroll * NSAJIT_THREADS) {  // uniform trip count
-    // All 16-byte loads first (several in flight per thread), then the keys and histogram.
-    u32x4 raw[kUnroll];
-    bool whole[kUnroll];
+  // Four passes of 8-bit digits, most significant first. Invariant: among the keys whose bits
+  // above `shift` equal `prefix`, the k largest are still to be selected. Pass 0 also loads the
+  // slice (keeping its keys when resident); later passes rescan it.
+  for (int i = tid; i < NSAJIT_TOPK_PRIV_WORDS; i += NSAJIT_THREADS) priv[i] = 0u;
+  uint32_t prefix = 0u, mask = 0u;
+  int k = NSAJIT_TOPK;
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    uint32_t* h = hist[pass & 1];
+    for (int i = tid; i < 256; i += NSAJIT_THREADS) h[i] = 0u;
+    __syncthreads();
+    for (int c0 = 0; c0 < s.nvec || (c0 == 0 && s.nvec == 0); c0 += kTopkChunkVecs) {
+      const int c1 = min(s.nvec, c0 + kTopkChunkVecs);
+      if (pass == 0) {
+        constexpr int kUnroll = 4;
+        for (int base = c0; base < c1; base += kUnroll * NSAJIT_THREADS) {
+          // All 16-byte loads first (several in flight per thread), then keys and counts.
+          u32x4 raw[kUnroll];
+          bool whole[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int v = base + u * NSAJIT_THREADS + tid;
-      const int first = 4 * v - s.head;
-      whole[u] = v < s.nvec && first >= 0 && first + 4 <= s.n;
-      if (whole[u]) raw[u] = topk_load_16(s.abase + 4 * v);
-    }
+          for (int u = 0; u < kUnroll; ++u) {
+            const int v = base + u * NSAJIT_THREADS + tid;
+            const int first = 4 * v - s.head;
+            whole[u] = v < c1 && first >= 0 && first + 4 <= s.n;
+            if (whole[u]) raw[u] = topk_load_16(s.abase + 4 * v);
+          }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int v = base + u * NSAJIT_THREADS + tid;
-      u32x4 k;
-      if (whole[u]) {
-        k.x = topk_key(__uint_as_float(raw[u].x));
-        k.y = topk_key(__uint_as_float(raw[u].y));
-        k.z = topk_key(__uint_as_float(raw[u].z));
-        k.w = topk_key(__uint_as_float(raw[u].w));
+          for (int u = 0; u < kUnroll; ++u) {
+            const int v = base + u * NSAJIT_THREADS + tid;
+            if (v >= c1) continue;
+            u32x4 kv;
+            if (whole[u]) {
+              kv.x = topk_key(__uint_as_float(raw[u].x));
+              kv.y = topk_key(__uint_as_float(raw[u].y));
+              kv.z = topk_key(__uint_as_float(raw[u].z));
+              kv.w = topk_key(__uint_as_float(raw[u].w));
+            } else {
+              kv = topk_global_keys(s, v);  // an edge vector: element loads
+            }
+            if (resident) keys[v] = kv;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const uint32_t key = topk_lane(kv, j);
+              if (key != 0u) topk_count(priv, key, 24, lane);
+            }
+          }
+        }
       } else {
-        k = topk_slice_keys(s, keys, false, v);  // an edge vector (element loads) or none
-      }
-      if (resident && v < s.nvec) keys[v] = k;
-      topk_hist_add4(hist, k);
-    }
-  }
-  topk_reduce_hist(hist, red, 2048, C, rank);
-  int k = NSAJIT_TOPK, greater;
-  const uint32_t d1 = topk_find_digit(hist, 2048, k, warp_sums, &s_digit, &s_greater, &greater);
-  k -= greater;
-
-  // Pass 2: bits 20..10 of the keys with bits 31..21 == d1.
-  for (int i = tid; i < 2048; i += NSAJIT_THREADS) hist[i] = 0u;
-  __syncthreads();
-  for (int base = 0; base < s.nvec; base += NSAJIT_THREADS) {
-    const u32x4 kv = topk_slice_keys(s, keys, resident, base + tid);
-    const bool any = (kv.x >> 21) == d1 || (kv.y >> 21) == d1 || (kv.z >> 21) == d1 || (kv.w >> 21) == d1;
-    if (__any_sync(NSAJIT_TOPK_FULL, any)) {  // most warps have no key in the threshold bin
+        for (int v = c0 + tid; v < c1; v += NSAJIT_THREADS) {
+          const u32x4 kv = resident ? keys[v] : topk_global_keys(s, v);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t key = topk_lane(kv, j);
-        topk_hist_add(hist, (key >> 10) & 2047u, key != 0u && (key >> 21) == d1);
+          for (int j = 0; j < 4; ++j) {
+            const uint32_t key = topk_lane(kv, j);
+            if (key != 0u && (key & mask) == prefix) topk_count(priv, key, shift, lane);
+          }
+        }
       }
+      topk_fold(priv, h);
+      if (s.nvec == 0) break;
     }
+    const uint32_t* row_hist = topk_row_hist(h, row_total, C);
+    int greater;
+    const uint32_t digit = topk_find_digit(row_hist, k, &s_digit, &s_greater, &greater);
+    k -= greater;
+    prefix |= digit << shift;
+    mask |= 255u << shift;
   }
-  topk_reduce_hist(hist, red, 2048, C, rank);
-  const uint32_t d2 = topk_find_digit(hist, 2048, k, warp_sums, &s_digit, &s_greater, &greater);
-  k -= greater;
 
-  // Pass 3: bits 9..0 of the keys with bits 31..10 == (d1, d2).
-  const uint32_t prefix2 = (d1 << 11) | d2;
-  for (int i = tid; i < 1024; i += NSAJIT_THREADS) hist[i] = 0u;
-  __syncthreads();
-  for (int base = 0; base < s.nvec; base += NSAJIT_THREADS) {
-    const u32x4 kv = topk_slice_keys(s, keys, resident, base + tid);
-    const bool any = (kv.x >> 10) == prefix2 || (kv.y >> 10) == prefix2 || (kv.z >> 10) == prefix2 ||
-                     (kv.w >> 10) == prefix2;
-    if (__any_sync(NSAJIT_TOPK_FULL, any)) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t key = topk_lane(kv, j);
-        topk_hist_add(hist, key & 1023u, key != 0u && (key >> 10) == prefix2);
-      }
-    }
-  }
-  topk_reduce_hist(hist, red, 1024, C, rank);
-  const uint32_t d3 = topk_find_digit(hist, 1024, k, warp_sums, &s_digit, &s_greater, &greater);
-  k -= greater;
-
-  const uint32_t threshold = (prefix2 << 10) | d3;  // the topk-th largest key
+  const uint32_t threshold = prefix;  // the topk-th largest key
   const int take_equal = k;                         // keys == threshold to take (>= 1)
   const int total_greater = NSAJIT_TOPK - take_equal;
 

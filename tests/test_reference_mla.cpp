@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "reference/bf16.hpp"
@@ -94,6 +95,22 @@ TEST_CASE("reference mla: scores 0 and ln 3 weigh 1/4 and 3/4") {
   CHECK(r.out[0] == doctest::Approx(0.25).epsilon(1e-14));
   CHECK(r.out[1] == doctest::Approx(0.75).epsilon(1e-14));
   CHECK(r.lse[0] == doctest::Approx(std::log(4.0)).epsilon(1e-14));
+  CHECK(r.max_logits[0] == doctest::Approx(std::log(3.0)).epsilon(1e-14));  // max S, natural units
+}
+
+TEST_CASE("reference mla: max_logits is -inf without a valid index; compare_max_logits checks it") {
+  const B kv = small_pool(4);
+  const B q = one_q(2.f, 1.f);
+  const auto empty = run_ref(q, kv, 4, I{-1, -1, 7, -3}, 0.5);
+  CHECK(empty.max_logits[0] == -kInf);
+  const auto one = run_ref(q, kv, 4, I{-1, 2, -1, -1}, 0.5);
+  CHECK(one.max_logits[0] == doctest::Approx(0.625).epsilon(1e-15));
+  std::string msg;
+  CHECK(ref::compare_max_logits(std::vector<float>{0.625f}, one, msg) == 0);
+  CHECK(ref::compare_max_logits(std::vector<float>{0.626f}, one, msg) == 1);
+  CHECK(msg.find("max_logits[0]") != std::string::npos);
+  CHECK(ref::compare_max_logits(std::vector<float>{-std::numeric_limits<float>::infinity()}, empty, msg) == 0);
+  CHECK(ref::compare_max_logits(std::vector<float>{0.f}, empty, msg) == 1);
 }
 
 TEST_CASE("reference mla: no valid index gives out 0 and lse +inf") {

@@ -175,7 +175,10 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   CHECK(p.ctas_per_row == 8);
   CHECK(p.resident);
   CHECK(plan_topk_launch(4096, 8192, 2048, 132).ctas_per_row == 1);
-  CHECK(plan_topk_launch(4096, 32768, 2048, 132).ctas_per_row == 2);
+  CHECK(plan_topk_launch(4096, 32768, 2048, 132).ctas_per_row == 1);
+  CHECK(plan_topk_launch(64, 65536, 2048, 132).ctas_per_row == 2);
+  CHECK(plan_topk_launch(128, 131072, 2048, 132).ctas_per_row == 4);
+  CHECK(plan_topk_launch(8, 131072, 2048, 132).ctas_per_row == 8);
   p = plan_topk_launch(1, 1 << 20, 2048, 132);
   CHECK(p.ctas_per_row == 8);
   CHECK_FALSE(p.resident);  // re-reads global memory

@@ -14,6 +14,7 @@
 
 #include "nsajit/kernels.hpp"
 #include "reference/bf16.hpp"
+#include "reference/fp8_kv_cache.hpp"
 #include "reference/index_transform.hpp"
 #include "reference/sparse_mla.hpp"
 #include "reference/topk.hpp"
@@ -115,6 +116,111 @@ std::vector<int> rows_to_check(const Batch& t, int count, std::uint64_t seed) {
   }
   rows.resize(std::min<std::size_t>(rows.size(), std::size_t(count)));
   return rows;
+}
+
+
+// ---- sparse MLA beyond the bf16 decode step (tools/decode_step.cpp additions for §3/§4): the same
+// decode attention over the FP8 paged cache (656-byte tokens, quantized on the host, read directly
+// by the kernel), and a prefill step (s_q query rows of the longest request, each with its own
+// index row over its causal prefix) over both layouts. Each is checked on sampled rows against
+// the fp64 reference (FP8: on the dequantized rows) and timed.
+bool check_and_time_mla(const char* label, const SparseMlaDecodeArgs& args, const std::vector<std::uint16_t>& q_host,
+                        const std::vector<std::int32_t>& idx_host, const std::vector<std::uint16_t>& ref_pool,
+                        std::int64_t num_slots, const std::vector<int>& rows, const bench::TimingOptions& timing,
+                        double gathered_bytes_per_row) {
+  DeviceBuffer<std::uint16_t> out(std::size_t(args.rows) * args.h_q * kDimV);
+  DeviceBuffer<float> lse(std::size_t(args.rows) * args.h_q);
+  out.poison();
+  lse.poison();
+  SparseMlaDecodeArgs a = args;
+  a.out = out.get();
+  a.lse = lse.get();
+  sparse_mla_decode(a);
+  const std::vector<std::uint16_t> got_out = out.download();
+  const std::vector<float> got_lse = lse.download();
+  std::vector<std::uint16_t> q_rows, out_rows;
+  std::vector<std::int32_t> idx_rows;
+  std::vector<float> lse_rows;
+  for (int r : rows) {
+    q_rows.insert(q_rows.end(), q_host.begin() + std::ptrdiff_t(r) * a.h_q * kDimQK,
+                  q_host.begin() + std::ptrdiff_t(r + 1) * a.h_q * kDimQK);
+    idx_rows.insert(idx_rows.end(), idx_host.begin() + std::ptrdiff_t(r) * a.topk,
+                    idx_host.begin() + std::ptrdiff_t(r + 1) * a.topk);
+    out_rows.insert(out_rows.end(), got_out.begin() + std::ptrdiff_t(r) * a.h_q * kDimV,
+                    got_out.begin() + std::ptrdiff_t(r + 1) * a.h_q * kDimV);
+    lse_rows.insert(lse_rows.end(), got_lse.begin() + std::ptrdiff_t(r) * a.h_q,
+                    got_lse.begin() + std::ptrdiff_t(r + 1) * a.h_q);
+  }
+  const int n = int(rows.size());
+  const reference::SparseMlaOutput ref = reference::sparse_mla({.q = q_rows, .kv = ref_pool, .num_slots = num_slots,
+                                                                .indices = idx_rows, .rows = n, .h_q = a.h_q,
+                                                                .topk = a.topk, .sm_scale = double(a.sm_scale)});
+  const reference::MlaComparison cmp = reference::compare_sparse_mla(out_rows, lse_rows, ref, n, a.h_q);
+  const double us = bench::median_us([&] { sparse_mla_decode(a); }, timing);
+  const double flops = 2.0 * a.rows * a.h_q * a.topk * (kDimQK + kDimV);
+  fmt::print("{:<20} {:>10.1f} {:>7.1f} TFLOP/s  {} ({} rows vs fp64: max |err| {:.2e}, cos diff {:.2e}); "
+             "{} rows, {:.0f} GB/s gathered\n",
+             label, us, flops / us / 1e6, cmp.ok ? "pass" : "FAIL", n, cmp.worst_out_abs, cmp.cos_diff, a.rows,
+             gathered_bytes_per_row * a.rows / us / 1e3);
+  if (!cmp.ok) fmt::print("  {}\n", cmp.message);
+  return cmp.ok;
+}
+
+bool run_mla_fp8_and_prefill(const ModelConfig& c, const Batch& t, const SparseMlaDecodeArgs& decode_args,
+                             const std::vector<std::int32_t>& decode_slots, const std::vector<int>& check,
+                             const bench::TimingOptions& timing) {
+  // FP8 paged cache of the whole pool, and its dequantized bf16 copy for the reference.
+  std::vector<std::uint8_t> cache(std::size_t(t.num_slots) * 656);
+  std::vector<std::uint16_t> dequant(t.kv.size());
+  for (std::int64_t s = 0; s < t.num_slots; ++s) {
+    reference::fp8_kv_quantize_token(t.kv.data() + s * kDimQK, Fp8ScaleFormat::fp32, cache.data() + s * 656);
+    reference::fp8_kv_dequantize_token(cache.data() + s * 656, dequant.data() + s * kDimQK);
+  }
+  DeviceBuffer<std::uint8_t> d_cache(cache);
+  SparseMlaDecodeArgs fp8 = decode_args;
+  fp8.kv = d_cache.get();
+  fp8.kv_dtype = KvDtype::fp8_e4m3;
+  fp8.page_size = t.page_size;
+  bool ok = check_and_time_mla("sparse_mla fp8", fp8, t.q, decode_slots, dequant, t.num_slots, check, timing, 2048.0 * 656);
+
+  // Prefill: s_q = min(4096, len) query rows at the end of the longest request; row i sees the
+  // causal prefix of length len - s_q + i + 1 and selects min(prefix, topk) distinct positions
+  // (random), transformed to slots through the request's page table; the rest -1.
+  const int r_long = int(std::max_element(t.seq_lens.begin(), t.seq_lens.end()) - t.seq_lens.begin());
+  const int len = t.seq_lens[r_long];
+  const int s_q = std::min(4096, len);
+  FastRandom fast{c.seed * 31 + 5};
+  std::vector<std::uint16_t> q(std::size_t(s_q) * t.h_q * kDimQK);
+  for (auto& v : q) v = reference::float_to_bf16(fast.roughly_normal());
+  std::vector<std::int32_t> idx(std::size_t(s_q) * t.topk, -1);
+  std::vector<std::int32_t> perm(len);
+  for (int i = 0; i < s_q; ++i) {
+    const int prefix = len - s_q + i + 1;
+    const int k = std::min(prefix, t.topk);
+    std::iota(perm.begin(), perm.begin() + prefix, 0);
+    for (int j = 0; j < k; ++j) std::swap(perm[j], perm[j + int(fast.next() % std::uint64_t(prefix - j))]);
+    for (int j = 0; j < k; ++j) {
+      const int pos = perm[j];
+      idx[std::size_t(i) * t.topk + j] =
+          t.page_table[std::size_t(r_long) * t.max_pages + pos / t.page_size] * t.page_size + pos % t.page_size;
+    }
+  }
+  DeviceBuffer<std::uint16_t> d_q(q);
+  DeviceBuffer<std::int32_t> d_idx(idx);
+  DeviceBuffer<std::uint16_t> d_kv(t.kv);
+  SparseMlaDecodeArgs pre = decode_args;
+  pre.q = d_q.get();
+  pre.kv = d_kv.get();
+  pre.indices = d_idx.get();
+  pre.rows = s_q;
+  const std::vector<int> rows{0, s_q / 2, s_q - 1};
+  fmt::print("prefill: {} query rows of the {}-token request (causal prefixes {}..{})\n", s_q, len, len - s_q + 1, len);
+  ok &= check_and_time_mla("prefill bf16", pre, q, idx, t.kv, t.num_slots, rows, timing, 2048.0 * 1152);
+  pre.kv = d_cache.get();
+  pre.kv_dtype = KvDtype::fp8_e4m3;
+  pre.page_size = t.page_size;
+  ok &= check_and_time_mla("prefill fp8", pre, q, idx, dequant, t.num_slots, rows, timing, 2048.0 * 656);
+  return ok;
 }
 
 }  // namespace
@@ -222,6 +328,7 @@ int run_decode_step(const ModelConfig& c) {
              gather_bytes / 1e6, gather_bytes / attention_us / 1e3, c.timed_iters);
   if (!cmp.ok) fmt::print("  {}\n", cmp.message);
   all_ok = topk_bad == 0 && transform_diff.empty() && cmp.ok;
+  all_ok &= run_mla_fp8_and_prefill(c, t, attention_args, got_slots, check, timing);
 
   fmt::print("\n");
   print_jit_records();

@@ -1,4 +1,5 @@
 // sparse_mla_decode.cpp — family traits of the sparse MLA decode kernel (templates/sparse_mla_decode.cuh).
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -16,16 +17,29 @@ constexpr unsigned kMaxSmem = 232448;  // sm_90 opt-in limit per CTA (227 KiB)
 // Dynamic shared memory of one CTA. Mirrors the layout in templates/sparse_mla_decode.cuh, which
 // static_asserts that its own sum equals NSAJIT_DYNAMIC_SMEM (this value), so a change on one
 // side without the other fails to compile.
-unsigned smem_bytes(int block_tokens, int heads_per_cta, int threads) {
+// bf16 KV tiles are gathered with one cp.async.bulk per token into rows padded to 1168 bytes
+// (NSAJIT_KV_BULK); NSAJIT_MLA_BULK=0 in the environment selects 16-byte cp.async into swizzled
+// 1152-byte rows instead (kept for comparison).
+bool kv_bulk(const KernelSpec& spec) {
+  if (spec.kv_dtype != KvDtype::bf16) return false;
+  const char* e = std::getenv("NSAJIT_MLA_BULK");
+  return !(e && e[0] == '0');
+}
+
+unsigned smem_bytes(int block_tokens, int heads_per_cta, int threads, bool bulk, bool fp8) {
   const unsigned mrows = heads_per_cta < 16 ? 16u : unsigned(heads_per_cta);  // MMA rows
   const unsigned mw = mrows >= 32 ? 32u : 16u;                                // heads per warp
   const unsigned ncs = unsigned(threads / 32) / (mrows / mw);                 // warps per m-group
-  const unsigned kv = 2u * unsigned(block_tokens) * kDimQK * 2;  // two bf16 KV tiles
+  // bf16: two KV tiles; fp8: one bf16 tile + raw staging (1 tile for 64 heads, else 2).
+  const unsigned nstage = fp8 ? (heads_per_cta == 64 ? 1u : 2u) : 0u;
+  const unsigned kv = (fp8 ? 1u : 2u) * unsigned(block_tokens) * (bulk ? 1168u : 1152u) +
+                      nstage * unsigned(block_tokens) * 656u;
   const unsigned q = mrows * kDimQK * 2;                         // bf16 q
   const unsigned p = mrows * unsigned(block_tokens) * 2;         // bf16 probabilities
   const unsigned red = ncs * mrows * 4;                          // row max / sum exchange
-  const unsigned valid = 2u * unsigned(block_tokens) * 4;        // validity flags of both tiles
-  return kv + q + p + red + valid;
+  // validity flags (bf16 BULK: in the row padding), fp8 mbarriers
+  const unsigned valid = bulk ? 0u : (fp8 ? (1u + nstage) : 2u) * unsigned(block_tokens) * 4;
+  return kv + q + p + red + valid + 8u * nstage;
 }
 
 void fill_default_tile(KernelSpec& spec) {
@@ -52,7 +66,7 @@ void validate_spec(const KernelSpec& spec) {
     throw_bad_field(spec, "heads_per_cta", hpc, "one of 8, 16, 32, 64");
   if (h % hpc != 0)
     throw_bad_field(spec, "heads_per_cta", hpc, "a divisor of h_q (" + std::to_string(h) + ")");
-  if (smem_bytes(t.block_tokens, hpc, t.threads) > kMaxSmem)
+  if (smem_bytes(t.block_tokens, hpc, t.threads, kv_bulk(spec), spec.kv_dtype == KvDtype::fp8_e4m3) > kMaxSmem)
     throw_bad_field(spec, "block_tokens", t.block_tokens, "a tile within 227 KiB of shared memory");
 }
 
@@ -64,7 +78,8 @@ std::vector<KernelConstant> constants(const KernelSpec& spec) {
       {"BLOCK_TOKENS", spec.tile.block_tokens},
       {"HEADS_PER_CTA", spec.tile.heads_per_cta},
       {"KV_FP8", spec.kv_dtype == KvDtype::fp8_e4m3 ? 1 : 0},
-      {"DYNAMIC_SMEM", smem_bytes(spec.tile.block_tokens, spec.tile.heads_per_cta, spec.tile.threads)},
+      {"KV_BULK", kv_bulk(spec) ? 1 : 0},
+      {"DYNAMIC_SMEM", smem_bytes(spec.tile.block_tokens, spec.tile.heads_per_cta, spec.tile.threads, kv_bulk(spec), spec.kv_dtype == KvDtype::fp8_e4m3)},
   };
 }
 
@@ -78,7 +93,7 @@ std::string readable_stem(const KernelSpec& spec) {
 }
 
 unsigned max_dynamic_smem(const KernelSpec& spec) {
-  return smem_bytes(spec.tile.block_tokens, spec.tile.heads_per_cta, spec.tile.threads);
+  return smem_bytes(spec.tile.block_tokens, spec.tile.heads_per_cta, spec.tile.threads, kv_bulk(spec), spec.kv_dtype == KvDtype::fp8_e4m3);
 }
 
 }  // namespace
