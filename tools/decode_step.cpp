@@ -169,19 +169,37 @@ bool check_and_time_mla(const char* label, const SparseMlaDecodeArgs& args, cons
 bool run_mla_fp8_and_prefill(const ModelConfig& c, const Batch& t, const SparseMlaDecodeArgs& decode_args,
                              const std::vector<std::int32_t>& decode_slots, const std::vector<int>& check,
                              const bench::TimingOptions& timing) {
-  // FP8 paged cache of the whole pool, and its dequantized bf16 copy for the reference.
+  // FP8 paged cache of the whole pool, written by the GPU cache writer (nsajit::fp8_kv_quantize,
+  // slot s = page s / P, offset s % P) and checked byte for byte against the CPU reference; its
+  // dequantized bf16 copy feeds the attention reference.
   std::vector<std::uint8_t> cache(std::size_t(t.num_slots) * 656);
   std::vector<std::uint16_t> dequant(t.kv.size());
   for (std::int64_t s = 0; s < t.num_slots; ++s) {
     reference::fp8_kv_quantize_token(t.kv.data() + s * kDimQK, Fp8ScaleFormat::fp32, cache.data() + s * 656);
     reference::fp8_kv_dequantize_token(cache.data() + s * 656, dequant.data() + s * kDimQK);
   }
-  DeviceBuffer<std::uint8_t> d_cache(cache);
+  std::vector<std::int32_t> all_slots(std::size_t(t.num_slots));
+  std::iota(all_slots.begin(), all_slots.end(), 0);
+  DeviceBuffer<std::int32_t> d_all_slots(all_slots);
+  DeviceBuffer<std::uint8_t> d_cache(cache.size());
+  d_cache.poison();
+  const Fp8KvQuantizeArgs writer{.kv = decode_args.kv, .slots = d_all_slots.get(), .n = int(t.num_slots),
+                                 .cache = d_cache.get(), .num_pages = t.num_slots / t.page_size,
+                                 .page_size = t.page_size};
+  fp8_kv_quantize(writer);
+  const std::vector<std::uint8_t> got_cache = d_cache.download();
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < cache.size(); ++i) differing += got_cache[i] != cache[i];
+  const double writer_us = bench::median_us([&] { fp8_kv_quantize(writer); }, timing);
+  fmt::print("{:<20} {:>10.1f} {:>9.0f} GB/s  {} ({} tokens, byte-exact vs reference: {} bytes differ)\n",
+             "fp8_kv_quantize", writer_us, double(t.num_slots) * (1152 + 656 + 4) / writer_us / 1e3,
+             differing == 0 ? "pass" : "FAIL", t.num_slots, differing);
+  bool ok = differing == 0;
   SparseMlaDecodeArgs fp8 = decode_args;
   fp8.kv = d_cache.get();
   fp8.kv_dtype = KvDtype::fp8_e4m3;
   fp8.page_size = t.page_size;
-  bool ok = check_and_time_mla("sparse_mla fp8", fp8, t.q, decode_slots, dequant, t.num_slots, check, timing, 2048.0 * 656);
+  ok &= check_and_time_mla("sparse_mla fp8", fp8, t.q, decode_slots, dequant, t.num_slots, check, timing, 2048.0 * 656);
 
   // Prefill: s_q = min(4096, len) query rows at the end of the longest request; row i sees the
   // causal prefix of length len - s_q + i + 1 and selects min(prefix, topk) distinct positions

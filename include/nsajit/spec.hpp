@@ -30,7 +30,7 @@ enum class IndexMode : std::uint8_t {
 
 enum class KvDtype : std::uint8_t {
   bf16,      // [num_slots, 576] bf16 rows
-  fp8_e4m3,  // [num_pages, page_size, 656] bytes (§4); not yet generated, reserved
+  fp8_e4m3,  // [num_pages, page_size, 656] bytes (§4), dequantized inside the kernel
 };
 
 // Target architecture: compute capability and suffix ('a' for arch-specific sm_90a, 0 for none).
