@@ -97,8 +97,11 @@ std::string readable_name(const KernelSpec& spec) {
   std::string name = traits(s.family).readable_stem(s);
   // A non-default tile config is part of the kernel's identity; defaults stay out of the name.
   const KernelSpec d = with_default_tile(KernelSpec{.family = s.family, .h_q = s.h_q});
-  if (!(s.tile == d.tile))
-    name += fmt::format(".t{}x{}x{}", s.tile.threads, s.tile.block_tokens, s.tile.heads_per_cta);
+  if (!(s.tile == d.tile)) {
+    name += fmt::format(".t{}", s.tile.threads);
+    if (s.tile.block_tokens || s.tile.heads_per_cta)
+      name += fmt::format("x{}x{}", s.tile.block_tokens, s.tile.heads_per_cta);
+  }
   return name + "." + to_string(s.arch);
 }
 

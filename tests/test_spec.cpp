@@ -80,6 +80,7 @@ TEST_CASE("readable names are stable and carry only the fields the family uses")
   KernelSpec tiled = sparse(64);
   tiled.tile.threads = 128;
   CHECK(readable_name(tiled).find(".t128x") != std::string::npos);  // non-default tiles are named
+  CHECK(readable_name({.family = Family::topk, .tile = {.threads = 1024}}) == "topk.topk2048.t1024.sm_90a");
   KernelSpec other_arch = sparse(16);
   other_arch.arch = {100, 'a'};
   CHECK(readable_name(other_arch) == "sparse_mla_decode.h16.topk2048.kv_bf16.sm_100a");

@@ -82,9 +82,13 @@ void validate_model_config(const ModelConfig& c) {
 
 std::vector<KernelSpec> decode_step_specs(const ModelConfig& c, Arch arch) {
   // What `nsajit run` launches: top-k, the paged transform, the FP8 cache writer, and sparse MLA
-  // over bf16 and FP8 KV (decode and prefill rows share one kernel per layout).
+  // over bf16 and FP8 KV (decode and prefill rows share one kernel per layout). Top-k's thread
+  // count follows its launch plan (rows and width, runtime/topk.cpp), so every count it can pick
+  // is compiled.
   std::vector<KernelSpec> specs = {
+      {.family = Family::topk, .topk = c.index_topk, .tile = {.threads = 256}},
       {.family = Family::topk, .topk = c.index_topk},
+      {.family = Family::topk, .topk = c.index_topk, .tile = {.threads = 1024}},
       {.family = Family::index_transform, .topk = c.index_topk, .page_size = c.page_size, .mode = IndexMode::decode},
       {.family = Family::fp8_kv_quantize, .page_size = c.page_size},
       {.family = Family::sparse_mla_decode, .h_q = c.h_q(), .topk = c.index_topk},
