@@ -148,3 +148,20 @@ NSAJIT_DEVICE void fp8_kv_dequant16(const uint8_t* token, int d0, float out[16])
     }
   }
 }
+
+// The request of prefill row r: the last b with cu_seqlens_q[b] <= r (binary search over a
+// non-decreasing cu_seqlens_q[0..n]), or -1 when r is outside [cu[0], cu[n]). The final
+// r < cu[b + 1] check keeps a malformed (decreasing) cu_seqlens_q from selecting a request that
+// does not contain r. Used by the index transform and the fused top-k.
+NSAJIT_DEVICE int find_request(const int* cu, int n, int r) {
+  if (n <= 0 || r < cu[0] || r >= cu[n]) return -1;
+  int lo = 0, hi = n - 1;  // cu[lo] <= r; the answer lies in [lo, hi]
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (cu[mid] <= r)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return r < cu[lo + 1] ? lo : -1;
+}

@@ -27,22 +27,6 @@ static_assert(NSAJIT_PAGE_SIZE >= 1, "page size must be >= 1");
 static_assert(NSAJIT_MODE >= 0 && NSAJIT_MODE <= 2, "mode: 0 decode, 1 prefill, 2 ragged");
 static_assert(NSAJIT_THREADS % 32 == 0 && NSAJIT_THREADS <= 1024, "threads: whole warps, <= 1024");
 
-// The request of prefill row r: the last b with cu[b] <= r (binary search over a non-decreasing
-// cu_seqlens_q), or -1 when r is outside [cu[0], cu[n]). The final r < cu[b + 1] check keeps a
-// malformed (decreasing) cu_seqlens_q from selecting a request that does not contain r.
-NSAJIT_DEVICE int index_transform_find_request(const int* cu, int n, int r) {
-  if (n <= 0 || r < cu[0] || r >= cu[n]) return -1;
-  int lo = 0, hi = n - 1;  // cu[lo] <= r; the answer lies in [lo, hi]
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (cu[mid] <= r)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return r < cu[lo + 1] ? lo : -1;
-}
-
 // What one row maps through: a page-table row (null = the whole row is -1) or a ragged offset.
 struct IndexTransformRow {
   const int* table_row;
@@ -74,7 +58,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS)
 #if NSAJIT_MODE == 0
   row.table_row = p.page_table + (long long)r * p.page_table_row_stride;
 #elif NSAJIT_MODE == 1
-  const int b = index_transform_find_request(p.cu_seqlens_q, p.num_requests, r);
+  const int b = find_request(p.cu_seqlens_q, p.num_requests, r);
   if (b >= 0) row.table_row = p.page_table + (long long)b * p.page_table_row_stride;
 #else
   row.offset = p.offsets[r];

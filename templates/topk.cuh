@@ -110,21 +110,6 @@ NSAJIT_DEVICE uint32_t topk_cluster_rank() {
 
 // --- fused transform (§1 applied to one row) -------------------------------------------------------
 
-// The request of prefill row r: the last b with cu[b] <= r, or -1 when r is outside
-// [cu[0], cu[n]) (same rule as templates/index_transform.cuh).
-NSAJIT_DEVICE int topk_find_request(const int* cu, int n, int r) {
-  if (n <= 0 || r < cu[0] || r >= cu[n]) return -1;
-  int lo = 0, hi = n - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (cu[mid] <= r)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return r < cu[lo + 1] ? lo : -1;
-}
-
 struct TopkTransformRow {
   const int* table_row;  // null: the whole row maps to -1 (prefill row of no request)
   long long max_position;
@@ -140,7 +125,7 @@ NSAJIT_DEVICE TopkTransformRow topk_transform_row(const TopkParams& p, int r) {
 #if NSAJIT_MODE == 0
   t.table_row = p.page_table + (long long)(r / NSAJIT_NEXT_N) * p.page_table_row_stride;
 #elif NSAJIT_MODE == 1
-  const int b = topk_find_request(p.cu_seqlens_q, p.num_requests, r);
+  const int b = find_request(p.cu_seqlens_q, p.num_requests, r);
   if (b >= 0) t.table_row = p.page_table + (long long)b * p.page_table_row_stride;
 #else
   t.offset = p.offsets[r];
