@@ -92,14 +92,21 @@ CUcontext current_context() {
   return primary;
 }
 
-DeviceArch current_device_arch() {
-  current_context();
-  CUdevice dev = 0;
-  NSAJIT_CU(cuCtxGetDevice, &dev);
-  DeviceArch a{};
-  NSAJIT_CU(cuDeviceGetAttribute, &a.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-  NSAJIT_CU(cuDeviceGetAttribute, &a.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
-  return a;
+const ContextInfo& current_context_info() {
+  thread_local ContextInfo info;
+  const CUcontext ctx = current_context();
+  unsigned long long id = 0;
+  NSAJIT_CU(cuCtxGetId, ctx, &id);
+  if (id != info.id || ctx != info.context) {
+    CUdevice dev = 0;
+    NSAJIT_CU(cuCtxGetDevice, &dev);
+    ContextInfo fresh{ctx, id, 0, 0, 0};
+    NSAJIT_CU(cuDeviceGetAttribute, &fresh.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    NSAJIT_CU(cuDeviceGetAttribute, &fresh.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    NSAJIT_CU(cuDeviceGetAttribute, &fresh.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    info = fresh;
+  }
+  return info;
 }
 
 }  // namespace nsajit::driver

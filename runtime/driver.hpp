@@ -30,13 +30,18 @@ void check(CUresult result, const char* call);
 // current (so a host with no runtime-API state still works). Returns it.
 CUcontext current_context();
 
-// Compute capability of the current context's device, as an Arch with the arch-specific suffix
-// where one exists (sm_90 -> sm_90a).
-struct DeviceArch {
-  int major;
-  int minor;
+// The current context (see current_context) and the facts about its device that launches need,
+// remembered per thread for the last context seen: a warm call is cuCtxGetCurrent + cuCtxGetId.
+// Contexts are told apart by cuCtxGetId, unique for the life of the process, not by the handle,
+// which the driver may reuse after cuCtxDestroy or a primary-context reset.
+struct ContextInfo {
+  CUcontext context = nullptr;
+  unsigned long long id = 0;  // cuCtxGetId
+  int major = 0;              // compute capability
+  int minor = 0;
+  int sm_count = 0;           // streaming multiprocessors
 };
-DeviceArch current_device_arch();
+const ContextInfo& current_context_info();
 
 }  // namespace nsajit::driver
 

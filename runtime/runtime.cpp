@@ -30,8 +30,14 @@ class OnceMap {
   template <class Build>
   const Value& get(const Key& key, Build&& build) {
     {
-      std::shared_lock lock(mutex_);
-      if (auto it = map_.find(key); it != map_.end()) return wait(it->second);
+      // Copy the future and wait outside the lock: a waiter must not hold the map while another
+      // key's builder needs it.
+      std::shared_future<Value> found;
+      {
+        std::shared_lock lock(mutex_);
+        if (auto it = map_.find(key); it != map_.end()) found = it->second;
+      }
+      if (found.valid()) return wait(found);
     }
     std::promise<Value> promise;
     std::shared_future<Value> future;
@@ -62,13 +68,13 @@ class OnceMap {
 };
 
 struct ContextSpec {
-  CUcontext context;
+  unsigned long long context_id;  // cuCtxGetId: a context handle may be reused, its id is not
   KernelSpec spec;
   friend bool operator==(const ContextSpec&, const ContextSpec&) = default;
 };
 struct ContextSpecHash {
   std::size_t operator()(const ContextSpec& k) const noexcept {
-    return KernelSpecHash{}(k.spec) ^ (std::hash<const void*>{}(k.context) * 0x9e3779b97f4a7c15ull);
+    return KernelSpecHash{}(k.spec) ^ (std::hash<unsigned long long>{}(k.context_id) * 0x9e3779b97f4a7c15ull);
   }
 };
 
@@ -131,25 +137,17 @@ std::string version() { return NSAJIT_VERSION; }
 std::string cache_dir() { return state().cache.dir(); }
 
 KernelSpec spec_for_current_device(KernelSpec spec) {
-  // The arch of the current context, remembered per thread for the last context seen, so a warm
-  // launch costs one cuCtxGetCurrent.
-  thread_local CUcontext last_context = nullptr;
-  thread_local Arch last_arch{};
-  const CUcontext ctx = driver::current_context();
-  if (ctx != last_context) {
-    const driver::DeviceArch a = driver::current_device_arch();
-    last_arch = Arch{a.major * 10 + a.minor, arch_suffix_for(a.major * 10 + a.minor)};
-    last_context = ctx;
-  }
-  spec.arch = last_arch;
+  const driver::ContextInfo& device = driver::current_context_info();
+  const int sm = device.major * 10 + device.minor;
+  spec.arch = Arch{sm, arch_suffix_for(sm)};
   spec = with_default_tile(spec);
   validate(spec);
   return spec;
 }
 
 const LoadedKernel& kernel(const KernelSpec& spec) {
-  const CUcontext ctx = driver::current_context();
-  return *state().kernels.get(ContextSpec{ctx, spec}, [&] {
+  const driver::ContextInfo& context = driver::current_context_info();
+  return *state().kernels.get(ContextSpec{context.id, spec}, [&] {
     const Cubin cubin = obtain_cubin(spec);
     const FamilyTraits& t = traits(spec.family);
     CUmodule module = nullptr;

@@ -41,20 +41,6 @@ constexpr int kMaxSplits = 64;
 
 int heads_per_cta(int h_q) { return h_q < 64 ? h_q : 64; }
 
-// Streaming multiprocessors of the current context's device (remembered per context).
-int device_sm_count() {
-  thread_local CUcontext last = nullptr;
-  thread_local int sms = 132;
-  const CUcontext ctx = driver::current_context();
-  if (ctx != last) {
-    CUdevice dev;
-    NSAJIT_CU(cuCtxGetDevice, &dev);
-    NSAJIT_CU(cuDeviceGetAttribute, &sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
-    last = ctx;
-  }
-  return sms;
-}
-
 // One CTA per SM (the tiles take ~150-227 KiB of shared memory). Split only when the CTAs of the
 // batch leave most SMs idle; keep >= 2 tiles per split.
 int auto_splits(long long rows, int h_q, int topk, int sms) {
@@ -66,7 +52,7 @@ int auto_splits(long long rows, int h_q, int topk, int sms) {
 
 int resolve_splits(int rows, int h_q, int topk, int num_splits) {
   if (num_splits > 0) return std::min(num_splits, topk / 64);
-  return auto_splits(rows, h_q, topk, device_sm_count());
+  return auto_splits(rows, h_q, topk, driver::current_context_info().sm_count);
 }
 
 std::size_t workspace_for(int rows, int h_q, int splits) {

@@ -58,19 +58,6 @@ namespace {
 
 constexpr const char* kFunction = "nsajit::topk";
 
-int sm_count_of_current_device() {
-  thread_local CUcontext last_context = nullptr;
-  thread_local int count = 132;
-  const CUcontext ctx = driver::current_context();
-  if (ctx != last_context) {
-    CUdevice device = 0;
-    NSAJIT_CU(cuCtxGetDevice, &device);
-    NSAJIT_CU(cuDeviceGetAttribute, &count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
-    last_context = ctx;
-  }
-  return count;
-}
-
 void check_fused(const TopkArgs& args, long long* table_stride) {
   using detail::require_pointer;
   using detail::throw_bad_argument;
@@ -145,7 +132,7 @@ void topk(const TopkArgs& args, CUstream stream) {
     spec.next_n = args.mode == IndexMode::decode ? args.next_n : 1;
   }
   const detail::TopkLaunchPlan plan =
-      detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count_of_current_device());
+      detail::plan_topk_launch(args.rows, args.width, args.topk, driver::current_context_info().sm_count);
   spec.tile.threads = plan.threads == 512 ? 0 : plan.threads;  // 512 is the default tile
   spec = spec_for_current_device(spec);
   const LoadedKernel& loaded = kernel(spec);

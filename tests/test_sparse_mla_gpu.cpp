@@ -731,8 +731,9 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   c.h_q = 16;
   CHECK(message(c).find("h_q = 16") != std::string::npos);
   s = spec(16);
-  s.next_n = 9;
-  CHECK(message(s).find("next_n = 9") != std::string::npos);
+  s.next_n = 2;  // rows are flattened: next_n is not part of this family's kernels
+  CHECK(message(s).find("next_n = 2") != std::string::npos);
+  CHECK(message(s).find("does not use") != std::string::npos);
   s = spec(16);
   s.topk = 100;
   CHECK(message(s).find("topk = 100") != std::string::npos);
@@ -742,6 +743,6 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
 
   s = spec(16);
   CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_bf16.sm_90a");
-  s.next_n = 2;
-  CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_bf16.n2.sm_90a");
+  s.kv_dtype = nsajit::KvDtype::fp8_e4m3;
+  CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.sm_90a");
 }

@@ -1,5 +1,4 @@
 // sparse_mla_decode.cpp — family traits of the sparse MLA decode kernel (templates/sparse_mla_decode.cuh).
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -18,13 +17,10 @@ constexpr unsigned kMaxSmem = 232448;  // sm_90 opt-in limit per CTA (227 KiB)
 // static_asserts that its own sum equals NSAJIT_DYNAMIC_SMEM (this value), so a change on one
 // side without the other fails to compile.
 // bf16 KV tiles are gathered with one cp.async.bulk per token into rows padded to 1168 bytes
-// (NSAJIT_KV_BULK); NSAJIT_MLA_BULK=0 in the environment selects 16-byte cp.async into swizzled
-// 1152-byte rows instead (kept for comparison).
-bool kv_bulk(const KernelSpec& spec) {
-  if (spec.kv_dtype != KvDtype::bf16) return false;
-  const char* e = std::getenv("NSAJIT_MLA_BULK");
-  return !(e && e[0] == '0');
-}
+// (NSAJIT_KV_BULK 1). The template's NSAJIT_KV_BULK 0 path (16-byte cp.async into swizzled
+// 1152-byte rows, 10-12 % slower: docs/notes/sparse_mla.md) is selected by no spec; the choice is a
+// function of the spec alone, so equal specs always give the same source.
+bool kv_bulk(const KernelSpec& spec) { return spec.kv_dtype == KvDtype::bf16; }
 
 unsigned smem_bytes(int block_tokens, int heads_per_cta, int threads, bool bulk, bool fp8) {
   const unsigned mrows = heads_per_cta < 16 ? 16u : unsigned(heads_per_cta);  // MMA rows
@@ -56,7 +52,6 @@ void validate_spec(const KernelSpec& spec) {
     throw_bad_field(spec, "topk", spec.topk, "a multiple of 64 in [64, 16384]");
   if (spec.kv_dtype != KvDtype::bf16 && spec.kv_dtype != KvDtype::fp8_e4m3)
     throw_bad_field(spec, "kv_dtype", static_cast<long long>(spec.kv_dtype), "bf16 or fp8");
-  if (spec.next_n < 1 || spec.next_n > 8) throw_bad_field(spec, "next_n", spec.next_n, "1..8");
 
   const TileConfig& t = spec.tile;
   if (t.threads != 256) throw_bad_field(spec, "threads", t.threads, "256 (8 warps: the MMA schedule)");
@@ -83,12 +78,10 @@ std::vector<KernelConstant> constants(const KernelSpec& spec) {
   };
 }
 
-// "sparse_mla_decode.h16.topk2048.kv_bf16", plus ".n<next_n>" when next_n != 1 (readable_name
-// appends a non-default tile and the arch).
+// "sparse_mla_decode.h16.topk2048.kv_bf16" (readable_name appends a non-default tile and the arch).
 std::string readable_stem(const KernelSpec& spec) {
   std::string s = "sparse_mla_decode.h" + std::to_string(spec.h_q) + ".topk" + std::to_string(spec.topk) +
                   ".kv_" + to_string(spec.kv_dtype);
-  if (spec.next_n != 1) s += ".n" + std::to_string(spec.next_n);
   return s;
 }
 
@@ -101,7 +94,8 @@ unsigned max_dynamic_smem(const KernelSpec& spec) {
 extern const FamilyTraits sparse_mla_decode_traits;
 const FamilyTraits sparse_mla_decode_traits = {
     .family = Family::sparse_mla_decode,
-    .used_fields = uses_h_q | uses_kv_dtype | uses_next_n | uses_block_tokens | uses_heads_per_cta,
+    .used_fields = uses_h_q | uses_kv_dtype | uses_block_tokens | uses_heads_per_cta,  // not next_n: rows
+                                                                                     // are flattened
     .name = "sparse_mla_decode",
     .kernel_entry = "nsajit_sparse_mla_decode",
     .template_source = &embedded::sparse_mla_decode,
