@@ -26,7 +26,10 @@ namespace {
 constexpr char kMagic[8] = {'N', 'S', 'A', 'J', 'I', 'T', 'C', 'B'};
 constexpr std::uint32_t kFormatVersion = 1;
 
-void warn(const std::string& message) { std::fprintf(stderr, "nsajit: %s\n", message.c_str()); }
+void warn(const std::string& message) {
+  std::fflush(stdout);  // keep the order of the tool's output when both streams go to one place
+  std::fprintf(stderr, "nsajit: %s\n", message.c_str());
+}
 
 template <class T>
 void put(std::string& out, T value) {
@@ -52,11 +55,20 @@ bool write_all(int fd, const char* data, std::size_t size) {
   return true;
 }
 
-bool read_file(const std::string& path, std::string& out) {
+// The identity of a file (device, inode), to remove a corrupt entry only if it is still the file
+// that was read (another process may have published a good one under the name since).
+struct FileId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  friend bool operator==(const FileId&, const FileId&) = default;
+};
+
+bool read_file(const std::string& path, std::string& out, FileId& id) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat st {};
   bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  id = {st.st_dev, st.st_ino};
   if (ok) {
     out.resize(std::size_t(st.st_size));
     std::size_t done = 0;
@@ -113,7 +125,7 @@ std::string default_cache_dir() {
   if (const char* d = std::getenv("NSAJIT_CACHE_DIR"); d && *d) return d;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/nsajit";
   if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/nsajit";
-  return "/tmp/nsajit-cache";
+  return fmt::format("/tmp/nsajit-cache-{}", ::getuid());  // no HOME: a per-user folder
 }
 
 CubinCache::CubinCache(std::string dir) : dir_(std::move(dir)) {}
@@ -123,9 +135,15 @@ std::string CubinCache::entry_path(const std::string& name, const CacheKey& key)
 }
 
 std::optional<std::vector<char>> CubinCache::load(const std::string& name, const CacheKey& key) const {
+  return load_entry(name, key, false);
+}
+
+std::optional<std::vector<char>> CubinCache::load_entry(const std::string& name, const CacheKey& key,
+                                                        bool lock_held) const {
   const std::string path = entry_path(name, key);
   std::string file;
-  if (!read_file(path, file)) return std::nullopt;
+  FileId read_id;
+  if (!read_file(path, file, read_id)) return std::nullopt;
 
   const char* why = nullptr;
   std::size_t pos = 0;
@@ -150,7 +168,12 @@ std::optional<std::vector<char>> CubinCache::load(const std::string& name, const
   }
   if (why) {
     warn(fmt::format("cache entry {} is corrupt ({}): removing it and rebuilding", path, why));
-    ::unlink(path.c_str());
+    // Under the entry's lock, and only if the name still holds the file we read: a process that
+    // holds the lock may have published a good entry in its place meanwhile.
+    std::optional<EntryLock> lock;
+    if (!lock_held) lock.emplace(path);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && FileId{st.st_dev, st.st_ino} == read_id) ::unlink(path.c_str());
     return std::nullopt;
   }
   return std::vector<char>(file.begin() + std::ptrdiff_t(pos), file.end());
@@ -204,7 +227,7 @@ CacheLookup CubinCache::get_or_build(const std::string& name, const CacheKey& ke
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   EntryLock lock(entry_path(name, key));
-  if (auto cubin = load(name, key)) {  // another process built it while we waited
+  if (auto cubin = load_entry(name, key, true)) {  // another process built it while we waited
     result.cubin = std::move(*cubin);
     result.hit = true;
     return result;

@@ -66,6 +66,9 @@ class CubinCache {
                            const std::function<std::vector<char>()>& build) const;
 
  private:
+  // load(); lock_held: the caller holds the entry's lock (flock would block on a second one).
+  std::optional<std::vector<char>> load_entry(const std::string& name, const CacheKey& key, bool lock_held) const;
+
   std::string dir_;
 };
 

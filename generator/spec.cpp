@@ -39,9 +39,10 @@ Arch parse_arch(const std::string& text) {
   std::size_t i = 0;
   while (i < t.size() && t[i] >= '0' && t[i] <= '9') a.sm = a.sm * 10 + (t[i++] - '0');
   if (i < t.size() && (t[i] == 'a' || t[i] == 'f')) a.suffix = t[i++];
-  if (i == 0 || i != t.size() || a.sm < 80 || a.sm > 199)
-    throw InvalidArgument(fmt::format("arch = \"{}\": expected sm_<80..199> with an optional "
-                                      "'a' or 'f' suffix, e.g. sm_90a",
+  if (i == 0 || i != t.size() || a.sm < 90 || a.sm > 199)
+    throw InvalidArgument(fmt::format("arch = \"{}\": expected sm_<90..199> (Hopper or newer: the kernels use "
+                                      "thread-block clusters and bulk copies) with an optional 'a' or 'f' "
+                                      "suffix, e.g. sm_90a",
                                       text));
   return a;
 }
@@ -76,8 +77,10 @@ void validate(const KernelSpec& spec) {
   unused(uses_sorted, "sorted", spec.sorted, defaults.sorted);
   if (spec.tile.threads <= 0 || spec.tile.threads > 1024 || spec.tile.threads % 32 != 0)
     throw_bad_field(spec, "threads", spec.tile.threads, "a multiple of 32 in [32, 1024]");
-  if (spec.arch.sm < 80 || spec.arch.sm > 199)
-    throw_bad_field(spec, "arch.sm", spec.arch.sm, "a compute capability in [80, 199] (e.g. 90)");
+  if (spec.arch.sm < 90 || spec.arch.sm > 199)
+    throw_bad_field(spec, "arch.sm", spec.arch.sm,
+                    "a compute capability in [90, 199] (Hopper or newer: the kernels use thread-block "
+                    "clusters and bulk copies)");
   if (spec.arch.suffix != 0 && spec.arch.suffix != 'a' && spec.arch.suffix != 'f')
     throw_bad_field(spec, "arch.suffix", spec.arch.suffix, "none, 'a' or 'f'");
   t.validate(spec);

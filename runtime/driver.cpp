@@ -18,6 +18,7 @@ namespace {
 struct Loaded {
   Api api;
   std::string error;  // empty when usable
+  int result = -1;    // the CUresult of a failed cuInit, else -1
 };
 
 Loaded load() {
@@ -39,7 +40,10 @@ Loaded load() {
     if (CUresult r = l.api.cuInit(0); r != CUDA_SUCCESS) {
       const char* name = nullptr;
       l.api.cuGetErrorName(r, &name);
-      l.error = fmt::format("cuInit failed: {} ({})", name ? name : "?", int(r));
+      const char* text = nullptr;
+      l.api.cuGetErrorString(r, &text);
+      l.error = fmt::format("cuInit failed: {} ({})", name ? name : "?", text ? text : "no description");
+      l.result = int(r);
     }
   }
   return l;  // the handle stays open for the life of the process
@@ -61,7 +65,7 @@ bool available() {
 
 const Api& api() {
   const Loaded& l = loaded();
-  if (!l.error.empty()) throw CudaError(l.error, -1);
+  if (!l.error.empty()) throw CudaError(l.error, l.result);
   return l.api;
 }
 

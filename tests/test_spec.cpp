@@ -69,6 +69,7 @@ TEST_CASE("arch text round-trips and bad arch text is rejected") {
   CHECK(to_string(parse_arch("sm_100f")) == "sm_100f");
   CHECK_THROWS_WITH_AS(parse_arch("sm90x"), doctest::Contains("sm90x"), InvalidArgument);
   CHECK_THROWS_AS(parse_arch("sm_75"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(parse_arch("sm_80"), doctest::Contains("Hopper"), InvalidArgument);
   CHECK_THROWS_AS(parse_arch(""), InvalidArgument);
 }
 

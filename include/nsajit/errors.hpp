@@ -28,13 +28,10 @@ struct CompileError : Error {
 // the CUresult name and description.
 struct CudaError : Error {
   CudaError(const std::string& message, int result) : Error(message), result(result) {}
-  int result;  // the CUresult, or -1 when the driver library itself is missing
+  int result;  // the CUresult, or -1 when libcuda.so.1 or one of its symbols is missing
 };
 
-// The on-disk cache could not be used (directory not creatable, write failed). Corrupt entries
-// are not errors: they are reported, removed and rebuilt.
-struct CacheError : Error {
-  using Error::Error;
-};
+// The on-disk cache never throws: an entry that cannot be written is reported on stderr and the
+// kernel is used from memory; a corrupt entry is reported, removed and rebuilt.
 
 }  // namespace nsajit
