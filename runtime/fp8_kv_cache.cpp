@@ -17,18 +17,9 @@ namespace {
 constexpr long long kTokenBytes = 656;
 constexpr long long kDims = 576;
 
-std::string pointer_text(const void* p) {
-  std::ostringstream s;
-  s << p;
-  return s.str();
-}
-
 // Non-null and `alignment`-byte aligned.
 void check_pointer(std::string_view fn, std::string_view name, const void* p, unsigned alignment) {
-  detail::require_pointer(fn, name, p);
-  if (reinterpret_cast<std::uintptr_t>(p) % alignment != 0)
-    detail::throw_bad_argument(fn, name, pointer_text(p),
-                               "a " + std::to_string(alignment) + "-byte aligned device pointer");
+  detail::require_pointer(fn, name, p, alignment);
 }
 
 struct CacheLayout {

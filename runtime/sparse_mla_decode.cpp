@@ -23,18 +23,8 @@ constexpr const char* kFn = "nsajit::sparse_mla_decode";
   detail::throw_bad_argument(kFn, name, value, expected);
 }
 
-std::string pointer_text(const void* p) {
-  if (p == nullptr) return "null";
-  std::ostringstream s;
-  s << p;
-  return s.str();
-}
-
-// Non-null and aligned for the kernel's accesses (16 bytes where it uses vector loads/stores).
 void check_pointer(const char* name, const void* p, unsigned alignment) {
-  detail::require_pointer(kFn, name, p);
-  if (reinterpret_cast<std::uintptr_t>(p) % alignment != 0)
-    bad(name, pointer_text(p), "a " + std::to_string(alignment) + "-byte aligned device pointer");
+  detail::require_pointer(kFn, name, p, alignment);
 }
 
 constexpr int kMaxSplits = 64;
@@ -95,19 +85,23 @@ void check_args(const SparseMlaDecodeArgs& a) {
     bad("num_splits", std::to_string(a.num_splits), "0 (automatic) .. 64");
   if (a.workspace == nullptr && a.num_splits > 1)
     bad("num_splits", std::to_string(a.num_splits), "0 or 1 without a workspace");
+  if (a.workspace != nullptr && a.num_splits > 1 && a.workspace_bytes < workspace_for(a.rows, a.h_q, a.num_splits))
+    bad("workspace_bytes", std::to_string(a.workspace_bytes),
+        ">= sparse_mla_workspace_bytes(...) = " + std::to_string(workspace_for(a.rows, a.h_q, a.num_splits)) +
+            " for " + std::to_string(a.num_splits) + " splits");
   if (a.rows == 0) return;  // nothing is read or written
   check_pointer("q", a.q, 16);
   // With no slots every index is invalid and the pool is never read, so it may be null.
   if (a.num_slots > 0 || a.kv != nullptr) check_pointer("kv", a.kv, 16);
   check_pointer("indices", a.indices, 4);
   if (a.topk_length != nullptr && reinterpret_cast<std::uintptr_t>(a.topk_length) % 4 != 0)
-    bad("topk_length", pointer_text(a.topk_length), "a 4-byte aligned device pointer or null");
+    bad("topk_length", detail::pointer_text(a.topk_length), "a 4-byte aligned device pointer or null");
   check_pointer("out", a.out, 16);
   check_pointer("lse", a.lse, 4);
   if (a.max_logits != nullptr && reinterpret_cast<std::uintptr_t>(a.max_logits) % 4 != 0)
-    bad("max_logits", pointer_text(a.max_logits), "a 4-byte aligned device pointer or null");
+    bad("max_logits", detail::pointer_text(a.max_logits), "a 4-byte aligned device pointer or null");
   if (a.workspace != nullptr && reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0)
-    bad("workspace", pointer_text(a.workspace), "a 16-byte aligned device pointer or null");
+    bad("workspace", detail::pointer_text(a.workspace), "a 16-byte aligned device pointer or null");
 }
 
 }  // namespace
@@ -126,11 +120,10 @@ void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
   check_args(a);
   if (a.rows == 0) return;
 
-  const int splits = a.workspace == nullptr ? 1 : resolve_splits(a.rows, a.h_q, a.topk, a.num_splits);
-  const std::size_t need = workspace_for(a.rows, a.h_q, splits);
-  if (a.workspace_bytes < need)
-    bad("workspace_bytes", std::to_string(a.workspace_bytes),
-        ">= sparse_mla_workspace_bytes(...) = " + std::to_string(need) + " for " + std::to_string(splits) + " splits");
+  // Forced split counts were checked against workspace_bytes above; an automatic one is lowered
+  // to what the workspace holds (down to no split), never an error after a driver call.
+  int splits = a.workspace == nullptr ? 1 : resolve_splits(a.rows, a.h_q, a.topk, a.num_splits);
+  while (splits > 1 && a.workspace_bytes < workspace_for(a.rows, a.h_q, splits)) --splits;
 
   KernelSpec spec;
   spec.family = Family::sparse_mla_decode;

@@ -104,7 +104,9 @@ void topk(const TopkArgs& args, CUstream stream) {
   using detail::require_pointer;
   using detail::throw_bad_argument;
   // Every check comes before any driver call (spec_for_current_device queries the device).
-  if (args.rows < 0) throw_bad_argument(kFunction, "rows", args.rows, "rows >= 0");
+  // Up to 16 CTAs per row must fit the grid's 2^31 - 1 limit.
+  if (args.rows < 0 || args.rows > (1 << 27))
+    throw_bad_argument(kFunction, "rows", args.rows, "0 <= rows <= 2^27");
   if (args.width < 0) throw_bad_argument(kFunction, "width", args.width, "width >= 0");
   detail::require_topk(kFunction, args.topk, 4096);
   const long long stride = args.score_row_stride ? args.score_row_stride : args.width;
@@ -114,6 +116,7 @@ void topk(const TopkArgs& args, CUstream stream) {
   if (args.rows > 0) {
     // With width 0 every length clamps to <= 0 and no score is read: scores may be null then.
     if (args.width > 0) require_pointer(kFunction, "scores", args.scores);
+    detail::require_pointer_or_null(kFunction, "row_starts", args.row_starts);
     require_pointer(kFunction, "lengths", args.lengths);
     require_pointer(kFunction, "out", args.out);
   }

@@ -649,6 +649,8 @@ TEST_CASE("sparse_mla args: bad arguments throw InvalidArgument naming the argum
       {"argument rows = 3: expected a multiple of next_n (2)", [](auto& a) { a.rows = 3; a.next_n = 2; }},
       {"argument num_splits = 65", [](auto& a) { a.num_splits = 65; }},
       {"argument num_splits = 2: expected 0 or 1 without a workspace", [](auto& a) { a.num_splits = 2; }},
+      {"argument workspace_bytes = 4096: expected >= sparse_mla_workspace_bytes",
+       [](auto& a) { a.workspace = reinterpret_cast<void*>(std::uintptr_t(0x70000)); a.workspace_bytes = 4096; a.num_splits = 4; }},
       {"argument workspace = ",
        [](auto& a) { a.workspace = reinterpret_cast<void*>(std::uintptr_t(0x70008)); }},
       {"argument max_logits = ",

@@ -546,6 +546,16 @@ TEST_CASE("topk arguments: each bad argument is named before anything is launche
   a.rows = -1;
   CHECK(topk_error(a).find("argument rows = -1") != std::string::npos);
   a = valid_topk_args();
+  a.rows = (1 << 27) + 1;
+  CHECK(topk_error(a).find("argument rows = 134217729: expected 0 <= rows <= 2^27") != std::string::npos);
+  a = valid_topk_args();
+  a.lengths = reinterpret_cast<const std::int32_t*>(reinterpret_cast<const char*>(a.lengths) + 2);
+  CHECK(topk_error(a).find("argument lengths = 0x") != std::string::npos);
+  CHECK(topk_error(a).find("expected a 4-byte aligned device pointer") != std::string::npos);
+  a = valid_topk_args();
+  a.row_starts = reinterpret_cast<const std::int32_t*>(std::uintptr_t(0x1002));
+  CHECK(topk_error(a).find("argument row_starts = 0x1002") != std::string::npos);
+  a = valid_topk_args();
   a.width = -2;
   CHECK(topk_error(a).find("argument width = -2") != std::string::npos);
   a = valid_topk_args();

@@ -147,7 +147,9 @@ struct SparseMlaDecodeArgs {
   int topk = 2048;                    // multiple of 64, <= 16384
   float sm_scale = 0.f;               // > 0 and finite
   // Split-KV. workspace == nullptr: batch-invariant, no split. Otherwise 16-byte aligned, at least
-  // sparse_mla_workspace_bytes(rows, h_q, topk, num_splits) bytes, not shared with a concurrent call.
+  // sparse_mla_workspace_bytes(rows, h_q, topk, num_splits) bytes (InvalidArgument for a forced
+  // num_splits that does not fit; an automatic count is lowered to what fits), not shared with a
+  // concurrent call.
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
   int num_splits = 0;                 // 0 = automatic (with a workspace), 1 = no split, 2..64 forced
