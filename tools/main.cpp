@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "nsajit/errors.hpp"
+#include "nsajit/jit.hpp"
 #include "runtime/driver.hpp"
 #include "tools/bench/bench_common.hpp"
 #include "tools/commands.hpp"
@@ -13,6 +14,7 @@ int main(int argc, char** argv) {
   using namespace nsajit::tools;
   CLI::App app{"nsajit — JIT-generated DeepSeek Sparse Attention kernels (top-k, index transform, sparse MLA)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "nsajit " + nsajit::version());
 
   std::string config_path;
   int tp = 0;
@@ -21,7 +23,7 @@ int main(int argc, char** argv) {
     cmd->add_option("--config", config_path, "JSON model config (default: built-in DeepSeek-V3.2)")
         ->check(CLI::ExistingFile);
     cmd->add_option("--tp", tp, "attention tensor parallelism (h_q = num_attention_heads / tp)")
-        ->check(CLI::PositiveNumber);
+        ->check(CLI::Range(1, 1024));
     cmd->add_option("--arch", arch, "target arch, e.g. sm_90a (default: the GPU's, else sm_90a)");
   };
   CLI::App* run = app.add_subcommand("run", "run a DeepSeek-V3.2 decode step through the JIT and check it "

@@ -3,7 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <fstream>
+#include <limits>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 #include "nsajit/errors.hpp"
@@ -11,13 +14,35 @@
 namespace nsajit::tools {
 namespace {
 
+// Reads j[key] into field if present, strictly: integers must be JSON integers in the field's
+// range (no 2.5 -> 2, no true -> 1, no wrap-around), numbers must be numbers, names strings.
 template <class T>
 void read_field(const nlohmann::json& j, const char* key, T& field, const std::string& path) {
   if (!j.contains(key)) return;
-  try {
-    field = j.at(key).get<T>();
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument(fmt::format("config {}: key \"{}\" = {}: wrong type ({})", path, key, j.at(key).dump(), e.what()));
+  const nlohmann::json& v = j.at(key);
+  auto wrong = [&](const char* expected) {
+    throw InvalidArgument(fmt::format("config {}: key \"{}\" = {}: expected {}", path, key, v.dump(), expected));
+  };
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!v.is_string()) wrong("a string");
+    field = v.get<std::string>();
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!v.is_number()) wrong("a number");
+    field = v.get<T>();
+  } else {
+    static_assert(std::is_integral_v<T>);
+    if (!v.is_number_integer()) wrong("an integer");
+    if (v.is_number_unsigned()) {
+      const auto u = v.get<std::uint64_t>();
+      if (u > std::uint64_t(std::numeric_limits<T>::max())) wrong("an integer in the field's range");
+      field = T(u);
+    } else {
+      const auto i = v.get<std::int64_t>();
+      if (i < std::int64_t(std::numeric_limits<T>::min()) ||
+          (i > 0 && std::uint64_t(i) > std::uint64_t(std::numeric_limits<T>::max())))
+        wrong("an integer in the field's range");
+      field = T(i);
+    }
   }
 }
 
@@ -42,6 +67,7 @@ ModelConfig load_model_config(const std::string& path) {
     if (!ok) throw InvalidArgument(fmt::format("config {}: unknown key \"{}\"", path, key));
   }
   ModelConfig c;
+  c.name = path;  // a config without "name" is labelled by its file, not as the built-in default
   read_field(j, "name", c.name, path);
   read_field(j, "num_attention_heads", c.num_attention_heads, path);
   read_field(j, "kv_lora_rank", c.kv_lora_rank, path);
@@ -60,12 +86,14 @@ ModelConfig load_model_config(const std::string& path) {
 }
 
 void validate_model_config(const ModelConfig& c) {
-  auto bad = [](const char* field, auto value, const char* expected) {
+  auto bad = [](const char* field, auto value, std::string_view expected) {
     throw InvalidArgument(fmt::format("config: {} = {}: expected {}", field, value, expected));
   };
   if (c.kv_lora_rank != 512) bad("kv_lora_rank", c.kv_lora_rank, "512 (d_qk = 576 kernels)");
   if (c.qk_rope_head_dim != 64) bad("qk_rope_head_dim", c.qk_rope_head_dim, "64 (d_qk = 576 kernels)");
-  if (c.tp < 1 || c.num_attention_heads % c.tp != 0) bad("tp", c.tp, "a divisor of num_attention_heads");
+  if (c.num_attention_heads < 1) bad("num_attention_heads", c.num_attention_heads, ">= 1");
+  if (c.tp < 1 || c.num_attention_heads % c.tp != 0)
+    bad("tp", c.tp, fmt::format("a divisor of num_attention_heads ({})", c.num_attention_heads));
   if (c.h_q() != 8 && c.h_q() != 16 && c.h_q() != 32 && c.h_q() != 64 && c.h_q() != 128)
     bad("num_attention_heads / tp", c.h_q(), "one of 8, 16, 32, 64, 128");
   if (c.index_topk < 64 || c.index_topk > 4096 || c.index_topk % 64 != 0)
@@ -75,7 +103,7 @@ void validate_model_config(const ModelConfig& c) {
   if (c.batch < 1 || c.batch > 4096) bad("batch", c.batch, "in [1, 4096]");
   if (c.min_context < 1) bad("min_context", c.min_context, ">= 1");
   if (c.max_context < c.min_context || c.max_context > (1 << 20))
-    bad("max_context", c.max_context, "in [min_context, 2^20]");
+    bad("max_context", c.max_context, fmt::format("in [min_context ({}), 2^20]", c.min_context));
   if (c.check_rows < 1) bad("check_rows", c.check_rows, ">= 1");
   if (c.timed_iters < 1) bad("timed_iters", c.timed_iters, ">= 1");
 }

@@ -11,7 +11,7 @@
 //   expected, before anything is compiled or launched. Driver failures throw nsajit::CudaError,
 //   NVRTC failures nsajit::CompileError. Values inside device memory (indices, lengths) cannot be
 //   checked on the host without a sync; the kernels handle every value as the spec says.
-// Semantics: ../shared/spec/nsa-semantics.md (§ numbers below).
+// Semantics: docs/nsa-semantics.md in the source tree (§ numbers below).
 #pragma once
 
 #include <cstddef>

@@ -113,7 +113,8 @@ std::string run_python_baseline(const std::string& script, const std::string& fa
 
 std::string write_results(const RunInfo& info, const std::vector<Case>& cases, const std::string& path_in) {
   std::string commit = std::getenv("NSAJIT_COMMIT") ? std::getenv("NSAJIT_COMMIT") : "";
-  if (commit.empty()) commit = trim(capture("git rev-parse --short=12 HEAD 2>/dev/null").first);
+  // "-dirty" marks a measurement of uncommitted changes.
+  if (commit.empty()) commit = trim(capture("git describe --always --dirty --abbrev=12 2>/dev/null").first);
   if (commit.empty()) commit = "unknown";
 
   char name[256] = {0};

@@ -5,7 +5,7 @@
 // invocation on the same inputs, which the bench writes to a folder (see bench/torch_baseline.py);
 // without python3/torch the baseline fields are null and the reason is recorded.
 // Results: bench/results/<family>-<YYYYMMDD>-<short commit>.json in the format of
-// shared/spec/bench-results.md.
+// docs/bench-results-format.md.
 #pragma once
 
 #include <cstdint>
