@@ -85,10 +85,12 @@ void check_args(const SparseMlaDecodeArgs& a) {
     bad("num_splits", std::to_string(a.num_splits), "0 (automatic) .. 64");
   if (a.workspace == nullptr && a.num_splits > 1)
     bad("num_splits", std::to_string(a.num_splits), "0 or 1 without a workspace");
-  if (a.workspace != nullptr && a.num_splits > 1 && a.workspace_bytes < workspace_for(a.rows, a.h_q, a.num_splits))
+  // A forced count resolves without the device (capped at the row's 64-token tiles).
+  if (const int forced = std::min(a.num_splits, a.topk / 64);
+      a.workspace != nullptr && forced > 1 && a.workspace_bytes < workspace_for(a.rows, a.h_q, forced))
     bad("workspace_bytes", std::to_string(a.workspace_bytes),
-        ">= sparse_mla_workspace_bytes(...) = " + std::to_string(workspace_for(a.rows, a.h_q, a.num_splits)) +
-            " for " + std::to_string(a.num_splits) + " splits");
+        ">= sparse_mla_workspace_bytes(...) = " + std::to_string(workspace_for(a.rows, a.h_q, forced)) + " for " +
+            std::to_string(forced) + " splits");
   if (a.rows == 0) return;  // nothing is read or written
   check_pointer("q", a.q, 16);
   // With no slots every index is invalid and the pool is never read, so it may be null.
