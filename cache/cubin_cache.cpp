@@ -235,7 +235,7 @@ CacheLookup CubinCache::get_or_build(const std::string& name, const CacheKey& ke
   const auto start = std::chrono::steady_clock::now();
   result.cubin = build();
   result.build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  store(name, key, result.cubin);
+  result.stored = store(name, key, result.cubin);
   return result;
 }
 

@@ -43,7 +43,8 @@ std::string default_cache_dir();
 
 struct CacheLookup {
   std::vector<char> cubin;
-  bool hit = false;  // false: `build` ran
+  bool hit = false;     // false: `build` ran
+  bool stored = false;  // after a build: the entry was published (false: directory not writable)
   double build_ms = 0;
 };
 

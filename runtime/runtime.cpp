@@ -117,7 +117,7 @@ Cubin obtain_cubin(const KernelSpec& spec, CubinSource* source_out = nullptr) {
     const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     {
       std::lock_guard lock(s.records_mutex);
-      s.records.push_back({name, source, compile_ms, total_ms - compile_ms, found.cubin.size()});
+      s.records.push_back({name, source, compile_ms, total_ms - compile_ms, found.cubin.size(), found.hit || found.stored});
     }
     return std::make_shared<const std::vector<char>>(std::move(found.cubin));
   });

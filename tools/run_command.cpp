@@ -47,6 +47,13 @@ int precompile_command(const RunOptions& options) {
   const Arch arch = parse_arch(options.arch.empty() ? "sm_90a" : options.arch);
   for (const KernelSpec& spec : decode_step_specs(options.config, arch)) precompile(spec);
   print_jit_records();
+  int not_cached = 0;
+  for (const KernelRecord& r : jit_records()) not_cached += !r.on_disk;
+  if (not_cached > 0) {
+    fmt::print(stderr, "nsajit: {} kernel(s) could not be written to the cache {} (see the messages above)\n",
+               not_cached, cache_dir());
+    return 1;
+  }
   return 0;
 }
 

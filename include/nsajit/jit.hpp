@@ -30,6 +30,7 @@ struct KernelRecord {
   double compile_ms = 0;   // NVRTC time (0 on a hit)
   double load_ms = 0;      // read + verify (+ write after compiling)
   std::size_t cubin_bytes = 0;
+  bool on_disk = true;     // false: compiled but the cache entry could not be written
 };
 
 // Ensures the spec's cubin is in the disk cache (compiling if needed); needs no GPU or driver.
