@@ -16,10 +16,14 @@ namespace detail {
 namespace {
 TopkLaunchOverride g_override;
 
-constexpr int kTargetSlice = 32768;     // positions per CTA before a row is split further
-constexpr int kMinSpreadSlice = 8192;   // few rows: split while slices stay at least this long
-constexpr int kMaxResident = 49152;     // positions of a slice kept in shared memory (192 KB)
-constexpr int kMaxCluster = 8;          // portable cluster size
+constexpr int kTargetSlice = 32768;   // positions per CTA before a row is split further
+constexpr int kMinSpreadSlice = 4096; // few rows: split while slices stay at least this long
+constexpr int kMaxCluster = 16;       // 16 is the non-portable maximum (opted in at launch)
+constexpr int kHistWords = 4096;      // first-digit histogram (templates/topk.cuh)
+constexpr int kCandCapacity = 4096;   // candidate list (<= the histogram it is staged in); normal data needs ~1-3% of a 131072 row
+// Dynamic shared memory of the select launch (the family allows 215040 bytes): what is left after
+// the histogram, the cluster section and the candidate list holds the resident slice.
+constexpr int kMaxDynamicBytes = 215040;
 }  // namespace
 
 void set_topk_launch_override(const TopkLaunchOverride& o) { g_override = o; }
@@ -34,21 +38,29 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count) {
     c = g_override.ctas_per_row;
   } else {
     while (c < kMaxCluster && ceil_div(width, c) > kTargetSlice) c *= 2;
-    // Few rows (the grid would fill less than half the SMs): split further, slices >= 8K.
-    while (c < kMaxCluster && (long long)rows * c < sm_count / 2 && ceil_div(width, c) >= 2 * kMinSpreadSlice) c *= 2;
+    // Few rows (the grid would not fill the SMs): split further, slices >= 4K positions.
+    while (c < kMaxCluster && (long long)rows * c < sm_count && ceil_div(width, c) >= 2 * kMinSpreadSlice) c *= 2;
   }
   plan.ctas_per_row = c;
   plan.slice = int((ceil_div(width, c) + 3) / 4 * 4);
-  // About 32 positions per thread (256..1024 threads); a grid of at most one CTA per SM gets 1024
-  // threads to hide more latency.
+  // About 16..32 positions per thread (256..1024 threads); a grid of at most one CTA per SM gets
+  // 1024 threads to hide more latency.
   if (g_override.threads <= 0) {
     int t = 256;
-    while (t < 1024 && plan.slice > 32 * t) t *= 2;
+    while (t < 1024 && plan.slice > 16 * t) t *= 2;
     if ((long long)rows * c <= sm_count) t = 1024;
     plan.threads = t;
   }
-  plan.resident = plan.slice <= kMaxResident && !g_override.force_streaming;
-  plan.dynamic_smem = plan.resident ? unsigned(plan.slice / 4 + 1) * 16u : 0u;
+  plan.cand_capacity = std::min(kCandCapacity, g_override.cand_capacity > 0 ? g_override.cand_capacity : kCandCapacity);
+  const int section_words = c > 1 ? kHistWords / c : 0;
+  const int fixed_words = kHistWords + section_words + plan.cand_capacity + (plan.cand_capacity + 1) / 2;
+  const int key_words = (plan.slice / 4 + 1) * 4;  // one extra vector: the slice need not be aligned
+  plan.resident = 4LL * (key_words + fixed_words) <= kMaxDynamicBytes && !g_override.force_streaming;
+  plan.hist_offset = plan.resident ? key_words : 0;
+  plan.section_offset = plan.hist_offset + kHistWords;
+  plan.cand_offset = plan.section_offset + section_words;
+  plan.cand_warp_offset = plan.cand_offset + plan.cand_capacity;
+  plan.dynamic_smem = unsigned(4 * (plan.cand_warp_offset + (plan.cand_capacity + 1) / 2));
   return plan;
 }
 
@@ -151,6 +163,11 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.ctas_per_row = plan.ctas_per_row;
   params.slice = plan.slice;
   params.resident = plan.resident ? 1 : 0;
+  params.hist_offset = plan.hist_offset;
+  params.section_offset = plan.section_offset;
+  params.cand_offset = plan.cand_offset;
+  params.cand_warp_offset = plan.cand_warp_offset;
+  params.cand_capacity = plan.cand_capacity;
   params.phase = 0;
   if (args.fused_transform) {
     if (args.mode == IndexMode::ragged) {

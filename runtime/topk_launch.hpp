@@ -9,7 +9,10 @@ struct TopkLaunchPlan {
   int slice = 0;         // positions per CTA, a multiple of 4
   bool resident = false; // slice kept in shared memory
   int threads = 512;
-  unsigned dynamic_smem = 0;  // bytes of the select launch
+  int cand_capacity = 0; // keys of the candidate list (a larger threshold bin is rescanned)
+  // Dynamic shared memory of the select launch, offsets in 4-byte words (see TopkParams).
+  int hist_offset = 0, section_offset = 0, cand_offset = 0, cand_warp_offset = 0;
+  unsigned dynamic_smem = 0;  // bytes
 };
 
 // The plan for `rows` rows of `width` columns: rows that fit shared memory get one CTA; few long
@@ -22,6 +25,7 @@ struct TopkLaunchOverride {
   int ctas_per_row = 0;
   int threads = 0;
   bool force_streaming = false;
+  int cand_capacity = 0;  // e.g. 64: most rows take the rescan path
 };
 void set_topk_launch_override(const TopkLaunchOverride& o);
 

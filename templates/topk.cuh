@@ -9,24 +9,28 @@
 //
 // Launch shape (chosen by runtime/topk.cpp from width and rows): grid = rows * ctas_per_row CTAs;
 // with ctas_per_row = C > 1 the C CTAs of a row form one thread-block cluster (sm_90) and share
-// histograms and counts through distributed shared memory. CTA c covers the positions
+// histograms, candidates and counts through distributed shared memory. CTA c covers the positions
 // [c * slice, (c + 1) * slice) of its row. resident = 1: the slice is loaded once (16-byte loads)
-// and kept as order-preserving keys in dynamic shared memory; every later pass reads shared
-// memory. resident = 0 (slices too long for shared memory, e.g. a 2^20 row): every pass re-reads
-// global memory. Nothing is ever buffered in a fixed-size candidate list, so any len is exact.
+// and kept as order-preserving keys in dynamic shared memory; every later sweep reads shared
+// memory. resident = 0 (slices too long for shared memory, e.g. a 2^20 row): every sweep re-reads
+// global memory.
 //
 // Selection: keys are order-preserving uint32 (NaN -> 1 below -inf's 0x007fffff; -0.0 == +0.0;
-// key 0 marks padding and is never counted). Four histogram passes of 8-bit digits (bits 31..24,
-// fused with the load, then 23..16, 15..8, 7..0 of the keys whose higher bits match the digits
-// found so far: a rescan of the slice, no candidate buffer) find the topk-th largest key T.
-// Histograms count into 32 lane-private copies (conflict-free whatever the data). Cluster CTAs
-// publish each pass's histogram and every CTA sums all of them (one cluster barrier per pass),
-// so every CTA finds the same digit from the same sums.
+// key 0 marks padding and is never counted). Radix select of the topk-th largest key T:
+//   1. pass 0, fused with the load: a histogram of the 12-bit first digit (bits 31..20: sign,
+//      exponent, 3 mantissa bits, so normal data spreads over many bins); C > 1: summed over the
+//      cluster (reduce-scatter + all-gather). The threshold bin holds x.count keys.
+//   2. only if x.count > cand_capacity (a plateau, a narrow band): rescans of the slice with 8-bit
+//      digits over the keys matching the prefix found so far, until the count fits or all 32 bits
+//      are resolved. Never a truncating buffer: the rescan is the fallback.
+//   3. classify sweep: per warp, the keys above the prefix (all selected) and the keys matching it,
+//      which go to a candidate list (C > 1: every CTA gets the whole cluster's list).
+//   4. refinement on the list alone: 10-bit digits down to bit 0 give T and the ties to take.
 // Output (ordered compaction): the keys > T in increasing index order at slots [0, G), then the
 // first topk - G keys == T in increasing index order (ties go to the lower index). Slot of an
 // element = number of selected elements of lower index (per-warp contiguous segments, warp scans,
 // block scan, cluster prefix of CTA counts), so the output depends on the row's data only: it is
-// bit-identical across runs, launch shapes and batchmates.
+// bit-identical across runs, launch shapes, candidate capacities and batchmates.
 //
 // NSAJIT_FUSED: every written index goes through the transform (after the CTA wrote its raw
 // positions, one parallel pass over its own slots, so that page-table reads do not serialise) (decode: page-table row
@@ -73,11 +77,12 @@ static_assert(NSAJIT_SORT_N >= NSAJIT_TOPK && (NSAJIT_SORT_N & (NSAJIT_SORT_N - 
 // Order-preserving key: a > b as floats (NaN lowest, -0 == +0) iff key(a) > key(b) as uint32.
 // Keys of real scores are >= 1 (NaN 1, -inf 0x007fffff); 0 marks padding.
 NSAJIT_DEVICE uint32_t topk_key(float f) {
+  // Branch-free (this runs once per score): 6 instructions.
   const uint32_t u = __float_as_uint(f);
   const uint32_t magnitude = u & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return 1u;            // NaN: below -inf
-  if (magnitude == 0u) return 0x80000000u;           // -0.0 gets +0.0's key
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // negatives reversed, below positives
+  uint32_t key = u ^ (uint32_t(int(u) >> 31) | 0x80000000u);  // negatives reversed, below positives
+  key = magnitude == 0u ? 0x80000000u : key;                   // -0.0 gets +0.0's key
+  return magnitude > 0x7f800000u ? 1u : key;                   // NaN: below -inf
 }
 
 // --- thread-block cluster helpers (sm_90 PTX) -----------------------------------------------------
@@ -199,83 +204,116 @@ NSAJIT_DEVICE u32x4 topk_slice_keys(const TopkSlice& s, const u32x4* keys, bool 
 
 NSAJIT_DEVICE uint32_t topk_lane(const u32x4& k, int j) { return j == 0 ? k.x : j == 1 ? k.y : j == 2 ? k.z : k.w; }
 
-// Histograms of one 8-bit digit use 32 lane-private copies of 16-bit counters: bin d of lane l
-// is half (d & 1) of word (d >> 1) * 32 + l, so the 32 lanes of a warp always hit 32 different
-// banks and never the same address, whatever the data (plateaus and narrow bands cost the same as
-// spread values; no warp-wide step per element). A copy counts at most 32768 keys per chunk
-// (kTopkChunkVecs vectors) before it is folded into the 32-bit histogram.
-#define NSAJIT_TOPK_PRIV_WORDS (128 * 32)
-constexpr int kTopkChunkVecs = 1 << 18;
 
-NSAJIT_DEVICE void topk_count(uint32_t* priv, uint32_t key, int shift, int lane) {
-  const uint32_t d = (key >> shift) & 255u;
-  atomicAdd(&priv[(d >> 1) * 32 + lane], 1u << ((d & 1u) * 16));
-}
+// --- shared state and block-wide steps -------------------------------------------------------------
 
-// Adds the lane copies into hist[256] (32-bit) and zeroes them. Whole block; ends synchronised.
-// Thread d < 256 sums bin d over the 32 copies, starting at copy (d >> 1) so that the 16 words a
-// warp reads at once lie in 16 different banks (the two bins of one word share a broadcast): 32
-// independent loads instead of a shuffle-reduction chain per word.
-NSAJIT_DEVICE void topk_fold(uint32_t* priv, uint32_t* hist) {
+#define NSAJIT_TOPK_BINS0 4096   // first digit: key bits 31..20 (sign, exponent, 3 mantissa bits)
+#define NSAJIT_TOPK_SHIFT0 20
+#define NSAJIT_TOPK_RESCAN_BITS 8   // digits of the rescans (threshold bin larger than the list)
+#define NSAJIT_TOPK_REFINE_BITS 10  // digits of the refinement over the candidate list
+
+struct TopkShared {
+  uint32_t rescan_hist[2][1 << NSAJIT_TOPK_RESCAN_BITS];  // by pass parity (cluster peers read one)
+  uint32_t row_total[1 << NSAJIT_TOPK_RESCAN_BITS];
+  uint32_t refine_hist[1 << NSAJIT_TOPK_REFINE_BITS];
+  int warp_sum[NSAJIT_TOPK_WARPS];
+  int warp_greater[NSAJIT_TOPK_WARPS];
+  int warp_equal[NSAJIT_TOPK_WARPS];
+  int cta_counts[2];
+  int cta_prefix[2];  // C > 1: the counts of the cluster's lower-rank CTAs
+  uint32_t digit;
+  int greater;
+  int count;
+  int cand_local;     // candidates this CTA found
+  int cand_reserved;  // cluster rank 0: the cluster-wide list's fill level (remote atomics)
+  int cand_offset;    // where this CTA's candidates start in the cluster-wide list
+};
+
+// One radix step, whole block: the bin d of h[0, nbins) with greater(d) < k <= greater(d) + h[d],
+// greater(d) = keys in the bins above d. nbins is a power of two; thread t owns `per` consecutive
+// bins counted from the top, so a block scan in thread order gives the counts above each chunk.
+// Every thread returns d, greater(d) and h[d].
+NSAJIT_DEVICE uint32_t topk_find_bin(const uint32_t* h, int nbins, int k, TopkShared& sh, int& greater, int& count) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int per = nbins > NSAJIT_THREADS ? nbins / NSAJIT_THREADS : 1;
+  const int owners = nbins / per;
+  const int top = nbins - 1 - tid * per;  // the highest bin of this thread's chunk
+  int local = 0;
+  if (tid < owners)
+    for (int i = 0; i < per; ++i) local += int(h[top - i]);
+  const int inclusive = warp_inclusive_scan(local);
+  if (lane == 31) sh.warp_sum[warp] = inclusive;
   __syncthreads();
-  for (int d = threadIdx.x; d < 256; d += NSAJIT_THREADS) {
-    const int w = d >> 1;
-    const uint32_t half = (uint32_t(d) & 1u) * 16u;
-    uint32_t sum = 0;
-#pragma unroll 8
-    for (int i = 0; i < 32; ++i) sum += (priv[w * 32 + ((i + w) & 31)] >> half) & 0xffffu;
-    hist[d] += sum;
+  if (warp == 0) {
+    const int v = lane < NSAJIT_TOPK_WARPS ? sh.warp_sum[lane] : 0;
+    const int vi = warp_inclusive_scan(v);
+    if (lane < NSAJIT_TOPK_WARPS) sh.warp_sum[lane] = vi - v;  // keys in the warps' chunks above
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < NSAJIT_TOPK_PRIV_WORDS; i += NSAJIT_THREADS) priv[i] = 0u;
-  __syncthreads();
-}
-
-// The row's histogram: the local one (C == 1), or the sum over the cluster's CTAs, read from
-// their `hist` (a buffer no CTA rewrites before the next cluster barrier) into `total`.
-NSAJIT_DEVICE const uint32_t* topk_row_hist(const uint32_t* hist, uint32_t* total, int C) {
-  if (C == 1) return hist;
-  topk_cluster_sync();  // every CTA's histogram of this pass is complete
-  for (int j = threadIdx.x; j < 256; j += NSAJIT_THREADS) {
-    uint32_t sum = 0;
-    for (int q0 = 0; q0 < C; q0 += 4) {  // four loads in flight at a time
-      const uint32_t a = topk_cluster_load(&hist[j], uint32_t(q0));
-      const uint32_t b = topk_cluster_load(&hist[j], uint32_t(q0 + 1));  // C is even
-      const uint32_t c = q0 + 2 < C ? topk_cluster_load(&hist[j], uint32_t(q0 + 2)) : 0u;
-      const uint32_t d = q0 + 3 < C ? topk_cluster_load(&hist[j], uint32_t(q0 + 3)) : 0u;
-      sum += a + b + c + d;
-    }
-    total[j] = sum;
-  }
-  __syncthreads();
-  return total;
-}
-
-// The digit d with greater(d) < k <= greater(d) + h[d] (greater(d) = keys in the bins above d),
-// found by warp 0 (lane l owns bins [8l, 8l + 8)). Every thread returns d and *greater_out.
-NSAJIT_DEVICE uint32_t topk_find_digit(const uint32_t* h, int k, uint32_t* s_digit, int* s_greater,
-                                       int* greater_out) {
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    int local = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) local += int(h[8 * lane + j]);
-    const int inclusive = warp_inclusive_scan(local);
-    const int all = __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
-    int greater = all - inclusive;  // keys in the bins of the lanes above
-    for (int d = 8 * lane + 7; d >= 8 * lane; --d) {
-      const int c = int(h[d]);
-      if (greater < k && greater + c >= k) {
-        *s_digit = uint32_t(d);
-        *s_greater = greater;
+  int above = sh.warp_sum[warp] + inclusive - local;
+  if (tid < owners && above < k && above + local >= k) {  // exactly one thread
+    for (int i = 0; i < per; ++i) {
+      const int c = int(h[top - i]);
+      if (above + c >= k) {
+        sh.digit = uint32_t(top - i);
+        sh.greater = above;
+        sh.count = c;
+        break;
       }
-      greater += c;
+      above += c;
     }
   }
   __syncthreads();
-  *greater_out = *s_greater;
-  return *s_digit;
+  greater = sh.greater;
+  count = sh.count;
+  return sh.digit;
 }
+
+// The radix state of a row: among the keys whose bits under `mask` equal `prefix`, the k largest
+// are still to be selected; `count` keys match; `bits` key bits are resolved (mask's width).
+struct TopkRadix {
+  uint32_t prefix;
+  uint32_t mask;
+  int k;
+  int count;
+  int bits;
+};
+
+NSAJIT_DEVICE void topk_radix_step(TopkRadix& x, uint32_t digit, int width, int greater, int count) {
+  const int shift = 32 - x.bits - width;
+  x.k -= greater;
+  x.prefix |= digit << shift;
+  x.mask |= ((1u << width) - 1u) << shift;
+  x.count = count;
+  x.bits += width;
+}
+
+// The sum over the cluster's C CTAs (C <= 16) of the word at `local` in each: all loads in flight
+// before the first add.
+NSAJIT_DEVICE uint32_t topk_cluster_sum_word(const void* local, int C) {
+  uint32_t v[16];
+#pragma unroll
+  for (int q = 0; q < 16; ++q) v[q] = q < C ? topk_cluster_load(local, uint32_t(q)) : 0u;
+  uint32_t sum = 0;
+#pragma unroll
+  for (int q = 0; q < 16; ++q) sum += v[q];
+  return sum;
+}
+
+// The cluster-wide histogram of nbins bins: every CTA sums all CTAs' `local` (complete and not
+// rewritten before the next cluster barrier) into `total`. Whole block; ends synchronised.
+NSAJIT_DEVICE void topk_cluster_sum(const uint32_t* local, uint32_t* total, int nbins, int C) {
+  topk_cluster_sync();  // every CTA's histogram is complete
+  for (int j = threadIdx.x; j < nbins; j += NSAJIT_THREADS) total[j] = topk_cluster_sum_word(&local[j], C);
+  __syncthreads();
+}
+
+NSAJIT_DEVICE uint32_t topk_cluster_address(const void* local, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(topk_smem_address(local)), "r"(rank));
+  return remote;
+}
+
 
 // --- phase 1 of sorted specs: sort each row by (score desc, index asc), then transform -----------
 
@@ -322,20 +360,13 @@ NSAJIT_DEVICE void topk_sort_phase(const TopkParams& p, unsigned long long* s) {
     out[i] = topk_emit(t, int(0xffffffffu - uint32_t(s[i] & 0xffffffffull)), NSAJIT_FUSED != 0);
 }
 
+
 // --- the kernel ------------------------------------------------------------------------------------
 
-// At most 64 registers: 1024 threads per SM (the most the shared memory allows) are never
-// limited by registers.
+// At most 64 registers: 1024 threads per SM are never limited by registers.
 extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREADS) nsajit_topk(const TopkParams p) {
   extern __shared__ u32x4 topk_dynamic[];
-  __shared__ uint32_t priv[NSAJIT_TOPK_PRIV_WORDS];
-  __shared__ uint32_t hist[2][256];  // by pass parity: cluster peers read one while the next fills
-  __shared__ uint32_t row_total[256];
-  __shared__ int warp_greater[NSAJIT_TOPK_WARPS];
-  __shared__ int warp_equal[NSAJIT_TOPK_WARPS];
-  __shared__ int cta_counts[2];
-  __shared__ uint32_t s_digit;
-  __shared__ int s_greater;
+  __shared__ TopkShared sh;
 
 #if NSAJIT_SORTED
   if (p.phase == 1) {
@@ -375,131 +406,268 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   s.abase = s.sp - s.head;
   s.nvec = s.n > 0 ? (s.head + s.n + 3) >> 2 : 0;
   const bool resident = p.resident != 0;
-  u32x4* keys = topk_dynamic;
+  // Dynamic shared memory (offsets in 4-byte words, set by runtime/topk.cpp): the resident keys
+  // at 0, the first-digit histogram (later the staging list of this CTA's candidates when C > 1),
+  // this CTA's section of the cluster-wide histogram (C > 1), the candidate list (cluster-wide),
+  // and the warp of each of this CTA's candidates.
+  uint32_t* const words = reinterpret_cast<uint32_t*>(topk_dynamic);
+  u32x4* const keys = topk_dynamic;
+  uint32_t* const hist0 = words + p.hist_offset;
+  uint32_t* const section = words + p.section_offset;
+  uint32_t* const cand = words + p.cand_offset;
+  unsigned short* const cand_warp = reinterpret_cast<unsigned short*>(words + p.cand_warp_offset);
+  uint32_t* const own = C > 1 ? hist0 : cand;  // this CTA's candidates
 
-  // Four passes of 8-bit digits, most significant first. Invariant: among the keys whose bits
-  // above `shift` equal `prefix`, the k largest are still to be selected. Pass 0 also loads the
-  // slice (keeping its keys when resident); later passes rescan it.
-  for (int i = tid; i < NSAJIT_TOPK_PRIV_WORDS; i += NSAJIT_THREADS) priv[i] = 0u;
-  uint32_t prefix = 0u, mask = 0u;
-  int k = NSAJIT_TOPK;
-  for (int pass = 0; pass < 4; ++pass) {
-    const int shift = 24 - 8 * pass;
-    uint32_t* h = hist[pass & 1];
-    for (int i = tid; i < 256; i += NSAJIT_THREADS) h[i] = 0u;
-    __syncthreads();
-    for (int c0 = 0; c0 < s.nvec || (c0 == 0 && s.nvec == 0); c0 += kTopkChunkVecs) {
-      const int c1 = min(s.nvec, c0 + kTopkChunkVecs);
-      if (pass == 0) {
-        constexpr int kUnroll = 4;
-        for (int base = c0; base < c1; base += kUnroll * NSAJIT_THREADS) {
-          // All 16-byte loads first (several in flight per thread), then keys and counts.
-          u32x4 raw[kUnroll];
-          bool whole[kUnroll];
+  for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
+  if (tid == 0) {
+    sh.cand_local = 0;
+    sh.cand_reserved = 0;
+  }
+  __syncthreads();
+
+  // Pass 0: load the slice, keep its keys when resident, and count the first digit (bits 31..20)
+  // of every key. The whole 16-byte vectors [vw0, vw1) go through a lean loop (several loads in
+  // flight per thread, no per-element checks: their keys are never 0); the at most two partial
+  // vectors at the edges are read element by element.
+  {
+    const int vw0 = s.head == 0 ? 0 : 1;
+    const int vw1 = max(vw0, (s.head + s.n) >> 2);
+    constexpr int kUnroll = 4;
+    for (int base = vw0; base < vw1; base += kUnroll * NSAJIT_THREADS) {
+      u32x4 raw[kUnroll];
 #pragma unroll
-          for (int u = 0; u < kUnroll; ++u) {
-            const int v = base + u * NSAJIT_THREADS + tid;
-            const int first = 4 * v - s.head;
-            whole[u] = v < c1 && first >= 0 && first + 4 <= s.n;
-            if (whole[u]) raw[u] = topk_load_16(s.abase + 4 * v);
-          }
+      for (int u = 0; u < kUnroll; ++u) {
+        const int v = base + u * NSAJIT_THREADS + tid;
+        if (v < vw1) raw[u] = topk_load_16(s.abase + 4 * v);
+      }
 #pragma unroll
-          for (int u = 0; u < kUnroll; ++u) {
-            const int v = base + u * NSAJIT_THREADS + tid;
-            if (v >= c1) continue;
-            u32x4 kv;
-            if (whole[u]) {
-              kv.x = topk_key(__uint_as_float(raw[u].x));
-              kv.y = topk_key(__uint_as_float(raw[u].y));
-              kv.z = topk_key(__uint_as_float(raw[u].z));
-              kv.w = topk_key(__uint_as_float(raw[u].w));
-            } else {
-              kv = topk_global_keys(s, v);  // an edge vector: element loads
-            }
-            if (resident) keys[v] = kv;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const uint32_t key = topk_lane(kv, j);
-              if (key != 0u) topk_count(priv, key, 24, lane);
-            }
-          }
-        }
-      } else {
-        for (int v = c0 + tid; v < c1; v += NSAJIT_THREADS) {
-          const u32x4 kv = resident ? keys[v] : topk_global_keys(s, v);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const uint32_t key = topk_lane(kv, j);
-            if (key != 0u && (key & mask) == prefix) topk_count(priv, key, shift, lane);
-          }
+      for (int u = 0; u < kUnroll; ++u) {
+        const int v = base + u * NSAJIT_THREADS + tid;
+        if (v < vw1) {
+          u32x4 kv;
+          kv.x = topk_key(__uint_as_float(raw[u].x));
+          kv.y = topk_key(__uint_as_float(raw[u].y));
+          kv.z = topk_key(__uint_as_float(raw[u].z));
+          kv.w = topk_key(__uint_as_float(raw[u].w));
+          if (resident) keys[v] = kv;
+          atomicAdd(&hist0[kv.x >> NSAJIT_TOPK_SHIFT0], 1u);
+          atomicAdd(&hist0[kv.y >> NSAJIT_TOPK_SHIFT0], 1u);
+          atomicAdd(&hist0[kv.z >> NSAJIT_TOPK_SHIFT0], 1u);
+          atomicAdd(&hist0[kv.w >> NSAJIT_TOPK_SHIFT0], 1u);
         }
       }
-      topk_fold(priv, h);
-      if (s.nvec == 0) break;
     }
-    const uint32_t* row_hist = topk_row_hist(h, row_total, C);
-    int greater;
-    const uint32_t digit = topk_find_digit(row_hist, k, &s_digit, &s_greater, &greater);
-    k -= greater;
-    prefix |= digit << shift;
-    mask |= 255u << shift;
+    // Partial vectors: v = 0 (when the slice is not 16-byte aligned) and v = nvec - 1.
+    const int edge = tid == 0 ? 0 : tid == 1 ? s.nvec - 1 : -1;
+    if (edge >= 0 && edge < s.nvec && (edge < vw0 || edge >= vw1) && !(tid == 1 && edge == 0)) {
+      const u32x4 kv = topk_global_keys(s, edge);
+      if (resident) keys[edge] = kv;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t key = topk_lane(kv, j);
+        if (key != 0u) atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
+      }
+    }
+  }
+  __syncthreads();
+  if (C > 1) {
+    // Cluster-wide first-digit histogram: CTA q sums the section [q S, (q + 1) S) over all CTAs
+    // (reduce-scatter), then every CTA gathers all sections into its hist0.
+    const int S = NSAJIT_TOPK_BINS0 / C;
+    topk_cluster_sync();  // every CTA's hist0 is complete
+    for (int j = tid; j < S; j += NSAJIT_THREADS) section[j] = topk_cluster_sum_word(&hist0[int(rank) * S + j], C);
+    topk_cluster_sync();  // every section is summed; no CTA reads a hist0 any more
+    static_assert(NSAJIT_TOPK_BINS0 % (4 * NSAJIT_THREADS) == 0, "all-gather: 4 bins per thread and round");
+    for (int bin = tid; bin < NSAJIT_TOPK_BINS0; bin += 4 * NSAJIT_THREADS) {
+      uint32_t v[4];  // four loads in flight
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int b2 = bin + u * NSAJIT_THREADS;
+        v[u] = topk_cluster_load(&section[b2 % S], uint32_t(b2 / S));
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) hist0[bin + u * NSAJIT_THREADS] = v[u];
+    }
+    __syncthreads();
+  }
+  TopkRadix x{0u, 0u, NSAJIT_TOPK, 0, 0};
+  {
+    int greater, count;
+    const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
+    topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
   }
 
-  const uint32_t threshold = prefix;  // the topk-th largest key
-  const int take_equal = k;                         // keys == threshold to take (>= 1)
-  const int total_greater = NSAJIT_TOPK - take_equal;
+  // Rescans (rare: more keys share the threshold bin than the candidate list holds, e.g. a
+  // plateau or values inside one narrow band): 8-bit digits over the keys matching the prefix.
+  for (int pass = 0; x.count > p.cand_capacity && x.bits < 32; ++pass) {
+    const int width = min(NSAJIT_TOPK_RESCAN_BITS, 32 - x.bits);
+    const int shift = 32 - x.bits - width;
+    const int nbins = 1 << width;
+    uint32_t* h = sh.rescan_hist[pass & 1];
+    for (int i = tid; i < nbins; i += NSAJIT_THREADS) h[i] = 0u;
+    __syncthreads();
+    for (int v = tid; v < s.nvec; v += NSAJIT_THREADS) {
+      const u32x4 kv = resident ? keys[v] : topk_global_keys(s, v);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t key = topk_lane(kv, j);
+        if (key != 0u && (key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & uint32_t(nbins - 1)], 1u);
+      }
+    }
+    __syncthreads();
+    const uint32_t* total = h;
+    if (C > 1) {
+      topk_cluster_sum(h, sh.row_total, nbins, C);
+      total = sh.row_total;
+    }
+    int greater, count;
+    const uint32_t d = topk_find_bin(total, nbins, x.k, sh, greater, count);
+    topk_radix_step(x, d, width, greater, count);
+  }
+  const bool resolved = x.bits == 32;  // else: x.count <= cand_capacity keys go to the list
 
-  // Ordered compaction. Warp w owns the contiguous rounds [w*R/W, (w+1)*R/W) of 32 vectors.
+  // Classify: warp w owns the contiguous rounds [w R / W, (w + 1) R / W) of 32 vectors (the same
+  // segments as the output below). Per warp: keys above the prefix (all selected) and keys matching
+  // it (resolved: the ties; else candidates, appended to this CTA's list with their warp).
   const int rounds = (s.nvec + 31) >> 5;
   const int round_begin = int((long long)rounds * warp / NSAJIT_TOPK_WARPS);
   const int round_end = int((long long)rounds * (warp + 1) / NSAJIT_TOPK_WARPS);
-  int my_greater = 0, my_equal = 0;
-  for (int q = round_begin; q < round_end; ++q) {
-    const u32x4 kv = topk_slice_keys(s, keys, resident, q * 32 + lane);
+  {
+    int my_above = 0, my_match = 0;
+    for (int q = round_begin; q < round_end; ++q) {
+      const u32x4 kv = topk_slice_keys(s, keys, resident, q * 32 + lane);
+      int above = 0, match = 0;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t key = topk_lane(kv, j);
-      my_greater += key > threshold;
-      my_equal += key == threshold;
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t key = topk_lane(kv, j);
+        const uint32_t high = key & x.mask;
+        above += high > x.prefix;
+        match += (high == x.prefix) & (key != 0u);
+      }
+      my_above += above;
+      my_match += match;
+      if (!resolved && match) {  // rare: this lane's candidates go to the list
+        int i = atomicAdd(&sh.cand_local, match);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t key = topk_lane(kv, j);
+          if ((key & x.mask) == x.prefix && key != 0u) {
+            own[i] = key;
+            cand_warp[i] = (unsigned short)warp;
+            ++i;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      my_above += __shfl_xor_sync(NSAJIT_TOPK_FULL, my_above, o);
+      my_match += __shfl_xor_sync(NSAJIT_TOPK_FULL, my_match, o);
+    }
+    if (lane == 0) {
+      sh.warp_greater[warp] = my_above;
+      sh.warp_equal[warp] = resolved ? my_match : 0;
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    my_greater += __shfl_xor_sync(NSAJIT_TOPK_FULL, my_greater, o);
-    my_equal += __shfl_xor_sync(NSAJIT_TOPK_FULL, my_equal, o);
-  }
-  if (lane == 0) {
-    warp_greater[warp] = my_greater;
-    warp_equal[warp] = my_equal;
-  }
   __syncthreads();
+
+  if (!resolved) {
+    // The candidate list: all x.count keys of the row that match the prefix. C > 1: each CTA
+    // reserves a range of the list (a remote atomic on rank 0) and writes its candidates into
+    // every CTA's list, so that every CTA refines the same keys (order does not matter).
+    const int n_local = sh.cand_local;
+    if (C > 1) {
+      if (tid == 0) {
+        int at;
+        asm volatile("atom.shared::cluster.add.u32 %0, [%1], %2;"
+                     : "=r"(at)
+                     : "r"(topk_cluster_address(&sh.cand_reserved, 0u)), "r"(n_local)
+                     : "memory");
+        sh.cand_offset = at;
+      }
+      __syncthreads();
+      const int at = sh.cand_offset;
+      for (int i = tid; i < n_local * C; i += NSAJIT_THREADS) {
+        const int q = i / n_local, e = i - q * n_local;
+        asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(topk_cluster_address(&cand[at + e], uint32_t(q))),
+                     "r"(own[e])
+                     : "memory");
+      }
+      topk_cluster_sync();  // every list is complete
+    }
+    // Refinement over the list: digits of up to 10 bits down to bit 0.
+    const int n = x.count;
+    while (x.bits < 32) {
+      const int width = min(NSAJIT_TOPK_REFINE_BITS, 32 - x.bits);
+      const int shift = 32 - x.bits - width;
+      const int nbins = 1 << width;
+      for (int i = tid; i < nbins; i += NSAJIT_THREADS) sh.refine_hist[i] = 0u;
+      __syncthreads();
+      for (int i = tid; i < n; i += NSAJIT_THREADS) {
+        const uint32_t key = cand[i];
+        if ((key & x.mask) == x.prefix) atomicAdd(&sh.refine_hist[(key >> shift) & uint32_t(nbins - 1)], 1u);
+      }
+      __syncthreads();
+      int greater, count;
+      const uint32_t d = topk_find_bin(sh.refine_hist, nbins, x.k, sh, greater, count);
+      topk_radix_step(x, d, width, greater, count);
+    }
+    // This CTA's candidates above the threshold and equal to it, per warp.
+    for (int i = tid; i < n_local; i += NSAJIT_THREADS) {
+      const uint32_t key = own[i];
+      if (key > x.prefix) atomicAdd(&sh.warp_greater[cand_warp[i]], 1);
+      else if (key == x.prefix) atomicAdd(&sh.warp_equal[cand_warp[i]], 1);
+    }
+    __syncthreads();
+  }
+
+  const uint32_t threshold = x.prefix;  // the topk-th largest key
+  const int take_equal = x.k;           // keys == threshold to take (>= 1)
+  const int total_greater = NSAJIT_TOPK - take_equal;
+
+  // Ordered compaction: exclusive prefixes of the per-warp counts, then of the CTAs' counts.
   if (warp == 0) {
-    const int g = lane < NSAJIT_TOPK_WARPS ? warp_greater[lane] : 0;
-    const int e = lane < NSAJIT_TOPK_WARPS ? warp_equal[lane] : 0;
+    const int g = lane < NSAJIT_TOPK_WARPS ? sh.warp_greater[lane] : 0;
+    const int e = lane < NSAJIT_TOPK_WARPS ? sh.warp_equal[lane] : 0;
     const int gi = warp_inclusive_scan(g);
     const int ei = warp_inclusive_scan(e);
     if (lane < NSAJIT_TOPK_WARPS) {
-      warp_greater[lane] = gi - g;  // exclusive prefixes
-      warp_equal[lane] = ei - e;
+      sh.warp_greater[lane] = gi - g;
+      sh.warp_equal[lane] = ei - e;
     }
     if (lane == 31) {
-      cta_counts[0] = gi;
-      cta_counts[1] = ei;
+      sh.cta_counts[0] = gi;
+      sh.cta_counts[1] = ei;
     }
   }
   int cta_greater = 0, cta_equal = 0;  // selected elements of the CTAs before this one
   if (C > 1) {
     topk_cluster_sync();  // counts published
-    for (int q = 0; q < int(rank); ++q) {
-      cta_greater += int(topk_cluster_load(&cta_counts[0], uint32_t(q)));
-      cta_equal += int(topk_cluster_load(&cta_counts[1], uint32_t(q)));
+    if (warp == 0) {  // lane q < rank reads CTA q's counts; one warp sum
+      int g = 0, e = 0;
+      if (lane < int(rank)) {
+        g = int(topk_cluster_load(&sh.cta_counts[0], uint32_t(lane)));
+        e = int(topk_cluster_load(&sh.cta_counts[1], uint32_t(lane)));
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        g += __shfl_xor_sync(NSAJIT_TOPK_FULL, g, o);
+        e += __shfl_xor_sync(NSAJIT_TOPK_FULL, e, o);
+      }
+      if (lane == 0) {
+        sh.cta_prefix[0] = g;
+        sh.cta_prefix[1] = e;
+      }
     }
-    topk_cluster_arrive();  // done reading the others' counts (waited for before exit)
+    topk_cluster_arrive();  // done reading the others' shared memory (waited for before exit)
+    __syncthreads();
+    cta_greater = sh.cta_prefix[0];
+    cta_equal = sh.cta_prefix[1];
   } else {
     __syncthreads();
   }
-  int next_greater = cta_greater + warp_greater[warp];
-  int next_equal = cta_equal + warp_equal[warp];
+  int next_greater = cta_greater + sh.warp_greater[warp];
+  int next_equal = cta_equal + sh.warp_equal[warp];
   for (int q = round_begin; q < round_end; ++q) {
     if (next_greater >= total_greater && next_equal >= take_equal) break;  // warp-uniform
     const int v = q * 32 + lane;
@@ -536,14 +704,14 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     // Fused transform of this CTA's slots, all page-table reads in parallel (in the loop above
     // each would stall its warp): the slots [cta_greater, cta_greater + G) and the taken ties.
     __syncthreads();  // the positions written above are visible to the whole CTA
-    const int g_end = cta_greater + cta_counts[0];
+    const int g_end = cta_greater + sh.cta_counts[0];
     const int e_begin = total_greater + min(cta_equal, take_equal);
-    const int e_end = total_greater + min(cta_equal + cta_counts[1], take_equal);
+    const int e_end = total_greater + min(cta_equal + sh.cta_counts[1], take_equal);
     const int g_count = g_end - cta_greater;
     for (int i = tid; i < g_count + (e_end - e_begin); i += NSAJIT_THREADS) {
       const int slot = i < g_count ? cta_greater + i : e_begin + (i - g_count);
       out[slot] = topk_emit(t, out[slot], true);
     }
   }
-  if (C > 1) topk_cluster_wait();  // no CTA leaves while another may still read its counts
+  if (C > 1) topk_cluster_wait();  // no CTA leaves while another may still read its shared memory
 }

@@ -172,17 +172,30 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   using nsajit::detail::plan_topk_launch;
   CHECK(plan_topk_launch(4096, 2048, 2048, 132).slice == 0);  // no row needs a selection
   auto p = plan_topk_launch(1, 131072, 2048, 132);
-  CHECK(p.ctas_per_row == 8);
+  CHECK(p.ctas_per_row == 16);  // one long row: a 16-CTA cluster of 8K slices
   CHECK(p.resident);
   CHECK(plan_topk_launch(4096, 8192, 2048, 132).ctas_per_row == 1);
   CHECK(plan_topk_launch(4096, 32768, 2048, 132).ctas_per_row == 1);
-  CHECK(plan_topk_launch(64, 65536, 2048, 132).ctas_per_row == 2);
+  CHECK(plan_topk_launch(64, 65536, 2048, 132).ctas_per_row == 4);
   CHECK(plan_topk_launch(128, 131072, 2048, 132).ctas_per_row == 4);
-  CHECK(plan_topk_launch(8, 131072, 2048, 132).ctas_per_row == 8);
+  CHECK(plan_topk_launch(8, 131072, 2048, 132).ctas_per_row == 16);
   p = plan_topk_launch(1, 1 << 20, 2048, 132);
-  CHECK(p.ctas_per_row == 8);
+  CHECK(p.ctas_per_row == 16);
   CHECK_FALSE(p.resident);  // re-reads global memory
   CHECK(p.slice % 4 == 0);
+  // The shared-memory layout fits the family's dynamic limit and keeps its parts apart.
+  for (const int rows : {1, 8, 64, 4096}) {
+    for (const int width : {4097, 9000, 32768, 65536, 131072, 1 << 20}) {
+      const auto q = plan_topk_launch(rows, width, 2048, 132);
+      INFO("rows " << rows << " width " << width);
+      CHECK(q.dynamic_smem <= 215040u);
+      CHECK(q.cand_capacity >= 2048);
+      CHECK(q.section_offset == q.hist_offset + 4096);
+      CHECK(q.cand_offset >= q.section_offset + (q.ctas_per_row > 1 ? 4096 / q.ctas_per_row : 0));
+      CHECK(q.cand_warp_offset == q.cand_offset + q.cand_capacity);
+      if (q.resident) CHECK(q.hist_offset >= q.slice + 4);
+    }
+  }
 }
 
 // --- GPU ---------------------------------------------------------------------------------------------
@@ -222,7 +235,7 @@ TEST_CASE("topk gpu: a row of 2^20 and rows past 2^20 (global re-read path)") {
   check_topk(q);
 }
 
-TEST_CASE("topk gpu: distributions, at one CTA, a 2-CTA cluster and an 8-CTA cluster") {
+TEST_CASE("topk gpu: distributions, at one CTA, a 2-CTA cluster and a 16-CTA cluster, list or rescans") {
   NSAJIT_REQUIRE_GPU();
   const unsigned seed = fresh_seed();
   INFO("seed " << seed);
@@ -272,7 +285,7 @@ TEST_CASE("topk gpu: distributions, at one CTA, a 2-CTA cluster and an 8-CTA clu
       {"plateau", per_element([&] { return 0.5f; })},
       {"raw bit patterns", per_element([&] { return from_bits(bits(rng)); })},
   };
-  for (const int width : {9000, 20000, 131072}) {  // 1 CTA, a 2-CTA cluster, an 8-CTA cluster
+  for (const int width : {9000, 20000, 131072}) {  // default plans: 2, 4 and 16 CTAs per row
     for (const Dist& d : dists) {
       for (const int topk : {512, 2048}) {
         INFO(d.name << ", width " << width << ", topk " << topk);
@@ -287,6 +300,8 @@ TEST_CASE("topk gpu: distributions, at one CTA, a 2-CTA cluster and an 8-CTA clu
           std::copy(row.begin(), row.end(), p.scores.begin() + std::ptrdiff_t(r) * width);
         }
         p.lengths = {width, width - 4097 > topk ? width - 4097 : topk + 1};
+        check_topk(p);
+        LaunchOverride small_list({.cand_capacity = 64});  // rescans before the list
         check_topk(p);
       }
     }
@@ -341,49 +356,60 @@ TEST_CASE("topk gpu: batches of 1 to 4096 rows (the last query rows of a prefill
   }
 }
 
-TEST_CASE("topk gpu: deterministic across 20 launches, batchmates, launch shapes and thread counts") {
+TEST_CASE("topk gpu: deterministic across 20 launches, batchmates, launch shapes, thread counts, list sizes") {
   NSAJIT_REQUIRE_GPU();
   const unsigned seed = fresh_seed();
   INFO("seed " << seed);
   std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
   const int rows = 6, width = 100000, topk = 2048;
-  // Heavy ties so that any order dependence would show.
-  auto p = make_problem(rows, width, topk, [&] { return float(rng() % 5); });
-  for (int r = 0; r < rows; ++r) p.lengths[r] = width - 9973 * r;
-  p.lengths[5] = 30000;
-  DeviceTopk device(p);
-  const I first = device.run();
-  CHECK(explain(p, first, ref::topk_index_order(p)).empty());
-  for (int i = 0; i < 20; ++i) CHECK(device.run() == first);
+  // Heavy ties (5 values: resolved by rescans) and quantised normal scores (a few ties at the
+  // threshold, resolved through the candidate list), so that any order dependence would show.
+  for (const bool heavy_ties : {true, false}) {
+    INFO((heavy_ties ? "5 distinct values" : "normal quantised to 1e-3"));
+    auto value = [&] { return heavy_ties ? float(rng() % 5) : std::round(normal(rng) * 1000.0f) / 1000.0f; };
+    auto p = make_problem(rows, width, topk, value);
+    for (int r = 0; r < rows; ++r) p.lengths[r] = width - 9973 * r;
+    p.lengths[5] = 30000;
+    DeviceTopk device(p);
+    const I first = device.run();
+    CHECK(explain(p, first, ref::topk_index_order(p)).empty());
+    for (int i = 0; i < 20; ++i) CHECK(device.run() == first);
 
-  // Each row alone, and inside a batch with different neighbours, gives the same bytes.
-  for (int r = 0; r < rows; ++r) {
-    ref::TopkProblem alone;
-    alone.rows = 1;
-    alone.width = width;
-    alone.topk = topk;
-    alone.scores.assign(p.scores.begin() + std::ptrdiff_t(r) * width, p.scores.begin() + std::ptrdiff_t(r + 1) * width);
-    alone.lengths = {p.lengths[r]};
-    const I got = DeviceTopk(alone).run();
-    INFO("row " << r);
-    CHECK(std::equal(got.begin(), got.end(), first.begin() + std::ptrdiff_t(r) * topk));
-  }
-  {
-    auto big = make_problem(200, width, topk, [&] { return float(rng() % 5); });
-    std::copy(p.scores.begin(), p.scores.begin() + width, big.scores.begin() + 117 * std::ptrdiff_t(width));
-    big.lengths[117] = p.lengths[0];
-    const I got = DeviceTopk(big).run();
-    CHECK(std::equal(first.begin(), first.begin() + topk, got.begin() + 117 * topk));
-  }
+    // Each row alone, and inside a batch with different neighbours, gives the same bytes.
+    for (int r = 0; r < rows; ++r) {
+      ref::TopkProblem alone;
+      alone.rows = 1;
+      alone.width = width;
+      alone.topk = topk;
+      alone.scores.assign(p.scores.begin() + std::ptrdiff_t(r) * width,
+                          p.scores.begin() + std::ptrdiff_t(r + 1) * width);
+      alone.lengths = {p.lengths[r]};
+      const I got = DeviceTopk(alone).run();
+      INFO("row " << r);
+      CHECK(std::equal(got.begin(), got.end(), first.begin() + std::ptrdiff_t(r) * topk));
+    }
+    {
+      auto big = make_problem(200, width, topk, value);
+      std::copy(p.scores.begin(), p.scores.begin() + width, big.scores.begin() + 117 * std::ptrdiff_t(width));
+      big.lengths[117] = p.lengths[0];
+      const I got = DeviceTopk(big).run();
+      CHECK(std::equal(first.begin(), first.begin() + topk, got.begin() + 117 * topk));
+    }
 
-  // Every launch shape: 1..16 CTAs per row, global re-read, thread counts.
-  for (const int ctas : {1, 2, 4, 8, 16}) {
-    for (const int threads : {256, 512, 1024}) {
-      for (const bool streaming : {false, true}) {
-        if (ctas == 1 && !streaming && threads != 512) continue;
-        INFO("ctas " << ctas << " threads " << threads << " streaming " << streaming);
-        LaunchOverride o({.ctas_per_row = ctas, .threads = threads, .force_streaming = streaming});
-        CHECK(device.run() == first);
+    // Every launch shape: 1..16 CTAs per row, global re-read, thread counts, and a candidate list
+    // of 64 keys (the threshold bin is rescanned instead).
+    for (const int ctas : {1, 2, 4, 8, 16}) {
+      for (const int threads : {256, 512, 1024}) {
+        for (const bool streaming : {false, true}) {
+          for (const int capacity : {0, 64}) {
+            if (ctas == 1 && !streaming && threads != 512) continue;
+            INFO("ctas " << ctas << " threads " << threads << " streaming " << streaming << " capacity " << capacity);
+            LaunchOverride o({.ctas_per_row = ctas, .threads = threads, .force_streaming = streaming,
+                              .cand_capacity = capacity});
+            CHECK(device.run() == first);
+          }
+        }
       }
     }
   }
