@@ -17,12 +17,12 @@ namespace {
 TopkLaunchOverride g_override;
 
 constexpr int kTargetSlice = 32768;   // positions per CTA before a row is split further
-constexpr int kMinSpreadSlice = 4096; // few rows: split while slices stay at least this long
-constexpr int kMaxCluster = 16;       // 16 is the non-portable maximum (opted in at launch)
-constexpr int kHistWords = 4096;      // first-digit histogram (templates/topk.cuh)
-constexpr int kCandCapacity = 4096;   // candidate list (<= the histogram it is staged in); normal data needs ~1-3% of a 131072 row
+constexpr int kMinSpreadSlice = 8192; // few rows: split while slices stay at least this long
+constexpr int kHistWords = 4096;      // first-digit histogram (templates/topk.cuh); overflow list
+constexpr int kSlotWords = 4096;      // per-thread candidate slots (NSAJIT_TOPK_SLOT_WORDS)
+constexpr int kCandCapacity = 4096;   // candidates (<= kHistWords); normal data: ~1-3% of a row
 // Dynamic shared memory of the select launch (the family allows 215040 bytes): what is left after
-// the histogram, the cluster section and the candidate list holds the resident slice.
+// the histogram, the cluster section and the candidate lists holds the resident slice.
 constexpr int kMaxDynamicBytes = 215040;
 }  // namespace
 
@@ -37,9 +37,12 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count) {
   if (g_override.ctas_per_row > 0) {
     c = g_override.ctas_per_row;
   } else {
-    while (c < kMaxCluster && ceil_div(width, c) > kTargetSlice) c *= 2;
-    // Few rows (the grid would not fill the SMs): split further, slices >= 4K positions.
-    while (c < kMaxCluster && (long long)rows * c < sm_count && ceil_div(width, c) >= 2 * kMinSpreadSlice) c *= 2;
+    // 16-CTA clusters (non-portable) only for a single row: at one CTA per SM only ~7 of them fit
+    // the GPU at once (measured on the H200), so 8 rows would take two waves.
+    const int max_cluster = rows == 1 ? 16 : 8;
+    while (c < max_cluster && ceil_div(width, c) > kTargetSlice) c *= 2;
+    // Few rows (the grid would fill less than half the SMs): split further, slices >= 8K.
+    while (c < max_cluster && 2LL * rows * c <= sm_count && ceil_div(width, c) >= 2 * kMinSpreadSlice) c *= 2;
   }
   plan.ctas_per_row = c;
   plan.slice = int((ceil_div(width, c) + 3) / 4 * 4);
@@ -52,15 +55,19 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count) {
     plan.threads = t;
   }
   plan.cand_capacity = std::min(kCandCapacity, g_override.cand_capacity > 0 ? g_override.cand_capacity : kCandCapacity);
+  plan.slots_per_thread = std::min(kSlotWords / plan.threads,
+                                   g_override.slots_per_thread >= 0 ? g_override.slots_per_thread : kSlotWords);
   const int section_words = c > 1 ? kHistWords / c : 0;
-  const int fixed_words = kHistWords + section_words + plan.cand_capacity + (plan.cand_capacity + 1) / 2;
+  const int cand_words = c > 1 ? plan.cand_capacity : 0;
+  const int fixed_words = kHistWords + section_words + kSlotWords + cand_words + (plan.cand_capacity + 1) / 2;
   const int key_words = (plan.slice / 4 + 1) * 4;  // one extra vector: the slice need not be aligned
   plan.resident = 4LL * (key_words + fixed_words) <= kMaxDynamicBytes && !g_override.force_streaming;
   plan.hist_offset = plan.resident ? key_words : 0;
   plan.section_offset = plan.hist_offset + kHistWords;
-  plan.cand_offset = plan.section_offset + section_words;
-  plan.cand_warp_offset = plan.cand_offset + plan.cand_capacity;
-  plan.dynamic_smem = unsigned(4 * (plan.cand_warp_offset + (plan.cand_capacity + 1) / 2));
+  plan.slots_offset = plan.section_offset + section_words;
+  plan.cand_offset = plan.slots_offset + kSlotWords;
+  plan.overflow_warp_offset = plan.cand_offset + cand_words;
+  plan.dynamic_smem = unsigned(4 * (plan.overflow_warp_offset + (plan.cand_capacity + 1) / 2));
   return plan;
 }
 
@@ -165,9 +172,11 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.resident = plan.resident ? 1 : 0;
   params.hist_offset = plan.hist_offset;
   params.section_offset = plan.section_offset;
+  params.slots_offset = plan.slots_offset;
   params.cand_offset = plan.cand_offset;
-  params.cand_warp_offset = plan.cand_warp_offset;
+  params.overflow_warp_offset = plan.overflow_warp_offset;
   params.cand_capacity = plan.cand_capacity;
+  params.slots_per_thread = plan.slots_per_thread;
   params.phase = 0;
   if (args.fused_transform) {
     if (args.mode == IndexMode::ragged) {

@@ -9,9 +9,10 @@ struct TopkLaunchPlan {
   int slice = 0;         // positions per CTA, a multiple of 4
   bool resident = false; // slice kept in shared memory
   int threads = 512;
-  int cand_capacity = 0; // keys of the candidate list (a larger threshold bin is rescanned)
+  int cand_capacity = 0; // candidates at most (a larger threshold bin is rescanned)
+  int slots_per_thread = 0;  // candidate slots of each thread (more go to the overflow list)
   // Dynamic shared memory of the select launch, offsets in 4-byte words (see TopkParams).
-  int hist_offset = 0, section_offset = 0, cand_offset = 0, cand_warp_offset = 0;
+  int hist_offset = 0, section_offset = 0, slots_offset = 0, cand_offset = 0, overflow_warp_offset = 0;
   unsigned dynamic_smem = 0;  // bytes
 };
 
@@ -26,6 +27,7 @@ struct TopkLaunchOverride {
   int threads = 0;
   bool force_streaming = false;
   int cand_capacity = 0;  // e.g. 64: most rows take the rescan path
+  int slots_per_thread = -1;  // >= 0: e.g. 0 sends every candidate to the overflow list
 };
 void set_topk_launch_override(const TopkLaunchOverride& o);
 

@@ -31,11 +31,13 @@ struct TopkParams {
   int resident;                // 1: the slice is kept as keys in dynamic shared memory; 0: re-read
   int phase;                   // 0: select (+ transform); 1 (sorted specs): sort each row, transform
   // Dynamic shared memory of the select phase, offsets in 4-byte words (runtime/topk.cpp):
-  int hist_offset;             // first-digit histogram, 4096 words
+  int hist_offset;             // first-digit histogram, 4096 words; later the candidate overflow list
   int section_offset;          // C > 1: this CTA's section of the cluster histogram, 4096 / C words
-  int cand_offset;             // candidate list, cand_capacity words
-  int cand_warp_offset;        // uint16 warp of each of the CTA's candidates, cand_capacity halves
+  int slots_offset;            // per-thread candidate slots, 4096 words
+  int cand_offset;             // C > 1: the cluster-wide candidate list, cand_capacity words
+  int overflow_warp_offset;    // uint16 warp of each overflow-list entry, cand_capacity halves
   int cand_capacity;           // <= 4096 keys; a larger threshold bin is rescanned instead
+  int slots_per_thread;        // <= 4096 / threads
   // Fused transform (NSAJIT_FUSED): see IndexTransformParams.
   const int* page_table;            // [num_requests, page_table_row_stride]
   long long page_table_row_stride;  // elements

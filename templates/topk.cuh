@@ -211,11 +211,12 @@ NSAJIT_DEVICE uint32_t topk_lane(const u32x4& k, int j) { return j == 0 ? k.x : 
 #define NSAJIT_TOPK_SHIFT0 20
 #define NSAJIT_TOPK_RESCAN_BITS 8   // digits of the rescans (threshold bin larger than the list)
 #define NSAJIT_TOPK_REFINE_BITS 10  // digits of the refinement over the candidate list
+#define NSAJIT_TOPK_SLOT_WORDS 4096  // per-thread candidate slots: slots_per_thread * threads <= this
 
 struct TopkShared {
   uint32_t rescan_hist[2][1 << NSAJIT_TOPK_RESCAN_BITS];  // by pass parity (cluster peers read one)
   uint32_t row_total[1 << NSAJIT_TOPK_RESCAN_BITS];
-  uint32_t refine_hist[1 << NSAJIT_TOPK_REFINE_BITS];
+  uint32_t refine_hist[2][1 << NSAJIT_TOPK_REFINE_BITS];  // by pass parity: no barrier to zero
   int warp_sum[NSAJIT_TOPK_WARPS];
   int warp_greater[NSAJIT_TOPK_WARPS];
   int warp_equal[NSAJIT_TOPK_WARPS];
@@ -244,13 +245,10 @@ NSAJIT_DEVICE uint32_t topk_find_bin(const uint32_t* h, int nbins, int k, TopkSh
   const int inclusive = warp_inclusive_scan(local);
   if (lane == 31) sh.warp_sum[warp] = inclusive;
   __syncthreads();
-  if (warp == 0) {
-    const int v = lane < NSAJIT_TOPK_WARPS ? sh.warp_sum[lane] : 0;
-    const int vi = warp_inclusive_scan(v);
-    if (lane < NSAJIT_TOPK_WARPS) sh.warp_sum[lane] = vi - v;  // keys in the warps' chunks above
-  }
-  __syncthreads();
-  int above = sh.warp_sum[warp] + inclusive - local;
+  // Every warp scans the warp sums itself (no second barrier): keys in the warps' chunks above.
+  const int w = lane < NSAJIT_TOPK_WARPS ? sh.warp_sum[lane] : 0;
+  const int w_inclusive = warp_inclusive_scan(w);
+  int above = __shfl_sync(NSAJIT_TOPK_FULL, w_inclusive - w, warp) + inclusive - local;
   if (tid < owners && above < k && above + local >= k) {  // exactly one thread
     for (int i = 0; i < per; ++i) {
       const int c = int(h[top - i]);
@@ -414,11 +412,16 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   u32x4* const keys = topk_dynamic;
   uint32_t* const hist0 = words + p.hist_offset;
   uint32_t* const section = words + p.section_offset;
+  uint32_t* const slots = words + p.slots_offset;
   uint32_t* const cand = words + p.cand_offset;
-  unsigned short* const cand_warp = reinterpret_cast<unsigned short*>(words + p.cand_warp_offset);
-  uint32_t* const own = C > 1 ? hist0 : cand;  // this CTA's candidates
+  uint32_t* const overflow = hist0;  // free once the first digit is found
+  unsigned short* const overflow_warp = reinterpret_cast<unsigned short*>(words + p.overflow_warp_offset);
 
-  for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
+  for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) {
+    hist0[i] = 0u;
+    slots[i] = 0u;  // NSAJIT_TOPK_SLOT_WORDS == NSAJIT_TOPK_BINS0
+  }
+  for (int i = tid; i < 2 << NSAJIT_TOPK_REFINE_BITS; i += NSAJIT_THREADS) (&sh.refine_hist[0][0])[i] = 0u;
   if (tid == 0) {
     sh.cand_local = 0;
     sh.cand_reserved = 0;
@@ -528,10 +531,12 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
 
   // Classify: warp w owns the contiguous rounds [w R / W, (w + 1) R / W) of 32 vectors (the same
   // segments as the output below). Per warp: keys above the prefix (all selected) and keys matching
-  // it (resolved: the ties; else candidates, appended to this CTA's list with their warp).
+  // it (resolved: the ties; else candidates). A thread keeps its first slots_per_thread candidates
+  // in its own slots (slots[i * T + tid]: no atomic, no wait); more go to the overflow list.
   const int rounds = (s.nvec + 31) >> 5;
   const int round_begin = int((long long)rounds * warp / NSAJIT_TOPK_WARPS);
   const int round_end = int((long long)rounds * (warp + 1) / NSAJIT_TOPK_WARPS);
+  int nslot = 0;  // candidates in this thread's slots
   {
     int my_above = 0, my_match = 0;
     for (int q = round_begin; q < round_end; ++q) {
@@ -546,15 +551,19 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       }
       my_above += above;
       my_match += match;
-      if (!resolved && match) {  // rare: this lane's candidates go to the list
-        int i = atomicAdd(&sh.cand_local, match);
+      if (!resolved && match) {  // rare
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const uint32_t key = topk_lane(kv, j);
           if ((key & x.mask) == x.prefix && key != 0u) {
-            own[i] = key;
-            cand_warp[i] = (unsigned short)warp;
-            ++i;
+            if (nslot < p.slots_per_thread) {
+              slots[nslot * NSAJIT_THREADS + tid] = key;
+              ++nslot;
+            } else {
+              const int i = atomicAdd(&sh.cand_local, 1);
+              overflow[i] = key;
+              overflow_warp[i] = (unsigned short)warp;
+            }
           }
         }
       }
@@ -572,51 +581,74 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   __syncthreads();
 
   if (!resolved) {
-    // The candidate list: all x.count keys of the row that match the prefix. C > 1: each CTA
-    // reserves a range of the list (a remote atomic on rank 0) and writes its candidates into
-    // every CTA's list, so that every CTA refines the same keys (order does not matter).
-    const int n_local = sh.cand_local;
+    // The candidates: all x.count keys of the row that match the prefix. C = 1: this CTA's slots
+    // (empty ones hold 0, never a key) and overflow list. C > 1: every thread reserves a range of
+    // the cluster-wide list (a remote atomic on rank 0) for its slots and its share of the
+    // overflow list, and writes them into every CTA's list, so that every CTA refines the same
+    // keys (their order does not matter).
+    const int n_over = sh.cand_local;
+    const uint32_t* list = slots;
+    int n_list = NSAJIT_TOPK_SLOT_WORDS;
     if (C > 1) {
-      if (tid == 0) {
+      const int over_mine = n_over > tid ? (n_over - tid + NSAJIT_THREADS - 1) / NSAJIT_THREADS : 0;
+      const int mine = nslot + over_mine;
+      if (mine > 0) {
         int at;
         asm volatile("atom.shared::cluster.add.u32 %0, [%1], %2;"
                      : "=r"(at)
-                     : "r"(topk_cluster_address(&sh.cand_reserved, 0u)), "r"(n_local)
+                     : "r"(topk_cluster_address(&sh.cand_reserved, 0u)), "r"(mine)
                      : "memory");
-        sh.cand_offset = at;
-      }
-      __syncthreads();
-      const int at = sh.cand_offset;
-      for (int i = tid; i < n_local * C; i += NSAJIT_THREADS) {
-        const int q = i / n_local, e = i - q * n_local;
-        asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(topk_cluster_address(&cand[at + e], uint32_t(q))),
-                     "r"(own[e])
-                     : "memory");
+        for (int i = 0; i < mine; ++i) {
+          const uint32_t key = i < nslot ? slots[i * NSAJIT_THREADS + tid] : overflow[tid + (i - nslot) * NSAJIT_THREADS];
+          for (int q = 0; q < C; ++q)
+            asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(topk_cluster_address(&cand[at + i], uint32_t(q))),
+                         "r"(key)
+                         : "memory");
+        }
       }
       topk_cluster_sync();  // every list is complete
+      list = cand;
+      n_list = x.count;
     }
     // Refinement over the list: digits of up to 10 bits down to bit 0.
-    const int n = x.count;
-    while (x.bits < 32) {
+    for (int pass = 0; x.bits < 32; ++pass) {
       const int width = min(NSAJIT_TOPK_REFINE_BITS, 32 - x.bits);
       const int shift = 32 - x.bits - width;
-      const int nbins = 1 << width;
-      for (int i = tid; i < nbins; i += NSAJIT_THREADS) sh.refine_hist[i] = 0u;
-      __syncthreads();
-      for (int i = tid; i < n; i += NSAJIT_THREADS) {
-        const uint32_t key = cand[i];
-        if ((key & x.mask) == x.prefix) atomicAdd(&sh.refine_hist[(key >> shift) & uint32_t(nbins - 1)], 1u);
+      const uint32_t digit_mask = (1u << width) - 1u;
+      uint32_t* h = sh.refine_hist[pass & 1];  // zero (the prologue, or the pass before last)
+      const int n_all = C > 1 ? n_list : n_list + n_over;
+      for (int i = tid; i < n_all; i += NSAJIT_THREADS) {
+        const uint32_t key = i < n_list ? list[i] : overflow[i - n_list];
+        if (key != 0u && (key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
       }
       __syncthreads();
       int greater, count;
-      const uint32_t d = topk_find_bin(sh.refine_hist, nbins, x.k, sh, greater, count);
+      const uint32_t d = topk_find_bin(h, 1 << width, x.k, sh, greater, count);
       topk_radix_step(x, d, width, greater, count);
+      // h is read again only by pass + 2, after the next pass's barriers: zero it for that pass.
+      for (int i = tid; i < (1 << width); i += NSAJIT_THREADS) h[i] = 0u;
     }
-    // This CTA's candidates above the threshold and equal to it, per warp.
-    for (int i = tid; i < n_local; i += NSAJIT_THREADS) {
-      const uint32_t key = own[i];
-      if (key > x.prefix) atomicAdd(&sh.warp_greater[cand_warp[i]], 1);
-      else if (key == x.prefix) atomicAdd(&sh.warp_equal[cand_warp[i]], 1);
+    // This CTA's candidates above the threshold and equal to it, per warp: the thread's own slots
+    // (its warp is known), then the overflow list.
+    int g = 0, e = 0;
+    for (int i = 0; i < nslot; ++i) {
+      const uint32_t key = slots[i * NSAJIT_THREADS + tid];
+      g += key > x.prefix;
+      e += key == x.prefix;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      g += __shfl_xor_sync(NSAJIT_TOPK_FULL, g, o);
+      e += __shfl_xor_sync(NSAJIT_TOPK_FULL, e, o);
+    }
+    if (lane == 0 && (g | e)) {
+      atomicAdd(&sh.warp_greater[warp], g);
+      atomicAdd(&sh.warp_equal[warp], e);
+    }
+    for (int i = tid; i < n_over; i += NSAJIT_THREADS) {
+      const uint32_t key = overflow[i];
+      if (key > x.prefix) atomicAdd(&sh.warp_greater[overflow_warp[i]], 1);
+      else if (key == x.prefix) atomicAdd(&sh.warp_equal[overflow_warp[i]], 1);
     }
     __syncthreads();
   }
@@ -668,6 +700,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   }
   int next_greater = cta_greater + sh.warp_greater[warp];
   int next_equal = cta_equal + sh.warp_equal[warp];
+  const unsigned lanes_below = (1u << lane) - 1u;
   for (int q = round_begin; q < round_end; ++q) {
     if (next_greater >= total_greater && next_equal >= take_equal) break;  // warp-uniform
     const int v = q * 32 + lane;
@@ -679,11 +712,17 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       g += key > threshold;
       e += key == threshold;
     }
-    const int packed = (g << 16) | e;
-    const int inclusive = warp_inclusive_scan(packed);
-    const int all = __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
-    int pg = next_greater + ((inclusive - packed) >> 16);
-    int pe = next_equal + ((inclusive - packed) & 0xffff);
+    // Keys > T of the lanes below: g <= 4 in three bits, one ballot per bit (no shuffle chain).
+    const unsigned g0 = __ballot_sync(NSAJIT_TOPK_FULL, g & 1), g1 = __ballot_sync(NSAJIT_TOPK_FULL, g & 2),
+                   g2 = __ballot_sync(NSAJIT_TOPK_FULL, g & 4);
+    int pg = next_greater + __popc(g0 & lanes_below) + 2 * __popc(g1 & lanes_below) + 4 * __popc(g2 & lanes_below);
+    next_greater += __popc(g0) + 2 * __popc(g1) + 4 * __popc(g2);
+    int pe = next_equal;
+    if (__any_sync(NSAJIT_TOPK_FULL, e)) {  // ties at the threshold: rare
+      const int inclusive = warp_inclusive_scan(e);
+      pe += inclusive - e;
+      next_equal += __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
+    }
     if (g | e) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -697,8 +736,6 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         }
       }
     }
-    next_greater += all >> 16;
-    next_equal += all & 0xffff;
   }
   if (apply) {
     // Fused transform of this CTA's slots, all page-table reads in parallel (in the loop above

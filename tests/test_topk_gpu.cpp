@@ -176,11 +176,12 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   CHECK(p.resident);
   CHECK(plan_topk_launch(4096, 8192, 2048, 132).ctas_per_row == 1);
   CHECK(plan_topk_launch(4096, 32768, 2048, 132).ctas_per_row == 1);
-  CHECK(plan_topk_launch(64, 65536, 2048, 132).ctas_per_row == 4);
+  CHECK(plan_topk_launch(64, 65536, 2048, 132).ctas_per_row == 2);
   CHECK(plan_topk_launch(128, 131072, 2048, 132).ctas_per_row == 4);
-  CHECK(plan_topk_launch(8, 131072, 2048, 132).ctas_per_row == 16);
+  CHECK(plan_topk_launch(8, 131072, 2048, 132).ctas_per_row == 8);
   p = plan_topk_launch(1, 1 << 20, 2048, 132);
   CHECK(p.ctas_per_row == 16);
+  CHECK(plan_topk_launch(2, 1 << 20, 2048, 132).ctas_per_row == 8);
   CHECK_FALSE(p.resident);  // re-reads global memory
   CHECK(p.slice % 4 == 0);
   // The shared-memory layout fits the family's dynamic limit and keeps its parts apart.
@@ -191,8 +192,10 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       CHECK(q.dynamic_smem <= 215040u);
       CHECK(q.cand_capacity >= 2048);
       CHECK(q.section_offset == q.hist_offset + 4096);
-      CHECK(q.cand_offset >= q.section_offset + (q.ctas_per_row > 1 ? 4096 / q.ctas_per_row : 0));
-      CHECK(q.cand_warp_offset == q.cand_offset + q.cand_capacity);
+      CHECK(q.slots_offset == q.section_offset + (q.ctas_per_row > 1 ? 4096 / q.ctas_per_row : 0));
+      CHECK(q.cand_offset == q.slots_offset + 4096);
+      CHECK(q.overflow_warp_offset == q.cand_offset + (q.ctas_per_row > 1 ? q.cand_capacity : 0));
+      CHECK(q.slots_per_thread * q.threads <= 4096);
       if (q.resident) CHECK(q.hist_offset >= q.slice + 4);
     }
   }
@@ -301,7 +304,11 @@ TEST_CASE("topk gpu: distributions, at one CTA, a 2-CTA cluster and a 16-CTA clu
         }
         p.lengths = {width, width - 4097 > topk ? width - 4097 : topk + 1};
         check_topk(p);
-        LaunchOverride small_list({.cand_capacity = 64});  // rescans before the list
+        {
+          LaunchOverride small_list({.cand_capacity = 64});  // rescans before the list
+          check_topk(p);
+        }
+        LaunchOverride no_slots({.slots_per_thread = 0});  // every candidate to the overflow list
         check_topk(p);
       }
     }
@@ -403,11 +410,15 @@ TEST_CASE("topk gpu: deterministic across 20 launches, batchmates, launch shapes
       for (const int threads : {256, 512, 1024}) {
         for (const bool streaming : {false, true}) {
           for (const int capacity : {0, 64}) {
-            if (ctas == 1 && !streaming && threads != 512) continue;
-            INFO("ctas " << ctas << " threads " << threads << " streaming " << streaming << " capacity " << capacity);
-            LaunchOverride o({.ctas_per_row = ctas, .threads = threads, .force_streaming = streaming,
-                              .cand_capacity = capacity});
-            CHECK(device.run() == first);
+            for (const int slots : {-1, 0, 1}) {  // default slots; all or most candidates overflow
+              if (ctas == 1 && !streaming && threads != 512) continue;
+              if (capacity != 0 && slots != -1) continue;
+              INFO("ctas " << ctas << " threads " << threads << " streaming " << streaming << " capacity "
+                            << capacity << " slots " << slots);
+              LaunchOverride o({.ctas_per_row = ctas, .threads = threads, .force_streaming = streaming,
+                                .cand_capacity = capacity, .slots_per_thread = slots});
+              CHECK(device.run() == first);
+            }
           }
         }
       }
