@@ -99,7 +99,8 @@ std::string readable_name(const KernelSpec& spec) {
   const KernelSpec s = with_default_tile(spec);
   std::string name = traits(s.family).readable_stem(s);
   // A non-default tile config is part of the kernel's identity; defaults stay out of the name.
-  const KernelSpec d = with_default_tile(KernelSpec{.family = s.family, .h_q = s.h_q});
+  // (The default may depend on the arch: sparse MLA's wgmma kernel is sm_90a only.)
+  const KernelSpec d = with_default_tile(KernelSpec{.family = s.family, .h_q = s.h_q, .arch = s.arch});
   if (!(s.tile == d.tile)) {
     name += fmt::format(".t{}", s.tile.threads);
     if (s.tile.block_tokens || s.tile.heads_per_cta)

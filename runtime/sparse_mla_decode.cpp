@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -31,6 +32,20 @@ constexpr int kMaxSplits = 64;
 
 int heads_per_cta(int h_q) { return h_q < 64 ? h_q : 64; }
 
+// NSAJIT_MLA_WGMMA=1 selects the wgmma kernel (spec threads 384) for h_q >= 16 on sm_90a, =64 for
+// h_q >= 64 only, =0 the mma.sync kernel (threads 256) everywhere; unset (or anything else): the
+// spec's default tile. Only the spec changes, so the source still depends on the spec alone.
+// Returns -1 (default), 0 (mma.sync) or the smallest h_q given the wgmma kernel. Read once.
+int kernel_choice() {
+  static const int choice = [] {
+    const char* v = std::getenv("NSAJIT_MLA_WGMMA");
+    if (v == nullptr) return -1;
+    const std::string_view s(v);
+    return s == "1" ? 16 : s == "64" ? 64 : s == "0" ? 0 : -1;
+  }();
+  return choice;
+}
+
 // One CTA per SM (the tiles take ~150-227 KiB of shared memory). Split only when the CTAs of the
 // batch leave most SMs idle; keep >= 2 tiles per split.
 int auto_splits(long long rows, int h_q, int topk, int sms) {
@@ -53,6 +68,8 @@ std::size_t workspace_for(int rows, int h_q, int splits) {
 // Everything is checked here, before any driver call, so a bad call never compiles or launches.
 void check_args(const SparseMlaDecodeArgs& a) {
   if (a.rows < 0) bad("rows", std::to_string(a.rows), ">= 0");
+  // The wgmma kernel's grid x is rows * (h_q / 64) (CUDA allows 2^31 - 1).
+  if (a.h_q == 128 && a.rows > 1073741823) bad("rows", std::to_string(a.rows), "<= 2^30 - 1 for h_q 128");
   if (a.h_q != 8 && a.h_q != 16 && a.h_q != 32 && a.h_q != 64 && a.h_q != 128)
     bad("h_q", std::to_string(a.h_q), "one of 8, 16, 32, 64, 128");
   detail::require_topk(kFn, a.topk, 16384);
@@ -132,6 +149,12 @@ void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
   spec.h_q = a.h_q;
   spec.topk = a.topk;
   spec.kv_dtype = a.kv_dtype;
+  if (const int choice = kernel_choice(); choice == 0) {
+    spec.tile.threads = 256;
+  } else if (choice > 0 && a.h_q >= choice) {
+    const driver::ContextInfo& device = driver::current_context_info();
+    if (device.major == 9 && device.minor == 0) spec.tile.threads = 384;
+  }
   // next_n stays 1: rows are already flattened (b * next_n), and the kernel does not depend on
   // next_n, so every MTP depth shares one compiled kernel.
   spec = spec_for_current_device(spec);
@@ -165,8 +188,14 @@ void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
   }
 
   LaunchGeometry g;
-  g.grid_x = unsigned(a.rows);
-  g.grid_y = unsigned(a.h_q / spec.tile.heads_per_cta);
+  const unsigned groups = unsigned(a.h_q / spec.tile.heads_per_cta);
+  if (spec.tile.threads == 384) {  // wgmma kernel: x = row * groups + group (a row's CTAs adjacent)
+    g.grid_x = unsigned(a.rows) * groups;
+    g.grid_y = 1;
+  } else {
+    g.grid_x = unsigned(a.rows);
+    g.grid_y = groups;
+  }
   g.grid_z = unsigned(splits);
   g.block = unsigned(spec.tile.threads);
   g.dynamic_smem = traits(spec.family).max_dynamic_smem(spec);

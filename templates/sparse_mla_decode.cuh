@@ -38,9 +38,12 @@
 //
 // Constants (FamilyTraits::constants): NSAJIT_H_Q, NSAJIT_TOPK, NSAJIT_HEADS_PER_CTA,
 // NSAJIT_KV_FP8 (0/1), NSAJIT_KV_BULK (0/1), NSAJIT_THREADS (256), NSAJIT_BLOCK_TOKENS (64),
-// NSAJIT_DYNAMIC_SMEM (the host's byte count; checked below against this file's layout).
+// NSAJIT_DYNAMIC_SMEM (the host's byte count; checked below against this file's layout),
+// NSAJIT_WGMMA (1: this file is skipped and templates/sparse_mla_wgmma.cuh, rendered just before
+// it, is the kernel: 16..64 heads per CTA on sm_90a, 384 threads).
 #pragma once
 
+#if !NSAJIT_WGMMA  // else templates/sparse_mla_wgmma.cuh
 namespace mla {
 
 constexpr int kDimQK = 576;  // 512 latent + 64 rope
@@ -634,3 +637,4 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     }
   }
 }
+#endif  // !NSAJIT_WGMMA

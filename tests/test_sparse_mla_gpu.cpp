@@ -715,7 +715,26 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   CHECK(spec(8).tile.heads_per_cta == 8);
   CHECK(spec(32).tile.heads_per_cta == 32);
   CHECK(spec(128).tile.heads_per_cta == 64);
-  CHECK(spec(128).tile.threads == 256);
+  // 256 = the mma.sync kernel, 384 = the wgmma kernel (sm_90a only; the default there once
+  // kWgmmaMinHeads is set); 8 heads always default to mma.sync.
+  CHECK((spec(128).tile.threads == 256 || spec(128).tile.threads == 384));
+  CHECK((spec(16).tile.threads == 256 || spec(16).tile.threads == 384));
+  CHECK(spec(8).tile.threads == 256);
+  for (int h_q : {16, 32, 64, 128})
+    for (int threads : {256, 384}) {
+      KernelSpec t = spec(h_q);
+      t.tile.threads = threads;
+      CHECK(message(t) == "(valid)");
+    }
+  {
+    KernelSpec other = spec(64);
+    other.tile.threads = 0;
+    other.arch = nsajit::Arch{100, 'a'};
+    other = nsajit::with_default_tile(other);
+    CHECK(other.tile.threads == 256);  // wgmma is sm_90a only
+    other.tile.threads = 384;
+    CHECK(message(other).find("threads = 384") != std::string::npos);
+  }
   CHECK(spec(128).tile.block_tokens == 64);
   CHECK(message(spec(24)).find("h_q = 24: expected one of 8, 16, 32, 64, 128") != std::string::npos);
   KernelSpec s = spec(16);

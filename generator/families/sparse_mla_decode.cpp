@@ -22,6 +22,21 @@ constexpr unsigned kMaxSmem = 232448;  // sm_90 opt-in limit per CTA (227 KiB)
 // function of the spec alone, so equal specs always give the same source.
 bool kv_bulk(const KernelSpec& spec) { return spec.kv_dtype == KvDtype::bf16; }
 
+// 384 threads = the warpgroup-MMA kernel (templates/sparse_mla_wgmma.cuh), sm_90a only (wgmma,
+// setmaxnreg), for 16..64 heads per CTA (at 8 heads ptxas serializes its MMAs and spills);
+// 256 threads = the mma.sync kernel (sparse_mla_decode.cuh).
+// kWgmmaMinHeads: 384 is the default tile on sm_90a for heads_per_cta >= this (16 or 64); 0 = never.
+// 0 until the whole sparse-MLA GPU suite has passed on the wgmma kernel (NSAJIT_MLA_WGMMA=1 or
+// =64 selects it at run time meanwhile: runtime/sparse_mla_decode.cpp, docs/notes/sparse_mla.md §5).
+constexpr int kWgmmaMinHeads = 0;
+constexpr int kWgmmaThreads = 384;
+bool is_sm90a(const Arch& a) { return a.sm == 90 && a.suffix == 'a'; }
+bool wgmma(const KernelSpec& spec) { return spec.tile.threads == kWgmmaThreads; }
+// Mirrors the layout of templates/sparse_mla_wgmma.cuh (Q + two KV tiles of nine 8 KB swizzled
+// subtiles, P_lo 8 KB, validity flags 512 B, alpha and 1/l 256 B each, 64 B of mbarriers) plus
+// 1024 bytes to align the base to the 128-byte swizzle's 1024-byte period.
+constexpr unsigned kWgmmaSmem = 3u * 9u * 8192u + 8192u + 512u + 256u + 256u + 64u + 1024u;
+
 unsigned smem_bytes(int block_tokens, int heads_per_cta, int threads, bool bulk, bool fp8) {
   const unsigned mrows = heads_per_cta < 16 ? 16u : unsigned(heads_per_cta);  // MMA rows
   const unsigned mw = mrows >= 32 ? 32u : 16u;                                // heads per warp
@@ -39,9 +54,13 @@ unsigned smem_bytes(int block_tokens, int heads_per_cta, int threads, bool bulk,
 }
 
 void fill_default_tile(KernelSpec& spec) {
-  if (spec.tile.threads == 0) spec.tile.threads = 256;
   if (spec.tile.block_tokens == 0) spec.tile.block_tokens = 64;
   if (spec.tile.heads_per_cta == 0) spec.tile.heads_per_cta = spec.h_q < 64 ? (spec.h_q > 0 ? spec.h_q : 64) : 64;
+  if (spec.tile.threads == 0)
+    spec.tile.threads = kWgmmaMinHeads > 0 && spec.tile.heads_per_cta >= kWgmmaMinHeads && spec.tile.heads_per_cta >= 16 &&
+                                spec.tile.block_tokens == 64 && is_sm90a(spec.arch)
+                            ? kWgmmaThreads
+                            : 256;
 }
 
 void validate_spec(const KernelSpec& spec) {
@@ -54,16 +73,21 @@ void validate_spec(const KernelSpec& spec) {
     throw_bad_field(spec, "kv_dtype", static_cast<long long>(spec.kv_dtype), "bf16 or fp8");
 
   const TileConfig& t = spec.tile;
-  if (t.threads != 256) throw_bad_field(spec, "threads", t.threads, "256 (8 warps: the MMA schedule)");
+  if (t.threads != 256 && t.threads != kWgmmaThreads)
+    throw_bad_field(spec, "threads", t.threads, "256 (mma.sync, 8 warps) or 384 (wgmma, 3 warpgroups)");
   if (t.block_tokens != 64) throw_bad_field(spec, "block_tokens", t.block_tokens, "64");
   const int hpc = t.heads_per_cta;
   if (hpc != 8 && hpc != 16 && hpc != 32 && hpc != 64)
     throw_bad_field(spec, "heads_per_cta", hpc, "one of 8, 16, 32, 64");
   if (h % hpc != 0)
     throw_bad_field(spec, "heads_per_cta", hpc, "a divisor of h_q (" + std::to_string(h) + ")");
-  if (smem_bytes(t.block_tokens, hpc, t.threads, kv_bulk(spec), spec.kv_dtype == KvDtype::fp8_e4m3) > kMaxSmem)
+  if (wgmma(spec) && !is_sm90a(spec.arch))
+    throw_bad_field(spec, "threads", t.threads, "256 for " + to_string(spec.arch) + " (384 = wgmma, sm_90a only)");
+  if (!wgmma(spec) && smem_bytes(t.block_tokens, hpc, t.threads, kv_bulk(spec), spec.kv_dtype == KvDtype::fp8_e4m3) > kMaxSmem)
     throw_bad_field(spec, "block_tokens", t.block_tokens, "a tile within 227 KiB of shared memory");
 }
+
+unsigned max_dynamic_smem(const KernelSpec& spec);
 
 std::vector<KernelConstant> constants(const KernelSpec& spec) {
   return {
@@ -74,7 +98,8 @@ std::vector<KernelConstant> constants(const KernelSpec& spec) {
       {"HEADS_PER_CTA", spec.tile.heads_per_cta},
       {"KV_FP8", spec.kv_dtype == KvDtype::fp8_e4m3 ? 1 : 0},
       {"KV_BULK", kv_bulk(spec) ? 1 : 0},
-      {"DYNAMIC_SMEM", smem_bytes(spec.tile.block_tokens, spec.tile.heads_per_cta, spec.tile.threads, kv_bulk(spec), spec.kv_dtype == KvDtype::fp8_e4m3)},
+      {"WGMMA", wgmma(spec) ? 1 : 0},
+      {"DYNAMIC_SMEM", max_dynamic_smem(spec)},
   };
 }
 
@@ -86,7 +111,14 @@ std::string readable_stem(const KernelSpec& spec) {
 }
 
 unsigned max_dynamic_smem(const KernelSpec& spec) {
+  if (wgmma(spec)) return kWgmmaSmem;
   return smem_bytes(spec.tile.block_tokens, spec.tile.heads_per_cta, spec.tile.threads, kv_bulk(spec), spec.kv_dtype == KvDtype::fp8_e4m3);
+}
+
+// Both kernels in one source; NSAJIT_WGMMA picks one (each file is wrapped in #if).
+std::string_view template_source() {
+  static const std::string text = std::string(embedded::sparse_mla_wgmma()) + std::string(embedded::sparse_mla_decode());
+  return text;
 }
 
 }  // namespace
@@ -98,7 +130,7 @@ const FamilyTraits sparse_mla_decode_traits = {
                                                                                      // are flattened
     .name = "sparse_mla_decode",
     .kernel_entry = "nsajit_sparse_mla_decode",
-    .template_source = &embedded::sparse_mla_decode,
+    .template_source = &template_source,
     .fill_default_tile = &fill_default_tile,
     .validate = &validate_spec,
     .constants = &constants,

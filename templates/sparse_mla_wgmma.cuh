@@ -1,0 +1,606 @@
+// sparse_mla_wgmma.cuh — sparse MLA attention (§3) on Hopper warpgroup MMA (wgmma, sm_90a), bf16
+// or FP8 (656-byte, §4) KV, optional split-KV. Selected by NSAJIT_WGMMA (spec tile threads 384, the
+// default on sm_90a); the mma.sync kernel in sparse_mla_decode.cuh serves the other specs. Same
+// contract and outputs as that kernel (see its header), and the same workspace format.
+//
+// CTA = one query row x HB = min(H_Q, 64) heads; the MMA M dimension is always 64 rows (fewer
+// heads: the rows past HB hold zero q and are never written out; the kernels of 8-32 heads are
+// memory-bound, so the padding costs tensor time that is free there).
+// 384 threads = 3 warpgroups, 1 CTA per SM:
+//   WG0 (warps 0-3, 240 / 232 registers with bf16 / FP8 KV): S = Q K^T (64 heads x 64 tokens, wgmma m64n64k16 SS over
+//        576 dims), online softmax in base 2, P = P_hi + P_lo (both bf16), O[:, 0:256] +=
+//        P_hi V + P_lo V (wgmma m64n256k16 RS, P from registers).
+//   WG1 (warps 4-7): O[:, 256:512] += P_hi V + P_lo V (SS: P_hi over the tile's rope columns, which
+//        QK no longer needs; P_lo in its own 8 KB buffer), after rescaling by WG0's alpha.
+//   WG2 (warps 8-11, 56 / 112 registers): producer. bf16: 16-byte cp.async gathers (zero-filled for
+//        invalid tokens) of each token row into the 128-byte-swizzled KV tile; FP8: register loads
+//        of the 656-byte tokens, dequantised bf16(float(e4m3) * scale) and stored swizzled.
+// Why P_lo: bf16 P alone (2^-9 relative) misses the 1e-3 absolute tolerance where a few dominant
+// tokens' V values cancel (docs/notes/sparse_mla.md, "Measurements / 2").
+// Shared memory: Q [64][576] and two KV tiles [64][576], each as nine [64 rows][128 B] subtiles
+// with the 128-byte swizzle (16-byte chunk c of row r at c ^ (r & 7)), which wgmma reads K-major
+// (Q, K, P) and MN-major (V = the same tile, transposed view). Two tiles in flight: full[b]
+// (producer -> consumers) and empty[b] (consumers -> producer) mbarriers; named barriers pass P
+// from WG0 to WG1 (P_READY) and the P_lo / alpha buffers back (P_FREE).
+#pragma once
+
+#if NSAJIT_WGMMA
+namespace mla {
+
+constexpr int kDimQK = 576;
+constexpr int kDimV = 512;
+constexpr int kFp8Bytes = 656;
+constexpr int H_Q = NSAJIT_H_Q;
+constexpr int TOPK = NSAJIT_TOPK;
+constexpr int HB = NSAJIT_HEADS_PER_CTA;
+constexpr bool FP8 = NSAJIT_KV_FP8 != 0;
+constexpr int BT = NSAJIT_BLOCK_TOKENS;
+static_assert(NSAJIT_THREADS == 384 && BT == 64, "wgmma kernel: 384 threads, 64-token tiles");
+static_assert(HB == 8 || HB == 16 || HB == 32 || HB == 64, "HEADS_PER_CTA: 8, 16, 32 or 64");
+static_assert(H_Q % HB == 0 && TOPK % BT == 0, "H_Q / TOPK");
+
+constexpr uint32_t SUB = 8192;                   // [64 rows][128 B] swizzled subtile
+constexpr uint32_t TILE = 9 * SUB;               // [64][576] bf16
+constexpr uint32_t OFF_Q = 0;
+constexpr uint32_t OFF_KV = TILE;                // two tiles
+constexpr uint32_t OFF_PLO = 3 * TILE;           // P_lo [64 heads][64 tokens] bf16, swizzled
+constexpr uint32_t OFF_VALID = OFF_PLO + SUB;    // [2][64] int
+constexpr uint32_t OFF_ALPHA = OFF_VALID + 512;  // [64] float
+constexpr uint32_t OFF_INVL = OFF_ALPHA + 256;   // [64] float
+constexpr uint32_t OFF_BAR = OFF_INVL + 256;     // full[2], empty[2], q_full
+constexpr uint32_t LAYOUT_BYTES = OFF_BAR + 64;
+constexpr uint32_t SMEM_BYTES = LAYOUT_BYTES + 1024;  // slack to align the base to 1024 bytes
+static_assert(SMEM_BYTES == NSAJIT_DYNAMIC_SMEM, "host and kernel disagree on shared memory size");
+
+// Register budgets (setmaxnreg): 128 x (P + W0 + W1) = 64512 = 384 x 168, the launch allocation
+// (__launch_bounds__(384, 1) caps ptxas at 168): what the decreasing warpgroups release is what the
+// increasing ones take. A count below 168 must use setmaxnreg.dec (.inc to a lower count is an
+// illegal instruction: FP8's WG1).
+constexpr int REG_LAUNCH = 168;
+constexpr int REG_PRODUCER = FP8 ? 112 : 56;
+constexpr int REG_WG0 = FP8 ? 232 : 240;
+constexpr int REG_WG1 = FP8 ? 160 : 208;
+static_assert(REG_PRODUCER + REG_WG0 + REG_WG1 == 3 * REG_LAUNCH, "setmaxnreg budgets must balance");
+
+enum : int { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPILOGUE = 3 };
+
+NSAJIT_DEVICE float neg_inf() { return __uint_as_float(0xff800000u); }
+NSAJIT_DEVICE float pos_inf() { return __uint_as_float(0x7f800000u); }
+
+struct alignas(8) f32x2 {
+  float x, y;
+};
+
+NSAJIT_DEVICE uint32_t smem_u32(const void* p) {
+  uint32_t a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+// Byte offset of 16-byte chunk c (0..7) of row r in a swizzled subtile.
+NSAJIT_DEVICE uint32_t swz(int r, int c) { return uint32_t(r) * 128u + (uint32_t(c ^ (r & 7)) << 4); }
+
+// 16-byte cp.async; src_bytes 0 zero-fills the destination and reads nothing.
+NSAJIT_DEVICE void cp_async_16_zfill(uint32_t saddr, const void* gmem, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(saddr), "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
+// Bulk prefetch of `bytes` (multiple of 16, 16-byte aligned) into L2; no shared memory, no completion.
+NSAJIT_DEVICE void prefetch_l2(const void* gmem, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(gmem), "r"(bytes) : "memory");
+}
+NSAJIT_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+NSAJIT_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+NSAJIT_DEVICE void st_shared_16(uint32_t saddr, const u32x4& v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(saddr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+NSAJIT_DEVICE void st_shared_4(uint32_t saddr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(saddr), "r"(v) : "memory");
+}
+NSAJIT_DEVICE u32x4 ld_global_nc_16(const void* ptr) {
+  u32x4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(ptr));
+  return v;
+}
+NSAJIT_DEVICE void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+NSAJIT_DEVICE void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+NSAJIT_DEVICE void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+}
+template <int REGS>
+NSAJIT_DEVICE void set_max_regs() {
+  if constexpr (REGS > REG_LAUNCH) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS));
+  else if constexpr (REGS < REG_LAUNCH) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));
+}
+NSAJIT_DEVICE void bar_sync(int id, int threads) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory"); }
+NSAJIT_DEVICE void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+NSAJIT_DEVICE uint32_t pack_bf16x2_rn(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// Two e4m3 (low byte first) -> bf16x2 of float(e4m3) * scale, rounded to nearest even (§4 dequant).
+NSAJIT_DEVICE uint32_t dequant_e4m3x2(uint32_t two, float scale) {
+  uint32_t h2;
+  asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t; }" : "=r"(h2) : "r"(two));
+  float lo, hi;
+  asm("{ .reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
+      : "=f"(lo), "=f"(hi)
+      : "r"(h2));
+  return pack_bf16x2_rn(lo * scale, hi * scale);
+}
+NSAJIT_DEVICE int load_index(const int* idx_row, int j, int n, long long num_slots) {
+  if (j >= n) return -1;
+  const int idx = __ldg(idx_row + j);
+  return (idx >= 0 && (long long)idx < num_slots) ? idx : -1;
+}
+
+// wgmma shared-memory matrix descriptor, 128-byte swizzle. K-major operands: rows of 128 bytes,
+// 8-row groups 1024 bytes apart (SBO); the K offset inside the 128-byte row is added to the start
+// address. MN-major (V): LBO = bytes between 64-element column blocks, SBO = between 8-row groups.
+NSAJIT_DEVICE uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) | (1ull << 62);
+}
+NSAJIT_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+NSAJIT_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+NSAJIT_DEVICE void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accesses of accumulator registers across wgmma issue / wait.
+template <int N>
+NSAJIT_DEVICE void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+NSAJIT_DEVICE void fence_regs_u(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+NSAJIT_DEVICE void wgmma_m64n64k16_ss(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+NSAJIT_DEVICE void wgmma_m64n256k16_rs_tb(float (&d)[128], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+NSAJIT_DEVICE void wgmma_m64n256k16_ss_tb(float (&d)[128], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+}  // namespace mla
+
+extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1)
+nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
+  using namespace mla;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t s_base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
+  unsigned char* smem = smem_raw + (s_base - raw);
+  const uint32_t s_q = s_base + OFF_Q;
+  const uint32_t s_plo = s_base + OFF_PLO;
+  int* valid_s = reinterpret_cast<int*>(smem + OFF_VALID);      // [2][64]
+  float* alpha_s = reinterpret_cast<float*>(smem + OFF_ALPHA);  // [64]
+  float* invl_s = reinterpret_cast<float*>(smem + OFF_INVL);    // [64]
+  const uint32_t bar_full = s_base + OFF_BAR;  // full[b] = bar_full + 8 b
+  const uint32_t bar_empty = bar_full + 16;    // empty[b] = bar_empty + 8 b
+  const uint32_t bar_q = bar_full + 32;
+
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7;
+  // blockIdx.x = row * (H_Q / HB) + head group: the CTAs of one row run side by side, so the
+  // second one's gathers hit L2 (grid x allows 2^31 - 1 CTAs).
+  const long long row = blockIdx.x / (H_Q / HB);
+  const int head0 = int(blockIdx.x % (H_Q / HB)) * HB;
+  const int split = blockIdx.z;
+  const int num_splits = gridDim.z;
+
+  // ---- tile range of this split
+  int n = TOPK;
+  if (p.topk_length != nullptr) n = min(max(__ldg(p.topk_length + row), 0), TOPK);
+  const int tiles = (n + BT - 1) / BT;
+  const int tb = (int)((long long)tiles * split / num_splits);
+  const int te = (int)((long long)tiles * (split + 1) / num_splits);
+  const int* idx_row = p.indices + row * TOPK;
+
+  if (tid == 0) {
+    mbar_init(bar_full, 128);  // one arrival per producer thread
+    mbar_init(bar_full + 8, 128);
+    mbar_init(bar_empty, 256);  // one arrival per consumer thread
+    mbar_init(bar_empty + 8, 256);
+    mbar_init(bar_q, 128);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 2) {
+    // ================= producer warpgroup =================
+    set_max_regs<REG_PRODUCER>();
+    const int pt = tid - 256;
+    // Q: thread (group pt / 8, chunk pt % 8) copies chunk pt % 8 of rows grp + 16 i of every subtile.
+    {
+      const int grp = pt >> 3, ch = pt & 7;
+      const bf16_t* q_g = p.q + (row * H_Q + head0) * kDimQK;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = grp + 16 * i;
+#pragma unroll
+        for (int s = 0; s < 9; ++s)  // rows past HB: zero-filled
+          cp_async_16_zfill(s_q + s * SUB + swz(r, ch), r < HB ? q_g + r * kDimQK + s * 64 + ch * 8 : q_g, r < HB ? 16u : 0u);
+      }
+    }
+    // L2 prefetch, two tiles ahead of the copies into shared memory (thread pt < 64: token pt):
+    // only two tiles fit in shared memory, so without it a tile's copies wait a full DRAM latency.
+    auto prefetch_tile = [&](int tile) {
+      if (pt >= BT || tile >= te) return;
+      const int idx = load_index(idx_row, tile * BT + pt, n, p.num_slots);
+      if (idx < 0) return;
+      if constexpr (FP8) {
+        const unsigned ps = (unsigned)p.page_size;
+        prefetch_l2(p.kv_fp8 + (long long)((unsigned)idx / ps) * p.kv_page_stride + (long long)((unsigned)idx % ps) * kFp8Bytes,
+                    uint32_t(kFp8Bytes));
+      } else {
+        prefetch_l2(p.kv + (long long)idx * p.kv_row_stride, uint32_t(kDimQK * 2));
+      }
+    };
+    prefetch_tile(tb + 1);
+    bool q_pending = true;
+    if constexpr (!FP8) {
+      // bf16: the same (group, chunk) mapping: rows grp + 16 i (one swizzle phase per thread),
+      // 16-byte chunk ch of each of the nine 128-byte column blocks.
+      const int grp = pt >> 3, ch = pt & 7;
+      int cur[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) cur[i] = tb < te ? load_index(idx_row, tb * BT + grp + 16 * i, n, p.num_slots) : -1;
+      for (int t = tb; t < te; ++t) {
+        const int k = t - tb, b = k & 1;
+        prefetch_tile(t + 2);
+        if (k >= 2) mbar_wait(bar_empty + 8 * b, uint32_t(((k >> 1) - 1) & 1));
+        const uint32_t dst = s_base + OFF_KV + uint32_t(b) * TILE;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = grp + 16 * i;
+          const bool ok = cur[i] >= 0;
+          if (ch == 0) valid_s[b * BT + r] = ok;
+          const bf16_t* src = ok ? p.kv + (long long)cur[i] * p.kv_row_stride + ch * 8 : p.q;
+          const uint32_t bytes = ok ? 16u : 0u;
+#pragma unroll
+          for (int s = 0; s < 9; ++s) cp_async_16_zfill(dst + s * SUB + swz(r, ch), ok ? src + s * 64 : src, bytes);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          cur[i] = t + 1 < te ? load_index(idx_row, (t + 1) * BT + grp + 16 * i, n, p.num_slots) : -1;
+        cp_async_wait_all();
+        fence_proxy_async();  // cp.async writes -> read by wgmma (async proxy)
+        if (q_pending) {
+          mbar_arrive(bar_q);
+          q_pending = false;
+        }
+        mbar_arrive(bar_full + 8 * b);
+      }
+    } else {
+      // FP8: thread = (token pt / 2, half h = pt % 2); half h handles the 16-byte fp8 chunks 2j + h
+      // (j < 16) and rope chunks 2j + h (j < 4), so a thread pair reads 32 contiguous bytes.
+      const int tok = pt >> 1, h = pt & 1;
+      const unsigned ps = (unsigned)p.page_size;
+      int cur = tb < te ? load_index(idx_row, tb * BT + tok, n, p.num_slots) : -1;
+      for (int t = tb; t < te; ++t) {
+        const int k = t - tb, b = k & 1;
+        prefetch_tile(t + 2);
+        const bool ok = cur >= 0;
+        u32x4 f[16], rp[4], sc = {0u, 0u, 0u, 0u};
+        if (ok) {
+          const unsigned char* base = p.kv_fp8 + (long long)((unsigned)cur / ps) * p.kv_page_stride +
+                                      (long long)((unsigned)cur % ps) * kFp8Bytes;
+#pragma unroll
+          for (int j = 0; j < 16; ++j) f[j] = ld_global_nc_16(base + 16 * (2 * j + h));
+          sc = ld_global_nc_16(base + 512);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) rp[j] = ld_global_nc_16(base + 528 + 16 * (2 * j + h));
+        }
+        cur = t + 1 < te ? load_index(idx_row, (t + 1) * BT + tok, n, p.num_slots) : -1;
+        if (k >= 2) mbar_wait(bar_empty + 8 * b, uint32_t(((k >> 1) - 1) & 1));
+        const uint32_t dst = s_base + OFF_KV + uint32_t(b) * TILE;
+        if (h == 0) valid_s[b * BT + tok] = ok;
+        if (ok) {
+          const float scf[4] = {__uint_as_float(sc.x), __uint_as_float(sc.y), __uint_as_float(sc.z), __uint_as_float(sc.w)};
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            const int kc = 2 * j + h;          // fp8 chunk: dims [16 kc, 16 kc + 16)
+            const float sf = scf[j >> 2];      // its 128-dim scale tile (= kc / 8)
+            const uint32_t a = dst + uint32_t(j >> 1) * SUB;  // column block kc / 4
+            const int c0 = 2 * (kc & 3);
+            u32x4 lo, hi;
+            lo.x = dequant_e4m3x2(f[j].x & 0xffffu, sf);
+            lo.y = dequant_e4m3x2(f[j].x >> 16, sf);
+            lo.z = dequant_e4m3x2(f[j].y & 0xffffu, sf);
+            lo.w = dequant_e4m3x2(f[j].y >> 16, sf);
+            hi.x = dequant_e4m3x2(f[j].z & 0xffffu, sf);
+            hi.y = dequant_e4m3x2(f[j].z >> 16, sf);
+            hi.z = dequant_e4m3x2(f[j].w & 0xffffu, sf);
+            hi.w = dequant_e4m3x2(f[j].w >> 16, sf);
+            st_shared_16(a + swz(tok, c0), lo);
+            st_shared_16(a + swz(tok, c0 + 1), hi);
+          }
+#pragma unroll
+          for (int j = 0; j < 4; ++j) st_shared_16(dst + 8 * SUB + swz(tok, 2 * j + h), rp[j]);
+        } else {
+          const u32x4 z = {0u, 0u, 0u, 0u};
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            const int kc = 2 * j + h;
+            const uint32_t a = dst + uint32_t(j >> 1) * SUB;
+            st_shared_16(a + swz(tok, 2 * (kc & 3)), z);
+            st_shared_16(a + swz(tok, 2 * (kc & 3) + 1), z);
+          }
+#pragma unroll
+          for (int j = 0; j < 4; ++j) st_shared_16(dst + 8 * SUB + swz(tok, 2 * j + h), z);
+        }
+        if (q_pending) cp_async_wait_all();
+        fence_proxy_async();  // generic stores -> read by wgmma (async proxy)
+        if (q_pending) {
+          mbar_arrive(bar_q);
+          q_pending = false;
+        }
+        mbar_arrive(bar_full + 8 * b);
+      }
+    }
+    if (q_pending) cp_async_wait_all();  // no tile: nobody waits for q, but no copy may outlive the CTA
+    return;
+  }
+
+  // ================= consumer warpgroups =================
+  const int ct = tid & 127;
+  const int lane = ct & 31;
+  const int r0 = 16 * (ct >> 5) + (lane >> 2);  // accumulator rows (heads) r0 and r0 + 8
+  const int r1 = r0 + 8;
+  const int t4 = lane & 3;
+  const bool partial = num_splits > 1;
+  const long long rows = p.rows;
+
+  float o[128];  // O[64 heads][256 dims] of this warpgroup: o[4j + e] = (e < 2 ? r0 : r1, 8j + 2 t4 + (e & 1))
+  float inv0, inv1;  // 1 / row sum (0 for a row without a valid token)
+
+  if (wg == 0) {
+    // ================= WG0: QK, softmax, O[:, 0:256] =================
+    set_max_regs<REG_WG0>();
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    const float scale_log2 = p.sm_scale * 1.4426950408889634f;
+    float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f;
+    uint32_t ph[4][4], pl[4][4];  // P_hi / P_lo A fragments of the 4 k16 steps (kept live while PV runs)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ph[kk][e] = pl[kk][e] = 0u;
+    const uint64_t dq = smem_desc(s_q, 16, 1024);
+    if (te > tb) mbar_wait(bar_q, 0);
+    for (int t = tb; t < te; ++t) {
+      const int k = t - tb, b = k & 1;
+      const uint32_t kvb = s_base + OFF_KV + uint32_t(b) * TILE;
+      mbar_wait(bar_full + 8 * b, uint32_t((k >> 1) & 1));
+      // ---- S = Q K^T: 36 k16 steps over 576 dims
+      float s[32];
+      const uint64_t dk = smem_desc(kvb, 16, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 36; ++kk) {
+        const uint64_t off = uint64_t((uint32_t(kk >> 2) * SUB + uint32_t(kk & 3) * 32u) >> 4);
+        wgmma_m64n64k16_ss(s, dq + off, dk + off, kk > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+      if (k > 0) {
+        wgmma_wait<1>();  // PV of the previous tile is done: release its buffer
+        mbar_arrive(bar_empty + 8 * (b ^ 1));
+      }
+      wgmma_wait<0>();
+      fence_regs(s);
+      fence_regs(o);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        fence_regs_u(ph[kk]);
+        fence_regs_u(pl[kk]);
+      }
+
+      // ---- online softmax (base 2); invalid tokens -> -inf
+      const int* vf = valid_s + b * BT;
+      float mx0 = neg_inf(), mx1 = neg_inf();
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int2 v = *reinterpret_cast<const int2*>(vf + 8 * j + 2 * t4);
+        s[4 * j + 0] = v.x ? s[4 * j + 0] * scale_log2 : neg_inf();
+        s[4 * j + 1] = v.y ? s[4 * j + 1] * scale_log2 : neg_inf();
+        s[4 * j + 2] = v.x ? s[4 * j + 2] * scale_log2 : neg_inf();
+        s[4 * j + 3] = v.y ? s[4 * j + 3] * scale_log2 : neg_inf();
+        mx0 = fmaxf(mx0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
+        mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      // nothing valid yet (-inf): subtract 0 so that -inf - -inf never happens
+      const float mu0 = mn0 == neg_inf() ? 0.f : mn0, mu1 = mn1 == neg_inf() ? 0.f : mn1;
+      const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+      m0 = mn0;
+      m1 = mn1;
+      float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float p0 = exp2f(s[4 * j + 0] - mu0), p1 = exp2f(s[4 * j + 1] - mu0);
+        const float p2 = exp2f(s[4 * j + 2] - mu1), p3 = exp2f(s[4 * j + 3] - mu1);
+        rs0 += p0 + p1;
+        rs1 += p2 + p3;
+        const uint32_t h01 = pack_bf16x2_rn(p0, p1), h23 = pack_bf16x2_rn(p2, p3);
+        ph[j >> 1][2 * (j & 1)] = h01;
+        ph[j >> 1][2 * (j & 1) + 1] = h23;
+        pl[j >> 1][2 * (j & 1)] = pack_bf16x2_rn(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01));
+        pl[j >> 1][2 * (j & 1) + 1] = pack_bf16x2_rn(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23));
+      }
+      l0 = l0 * al0 + rs0;
+      l1 = l1 * al1 + rs1;
+
+      // ---- publish P_hi (over the tile's rope columns), P_lo and alpha for WG1
+      if (k > 0) bar_sync(BAR_P_FREE, 256);  // WG1 is done with the previous tile's P_lo / alpha
+      const uint32_t sph = kvb + 8 * SUB;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        st_shared_4(sph + swz(r0, j) + 4 * t4, ph[j >> 1][2 * (j & 1)]);
+        st_shared_4(sph + swz(r1, j) + 4 * t4, ph[j >> 1][2 * (j & 1) + 1]);
+        st_shared_4(s_plo + swz(r0, j) + 4 * t4, pl[j >> 1][2 * (j & 1)]);
+        st_shared_4(s_plo + swz(r1, j) + 4 * t4, pl[j >> 1][2 * (j & 1) + 1]);
+      }
+      if (t4 == 0) {
+        alpha_s[r0] = al0;
+        alpha_s[r1] = al1;
+      }
+      fence_proxy_async();  // P written by generic stores, read by WG1's wgmma
+      bar_arrive(BAR_P_READY, 256);
+
+      // ---- O[:, 0:256] = alpha O + P_hi V + P_lo V (P from registers, V MN-major)
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        o[4 * j + 0] *= al0;
+        o[4 * j + 1] *= al0;
+        o[4 * j + 2] *= al1;
+        o[4 * j + 3] *= al1;
+      }
+      const uint64_t dv = smem_desc(kvb, 8192, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t off = uint64_t((uint32_t(kk) * 2048u) >> 4);
+        wgmma_m64n256k16_rs_tb(o, ph[kk], dv + off, 1);
+        wgmma_m64n256k16_rs_tb(o, pl[kk], dv + off, 1);
+      }
+      wgmma_commit();
+    }
+    wgmma_wait<0>();
+    fence_regs(o);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      fence_regs_u(ph[kk]);
+      fence_regs_u(pl[kk]);
+    }
+
+    // ---- row sums over the 4 lanes of a row; lse / max_logits; 1/l for WG1
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    if (t4 == 0) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = hh ? r1 : r0;
+        const float l = hh ? l1 : l0, m = hh ? m1 : m0;
+        invl_s[r] = l > 0.f ? 1.f / l : 0.f;
+        if (r >= HB) continue;  // padding row
+        const long long head = row * H_Q + head0 + r;
+        if (!partial) {
+          p.lse[head] = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : pos_inf();
+          if (p.max_logits != nullptr) p.max_logits[head] = l > 0.f ? m * 0.6931471805599453f : neg_inf();
+        } else {
+          const long long ph_ = (long long)split * rows * H_Q + head;
+          p.lse_part[ph_] = l > 0.f ? m + log2f(l) : neg_inf();
+          p.max_part[ph_] = l > 0.f ? m : neg_inf();
+        }
+      }
+    }
+    inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
+    inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    bar_arrive(BAR_EPILOGUE, 256);
+  } else {
+    // ================= WG1: O[:, 256:512] =================
+    set_max_regs<REG_WG1>();
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    const uint64_t dpl = smem_desc(s_plo, 16, 1024);
+    for (int t = tb; t < te; ++t) {
+      const int k = t - tb, b = k & 1;
+      const uint32_t kvb = s_base + OFF_KV + uint32_t(b) * TILE;
+      mbar_wait(bar_full + 8 * b, uint32_t((k >> 1) & 1));
+      bar_sync(BAR_P_READY, 256);
+      const float a0 = alpha_s[r0], a1 = alpha_s[r1];
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        o[4 * j + 0] *= a0;
+        o[4 * j + 1] *= a0;
+        o[4 * j + 2] *= a1;
+        o[4 * j + 3] *= a1;
+      }
+      const uint64_t dph = smem_desc(kvb + 8 * SUB, 16, 1024);
+      const uint64_t dv = smem_desc(kvb + 4 * SUB, 8192, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t offp = uint64_t((uint32_t(kk) * 32u) >> 4);
+        const uint64_t offv = uint64_t((uint32_t(kk) * 2048u) >> 4);
+        wgmma_m64n256k16_ss_tb(o, dph + offp, dv + offv, 1);
+        wgmma_m64n256k16_ss_tb(o, dpl + offp, dv + offv, 1);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(o);
+      if (t + 1 < te) bar_arrive(BAR_P_FREE, 256);
+      mbar_arrive(bar_empty + 8 * b);
+    }
+    bar_sync(BAR_EPILOGUE, 256);
+    inv0 = invl_s[r0];
+    inv1 = invl_s[r1];
+  }
+
+  // ---- epilogue: this warpgroup's 256 output dims
+  const int dim0 = wg == 0 ? 0 : 256;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = hh ? r1 : r0;
+    const float inv = hh ? inv1 : inv0;
+    if (r >= HB) continue;  // padding row
+    const long long head = row * H_Q + head0 + r;
+    if (!partial) {
+      unsigned short* out = p.out + head * kDimV + dim0 + 2 * t4;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<uint32_t*>(out + 8 * j) = pack_bf16x2_rn(o[4 * j + 2 * hh] * inv, o[4 * j + 2 * hh + 1] * inv);
+    } else {
+      const long long ph_ = (long long)split * rows * H_Q + head;
+      float* out = p.o_part + ph_ * kDimV + dim0 + 2 * t4;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<f32x2*>(out + 8 * j) = f32x2{o[4 * j + 2 * hh] * inv, o[4 * j + 2 * hh + 1] * inv};
+    }
+  }
+}
+#endif  // NSAJIT_WGMMA
