@@ -417,10 +417,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   uint32_t* const overflow = hist0;  // free once the first digit is found
   unsigned short* const overflow_warp = reinterpret_cast<unsigned short*>(words + p.overflow_warp_offset);
 
-  for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) {
-    hist0[i] = 0u;
-    slots[i] = 0u;  // NSAJIT_TOPK_SLOT_WORDS == NSAJIT_TOPK_BINS0
-  }
+  for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
   for (int i = tid; i < 2 << NSAJIT_TOPK_REFINE_BITS; i += NSAJIT_THREADS) (&sh.refine_hist[0][0])[i] = 0u;
   if (tid == 0) {
     sh.cand_local = 0;
@@ -582,13 +579,11 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
 
   if (!resolved) {
     // The candidates: all x.count keys of the row that match the prefix. C = 1: this CTA's slots
-    // (empty ones hold 0, never a key) and overflow list. C > 1: every thread reserves a range of
+    // (slots[i * T + tid], i < nslot) and overflow list. C > 1: every thread reserves a range of
     // the cluster-wide list (a remote atomic on rank 0) for its slots and its share of the
     // overflow list, and writes them into every CTA's list, so that every CTA refines the same
     // keys (their order does not matter).
     const int n_over = sh.cand_local;
-    const uint32_t* list = slots;
-    int n_list = NSAJIT_TOPK_SLOT_WORDS;
     if (C > 1) {
       const int over_mine = n_over > tid ? (n_over - tid + NSAJIT_THREADS - 1) / NSAJIT_THREADS : 0;
       const int mine = nslot + over_mine;
@@ -607,19 +602,28 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         }
       }
       topk_cluster_sync();  // every list is complete
-      list = cand;
-      n_list = x.count;
     }
-    // Refinement over the list: digits of up to 10 bits down to bit 0.
+    // Refinement over the candidates: digits of up to 10 bits down to bit 0.
+    const int x_count_list = x.count;
     for (int pass = 0; x.bits < 32; ++pass) {
       const int width = min(NSAJIT_TOPK_REFINE_BITS, 32 - x.bits);
       const int shift = 32 - x.bits - width;
       const uint32_t digit_mask = (1u << width) - 1u;
       uint32_t* h = sh.refine_hist[pass & 1];  // zero (the prologue, or the pass before last)
-      const int n_all = C > 1 ? n_list : n_list + n_over;
-      for (int i = tid; i < n_all; i += NSAJIT_THREADS) {
-        const uint32_t key = i < n_list ? list[i] : overflow[i - n_list];
-        if (key != 0u && (key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
+      if (C > 1) {  // the cluster-wide list
+        for (int i = tid; i < x_count_list; i += NSAJIT_THREADS) {
+          const uint32_t key = cand[i];
+          if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
+        }
+      } else {  // this thread's slots, then its share of the overflow list
+        for (int i = 0; i < nslot; ++i) {
+          const uint32_t key = slots[i * NSAJIT_THREADS + tid];
+          if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
+        }
+        for (int i = tid; i < n_over; i += NSAJIT_THREADS) {
+          const uint32_t key = overflow[i];
+          if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
+        }
       }
       __syncthreads();
       int greater, count;

@@ -202,10 +202,12 @@ int bench_topk(const BenchOptions& options) {
       if (sweep && !fused) {
         for (int ctas : {1, 2, 4, 8, 16}) {
           for (int threads : {256, 512, 1024}) {
-            const detail::TopkLaunchOverride o{.ctas_per_row = ctas, .threads = threads, .force_streaming = false};
+           for (bool streaming : {false, true}) {
+            if (streaming && (ctas > 2 || threads > 512)) continue;
+            const detail::TopkLaunchOverride o{.ctas_per_row = ctas, .threads = threads, .force_streaming = streaming};
             detail::set_topk_launch_override(o);
             const detail::TopkLaunchPlan plan = detail::plan_topk_launch(shape.rows, shape.width, topk, 132);
-            if (!plan.resident && ctas < 8) {
+            if (!plan.resident && !streaming && ctas < 8) {
               detail::set_topk_launch_override({});
               continue;
             }
@@ -218,6 +220,7 @@ int bench_topk(const BenchOptions& options) {
             detail::set_topk_launch_override({});
             std::fprintf(stderr, "    sweep %-20s ctas %2d threads %4d resident %d: %8.1f us %s\n", shape.name.c_str(),
                          ctas, threads, int(plan.resident), us, same ? "" : "OUTPUT DIFFERS");
+           }
           }
         }
       }
