@@ -26,9 +26,11 @@ bool kv_bulk(const KernelSpec& spec) { return spec.kv_dtype == KvDtype::bf16; }
 // setmaxnreg), for 16..64 heads per CTA (at 8 heads ptxas serializes its MMAs and spills);
 // 256 threads = the mma.sync kernel (sparse_mla_decode.cuh).
 // kWgmmaMinHeads: 384 is the default tile on sm_90a for heads_per_cta >= this (16 or 64); 0 = never.
-// 0 until the whole sparse-MLA GPU suite has passed on the wgmma kernel (NSAJIT_MLA_WGMMA=1 or
-// =64 selects it at run time meanwhile: runtime/sparse_mla_decode.cpp, docs/notes/sparse_mla.md §5).
-constexpr int kWgmmaMinHeads = 0;
+// 64: the whole sparse-MLA GPU suite passed on the wgmma kernel (H200, NSAJIT_MLA_WGMMA=1, i.e. for
+// 16..128 heads); it is 1.7-1.9x faster at 64 heads per CTA, but 4 % slower on the memory-bound
+// 16-head shapes, which keep mma.sync (docs/notes/sparse_mla.md §5). NSAJIT_MLA_WGMMA=1 / =0
+// override it at run time (runtime/sparse_mla_decode.cpp).
+constexpr int kWgmmaMinHeads = 64;
 constexpr int kWgmmaThreads = 384;
 bool is_sm90a(const Arch& a) { return a.sm == 90 && a.suffix == 'a'; }
 bool wgmma(const KernelSpec& spec) { return spec.tile.threads == kWgmmaThreads; }
