@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Full verification on a machine with an NVIDIA GPU, from a build folder made elsewhere (nothing is
+# built here): every test, both benchmarks against the PyTorch baseline (results JSON), a
+# compute-sanitizer memcheck of one sparse-MLA decode and one prefill shape, and `nsajit run`.
+# Logs and results go to $OUT (default ./out). Usage: NSAJIT_COMMIT=<sha> scripts/gpu_verify.sh [build-dir]
+set -uo pipefail
+build=${1:-build}
+out=${OUT:-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export NSAJIT_CACHE_DIR=$(mktemp -d /tmp/nsajit-verify-cache-XXXXXX)
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+status=0
+step() {  # step NAME SECONDS COMMAND... : runs with a time limit, logs to $out/NAME.log
+  local name=$1 limit=$2; shift 2
+  local start=$SECONDS
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name: exit $rc ($((SECONDS - start)) s)"
+  [ "$rc" -eq 0 ] || status=1
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
+step tests 240 "$build/nsajit_tests" --duration=true
+grep -E "test cases|assertions" "$out/tests.log"
+step bench_topk 120 "$build/nsajit" bench topk --out "$out/topk.json"
+step bench_sparse_mla 240 "$build/nsajit" bench sparse-mla --out "$out/sparse_mla.json"
+for shape in "decode h128 b8 n1 bf16" "decode h64 b8 n2 fp8" "prefill h64 sq4096 skv262144 bf16"; do
+  step "memcheck_${shape// /_}" 90 "$sanitizer" --tool memcheck --error-exitcode 9 \
+    "$build/nsajit" bench sparse-mla --only "$shape" --iters 1 --no-baseline --out /tmp/nsajit-memcheck.json
+  grep -E "ERROR SUMMARY" "$out/memcheck_${shape// /_}.log"
+done
+step run 60 "$build/nsajit" run
+echo "gpu_verify: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
+exit $status
