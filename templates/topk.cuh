@@ -32,8 +32,9 @@
 // block scan, cluster prefix of CTA counts), so the output depends on the row's data only: it is
 // bit-identical across runs, launch shapes, candidate capacities and batchmates.
 //
-// NSAJIT_FUSED: every written index goes through the transform (after the CTA wrote its raw
-// positions, one parallel pass over its own slots, so that page-table reads do not serialise) (decode: page-table row
+// NSAJIT_FUSED: every written index goes through the transform (the CTA stages its raw positions
+// in shared memory, then one parallel pass over its own slots reads the page table, so that
+// page-table reads do not serialise, and writes each slot once) (decode: page-table row
 // r / NSAJIT_NEXT_N; prefill: the request of r through cu_seqlens_q; ragged: + offsets[r]); only
 // indices in [0, len) ever reach the page table. NSAJIT_SORTED: phase 0 writes raw positions,
 // phase 1 (a second launch, one CTA per row) sorts each row of len > topk by (score desc, index
@@ -702,6 +703,9 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   } else {
     __syncthreads();
   }
+  // Fused: positions are staged in shared memory (the candidate slots, free by now; topk <= 4096
+  // words) and go to `out` once, transformed.
+  int* const dst = apply ? reinterpret_cast<int*>(slots) : out;
   int next_greater = cta_greater + sh.warp_greater[warp];
   int next_equal = cta_equal + sh.warp_equal[warp];
   const unsigned lanes_below = (1u << lane) - 1u;
@@ -733,9 +737,9 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         const uint32_t key = topk_lane(kv, j);
         const int position = b + 4 * v + j - s.head;
         if (key > threshold) {
-          out[pg++] = position;
+          dst[pg++] = position;
         } else if (key == threshold) {
-          if (pe < take_equal) out[total_greater + pe] = position;
+          if (pe < take_equal) dst[total_greater + pe] = position;
           ++pe;
         }
       }
@@ -744,14 +748,14 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   if (apply) {
     // Fused transform of this CTA's slots, all page-table reads in parallel (in the loop above
     // each would stall its warp): the slots [cta_greater, cta_greater + G) and the taken ties.
-    __syncthreads();  // the positions written above are visible to the whole CTA
+    __syncthreads();  // the staged positions are visible to the whole CTA
     const int g_end = cta_greater + sh.cta_counts[0];
     const int e_begin = total_greater + min(cta_equal, take_equal);
     const int e_end = total_greater + min(cta_equal + sh.cta_counts[1], take_equal);
     const int g_count = g_end - cta_greater;
     for (int i = tid; i < g_count + (e_end - e_begin); i += NSAJIT_THREADS) {
       const int slot = i < g_count ? cta_greater + i : e_begin + (i - g_count);
-      out[slot] = topk_emit(t, out[slot], true);
+      out[slot] = topk_emit(t, dst[slot], true);
     }
   }
   if (C > 1) topk_cluster_wait();  // no CTA leaves while another may still read its shared memory
