@@ -83,6 +83,25 @@ constexpr int fp8_kv_tile_dims = 128;      // dims per scale
 constexpr int fp8_kv_scale_offset = 512;   // byte offset of the 4 fp32 scales
 constexpr int fp8_kv_rope_offset = 528;    // byte offset of the 64 bf16 rope dims
 
+// Two floats -> bf16x2 (lo in the low half), each rounded to nearest even (cvt.rn.bf16x2.f32).
+NSAJIT_DEVICE uint32_t pack_bf16x2_rn(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Two e4m3 codes (low byte first) -> bf16x2 of bf16(float(e4m3) * scale), §4's dequant, with the
+// sm_89+ conversion (e4m3 -> f16 is exact). Bit-exact with e4m3_to_float below for non-NaN codes.
+NSAJIT_DEVICE uint32_t dequant_e4m3x2(uint32_t two, float scale) {
+  uint32_t h2;
+  asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t; }" : "=r"(h2) : "r"(two));
+  float lo, hi;
+  asm("{ .reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
+      : "=f"(lo), "=f"(hi)
+      : "r"(h2));
+  return pack_bf16x2_rn(lo * scale, hi * scale);
+}
+
 // float -> e4m3 code (low 8 bits): saturating (|x| >= 448, inf included -> ±448), round to nearest
 // even, NaN -> 0x7f with the sign kept. For every non-NaN input the same code as PTX
 // cvt.rn.satfinite.e4m3x2.f32 (sm_89+), which is not used so that every arch gives one answer.
@@ -164,4 +183,12 @@ NSAJIT_DEVICE int find_request(const int* cu, int n, int r) {
       hi = mid - 1;
   }
   return r < cu[lo + 1] ? lo : -1;
+}
+
+// Sparse MLA: entry j of a query row's index list, or -1 when j >= n (topk_length) or the entry is
+// not a slot in [0, num_slots) (§3: -1 and every other out-of-range value are invalid).
+NSAJIT_DEVICE int load_index(const int* idx_row, int j, int n, long long num_slots) {
+  if (j >= n) return -1;
+  const int idx = __ldg(idx_row + j);
+  return (idx >= 0 && (long long)idx < num_slots) ? idx : -1;
 }

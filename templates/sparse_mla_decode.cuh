@@ -184,30 +184,6 @@ NSAJIT_DEVICE void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-NSAJIT_DEVICE uint32_t pack_bf16x2_rn(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-// Two e4m3 (low byte first) -> bf16x2 of float(e4m3) * scale, rounded to nearest even (§4 dequant).
-NSAJIT_DEVICE uint32_t dequant_e4m3x2(uint32_t two, float scale) {
-  uint32_t h2;
-  asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t; }" : "=r"(h2) : "r"(two));
-  float lo, hi;
-  asm("{ .reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
-      : "=f"(lo), "=f"(hi)
-      : "r"(h2));
-  return pack_bf16x2_rn(lo * scale, hi * scale);
-}
-
-// Row index of tile token j of the query row, or -1 when invalid / past n.
-NSAJIT_DEVICE int load_index(const int* idx_row, int j, int n, long long num_slots) {
-  if (j >= n) return -1;
-  const int idx = __ldg(idx_row + j);
-  return (idx >= 0 && (long long)idx < num_slots) ? idx : -1;
-}
-
 }  // namespace mla
 
 extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1)

@@ -126,25 +126,16 @@ NSAJIT_DEVICE void bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-NSAJIT_DEVICE uint32_t pack_bf16x2_rn(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-// Two e4m3 (low byte first) -> bf16x2 of float(e4m3) * scale, rounded to nearest even (§4 dequant).
-NSAJIT_DEVICE uint32_t dequant_e4m3x2(uint32_t two, float scale) {
-  uint32_t h2;
-  asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t; }" : "=r"(h2) : "r"(two));
-  float lo, hi;
-  asm("{ .reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
-      : "=f"(lo), "=f"(hi)
-      : "r"(h2));
-  return pack_bf16x2_rn(lo * scale, hi * scale);
-}
-NSAJIT_DEVICE int load_index(const int* idx_row, int j, int n, long long num_slots) {
-  if (j >= n) return -1;
-  const int idx = __ldg(idx_row + j);
-  return (idx >= 0 && (long long)idx < num_slots) ? idx : -1;
+
+// O (this thread's m64n256 accumulator fragment: rows r0, r1 alternate in pairs) *= alpha of its row.
+NSAJIT_DEVICE void scale_o_rows(float (&o)[128], float alpha_r0, float alpha_r1) {
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    o[4 * j + 0] *= alpha_r0;
+    o[4 * j + 1] *= alpha_r0;
+    o[4 * j + 2] *= alpha_r1;
+    o[4 * j + 3] *= alpha_r1;
+  }
 }
 
 // wgmma shared-memory matrix descriptor, 128-byte swizzle. K-major operands: rows of 128 bytes,
@@ -490,13 +481,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       bar_arrive(BAR_P_READY, 256);
 
       // ---- O[:, 0:256] = alpha O + P_hi V + P_lo V (P from registers, V MN-major)
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        o[4 * j + 0] *= al0;
-        o[4 * j + 1] *= al0;
-        o[4 * j + 2] *= al1;
-        o[4 * j + 3] *= al1;
-      }
+      scale_o_rows(o, al0, al1);
       const uint64_t dv = smem_desc(kvb, 8192, 1024);
       wgmma_fence();
 #pragma unroll
@@ -553,13 +538,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       mbar_wait(bar_full + 8 * b, uint32_t((k >> 1) & 1));
       bar_sync(BAR_P_READY, 256);
       const float a0 = alpha_s[r0], a1 = alpha_s[r1];
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        o[4 * j + 0] *= a0;
-        o[4 * j + 1] *= a0;
-        o[4 * j + 2] *= a1;
-        o[4 * j + 3] *= a1;
-      }
+      scale_o_rows(o, a0, a1);
       const uint64_t dph = smem_desc(kvb + 8 * SUB, 16, 1024);
       const uint64_t dv = smem_desc(kvb + 4 * SUB, 8192, 1024);
       wgmma_fence();
