@@ -67,6 +67,27 @@ NSAJIT_DEVICE int warp_inclusive_scan(int v) {
   return v;
 }
 
+// ---- shared memory by address and mbarriers (sm_90 PTX; addresses from cvta.to.shared) ----------
+
+NSAJIT_DEVICE void st_shared_16(uint32_t saddr, const u32x4& v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(saddr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+NSAJIT_DEVICE void st_shared_4(uint32_t saddr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(saddr), "r"(v) : "memory");
+}
+NSAJIT_DEVICE void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+NSAJIT_DEVICE void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+}
+
 // ---- FP8 e4m3 and the 656-byte FP8 KV token (§4) ----------------------------------------------
 // e4m3 (OCP E4M3FN, torch.float8_e4m3fn): 1 sign, 4 exponent (bias 7), 3 mantissa bits; no
 // infinities; S.1111.111 (0x7f / 0xff) is NaN; largest finite ±448 (0x7e); subnormals m * 2^-9.
