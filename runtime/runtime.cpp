@@ -188,6 +188,48 @@ void launch(const LoadedKernel& k, const LaunchGeometry& g, const void* params, 
             nullptr);
 }
 
+bool cluster_fits(const LoadedKernel& k, const LaunchGeometry& g) {
+  if (g.cluster_x <= 1) return true;
+  struct Key {
+    CUfunction function;
+    unsigned block, smem, cluster;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& x) const noexcept {
+      return std::hash<const void*>{}(x.function) ^ (std::size_t(x.block) << 1) ^ (std::size_t(x.smem) << 12) ^
+             (std::size_t(x.cluster) << 40);
+    }
+  };
+  static std::mutex mutex;
+  static std::unordered_map<Key, bool, KeyHash> fits;
+  const Key key{k.function, g.block, g.dynamic_smem, g.cluster_x};
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = fits.find(key); it != fits.end()) return it->second;
+  }
+  CUlaunchAttribute attribute{};
+  attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attribute.value.clusterDim.x = g.cluster_x;
+  attribute.value.clusterDim.y = 1;
+  attribute.value.clusterDim.z = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = g.cluster_x;  // one cluster
+  config.gridDimY = 1;
+  config.gridDimZ = 1;
+  config.blockDimX = g.block;
+  config.blockDimY = 1;
+  config.blockDimZ = 1;
+  config.sharedMemBytes = g.dynamic_smem;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int clusters = 0;
+  NSAJIT_CU(cuOccupancyMaxActiveClusters, &clusters, k.function, &config);
+  std::lock_guard lock(mutex);
+  fits[key] = clusters > 0;
+  return clusters > 0;
+}
+
 KernelRecord precompile(const KernelSpec& spec_in) {
   KernelSpec spec = with_default_tile(spec_in);
   validate(spec);

@@ -40,4 +40,10 @@ const LoadedKernel& kernel(const KernelSpec& spec);
 void launch(const LoadedKernel& kernel, const LaunchGeometry& geometry, const void* params,
             CUstream stream);
 
+// Whether one cluster of geometry.cluster_x CTAs (geometry.block threads and dynamic_smem bytes
+// each) can be resident on the current device at all (cuOccupancyMaxActiveClusters > 0): a
+// non-portable cluster size (> 8) may not fit a part with fewer SMs per GPC or a MIG slice.
+// Cached per function and shape.
+bool cluster_fits(const LoadedKernel& kernel, const LaunchGeometry& geometry);
+
 }  // namespace nsajit

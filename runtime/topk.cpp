@@ -3,6 +3,8 @@
 #include "runtime/topk_launch.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "nsajit/kernels.hpp"
 #include "runtime/argument_checks.hpp"
@@ -19,7 +21,7 @@ TopkLaunchOverride g_override;
 constexpr int kTargetSlice = 32768;   // positions per CTA before a row is split further
 constexpr int kMinSpreadSlice = 8192; // few rows: split while slices stay at least this long
 constexpr int kHistWords = 4096;      // first-digit histogram (templates/topk.cuh); overflow list
-constexpr int kSlotWords = 4096;      // per-thread candidate slots (NSAJIT_TOPK_SLOT_WORDS)
+constexpr int kSlotWords = 4096;      // per-thread candidate slots (slots_per_thread * threads <= this)
 constexpr int kCandCapacity = 4096;   // candidates (<= kHistWords); normal data: ~1-3% of a row
 // Dynamic shared memory of the select launch (the family allows 215040 bytes): what is left after
 // the histogram, the cluster section and the candidate lists holds the resident slice.
@@ -28,7 +30,7 @@ constexpr int kMaxDynamicBytes = 215040;
 
 void set_topk_launch_override(const TopkLaunchOverride& o) { g_override = o; }
 
-TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count) {
+TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster) {
   TopkLaunchPlan plan;
   plan.threads = g_override.threads > 0 ? g_override.threads : 512;
   if (width <= topk) return plan;  // no row needs a selection
@@ -36,13 +38,16 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count) {
   int c = 1;
   if (g_override.ctas_per_row > 0) {
     c = g_override.ctas_per_row;
+    if (c > 16 || (c & (c - 1)) != 0)
+      throw std::invalid_argument("topk launch override: ctas_per_row = " + std::to_string(c) +
+                                  ": expected 1, 2, 4, 8 or 16");
   } else {
     // 16-CTA clusters (non-portable) only for a single row: at one CTA per SM only ~7 of them fit
     // the GPU at once (measured on the H200), so 8 rows would take two waves.
-    const int max_cluster = rows == 1 ? 16 : 8;
-    while (c < max_cluster && ceil_div(width, c) > kTargetSlice) c *= 2;
+    const int limit = std::min(max_cluster, rows == 1 ? 16 : 8);
+    while (c < limit && ceil_div(width, c) > kTargetSlice) c *= 2;
     // Few rows (the grid would fill less than half the SMs): split further, slices >= 8K.
-    while (c < max_cluster && 2LL * rows * c <= sm_count && ceil_div(width, c) >= 2 * kMinSpreadSlice) c *= 2;
+    while (c < limit && 2LL * rows * c <= sm_count && ceil_div(width, c) >= 2 * kMinSpreadSlice) c *= 2;
   }
   plan.ctas_per_row = c;
   plan.slice = int((ceil_div(width, c) + 3) / 4 * 4);
@@ -124,8 +129,8 @@ void topk(const TopkArgs& args, CUstream stream) {
   using detail::throw_bad_argument;
   // Every check comes before any driver call (spec_for_current_device queries the device).
   // Up to 16 CTAs per row must fit the grid's 2^31 - 1 limit.
-  if (args.rows < 0 || args.rows > (1 << 27))
-    throw_bad_argument(kFunction, "rows", args.rows, "0 <= rows <= 2^27");
+  if (args.rows < 0 || args.rows >= (1 << 27))
+    throw_bad_argument(kFunction, "rows", args.rows, "0 <= rows < 2^27");
   if (args.width < 0) throw_bad_argument(kFunction, "width", args.width, "width >= 0");
   detail::require_topk(kFunction, args.topk, 4096);
   const long long stride = args.score_row_stride ? args.score_row_stride : args.width;
@@ -153,11 +158,29 @@ void topk(const TopkArgs& args, CUstream stream) {
     spec.page_size = args.mode == IndexMode::ragged ? 1 : args.page_size;
     spec.next_n = args.mode == IndexMode::decode ? args.next_n : 1;
   }
-  const detail::TopkLaunchPlan plan =
-      detail::plan_topk_launch(args.rows, args.width, args.topk, driver::current_context_info().sm_count);
-  spec.tile.threads = plan.threads == 512 ? 0 : plan.threads;  // 512 is the default tile
-  spec = spec_for_current_device(spec);
-  const LoadedKernel& loaded = kernel(spec);
+  const int sm_count = driver::current_context_info().sm_count;
+  detail::TopkLaunchPlan plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count);
+  const KernelSpec base_spec = spec;
+  auto load = [&](const detail::TopkLaunchPlan& p) -> const LoadedKernel& {
+    spec = base_spec;
+    spec.tile.threads = p.threads == 512 ? 0 : p.threads;  // 512 is the default tile
+    spec = spec_for_current_device(spec);
+    return kernel(spec);
+  };
+  const LoadedKernel* loaded = &load(plan);
+  if (plan.ctas_per_row > 8) {
+    // Clusters above the portable 8 need the function's opt-in (set on every call: idempotent),
+    // and may not fit a device at all (fewer SMs per GPC, a MIG slice): then at most 8.
+    NSAJIT_CU(cuFuncSetAttribute, loaded->function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
+    LaunchGeometry one;
+    one.block = unsigned(plan.threads);
+    one.dynamic_smem = plan.dynamic_smem;
+    one.cluster_x = unsigned(plan.ctas_per_row);
+    if (!cluster_fits(*loaded, one)) {
+      plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 8);
+      loaded = &load(plan);
+    }
+  }
 
   TopkParams params{};
   params.scores = args.scores;
@@ -190,16 +213,12 @@ void topk(const TopkArgs& args, CUstream stream) {
     }
   }
 
-  if (plan.ctas_per_row > 8) {
-    // Clusters above the portable 8 need the function's opt-in (set on every call: idempotent).
-    NSAJIT_CU(cuFuncSetAttribute, loaded.function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
-  }
   LaunchGeometry geometry;
   geometry.grid_x = unsigned(args.rows) * unsigned(plan.ctas_per_row);
   geometry.block = unsigned(spec.tile.threads);
   geometry.dynamic_smem = plan.dynamic_smem;
   geometry.cluster_x = plan.ctas_per_row > 1 ? unsigned(plan.ctas_per_row) : 0u;
-  launch(loaded, geometry, &params, stream);
+  launch(*loaded, geometry, &params, stream);
 
   if (args.sorted) {  // phase 1: sort each row, then transform
     long long n = 1;
@@ -209,7 +228,7 @@ void topk(const TopkArgs& args, CUstream stream) {
     sort_geometry.grid_x = unsigned(args.rows);
     sort_geometry.block = unsigned(spec.tile.threads);
     sort_geometry.dynamic_smem = unsigned(n * 8);
-    launch(loaded, sort_geometry, &params, stream);
+    launch(*loaded, sort_geometry, &params, stream);
   }
 }
 

@@ -18,10 +18,13 @@ struct TopkLaunchPlan {
 
 // The plan for `rows` rows of `width` columns: rows that fit shared memory get one CTA; few long
 // rows are split over a cluster so that the GPU (sm_count SMs) is filled.
-TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count);
+// max_cluster (a power of two <= 16) caps the cluster size (runtime/topk.cpp lowers it to 8 when
+// a 16-CTA cluster does not fit the device).
+TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16);
 
-// Test/bench hook (not thread-safe): values > 0 replace the plan's choice; force_streaming makes
-// every slice re-read global memory. Reset with a default-constructed value.
+// Test/bench hook (not thread-safe): ctas_per_row, threads, cand_capacity > 0 and
+// slots_per_thread >= 0 replace the plan's choice (ctas_per_row must be 1, 2, 4, 8 or 16);
+// force_streaming makes every slice re-read global memory. Reset with a default-constructed value.
 struct TopkLaunchOverride {
   int ctas_per_row = 0;
   int threads = 0;

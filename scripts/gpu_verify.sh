@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Full verification on a machine with an NVIDIA GPU, from a build folder made elsewhere (nothing is
-# built here): every test, both benchmarks against the PyTorch baseline (results JSON), a
-# compute-sanitizer memcheck of one sparse-MLA decode and one prefill shape, and `nsajit run`.
+# built here): every test, both benchmarks against the PyTorch baseline (results JSON),
+# compute-sanitizer memcheck of sparse-MLA decode and prefill shapes, racecheck and synccheck of
+# top-k in 2- and 16-CTA clusters, and `nsajit run`.
 # Logs and results go to $OUT (default ./out). Usage: NSAJIT_COMMIT=<sha> scripts/gpu_verify.sh [build-dir]
 set -uo pipefail
 build=${1:-build}
@@ -9,6 +10,7 @@ out=${OUT:-out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export NSAJIT_CACHE_DIR=$(mktemp -d /tmp/nsajit-verify-cache-XXXXXX)
+trap 'rm -rf "$NSAJIT_CACHE_DIR"' EXIT
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 status=0
 step() {  # step NAME SECONDS COMMAND... : runs with a time limit, logs to $out/NAME.log
@@ -28,6 +30,13 @@ for shape in "decode h128 b8 n1 bf16" "decode h64 b8 n2 fp8" "prefill h64 sq4096
   step "memcheck_${shape// /_}" 90 "$sanitizer" --tool memcheck --error-exitcode 9 \
     "$build/nsajit" bench sparse-mla --only "$shape" --iters 1 --no-baseline --out /tmp/nsajit-memcheck.json
   grep -E "ERROR SUMMARY" "$out/memcheck_${shape// /_}.log"
+done
+for tool in racecheck synccheck; do
+  for shape in 1x131072 64x65536; do  # 16- and 2-CTA clusters (1 CTA per row shares all but the cluster steps)
+    step "${tool}_topk_$shape" 90 "$sanitizer" --tool "$tool" --error-exitcode 9 \
+      "$build/nsajit" bench topk --only "$shape" --iters 1 --no-baseline --out /tmp/nsajit-sanitizer.json
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/${tool}_topk_$shape.log"
+  done
 done
 step run 60 "$build/nsajit" run
 echo "gpu_verify: $([ $status -eq 0 ] && echo PASS || echo FAIL)"

@@ -212,7 +212,6 @@ NSAJIT_DEVICE uint32_t topk_lane(const u32x4& k, int j) { return j == 0 ? k.x : 
 #define NSAJIT_TOPK_SHIFT0 20
 #define NSAJIT_TOPK_RESCAN_BITS 8   // digits of the rescans (threshold bin larger than the list)
 #define NSAJIT_TOPK_REFINE_BITS 10  // digits of the refinement over the candidate list
-#define NSAJIT_TOPK_SLOT_WORDS 4096  // per-thread candidate slots: slots_per_thread * threads <= this
 
 struct TopkShared {
   uint32_t rescan_hist[2][1 << NSAJIT_TOPK_RESCAN_BITS];  // by pass parity (cluster peers read one)
@@ -228,7 +227,6 @@ struct TopkShared {
   int count;
   int cand_local;     // candidates this CTA found
   int cand_reserved;  // cluster rank 0: the cluster-wide list's fill level (remote atomics)
-  int cand_offset;    // where this CTA's candidates start in the cluster-wide list
 };
 
 // One radix step, whole block: the bin d of h[0, nbins) with greater(d) < k <= greater(d) + h[d],
@@ -406,9 +404,9 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   s.nvec = s.n > 0 ? (s.head + s.n + 3) >> 2 : 0;
   const bool resident = p.resident != 0;
   // Dynamic shared memory (offsets in 4-byte words, set by runtime/topk.cpp): the resident keys
-  // at 0, the first-digit histogram (later the staging list of this CTA's candidates when C > 1),
-  // this CTA's section of the cluster-wide histogram (C > 1), the candidate list (cluster-wide),
-  // and the warp of each of this CTA's candidates.
+  // at 0, the first-digit histogram (later the overflow list of candidates), this CTA's section of
+  // the cluster-wide histogram (C > 1), the per-thread candidate slots (later, fused: the staged
+  // output positions), the cluster-wide candidate list (C > 1), and the warp of each overflow entry.
   uint32_t* const words = reinterpret_cast<uint32_t*>(topk_dynamic);
   u32x4* const keys = topk_dynamic;
   uint32_t* const hist0 = words + p.hist_offset;

@@ -14,6 +14,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -182,6 +183,11 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   p = plan_topk_launch(1, 1 << 20, 2048, 132);
   CHECK(p.ctas_per_row == 16);
   CHECK(plan_topk_launch(2, 1 << 20, 2048, 132).ctas_per_row == 8);
+  CHECK(plan_topk_launch(1, 131072, 2048, 132, 8).ctas_per_row == 8);  // a 16-CTA cluster does not fit
+  {
+    LaunchOverride bad({.ctas_per_row = 3});  // not a cluster size
+    CHECK_THROWS_AS(plan_topk_launch(1, 131072, 2048, 132), std::invalid_argument);
+  }
   CHECK_FALSE(p.resident);  // re-reads global memory
   CHECK(p.slice % 4 == 0);
   // The shared-memory layout fits the family's dynamic limit and keeps its parts apart.
@@ -238,7 +244,7 @@ TEST_CASE("topk gpu: a row of 2^20 and rows past 2^20 (global re-read path)") {
   check_topk(q);
 }
 
-TEST_CASE("topk gpu: distributions, at one CTA, a 2-CTA cluster and a 16-CTA cluster, list or rescans") {
+TEST_CASE("topk gpu: distributions, at 1, 2, 8 and 16 CTAs per row, list, rescans or overflow list") {
   NSAJIT_REQUIRE_GPU();
   const unsigned seed = fresh_seed();
   INFO("seed " << seed);
@@ -288,7 +294,7 @@ TEST_CASE("topk gpu: distributions, at one CTA, a 2-CTA cluster and a 16-CTA clu
       {"plateau", per_element([&] { return 0.5f; })},
       {"raw bit patterns", per_element([&] { return from_bits(bits(rng)); })},
   };
-  for (const int width : {9000, 20000, 131072}) {  // default plans: 2, 4 and 16 CTAs per row
+  for (const int width : {9000, 20000, 131072}) {  // default plans for 2 rows: 1, 2 and 8 CTAs per row
     for (const Dist& d : dists) {
       for (const int topk : {512, 2048}) {
         INFO(d.name << ", width " << width << ", topk " << topk);
@@ -308,8 +314,14 @@ TEST_CASE("topk gpu: distributions, at one CTA, a 2-CTA cluster and a 16-CTA clu
           LaunchOverride small_list({.cand_capacity = 64});  // rescans before the list
           check_topk(p);
         }
-        LaunchOverride no_slots({.slots_per_thread = 0});  // every candidate to the overflow list
-        check_topk(p);
+        {
+          LaunchOverride no_slots({.slots_per_thread = 0});  // every candidate to the overflow list
+          check_topk(p);
+        }
+        if (width == 131072) {  // two rows get 8-CTA clusters by default; one row gets 16
+          LaunchOverride sixteen({.ctas_per_row = 16});
+          check_topk(p);
+        }
       }
     }
   }
@@ -583,8 +595,8 @@ TEST_CASE("topk arguments: each bad argument is named before anything is launche
   a.rows = -1;
   CHECK(topk_error(a).find("argument rows = -1") != std::string::npos);
   a = valid_topk_args();
-  a.rows = (1 << 27) + 1;
-  CHECK(topk_error(a).find("argument rows = 134217729: expected 0 <= rows <= 2^27") != std::string::npos);
+  a.rows = 1 << 27;
+  CHECK(topk_error(a).find("argument rows = 134217728: expected 0 <= rows < 2^27") != std::string::npos);
   a = valid_topk_args();
   a.lengths = reinterpret_cast<const std::int32_t*>(reinterpret_cast<const char*>(a.lengths) + 2);
   CHECK(topk_error(a).find("argument lengths = 0x") != std::string::npos);

@@ -12,7 +12,7 @@ namespace {
 constexpr int kDefaultThreads = 512;
 // Dynamic shared memory: the resident slice, the first-digit histogram and the candidate list
 // (runtime/topk.cpp fits them into this), or the sort buffer of sorted specs (<= 4096 x 8 bytes).
-// Static shared memory is ~8 KB, so the total stays under the 227 KB per block of sm_90.
+// Static shared memory is ~12.5 KB, so the total stays under the 227 KB per block of sm_90.
 constexpr unsigned kMaxDynamicSmem = 215040;
 
 void fill_default_tile(KernelSpec& spec) {

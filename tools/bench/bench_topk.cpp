@@ -199,29 +199,34 @@ int bench_topk(const BenchOptions& options) {
                    c.check.c_str());
       cases.push_back(c);
 
-      if (sweep && !fused) {
-        for (int ctas : {1, 2, 4, 8, 16}) {
-          for (int threads : {256, 512, 1024}) {
-           for (bool streaming : {false, true}) {
-            if (streaming && (ctas > 2 || threads > 512)) continue;
-            const detail::TopkLaunchOverride o{.ctas_per_row = ctas, .threads = threads, .force_streaming = streaming};
-            detail::set_topk_launch_override(o);
-            const detail::TopkLaunchPlan plan = detail::plan_topk_launch(shape.rows, shape.width, topk, 132);
-            if (!plan.resident && !streaming && ctas < 8) {
-              detail::set_topk_launch_override({});
-              continue;
-            }
-            d_out.poison();
-            nsajit::topk(args);
-            const bool same = d_out.download() == got;
-            TimingOptions quick = timing;
-            quick.iters = 20;
-            const double us = median_us([&] { nsajit::topk(args); }, quick);
+      if (sweep && !fused) {  // every launch shape (global re-read only at 1-2 CTAs, <= 512 threads)
+        struct Shape2 {
+          int ctas, threads;
+          bool streaming;
+        };
+        std::vector<Shape2> shapes2;
+        for (int ctas : {1, 2, 4, 8, 16})
+          for (int threads : {256, 512, 1024})
+            for (bool streaming : {false, true})
+              if (!streaming || (ctas <= 2 && threads <= 512)) shapes2.push_back({ctas, threads, streaming});
+        for (const Shape2& sh2 : shapes2) {
+          const detail::TopkLaunchOverride o{.ctas_per_row = sh2.ctas, .threads = sh2.threads,
+                                             .force_streaming = sh2.streaming};
+          detail::set_topk_launch_override(o);
+          const detail::TopkLaunchPlan plan = detail::plan_topk_launch(shape.rows, shape.width, topk, 132);
+          if (!plan.resident && !sh2.streaming && sh2.ctas < 8) {
             detail::set_topk_launch_override({});
-            std::fprintf(stderr, "    sweep %-20s ctas %2d threads %4d resident %d: %8.1f us %s\n", shape.name.c_str(),
-                         ctas, threads, int(plan.resident), us, same ? "" : "OUTPUT DIFFERS");
-           }
+            continue;
           }
+          d_out.poison();
+          nsajit::topk(args);
+          const bool same = d_out.download() == got;
+          TimingOptions quick = timing;
+          quick.iters = 20;
+          const double us = median_us([&] { nsajit::topk(args); }, quick);
+          detail::set_topk_launch_override({});
+          std::fprintf(stderr, "    sweep %-20s ctas %2d threads %4d resident %d: %8.1f us %s\n", shape.name.c_str(),
+                       sh2.ctas, sh2.threads, int(plan.resident), us, same ? "" : "OUTPUT DIFFERS");
         }
       }
     }
