@@ -161,26 +161,36 @@ const LoadedKernel& kernel(const KernelSpec& spec) {
   });
 }
 
+namespace {
+// The cuLaunchKernelEx configuration of `g` with clusters of g.cluster_x CTAs along x; `attribute`
+// (the cluster dimension) must outlive the returned value, which points to it.
+CUlaunchConfig cluster_launch_config(const LaunchGeometry& g, CUstream stream, CUlaunchAttribute& attribute) {
+  attribute = CUlaunchAttribute{};
+  attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attribute.value.clusterDim.x = g.cluster_x;
+  attribute.value.clusterDim.y = 1;
+  attribute.value.clusterDim.z = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = g.grid_x;
+  config.gridDimY = g.grid_y;
+  config.gridDimZ = g.grid_z;
+  config.blockDimX = g.block;
+  config.blockDimY = 1;
+  config.blockDimZ = 1;
+  config.sharedMemBytes = g.dynamic_smem;
+  config.hStream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return config;
+}
+}  // namespace
+
 void launch(const LoadedKernel& k, const LaunchGeometry& g, const void* params, CUstream stream) {
   if (g.grid_x == 0 || g.grid_y == 0 || g.grid_z == 0) return;
   void* args[] = {const_cast<void*>(params)};
   if (g.cluster_x > 0) {
     CUlaunchAttribute attribute{};
-    attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attribute.value.clusterDim.x = g.cluster_x;
-    attribute.value.clusterDim.y = 1;
-    attribute.value.clusterDim.z = 1;
-    CUlaunchConfig config{};
-    config.gridDimX = g.grid_x;
-    config.gridDimY = g.grid_y;
-    config.gridDimZ = g.grid_z;
-    config.blockDimX = g.block;
-    config.blockDimY = 1;
-    config.blockDimZ = 1;
-    config.sharedMemBytes = g.dynamic_smem;
-    config.hStream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    const CUlaunchConfig config = cluster_launch_config(g, stream, attribute);
     NSAJIT_CU(cuLaunchKernelEx, &config, k.function, args, nullptr);
     return;
   }
@@ -208,21 +218,11 @@ bool cluster_fits(const LoadedKernel& k, const LaunchGeometry& g) {
     std::lock_guard lock(mutex);
     if (auto it = fits.find(key); it != fits.end()) return it->second;
   }
+  LaunchGeometry one = g;  // one cluster
+  one.grid_x = g.cluster_x;
+  one.grid_y = one.grid_z = 1;
   CUlaunchAttribute attribute{};
-  attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attribute.value.clusterDim.x = g.cluster_x;
-  attribute.value.clusterDim.y = 1;
-  attribute.value.clusterDim.z = 1;
-  CUlaunchConfig config{};
-  config.gridDimX = g.cluster_x;  // one cluster
-  config.gridDimY = 1;
-  config.gridDimZ = 1;
-  config.blockDimX = g.block;
-  config.blockDimY = 1;
-  config.blockDimZ = 1;
-  config.sharedMemBytes = g.dynamic_smem;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  const CUlaunchConfig config = cluster_launch_config(one, nullptr, attribute);
   int clusters = 0;
   NSAJIT_CU(cuOccupancyMaxActiveClusters, &clusters, k.function, &config);
   std::lock_guard lock(mutex);

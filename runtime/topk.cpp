@@ -10,6 +10,7 @@
 #include "runtime/argument_checks.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/runtime.hpp"
+#include "runtime/transform_arguments.hpp"
 #include "templates/kernel_params.h"
 
 namespace nsajit {
@@ -82,44 +83,16 @@ namespace {
 
 constexpr const char* kFunction = "nsajit::topk";
 
-void check_fused(const TopkArgs& args, long long* table_stride) {
-  using detail::require_pointer;
-  using detail::throw_bad_argument;
-  const IndexMode mode = args.mode;
-  if (mode != IndexMode::decode && mode != IndexMode::prefill && mode != IndexMode::ragged)
-    throw_bad_argument(kFunction, "mode", static_cast<long long>(mode), "decode, prefill or ragged");
-  if (mode == IndexMode::decode) {
+// next_n, then the transform arguments shared with nsajit::index_transform. Returns the page-table
+// row stride (elements).
+long long check_fused(const TopkArgs& args) {
+  if (args.mode == IndexMode::decode) {
     if (args.next_n < 1 || args.next_n > 8)
-      throw_bad_argument(kFunction, "next_n", args.next_n, "an integer in [1, 8]");
+      detail::throw_bad_argument(kFunction, "next_n", args.next_n, "an integer in [1, 8]");
   } else if (args.next_n != 1) {
-    throw_bad_argument(kFunction, "next_n", args.next_n, "1 unless mode decode (MTP rows)");
+    detail::throw_bad_argument(kFunction, "next_n", args.next_n, "1 unless mode decode (MTP rows)");
   }
-  if (mode == IndexMode::ragged) {
-    if (args.rows > 0) require_pointer(kFunction, "offsets", args.offsets);
-    return;
-  }
-  if (args.page_size < 1 || args.page_size > 4096)
-    throw_bad_argument(kFunction, "page_size", args.page_size, "an integer in [1, 4096]");
-  if (args.page_table_width < 0)
-    throw_bad_argument(kFunction, "page_table_width", args.page_table_width, ">= 0");
-  *table_stride = args.page_table_row_stride ? args.page_table_row_stride : args.page_table_width;
-  if (*table_stride < args.page_table_width)
-    throw_bad_argument(kFunction, "page_table_row_stride", args.page_table_row_stride,
-                       "0 (= page_table_width) or >= page_table_width = " + std::to_string(args.page_table_width));
-  if (mode == IndexMode::decode) {
-    if (args.rows % args.next_n != 0)
-      throw_bad_argument(kFunction, "rows", args.rows,
-                         "a multiple of next_n = " + std::to_string(args.next_n) + " for mode decode");
-    if (args.num_requests != args.rows / args.next_n)
-      throw_bad_argument(kFunction, "num_requests", args.num_requests,
-                         "rows / next_n = " + std::to_string(args.rows / args.next_n) +
-                             " for mode decode (row r uses page-table row r / next_n)");
-  } else {
-    if (args.num_requests < 0) throw_bad_argument(kFunction, "num_requests", args.num_requests, ">= 0");
-    if (args.rows > 0) require_pointer(kFunction, "cu_seqlens_q", args.cu_seqlens_q);
-  }
-  if (args.rows > 0 && args.num_requests > 0 && args.page_table_width > 0)
-    require_pointer(kFunction, "page_table", args.page_table);
+  return detail::check_transform_arguments(kFunction, args, args.next_n);
 }
 
 }  // namespace
@@ -144,8 +117,7 @@ void topk(const TopkArgs& args, CUstream stream) {
     require_pointer(kFunction, "lengths", args.lengths);
     require_pointer(kFunction, "out", args.out);
   }
-  long long table_stride = 0;
-  if (args.fused_transform) check_fused(args, &table_stride);
+  const long long table_stride = args.fused_transform ? check_fused(args) : 0;
   if (args.rows == 0) return;
 
   KernelSpec spec;
@@ -201,17 +173,7 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.cand_capacity = plan.cand_capacity;
   params.slots_per_thread = plan.slots_per_thread;
   params.phase = 0;
-  if (args.fused_transform) {
-    if (args.mode == IndexMode::ragged) {
-      params.offsets = args.offsets;
-    } else {
-      params.page_table = args.page_table;
-      params.page_table_row_stride = table_stride;
-      params.max_position = static_cast<long long>(args.page_table_width) * args.page_size;
-      params.cu_seqlens_q = args.cu_seqlens_q;
-      params.num_requests = args.num_requests;
-    }
-  }
+  if (args.fused_transform) detail::set_transform_parameters(params, args, table_stride);
 
   LaunchGeometry geometry;
   geometry.grid_x = unsigned(args.rows) * unsigned(plan.ctas_per_row);

@@ -5,6 +5,7 @@
 
 #include "generator/embedded_templates.hpp"
 #include "generator/family.hpp"
+#include "generator/families/transform_fields.hpp"
 
 namespace nsajit {
 namespace {
@@ -18,33 +19,16 @@ void fill_default_tile(KernelSpec& spec) {
 void validate_index_transform(const KernelSpec& spec) {
   if (spec.topk < 64 || spec.topk > 16384 || spec.topk % 64 != 0)
     throw_bad_field(spec, "topk", spec.topk, "a multiple of 64 in [64, 16384]");
-  if (spec.mode != IndexMode::decode && spec.mode != IndexMode::prefill &&
-      spec.mode != IndexMode::ragged)
-    throw_bad_field(spec, "mode", static_cast<long long>(spec.mode), "decode, prefill or ragged");
-  if (spec.page_size < 1 || spec.page_size > 4096)
-    throw_bad_field(spec, "page_size", spec.page_size, "an integer in [1, 4096]");
-  // ragged reads no page table: one kernel per topk, whatever page size the caller uses.
-  if (spec.mode == IndexMode::ragged && spec.page_size != 1)
-    throw_bad_field(spec, "page_size", spec.page_size, "1 for mode ragged (no page table)");
+  validate_transform_fields(spec);
   const int t = spec.tile.threads;
   if (t != 128 && t != 256 && t != 512 && t != 1024)
     throw_bad_field(spec, "threads", t, "one of 128, 256, 512, 1024");
 }
 
-// NSAJIT_MODE: 0 decode, 1 prefill, 2 ragged (templates/index_transform.cuh).
-long long mode_constant(IndexMode mode) {
-  switch (mode) {
-    case IndexMode::decode: return 0;
-    case IndexMode::prefill: return 1;
-    case IndexMode::ragged: return 2;
-  }
-  return 0;
-}
-
 std::vector<KernelConstant> constants(const KernelSpec& spec) {
   return {{"TOPK", spec.topk},
           {"PAGE_SIZE", spec.page_size},
-          {"MODE", mode_constant(spec.mode)},
+          {"MODE", transform_mode_constant(spec.mode)},
           {"THREADS", spec.tile.threads}};
 }
 

@@ -5,6 +5,7 @@
 
 #include "generator/embedded_templates.hpp"
 #include "generator/family.hpp"
+#include "generator/families/transform_fields.hpp"
 
 namespace nsajit {
 namespace {
@@ -33,25 +34,11 @@ void validate_topk(const KernelSpec& spec) {
     if (spec.next_n != 1) throw_bad_field(spec, "next_n", spec.next_n, "1: a plain top-k (fused_transform false) does not use next_n");
     return;
   }
-  if (spec.mode != IndexMode::decode && spec.mode != IndexMode::prefill && spec.mode != IndexMode::ragged)
-    throw_bad_field(spec, "mode", static_cast<long long>(spec.mode), "decode, prefill or ragged");
-  if (spec.page_size < 1 || spec.page_size > 4096)
-    throw_bad_field(spec, "page_size", spec.page_size, "an integer in [1, 4096]");
-  if (spec.mode == IndexMode::ragged && spec.page_size != 1)
-    throw_bad_field(spec, "page_size", spec.page_size, "1 for mode ragged (no page table)");
+  validate_transform_fields(spec);
   if (spec.next_n < 1 || spec.next_n > 8)
     throw_bad_field(spec, "next_n", spec.next_n, "an integer in [1, 8]");
   if (spec.mode != IndexMode::decode && spec.next_n != 1)
     throw_bad_field(spec, "next_n", spec.next_n, "1 unless mode decode (MTP rows)");
-}
-
-long long mode_constant(IndexMode mode) {
-  switch (mode) {
-    case IndexMode::decode: return 0;
-    case IndexMode::prefill: return 1;
-    case IndexMode::ragged: return 2;
-  }
-  return 0;
 }
 
 long long sort_size(int topk) {
@@ -64,7 +51,7 @@ std::vector<KernelConstant> constants(const KernelSpec& spec) {
   return {{"TOPK", spec.topk},
           {"THREADS", spec.tile.threads},
           {"FUSED", spec.fused_transform ? 1 : 0},
-          {"MODE", mode_constant(spec.mode)},
+          {"MODE", transform_mode_constant(spec.mode)},
           {"PAGE_SIZE", spec.page_size},
           {"NEXT_N", spec.next_n},
           {"SORTED", spec.sorted ? 1 : 0},
