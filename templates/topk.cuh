@@ -153,6 +153,21 @@ NSAJIT_DEVICE int topk_emit(const TopkTransformRow& t, int idx, bool apply) {
 #endif
 }
 
+// Fused: asks L2 for the page-table entries a row of `len` positions can read (the whole used
+// prefix of its table row, 16-byte chunks inside it), so that the transform at the end of the row
+// waits an L2 rather than a DRAM latency. A hint: no completion, no shared memory.
+NSAJIT_DEVICE void topk_prefetch_table(const TopkTransformRow& t, int len) {
+#if NSAJIT_MODE != 2
+  if (t.table_row == nullptr) return;
+  const long long used = min((long long)len, t.max_position);  // positions that reach the table
+  const long long entries = (used + NSAJIT_PAGE_SIZE - 1) / NSAJIT_PAGE_SIZE;
+  const unsigned long long first = (reinterpret_cast<unsigned long long>(t.table_row) + 15ull) & ~15ull;
+  const unsigned long long end = reinterpret_cast<unsigned long long>(t.table_row + entries) & ~15ull;
+  if (end > first)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(first), "r"(uint32_t(end - first)) : "memory");
+#endif
+}
+
 // --- slice access ----------------------------------------------------------------------------------
 
 // The CTA's slice: positions [b, b + n) of the row, seen as nvec 16-byte vectors of global memory
@@ -393,6 +408,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       out[j] = topk_emit(t, j < len ? j : -1, apply);
     return;
   }
+  if (apply && tid == 0 && rank == 0) topk_prefetch_table(t, len);
 
   // This CTA's slice.
   TopkSlice s;
