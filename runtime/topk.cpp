@@ -24,7 +24,6 @@ constexpr int kMinSpreadSlice = 8192; // few rows: split while slices stay at le
 constexpr int kHistWords = 4096;      // first-digit histogram (templates/topk.cuh); overflow list
 constexpr int kSlotWords = 4096;      // per-thread candidate slots (slots_per_thread * threads <= this)
 constexpr int kCandCapacity = 4096;   // candidates (<= kHistWords); normal data: ~1-3% of a row
-constexpr int kMaxTableWords = 4096;  // fused: page-table entries copied per CTA (page size 1: 4K slices)
 // Dynamic shared memory of the select launch (the family allows 215040 bytes): what is left after
 // the histogram, the cluster section and the candidate lists holds the resident slice.
 constexpr int kMaxDynamicBytes = 215040;
@@ -32,7 +31,7 @@ constexpr int kMaxDynamicBytes = 215040;
 
 void set_topk_launch_override(const TopkLaunchOverride& o) { g_override = o; }
 
-TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster, int table_page_size) {
+TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster) {
   TopkLaunchPlan plan;
   plan.threads = g_override.threads > 0 ? g_override.threads : 512;
   if (width <= topk) return plan;  // no row needs a selection
@@ -74,12 +73,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   plan.slots_offset = plan.section_offset + section_words;
   plan.cand_offset = plan.slots_offset + kSlotWords;
   plan.overflow_warp_offset = plan.cand_offset + cand_words;
-  plan.table_offset = plan.overflow_warp_offset + (plan.cand_capacity + 1) / 2;
-  if (table_page_size > 0) {
-    const int words = plan.slice / table_page_size + 2;  // the pages [b, b + slice) can touch
-    if (words <= kMaxTableWords && 4LL * (plan.table_offset + words) <= kMaxDynamicBytes) plan.table_words = words;
-  }
-  plan.dynamic_smem = unsigned(4 * (plan.table_offset + plan.table_words));
+  plan.dynamic_smem = unsigned(4 * (plan.overflow_warp_offset + (plan.cand_capacity + 1) / 2));
   return plan;
 }
 
@@ -137,10 +131,7 @@ void topk(const TopkArgs& args, CUstream stream) {
     spec.next_n = args.mode == IndexMode::decode ? args.next_n : 1;
   }
   const int sm_count = driver::current_context_info().sm_count;
-  // Fused with a page table (unsorted: sorted rows are transformed after the sort): the select
-  // launch may transform from a shared-memory copy of the page-table entries.
-  const int table_page_size = args.fused_transform && !args.sorted && args.mode != IndexMode::ragged ? args.page_size : 0;
-  detail::TopkLaunchPlan plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 16, table_page_size);
+  detail::TopkLaunchPlan plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count);
   const KernelSpec base_spec = spec;
   auto load = [&](const detail::TopkLaunchPlan& p) -> const LoadedKernel& {
     spec = base_spec;
@@ -158,7 +149,7 @@ void topk(const TopkArgs& args, CUstream stream) {
     one.dynamic_smem = plan.dynamic_smem;
     one.cluster_x = unsigned(plan.ctas_per_row);
     if (!cluster_fits(*loaded, one)) {
-      plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 8, table_page_size);
+      plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 8);
       loaded = &load(plan);
     }
   }
@@ -181,8 +172,6 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.overflow_warp_offset = plan.overflow_warp_offset;
   params.cand_capacity = plan.cand_capacity;
   params.slots_per_thread = plan.slots_per_thread;
-  params.table_offset = plan.table_offset;
-  params.table_words = plan.table_words;
   params.phase = 0;
   if (args.fused_transform) detail::set_transform_parameters(params, args, table_stride);
 

@@ -13,7 +13,6 @@ struct TopkLaunchPlan {
   int slots_per_thread = 0;  // candidate slots of each thread (more go to the overflow list)
   // Dynamic shared memory of the select launch, offsets in 4-byte words (see TopkParams).
   int hist_offset = 0, section_offset = 0, slots_offset = 0, cand_offset = 0, overflow_warp_offset = 0;
-  int table_offset = 0, table_words = 0;  // fused: shared-memory copy of the slice's page-table entries
   unsigned dynamic_smem = 0;  // bytes
 };
 
@@ -21,10 +20,7 @@ struct TopkLaunchPlan {
 // rows are split over a cluster so that the GPU (sm_count SMs) is filled.
 // max_cluster (a power of two <= 16) caps the cluster size (runtime/topk.cpp lowers it to 8 when
 // a 16-CTA cluster does not fit the device).
-// table_page_size > 0 (fused with a page table, unsorted): the page size; the plan then copies the
-// slice's page-table entries to shared memory when they fit (kMaxTableWords), else stages.
-TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16,
-                                int table_page_size = 0);
+TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16);
 
 // Test/bench hook (not thread-safe): ctas_per_row, threads, cand_capacity > 0 and
 // slots_per_thread >= 0 replace the plan's choice (ctas_per_row must be 1, 2, 4, 8 or 16);

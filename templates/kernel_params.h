@@ -38,10 +38,6 @@ struct TopkParams {
   int overflow_warp_offset;    // uint16 warp of each overflow-list entry, cand_capacity halves
   int cand_capacity;           // <= 4096 keys; a larger threshold bin is rescanned instead
   int slots_per_thread;        // <= 4096 / threads
-  // Fused, page-table modes: > 0 = page-table entries of the slice's pages copied to shared memory
-  // at table_offset (slice / page_size + 2 words); 0 = positions staged, transformed at the end.
-  int table_offset;
-  int table_words;
   // Fused transform (NSAJIT_FUSED): see IndexTransformParams.
   const int* page_table;            // [num_requests, page_table_row_stride]
   long long page_table_row_stride;  // elements

@@ -153,18 +153,18 @@ NSAJIT_DEVICE int topk_emit(const TopkTransformRow& t, int idx, bool apply) {
 #endif
 }
 
-// topk_emit with the row's page-table entries for pages [first_page, ...) copied to shared memory
-// (`table`, see TopkParams::table_words); idx: a position of this CTA's slice.
-NSAJIT_DEVICE int topk_emit_cached(const TopkTransformRow& t, int idx, const int* table, int first_page) {
-#if NSAJIT_MODE == 2
-  (void)table;
-  (void)first_page;
-  return topk_emit(t, idx, true);
-#else
-  if ((long long)idx >= t.max_position) return -1;
-  const int entry = table[idx / NSAJIT_PAGE_SIZE - first_page];
-  if (entry < 0) return -1;
-  return int((long long)entry * NSAJIT_PAGE_SIZE + idx % NSAJIT_PAGE_SIZE);
+// Fused: asks L2 for the page-table entries a row of `len` positions can read (the whole used
+// prefix of its table row, 16-byte chunks inside it), so that the transform at the end of the row
+// waits an L2 rather than a DRAM latency. A hint: no completion, no shared memory.
+NSAJIT_DEVICE void topk_prefetch_table(const TopkTransformRow& t, int len) {
+#if NSAJIT_MODE != 2
+  if (t.table_row == nullptr) return;
+  const long long used = min((long long)len, t.max_position);  // positions that reach the table
+  const long long entries = (used + NSAJIT_PAGE_SIZE - 1) / NSAJIT_PAGE_SIZE;
+  const unsigned long long first = (reinterpret_cast<unsigned long long>(t.table_row) + 15ull) & ~15ull;
+  const unsigned long long end = reinterpret_cast<unsigned long long>(t.table_row + entries) & ~15ull;
+  if (end > first)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(first), "r"(uint32_t(end - first)) : "memory");
 #endif
 }
 
@@ -408,6 +408,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       out[j] = topk_emit(t, j < len ? j : -1, apply);
     return;
   }
+  if (apply && tid == 0 && rank == 0) topk_prefetch_table(t, len);
 
   // This CTA's slice.
   TopkSlice s;
@@ -430,20 +431,6 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   uint32_t* const cand = words + p.cand_offset;
   uint32_t* const overflow = hist0;  // free once the first digit is found
   unsigned short* const overflow_warp = reinterpret_cast<unsigned short*>(words + p.overflow_warp_offset);
-  // Fused with table_words > 0: the page-table entries of the pages this slice's positions fall in,
-  // read now (their latency hides behind pass 0) so that each output is transformed as it is
-  // written; else (table_words 0) the positions are staged in `slots` and transformed at the end.
-  int* const table = reinterpret_cast<int*>(words + p.table_offset);
-  const int first_page = b / NSAJIT_PAGE_SIZE;
-  const bool stage = apply && p.table_words == 0;
-#if NSAJIT_MODE != 2
-  if (apply && !stage) {
-    for (int e = tid; e < p.table_words; e += NSAJIT_THREADS) {
-      const long long page = (long long)first_page + e;
-      table[e] = t.table_row != nullptr && page * NSAJIT_PAGE_SIZE < t.max_position ? t.table_row[page] : -1;
-    }
-  }
-#endif
 
   for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
   for (int i = tid; i < 2 << NSAJIT_TOPK_REFINE_BITS; i += NSAJIT_THREADS) (&sh.refine_hist[0][0])[i] = 0u;
@@ -730,10 +717,9 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   } else {
     __syncthreads();
   }
-  // Staged: positions go to shared memory (the candidate slots, free by now; topk <= 4096 words)
-  // and to `out` once, transformed; else straight to `out` (transformed from `table` if fused).
-  int* const dst = stage ? reinterpret_cast<int*>(slots) : out;
-  auto output = [&](int position) { return apply && !stage ? topk_emit_cached(t, position, table, first_page) : position; };
+  // Fused: positions are staged in shared memory (the candidate slots, free by now; topk <= 4096
+  // words) and go to `out` once, transformed.
+  int* const dst = apply ? reinterpret_cast<int*>(slots) : out;
   int next_greater = cta_greater + sh.warp_greater[warp];
   int next_equal = cta_equal + sh.warp_equal[warp];
   const unsigned lanes_below = (1u << lane) - 1u;
@@ -765,15 +751,15 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         const uint32_t key = topk_lane(kv, j);
         const int position = b + 4 * v + j - s.head;
         if (key > threshold) {
-          dst[pg++] = output(position);
+          dst[pg++] = position;
         } else if (key == threshold) {
-          if (pe < take_equal) dst[total_greater + pe] = output(position);
+          if (pe < take_equal) dst[total_greater + pe] = position;
           ++pe;
         }
       }
     }
   }
-  if (stage) {
+  if (apply) {
     // Fused transform of this CTA's slots, all page-table reads in parallel (in the loop above
     // each would stall its warp): the slots [cta_greater, cta_greater + G) and the taken ties.
     // Each thread issues the page-table reads of up to 4 slots before its first store (the

@@ -203,22 +203,8 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       CHECK(q.overflow_warp_offset == q.cand_offset + (q.ctas_per_row > 1 ? q.cand_capacity : 0));
       CHECK(q.slots_per_thread * q.threads <= 4096);
       if (q.resident) CHECK(q.hist_offset >= q.slice + 4);
-      CHECK(q.table_words == 0);  // plain top-k: no page table
-      // Fused with a page table: the slice's pages (slice / page + 2 entries) after the other
-      // parts when they fit, else staged (table_words 0); the layout stays within the limit.
-      for (const int page : {1, 64}) {
-        const auto f = plan_topk_launch(rows, width, 2048, 132, 16, page);
-        INFO("page size " << page);
-        CHECK(f.dynamic_smem <= 215040u);
-        CHECK(f.table_offset == f.overflow_warp_offset + (f.cand_capacity + 1) / 2);
-        CHECK((f.table_words == 0 || f.table_words == f.slice / page + 2));
-        CHECK(f.dynamic_smem == 4u * unsigned(f.table_offset + f.table_words));
-        if (page == 64) CHECK(f.table_words > 0);
-      }
     }
   }
-  // Page size 1 copies the table only for slices of at most 4094 positions.
-  CHECK(plan_topk_launch(4096, 32768, 2048, 132, 16, 1).table_words == 0);
 }
 
 // --- GPU ---------------------------------------------------------------------------------------------
