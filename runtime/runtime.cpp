@@ -162,14 +162,25 @@ const LoadedKernel& kernel(const KernelSpec& spec) {
 }
 
 namespace {
-// The cuLaunchKernelEx configuration of `g` with clusters of g.cluster_x CTAs along x; `attribute`
-// (the cluster dimension) must outlive the returned value, which points to it.
-CUlaunchConfig cluster_launch_config(const LaunchGeometry& g, CUstream stream, CUlaunchAttribute& attribute) {
-  attribute = CUlaunchAttribute{};
-  attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attribute.value.clusterDim.x = g.cluster_x;
-  attribute.value.clusterDim.y = 1;
-  attribute.value.clusterDim.z = 1;
+// The cuLaunchKernelEx configuration of `g`: clusters of g.cluster_x CTAs along x (when > 0) and
+// programmatic stream serialization (when g.programmatic). `attributes` must outlive the returned
+// value, which points to it.
+CUlaunchConfig launch_config(const LaunchGeometry& g, CUstream stream, CUlaunchAttribute (&attributes)[2]) {
+  unsigned count = 0;
+  if (g.cluster_x > 0) {
+    CUlaunchAttribute& a = attributes[count++];
+    a = CUlaunchAttribute{};
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = g.cluster_x;
+    a.value.clusterDim.y = 1;
+    a.value.clusterDim.z = 1;
+  }
+  if (g.programmatic) {
+    CUlaunchAttribute& a = attributes[count++];
+    a = CUlaunchAttribute{};
+    a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    a.value.programmaticStreamSerializationAllowed = 1;
+  }
   CUlaunchConfig config{};
   config.gridDimX = g.grid_x;
   config.gridDimY = g.grid_y;
@@ -179,8 +190,8 @@ CUlaunchConfig cluster_launch_config(const LaunchGeometry& g, CUstream stream, C
   config.blockDimZ = 1;
   config.sharedMemBytes = g.dynamic_smem;
   config.hStream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  config.attrs = attributes;
+  config.numAttrs = count;
   return config;
 }
 }  // namespace
@@ -188,9 +199,9 @@ CUlaunchConfig cluster_launch_config(const LaunchGeometry& g, CUstream stream, C
 void launch(const LoadedKernel& k, const LaunchGeometry& g, const void* params, CUstream stream) {
   if (g.grid_x == 0 || g.grid_y == 0 || g.grid_z == 0) return;
   void* args[] = {const_cast<void*>(params)};
-  if (g.cluster_x > 0) {
-    CUlaunchAttribute attribute{};
-    const CUlaunchConfig config = cluster_launch_config(g, stream, attribute);
+  if (g.cluster_x > 0 || g.programmatic) {
+    CUlaunchAttribute attributes[2];
+    const CUlaunchConfig config = launch_config(g, stream, attributes);
     NSAJIT_CU(cuLaunchKernelEx, &config, k.function, args, nullptr);
     return;
   }
@@ -221,8 +232,9 @@ bool cluster_fits(const LoadedKernel& k, const LaunchGeometry& g) {
   LaunchGeometry one = g;  // one cluster
   one.grid_x = g.cluster_x;
   one.grid_y = one.grid_z = 1;
-  CUlaunchAttribute attribute{};
-  const CUlaunchConfig config = cluster_launch_config(one, nullptr, attribute);
+  one.programmatic = false;
+  CUlaunchAttribute attributes[2];
+  const CUlaunchConfig config = launch_config(one, nullptr, attributes);
   int clusters = 0;
   NSAJIT_CU(cuOccupancyMaxActiveClusters, &clusters, k.function, &config);
   std::lock_guard lock(mutex);

@@ -21,6 +21,11 @@ struct LaunchGeometry {
   unsigned dynamic_smem = 0;  // bytes, <= the family's max_dynamic_smem(spec)
   unsigned cluster_x = 0;     // > 0: launch as thread-block clusters of cluster_x CTAs along x
                               // (cuLaunchKernelEx; grid_x must be a multiple; <= 8 portable)
+  // Programmatic dependent launch (sm_90+): the grid may be scheduled while the previous kernel of
+  // the stream is still finishing; the kernel must execute griddepcontrol.wait before touching
+  // memory that kernel writes (or that later work reads). Hides the launch gap of a short
+  // follow-up kernel such as the split-KV combine.
+  bool programmatic = false;
 };
 
 struct LoadedKernel {
@@ -35,7 +40,9 @@ KernelSpec spec_for_current_device(KernelSpec spec);
 // The loaded kernel of `spec` (arch must be filled) in the current context.
 const LoadedKernel& kernel(const KernelSpec& spec);
 
-// cuLaunchKernel (cuLaunchKernelEx with a cluster dimension when cluster_x > 0) with the parameter block as the kernel's single argument. No sync, no allocation.
+// cuLaunchKernel (cuLaunchKernelEx with a cluster dimension when cluster_x > 0 and/or the
+// programmatic-serialization attribute when programmatic) with the parameter block as the
+// kernel's single argument. No sync, no allocation.
 // A zero-sized grid launches nothing.
 void launch(const LoadedKernel& kernel, const LaunchGeometry& geometry, const void* params,
             CUstream stream);

@@ -220,6 +220,9 @@ void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
     cg.grid_x = unsigned(a.rows);
     cg.grid_y = unsigned(a.h_q);
     cg.block = unsigned(cspec.tile.threads);
+    // The combine waits (griddepcontrol.wait) for the split kernel before reading its partials;
+    // launched programmatically, its launch overlaps that kernel's last CTAs.
+    cg.programmatic = cspec.arch.sm >= 90;
     launch(ck, cg, &c, stream);
   }
 }

@@ -7,10 +7,15 @@
 // No valid token in any split: out 0, lse +inf, max_logits -inf. The splits are summed in a fixed
 // order, so the result is deterministic for a given number of splits.
 // grid = (rows, h_q); NSAJIT_THREADS (128) threads, each owning 4 output dims.
+// Launched as a programmatic dependent of the split kernel on sm_90+ (runtime/sparse_mla_decode.cpp):
+// it waits for that grid (griddepcontrol.wait, a no-op otherwise) before any memory access.
 #pragma once
 
 extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS)
 nsajit_sparse_mla_combine(const SparseMlaCombineParams p) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   const long long head = (long long)blockIdx.x * p.h_q + blockIdx.y;
   const long long stride = (long long)p.rows * p.h_q;  // between splits
   const int ns = p.num_splits;
