@@ -36,6 +36,16 @@ int heads_per_cta(int h_q) { return h_q < 64 ? h_q : 64; }
 // h_q >= 64 only, =0 the mma.sync kernel (threads 256) everywhere; unset (or anything else): the
 // spec's default tile. Only the spec changes, so the source still depends on the spec alone.
 // Returns -1 (default), 0 (mma.sync) or the smallest h_q given the wgmma kernel. Read once.
+// NSAJIT_PDL=0 launches the split-KV combine as an ordinary kernel (no programmatic dependent
+// launch), e.g. for a driver or a graph-capture setup that rejects PDL. Read once.
+bool combine_pdl_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("NSAJIT_PDL");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return allowed;
+}
+
 int kernel_choice() {
   static const int choice = [] {
     const char* v = std::getenv("NSAJIT_MLA_WGMMA");
@@ -222,7 +232,8 @@ void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
     cg.block = unsigned(cspec.tile.threads);
     // The combine waits (griddepcontrol.wait) for the split kernel before reading its partials;
     // launched programmatically, its launch overlaps that kernel's last CTAs.
-    cg.programmatic = cspec.arch.sm >= 90;
+    // (templates/sparse_mla_combine.cuh waits under the same condition: __CUDA_ARCH__ >= 900.)
+    cg.programmatic = cspec.arch.sm >= 90 && combine_pdl_allowed();
     launch(ck, cg, &c, stream);
   }
 }

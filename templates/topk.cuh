@@ -156,8 +156,10 @@ NSAJIT_DEVICE int topk_emit(const TopkTransformRow& t, int idx, bool apply) {
 // Fused: asks L2 for the page-table entries a row of `len` positions can read (the whole used
 // prefix of its table row, 16-byte chunks inside it), so that the transform at the end of the row
 // waits an L2 rather than a DRAM latency. A hint: no completion, no shared memory.
+// Only for pages of >= 32 positions: the prefix is then <= 1/32 of the row's score bytes; with
+// page_table_1 it would be as large as the scores, to serve topk scattered 4-byte reads.
 NSAJIT_DEVICE void topk_prefetch_table(const TopkTransformRow& t, int len) {
-#if NSAJIT_MODE != 2
+#if NSAJIT_MODE != 2 && NSAJIT_PAGE_SIZE >= 32
   if (t.table_row == nullptr) return;
   const long long used = min((long long)len, t.max_position);  // positions that reach the table
   const long long entries = (used + NSAJIT_PAGE_SIZE - 1) / NSAJIT_PAGE_SIZE;

@@ -124,7 +124,8 @@ void topk(const TopkArgs& args, CUstream stream = nullptr);
 // index row of its (row, heads); a row's results are bit-identical whatever its batchmates and
 // the launch's batch size. Split-KV (workspace given, num_splits 0 = automatic or > 1): when
 // rows x h_q / 64 CTAs cannot fill the GPU, each row's tiles are split over num_splits CTAs that
-// write fp32 partials into `workspace`, merged by a second kernel (same stream). Results are
+// write fp32 partials into `workspace`, merged by a second kernel (same stream; on sm_90+ a
+// programmatic dependent launch, which NSAJIT_PDL=0 in the environment turns off). Results are
 // deterministic for a given split count, but the automatic count depends on the batch size, so
 // split mode is not batch-invariant (differences of ~1 bf16 ulp).
 struct SparseMlaDecodeArgs {
