@@ -13,6 +13,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -149,8 +150,10 @@ struct Result {
 };
 
 // Launches on poisoned outputs (and a poisoned workspace) and downloads them. kv_device: a pool
-// already on the device (bf16 or fp8 per the mode) instead of p.kv / p.cache.
-Result launch(const Problem& p, const Mode& m = {}, const void* kv_device = nullptr) {
+// already on the device (bf16 or fp8 per the mode) instead of p.kv / p.cache. run: how the call
+// is made (default: nsajit::sparse_mla_decode on the null stream).
+using Runner = std::function<void(const nsajit::SparseMlaDecodeArgs&)>;
+Result launch(const Problem& p, const Mode& m = {}, const void* kv_device = nullptr, const Runner& run = {}) {
   DeviceBuffer<std::uint16_t> q(p.q);
   DeviceBuffer<std::uint16_t> kv(kv_device || m.fp8 ? std::vector<std::uint16_t>{} : p.kv);
   DeviceBuffer<std::uint8_t> cache(kv_device || !m.fp8 ? std::vector<std::uint8_t>{} : p.cache);
@@ -194,7 +197,8 @@ Result launch(const Problem& p, const Mode& m = {}, const void* kv_device = null
     a.workspace = ws.get();
     a.workspace_bytes = ws_bytes;
   }
-  nsajit::sparse_mla_decode(a);
+  if (run) run(a);
+  else nsajit::sparse_mla_decode(a);
   return {out.download(), lse.download(), max_logits.download()};
 }
 
@@ -497,6 +501,33 @@ TEST_CASE("sparse_mla gpu: split-KV partial results are combined for every split
     finalize(p, Mode{.splits = splits});
     const Result r = check(p, "splits " + std::to_string(splits), Mode{.splits = splits});
     check_empty_row(r, p, 2);
+  }
+}
+
+// The combine of split-KV is a programmatic dependent launch (sm_90+); inside a captured graph
+// that becomes a programmatic edge. SGLang runs decode in captured graphs.
+TEST_CASE("sparse_mla gpu: a split-KV call captured into a CUDA graph matches the eager call") {
+  NSAJIT_REQUIRE_GPU();
+  for (const Mode& m : {Mode{.splits = 4}, Mode{.fp8 = true, .page_size = 64, .splits = 3}}) {
+    Problem p = make_problem(5, 128, 2048, 6000, 4242);
+    finalize(p, m);
+    const Result eager = check(p, "eager", m);  // also loads the kernels before the capture
+    const Result graphed = launch(p, m, nullptr, [](const nsajit::SparseMlaDecodeArgs& a) {
+      CUstream stream = nullptr;
+      NSAJIT_CU(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
+      NSAJIT_CU(cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_RELAXED);
+      nsajit::sparse_mla_decode(a, stream);
+      CUgraph graph = nullptr;
+      NSAJIT_CU(cuStreamEndCapture, stream, &graph);
+      CUgraphExec exec = nullptr;
+      NSAJIT_CU(cuGraphInstantiate, &exec, graph, 0);
+      NSAJIT_CU(cuGraphLaunch, exec, stream);
+      NSAJIT_CU(cuStreamSynchronize, stream);
+      NSAJIT_CU(cuGraphExecDestroy, exec);
+      NSAJIT_CU(cuGraphDestroy, graph);
+      NSAJIT_CU(cuStreamDestroy, stream);
+    });
+    CHECK(same_bits(graphed, 0, eager, 0, std::size_t(p.rows) * p.h_q));
   }
 }
 
