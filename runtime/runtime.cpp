@@ -209,8 +209,7 @@ void launch(const LoadedKernel& k, const LaunchGeometry& g, const void* params, 
             nullptr);
 }
 
-bool cluster_fits(const LoadedKernel& k, const LaunchGeometry& g) {
-  if (g.cluster_x <= 1) return true;
+int resident_ctas(const LoadedKernel& k, const LaunchGeometry& g) {
   struct Key {
     CUfunction function;
     unsigned block, smem, cluster;
@@ -223,23 +222,36 @@ bool cluster_fits(const LoadedKernel& k, const LaunchGeometry& g) {
     }
   };
   static std::mutex mutex;
-  static std::unordered_map<Key, bool, KeyHash> fits;
-  const Key key{k.function, g.block, g.dynamic_smem, g.cluster_x};
+  static std::unordered_map<Key, int, KeyHash> resident;
+  const unsigned cluster = g.cluster_x > 1 ? g.cluster_x : 1u;
+  const Key key{k.function, g.block, g.dynamic_smem, cluster};
   {
     std::lock_guard lock(mutex);
-    if (auto it = fits.find(key); it != fits.end()) return it->second;
+    if (auto it = resident.find(key); it != resident.end()) return it->second;
   }
-  LaunchGeometry one = g;  // one cluster
-  one.grid_x = g.cluster_x;
-  one.grid_y = one.grid_z = 1;
-  one.programmatic = false;
-  CUlaunchAttribute attributes[2];
-  const CUlaunchConfig config = launch_config(one, nullptr, attributes);
-  int clusters = 0;
-  NSAJIT_CU(cuOccupancyMaxActiveClusters, &clusters, k.function, &config);
+  int ctas = 0;
+  if (cluster > 1) {
+    // The opt-in lives on the function: set once here, before the first query and launch.
+    if (cluster > 8)
+      NSAJIT_CU(cuFuncSetAttribute, k.function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
+    LaunchGeometry one = g;  // one cluster
+    one.grid_x = cluster;
+    one.grid_y = one.grid_z = 1;
+    one.cluster_x = cluster;
+    one.programmatic = false;
+    CUlaunchAttribute attributes[2];
+    const CUlaunchConfig config = launch_config(one, nullptr, attributes);
+    int clusters = 0;
+    NSAJIT_CU(cuOccupancyMaxActiveClusters, &clusters, k.function, &config);
+    ctas = clusters * int(cluster);
+  } else {
+    int per_sm = 0;
+    NSAJIT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, &per_sm, k.function, int(g.block), std::size_t(g.dynamic_smem));
+    ctas = per_sm * driver::current_context_info().sm_count;
+  }
   std::lock_guard lock(mutex);
-  fits[key] = clusters > 0;
-  return clusters > 0;
+  resident[key] = ctas;
+  return ctas;
 }
 
 KernelRecord precompile(const KernelSpec& spec_in) {

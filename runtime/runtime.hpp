@@ -47,10 +47,12 @@ const LoadedKernel& kernel(const KernelSpec& spec);
 void launch(const LoadedKernel& kernel, const LaunchGeometry& geometry, const void* params,
             CUstream stream);
 
-// Whether one cluster of geometry.cluster_x CTAs (geometry.block threads and dynamic_smem bytes
-// each) can be resident on the current device at all (cuOccupancyMaxActiveClusters > 0): a
-// non-portable cluster size (> 8) may not fit a part with fewer SMs per GPC or a MIG slice.
-// Cached per function and shape.
-bool cluster_fits(const LoadedKernel& kernel, const LaunchGeometry& geometry);
+// How many CTAs of this launch shape (geometry.block threads and dynamic_smem bytes each, clusters
+// of geometry.cluster_x CTAs when > 1) the current device runs at once: whole clusters times the
+// cluster size (cuOccupancyMaxActiveClusters), else blocks per SM times SMs. 0 when not even one
+// cluster fits: a non-portable cluster size (> 8) may not fit a part with fewer SMs per GPC or a
+// MIG slice. Sets the function's non-portable-cluster opt-in before the first query of a cluster
+// above 8 (the launch needs it too). Cached per function and shape.
+int resident_ctas(const LoadedKernel& kernel, const LaunchGeometry& geometry);
 
 }  // namespace nsajit

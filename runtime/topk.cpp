@@ -77,6 +77,11 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   return plan;
 }
 
+int topk_prefetch_ahead(unsigned grid, int resident_ctas) {
+  if (g_override.prefetch_ahead >= 0) return g_override.prefetch_ahead;
+  return resident_ctas > 0 && grid > unsigned(resident_ctas) ? resident_ctas : 0;
+}
+
 }  // namespace detail
 
 namespace {
@@ -140,18 +145,23 @@ void topk(const TopkArgs& args, CUstream stream) {
     return kernel(spec);
   };
   const LoadedKernel* loaded = &load(plan);
-  if (plan.ctas_per_row > 8) {
-    // Clusters above the portable 8 need the function's opt-in (set on every call: idempotent),
-    // and may not fit a device at all (fewer SMs per GPC, a MIG slice): then at most 8.
-    NSAJIT_CU(cuFuncSetAttribute, loaded->function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
-    LaunchGeometry one;
-    one.block = unsigned(plan.threads);
-    one.dynamic_smem = plan.dynamic_smem;
-    one.cluster_x = unsigned(plan.ctas_per_row);
-    if (!cluster_fits(*loaded, one)) {
-      plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 8);
-      loaded = &load(plan);
-    }
+  auto geometry_of = [&](const detail::TopkLaunchPlan& p) {
+    LaunchGeometry g;
+    g.grid_x = unsigned(args.rows) * unsigned(p.ctas_per_row);
+    g.block = unsigned(p.threads);
+    g.dynamic_smem = p.dynamic_smem;
+    g.cluster_x = p.ctas_per_row > 1 ? unsigned(p.ctas_per_row) : 0u;
+    return g;
+  };
+  LaunchGeometry geometry = geometry_of(plan);
+  int resident_ctas = nsajit::resident_ctas(*loaded, geometry);
+  if (resident_ctas == 0 && plan.ctas_per_row > 8) {
+    // A non-portable cluster (> 8 CTAs) may not fit a device at all (fewer SMs per GPC, a MIG
+    // slice): then at most 8.
+    plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 8);
+    loaded = &load(plan);
+    geometry = geometry_of(plan);
+    resident_ctas = nsajit::resident_ctas(*loaded, geometry);
   }
 
   TopkParams params{};
@@ -173,19 +183,18 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.cand_capacity = plan.cand_capacity;
   params.slots_per_thread = plan.slots_per_thread;
   params.phase = 0;
+  // A grid of more CTAs than run at once: each CTA warms L2 with the slice of the CTA that will
+  // take its place (templates/topk.cuh, topk_prefetch_later_slice).
+  params.prefetch_ahead = detail::topk_prefetch_ahead(geometry.grid_x, resident_ctas);
   if (args.fused_transform) detail::set_transform_parameters(params, args, table_stride);
 
-  LaunchGeometry geometry;
-  geometry.grid_x = unsigned(args.rows) * unsigned(plan.ctas_per_row);
-  geometry.block = unsigned(spec.tile.threads);
-  geometry.dynamic_smem = plan.dynamic_smem;
-  geometry.cluster_x = plan.ctas_per_row > 1 ? unsigned(plan.ctas_per_row) : 0u;
   launch(*loaded, geometry, &params, stream);
 
   if (args.sorted) {  // phase 1: sort each row, then transform
     long long n = 1;
     while (n < args.topk) n <<= 1;
     params.phase = 1;
+    params.prefetch_ahead = 0;
     LaunchGeometry sort_geometry;
     sort_geometry.grid_x = unsigned(args.rows);
     sort_geometry.block = unsigned(spec.tile.threads);

@@ -22,6 +22,11 @@ struct TopkLaunchPlan {
 // a 16-CTA cluster does not fit the device).
 TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16);
 
+// How many CTAs ahead in grid order each CTA L2-prefetches a slice (TopkParams::prefetch_ahead):
+// the number of CTAs the device runs at once when the grid has more than that, else 0 (every CTA
+// already runs in the first wave).
+int topk_prefetch_ahead(unsigned grid, int resident_ctas);
+
 // Test/bench hook (not thread-safe): ctas_per_row, threads, cand_capacity > 0 and
 // slots_per_thread >= 0 replace the plan's choice (ctas_per_row must be 1, 2, 4, 8 or 16);
 // force_streaming makes every slice re-read global memory. Reset with a default-constructed value.
@@ -31,6 +36,7 @@ struct TopkLaunchOverride {
   bool force_streaming = false;
   int cand_capacity = 0;  // e.g. 64: most rows take the rescan path
   int slots_per_thread = -1;  // >= 0: e.g. 0 sends every candidate to the overflow list
+  int prefetch_ahead = -1;    // >= 0 replaces topk_prefetch_ahead's choice (0: no L2 prefetch)
 };
 void set_topk_launch_override(const TopkLaunchOverride& o);
 

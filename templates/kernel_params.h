@@ -38,6 +38,7 @@ struct TopkParams {
   int overflow_warp_offset;    // uint16 warp of each overflow-list entry, cand_capacity halves
   int cand_capacity;           // <= 4096 keys; a larger threshold bin is rescanned instead
   int slots_per_thread;        // <= 4096 / threads
+  int prefetch_ahead;          // > 0: L2-prefetch the slice of CTA blockIdx.x + prefetch_ahead; 0: off
   // Fused transform (NSAJIT_FUSED): see IndexTransformParams.
   const int* page_table;            // [num_requests, page_table_row_stride]
   long long page_table_row_stride;  // elements

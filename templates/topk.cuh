@@ -170,6 +170,32 @@ NSAJIT_DEVICE void topk_prefetch_table(const TopkTransformRow& t, int len) {
 #endif
 }
 
+// Asks L2 for the slice of the CTA `p.prefetch_ahead` CTAs later in grid order: when the grid
+// has more CTAs than the GPU runs at once, that is about the CTA which takes this one's place on
+// its SM, so its pass 0 streams from L2 instead of waiting on DRAM. The runtime sets
+// prefetch_ahead to the number of resident CTAs (0: off). Only whole 16-byte chunks inside the
+// slice are asked for; a hint: no completion, no shared memory, no effect on results.
+NSAJIT_DEVICE void topk_prefetch_later_slice(const TopkParams& p, int lane) {
+  const long long later = (long long)blockIdx.x + p.prefetch_ahead;
+  if (p.prefetch_ahead <= 0 || later >= (long long)p.rows * p.ctas_per_row) return;
+  const int r = int(later / p.ctas_per_row);
+  const int rank = int(later % p.ctas_per_row);
+  const int row_start = p.row_starts ? min(max(p.row_starts[r], 0), p.width) : 0;
+  const int len = min(p.lengths[r], p.width - row_start);
+  if (len <= NSAJIT_TOPK) return;  // that row is written through without reading scores
+  const long long lo = (long long)rank * p.slice;
+  const long long hi = min((long long)len, lo + p.slice);
+  if (hi <= lo) return;
+  const float* row = p.scores + (long long)r * p.score_row_stride + row_start;
+  const unsigned long long first = (reinterpret_cast<unsigned long long>(row + lo) + 15ull) & ~15ull;
+  const unsigned long long end = reinterpret_cast<unsigned long long>(row + hi) & ~15ull;
+  constexpr unsigned long long kChunk = 16384;  // bytes per lane and round
+  for (unsigned long long a = first + lane * kChunk; a < end; a += 32 * kChunk) {
+    const uint32_t bytes = uint32_t(min(kChunk, end - a));
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(bytes) : "memory");
+  }
+}
+
 // --- slice access ----------------------------------------------------------------------------------
 
 // The CTA's slice: positions [b, b + n) of the row, seen as nvec 16-byte vectors of global memory
@@ -403,6 +429,9 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
 
   const int row_start = p.row_starts ? min(max(p.row_starts[r], 0), p.width) : 0;
   const int len = min(p.lengths[r], p.width - row_start);
+  // The last warp (thread 0 prefetches the page table): before the early exit below, so that a
+  // written-through row still warms its successor's slice.
+  if (warp == NSAJIT_TOPK_WARPS - 1) topk_prefetch_later_slice(p, lane);
   const TopkTransformRow t = topk_transform_row(p, r);
   if (len <= NSAJIT_TOPK) {  // the same decision in every CTA of the row: no cluster barrier follows
     const int per = NSAJIT_TOPK / C;  // C divides 64, topk is a multiple of 64

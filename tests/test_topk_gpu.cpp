@@ -412,8 +412,18 @@ TEST_CASE("topk gpu: deterministic across 20 launches, batchmates, launch shapes
       auto big = make_problem(200, width, topk, value);
       std::copy(p.scores.begin(), p.scores.begin() + width, big.scores.begin() + 117 * std::ptrdiff_t(width));
       big.lengths[117] = p.lengths[0];
-      const I got = DeviceTopk(big).run();
+      DeviceTopk big_device(big);
+      const I got = big_device.run();
       CHECK(std::equal(first.begin(), first.begin() + topk, got.begin() + 117 * topk));
+      // The L2 prefetch of a later CTA's slice is a hint: off, one CTA ahead, past the grid's
+      // end, and at 2 CTAs per row give the same bytes.
+      for (const int ahead : {0, 1, 7, 1000}) {
+        for (const int ctas : {0, 2}) {
+          INFO("prefetch_ahead " << ahead << " ctas " << ctas);
+          LaunchOverride o({.ctas_per_row = ctas, .prefetch_ahead = ahead});
+          CHECK(big_device.run() == got);
+        }
+      }
     }
 
     // Every launch shape: 1..16 CTAs per row, global re-read, thread counts, and a candidate list
