@@ -25,7 +25,7 @@ constexpr int kHistWords = 4096;      // first-digit histogram (templates/topk.c
 constexpr int kSlotWords = 4096;      // per-thread candidate slots (slots_per_thread * threads <= this)
 constexpr int kCandCapacity = 4096;   // candidates (<= kHistWords); normal data: ~1-3% of a row
 // Dynamic shared memory of the select launch (the family allows 215040 bytes): what is left after
-// the histogram, the cluster section and the candidate lists holds the resident slice.
+// the histogram, the cluster section and the candidate lists holds the kept part of the slice.
 constexpr int kMaxDynamicBytes = 215040;
 }  // namespace
 
@@ -47,6 +47,13 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
     // the GPU at once (measured on the H200), so 8 rows would take two waves.
     const int limit = std::min(max_cluster, rows == 1 ? 16 : 8);
     while (c < limit && ceil_div(width, c) > kTargetSlice) c *= 2;
+    // Rows that fill at most one wave at one CTA per SM but not at c CTAs each (128 rows of
+    // 131072 at 4 CTAs would take 4 waves): the most CTAs per row that keep one wave, slices
+    // partly kept in shared memory (measured 126.5 -> 88.5 us on the H200 at 1 CTA per row).
+    if ((long long)rows * c > sm_count && rows <= sm_count) {
+      c = 1;
+      while (c < limit && 2LL * rows * c <= sm_count) c *= 2;
+    }
     // Few rows (the grid would fill less than half the SMs): split further, slices >= 8K.
     while (c < limit && 2LL * rows * c <= sm_count && ceil_div(width, c) >= 2 * kMinSpreadSlice) c *= 2;
   }
@@ -66,20 +73,23 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   const int section_words = c > 1 ? kHistWords / c : 0;
   const int cand_words = c > 1 ? plan.cand_capacity : 0;
   const int fixed_words = kHistWords + section_words + kSlotWords + cand_words + (plan.cand_capacity + 1) / 2;
-  const int key_words = (plan.slice / 4 + 1) * 4;  // one extra vector: the slice need not be aligned
-  plan.resident = 4LL * (key_words + fixed_words) <= kMaxDynamicBytes && !g_override.force_streaming;
-  plan.hist_offset = plan.resident ? key_words : 0;
+  // The slice's vectors kept as keys in shared memory: all when they fit (one extra vector: the
+  // slice need not be aligned); as many as fit when the CTA has the SM to itself anyway (1024
+  // threads: 64 registers each fill the register file); none when shared memory would limit how
+  // many CTAs share an SM. The rest is re-read from global memory (L2) by every sweep.
+  const int slice_vecs = plan.slice / 4 + 1;
+  const int room_vecs = (kMaxDynamicBytes / 4 - fixed_words) / 4;
+  plan.resident_vecs = g_override.force_streaming         ? 0
+                       : slice_vecs <= room_vecs          ? slice_vecs
+                       : plan.threads == 1024             ? room_vecs
+                                                          : 0;
+  plan.hist_offset = 4 * plan.resident_vecs;
   plan.section_offset = plan.hist_offset + kHistWords;
   plan.slots_offset = plan.section_offset + section_words;
   plan.cand_offset = plan.slots_offset + kSlotWords;
   plan.overflow_warp_offset = plan.cand_offset + cand_words;
   plan.dynamic_smem = unsigned(4 * (plan.overflow_warp_offset + (plan.cand_capacity + 1) / 2));
   return plan;
-}
-
-int topk_prefetch_ahead(unsigned grid, int resident_ctas) {
-  if (g_override.prefetch_ahead >= 0) return g_override.prefetch_ahead;
-  return resident_ctas > 0 && grid > unsigned(resident_ctas) ? resident_ctas : 0;
 }
 
 }  // namespace detail
@@ -154,14 +164,12 @@ void topk(const TopkArgs& args, CUstream stream) {
     return g;
   };
   LaunchGeometry geometry = geometry_of(plan);
-  int resident_ctas = nsajit::resident_ctas(*loaded, geometry);
-  if (resident_ctas == 0 && plan.ctas_per_row > 8) {
+  if (plan.ctas_per_row > 8 && resident_ctas(*loaded, geometry) == 0) {
     // A non-portable cluster (> 8 CTAs) may not fit a device at all (fewer SMs per GPC, a MIG
-    // slice): then at most 8.
+    // slice): then at most 8. (resident_ctas also sets the function's opt-in for it, once.)
     plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 8);
     loaded = &load(plan);
     geometry = geometry_of(plan);
-    resident_ctas = nsajit::resident_ctas(*loaded, geometry);
   }
 
   TopkParams params{};
@@ -174,7 +182,7 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.width = args.width;
   params.ctas_per_row = plan.ctas_per_row;
   params.slice = plan.slice;
-  params.resident = plan.resident ? 1 : 0;
+  params.resident_vecs = plan.resident_vecs;
   params.hist_offset = plan.hist_offset;
   params.section_offset = plan.section_offset;
   params.slots_offset = plan.slots_offset;
@@ -183,9 +191,6 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.cand_capacity = plan.cand_capacity;
   params.slots_per_thread = plan.slots_per_thread;
   params.phase = 0;
-  // A grid of more CTAs than run at once: each CTA warms L2 with the slice of the CTA that will
-  // take its place (templates/topk.cuh, topk_prefetch_later_slice).
-  params.prefetch_ahead = detail::topk_prefetch_ahead(geometry.grid_x, resident_ctas);
   if (args.fused_transform) detail::set_transform_parameters(params, args, table_stride);
 
   launch(*loaded, geometry, &params, stream);
@@ -194,7 +199,6 @@ void topk(const TopkArgs& args, CUstream stream) {
     long long n = 1;
     while (n < args.topk) n <<= 1;
     params.phase = 1;
-    params.prefetch_ahead = 0;
     LaunchGeometry sort_geometry;
     sort_geometry.grid_x = unsigned(args.rows);
     sort_geometry.block = unsigned(spec.tile.threads);

@@ -7,7 +7,8 @@ namespace nsajit::detail {
 struct TopkLaunchPlan {
   int ctas_per_row = 1;  // = cluster size along x when > 1 (1, 2, 4, 8; 16 non-portable)
   int slice = 0;         // positions per CTA, a multiple of 4
-  bool resident = false; // slice kept in shared memory
+  int resident_vecs = 0;  // the slice's first 16-byte vectors kept as keys in shared memory
+                          // (slice / 4 + 1: all of it; fewer: the rest is re-read)
   int threads = 512;
   int cand_capacity = 0; // candidates at most (a larger threshold bin is rescanned)
   int slots_per_thread = 0;  // candidate slots of each thread (more go to the overflow list)
@@ -17,26 +18,21 @@ struct TopkLaunchPlan {
 };
 
 // The plan for `rows` rows of `width` columns: rows that fit shared memory get one CTA; few long
-// rows are split over a cluster so that the GPU (sm_count SMs) is filled.
+// rows are split over a cluster so that the GPU (sm_count SMs) is filled in one wave.
 // max_cluster (a power of two <= 16) caps the cluster size (runtime/topk.cpp lowers it to 8 when
 // a 16-CTA cluster does not fit the device).
 TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16);
 
-// How many CTAs ahead in grid order each CTA L2-prefetches a slice (TopkParams::prefetch_ahead):
-// the number of CTAs the device runs at once when the grid has more than that, else 0 (every CTA
-// already runs in the first wave).
-int topk_prefetch_ahead(unsigned grid, int resident_ctas);
-
 // Test/bench hook (not thread-safe): ctas_per_row, threads, cand_capacity > 0 and
 // slots_per_thread >= 0 replace the plan's choice (ctas_per_row must be 1, 2, 4, 8 or 16);
-// force_streaming makes every slice re-read global memory. Reset with a default-constructed value.
+// force_streaming keeps nothing in shared memory (every sweep re-reads global memory). Reset with
+// a default-constructed value.
 struct TopkLaunchOverride {
   int ctas_per_row = 0;
   int threads = 0;
   bool force_streaming = false;
   int cand_capacity = 0;  // e.g. 64: most rows take the rescan path
   int slots_per_thread = -1;  // >= 0: e.g. 0 sends every candidate to the overflow list
-  int prefetch_ahead = -1;    // >= 0 replaces topk_prefetch_ahead's choice (0: no L2 prefetch)
 };
 void set_topk_launch_override(const TopkLaunchOverride& o);
 

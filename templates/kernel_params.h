@@ -28,7 +28,8 @@ struct TopkParams {
   // Launch shape (templates/topk.cuh): CTAs per row (= the cluster size, 1..16), positions per CTA.
   int ctas_per_row;
   int slice;                   // multiple of 4; the row's CTA c covers [c * slice, (c + 1) * slice)
-  int resident;                // 1: the slice is kept as keys in dynamic shared memory; 0: re-read
+  int resident_vecs;           // the slice's first resident_vecs 16-byte vectors are kept as keys in
+                               // dynamic shared memory; the rest is re-read from global memory
   int phase;                   // 0: select (+ transform); 1 (sorted specs): sort each row, transform
   // Dynamic shared memory of the select phase, offsets in 4-byte words (runtime/topk.cpp):
   int hist_offset;             // first-digit histogram, 4096 words; later the candidate overflow list
@@ -38,7 +39,6 @@ struct TopkParams {
   int overflow_warp_offset;    // uint16 warp of each overflow-list entry, cand_capacity halves
   int cand_capacity;           // <= 4096 keys; a larger threshold bin is rescanned instead
   int slots_per_thread;        // <= 4096 / threads
-  int prefetch_ahead;          // > 0: L2-prefetch the slice of CTA blockIdx.x + prefetch_ahead; 0: off
   // Fused transform (NSAJIT_FUSED): see IndexTransformParams.
   const int* page_table;            // [num_requests, page_table_row_stride]
   long long page_table_row_stride;  // elements

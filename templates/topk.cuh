@@ -10,10 +10,12 @@
 // Launch shape (chosen by runtime/topk.cpp from width and rows): grid = rows * ctas_per_row CTAs;
 // with ctas_per_row = C > 1 the C CTAs of a row form one thread-block cluster (sm_90) and share
 // histograms, candidates and counts through distributed shared memory. CTA c covers the positions
-// [c * slice, (c + 1) * slice) of its row. resident = 1: the slice is loaded once (16-byte loads)
-// and kept as order-preserving keys in dynamic shared memory; every later sweep reads shared
-// memory. resident = 0 (slices too long for shared memory, e.g. a 2^20 row): every sweep re-reads
-// global memory.
+// [c * slice, (c + 1) * slice) of its row. The slice is loaded once (16-byte loads) and its first
+// resident_vecs vectors are kept as order-preserving keys in dynamic shared memory: all of them
+// when the slice fits, as many as fit when a slice too long for shared memory has the SM to itself
+// (1024 threads, e.g. 128 rows of 131072 in one wave), none when shared memory is left to other
+// CTAs. Every later sweep reads the kept vectors from shared memory and re-reads the others from
+// global memory (L2).
 //
 // Selection: keys are order-preserving uint32 (NaN -> 1 below -inf's 0x007fffff; -0.0 == +0.0;
 // key 0 marks padding and is never counted). Radix select of the topk-th largest key T:
@@ -170,32 +172,6 @@ NSAJIT_DEVICE void topk_prefetch_table(const TopkTransformRow& t, int len) {
 #endif
 }
 
-// Asks L2 for the slice of the CTA `p.prefetch_ahead` CTAs later in grid order: when the grid
-// has more CTAs than the GPU runs at once, that is about the CTA which takes this one's place on
-// its SM, so its pass 0 streams from L2 instead of waiting on DRAM. The runtime sets
-// prefetch_ahead to the number of resident CTAs (0: off). Only whole 16-byte chunks inside the
-// slice are asked for; a hint: no completion, no shared memory, no effect on results.
-NSAJIT_DEVICE void topk_prefetch_later_slice(const TopkParams& p, int lane) {
-  const long long later = (long long)blockIdx.x + p.prefetch_ahead;
-  if (p.prefetch_ahead <= 0 || later >= (long long)p.rows * p.ctas_per_row) return;
-  const int r = int(later / p.ctas_per_row);
-  const int rank = int(later % p.ctas_per_row);
-  const int row_start = p.row_starts ? min(max(p.row_starts[r], 0), p.width) : 0;
-  const int len = min(p.lengths[r], p.width - row_start);
-  if (len <= NSAJIT_TOPK) return;  // that row is written through without reading scores
-  const long long lo = (long long)rank * p.slice;
-  const long long hi = min((long long)len, lo + p.slice);
-  if (hi <= lo) return;
-  const float* row = p.scores + (long long)r * p.score_row_stride + row_start;
-  const unsigned long long first = (reinterpret_cast<unsigned long long>(row + lo) + 15ull) & ~15ull;
-  const unsigned long long end = reinterpret_cast<unsigned long long>(row + hi) & ~15ull;
-  constexpr unsigned long long kChunk = 16384;  // bytes per lane and round
-  for (unsigned long long a = first + lane * kChunk; a < end; a += 32 * kChunk) {
-    const uint32_t bytes = uint32_t(min(kChunk, end - a));
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(bytes) : "memory");
-  }
-}
-
 // --- slice access ----------------------------------------------------------------------------------
 
 // The CTA's slice: positions [b, b + n) of the row, seen as nvec 16-byte vectors of global memory
@@ -237,13 +213,15 @@ NSAJIT_DEVICE u32x4 topk_global_keys(const TopkSlice& s, int v) {
   return k;
 }
 
-NSAJIT_DEVICE u32x4 topk_slice_keys(const TopkSlice& s, const u32x4* keys, bool resident, int v) {
+// Vector v of the slice: kept in shared memory when v < resident_vecs, else re-read; zeros past
+// the slice.
+NSAJIT_DEVICE u32x4 topk_slice_keys(const TopkSlice& s, const u32x4* keys, int resident_vecs, int v) {
   if (v >= s.nvec) {
     u32x4 z;
     z.x = z.y = z.z = z.w = 0u;
     return z;
   }
-  return resident ? keys[v] : topk_global_keys(s, v);
+  return v < resident_vecs ? keys[v] : topk_global_keys(s, v);
 }
 
 NSAJIT_DEVICE uint32_t topk_lane(const u32x4& k, int j) { return j == 0 ? k.x : j == 1 ? k.y : j == 2 ? k.z : k.w; }
@@ -429,9 +407,6 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
 
   const int row_start = p.row_starts ? min(max(p.row_starts[r], 0), p.width) : 0;
   const int len = min(p.lengths[r], p.width - row_start);
-  // The last warp (thread 0 prefetches the page table): before the early exit below, so that a
-  // written-through row still warms its successor's slice.
-  if (warp == NSAJIT_TOPK_WARPS - 1) topk_prefetch_later_slice(p, lane);
   const TopkTransformRow t = topk_transform_row(p, r);
   if (len <= NSAJIT_TOPK) {  // the same decision in every CTA of the row: no cluster barrier follows
     const int per = NSAJIT_TOPK / C;  // C divides 64, topk is a multiple of 64
@@ -449,11 +424,12 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   s.head = int((reinterpret_cast<unsigned long long>(s.sp) >> 2) & 3ull);
   s.abase = s.sp - s.head;
   s.nvec = s.n > 0 ? (s.head + s.n + 3) >> 2 : 0;
-  const bool resident = p.resident != 0;
-  // Dynamic shared memory (offsets in 4-byte words, set by runtime/topk.cpp): the resident keys
-  // at 0, the first-digit histogram (later the overflow list of candidates), this CTA's section of
-  // the cluster-wide histogram (C > 1), the per-thread candidate slots (later, fused: the staged
-  // output positions), the cluster-wide candidate list (C > 1), and the warp of each overflow entry.
+  const int resident_vecs = p.resident_vecs;
+  // Dynamic shared memory (offsets in 4-byte words, set by runtime/topk.cpp): the kept keys at 0
+  // (resident_vecs vectors), the first-digit histogram (later the overflow list of candidates),
+  // this CTA's section of the cluster-wide histogram (C > 1), the per-thread candidate slots
+  // (later, fused: the staged output positions), the cluster-wide candidate list (C > 1), and the
+  // warp of each overflow entry.
   uint32_t* const words = reinterpret_cast<uint32_t*>(topk_dynamic);
   u32x4* const keys = topk_dynamic;
   uint32_t* const hist0 = words + p.hist_offset;
@@ -471,10 +447,10 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   }
   __syncthreads();
 
-  // Pass 0: load the slice, keep its keys when resident, and count the first digit (bits 31..20)
-  // of every key. The whole 16-byte vectors [vw0, vw1) go through a lean loop (several loads in
-  // flight per thread, no per-element checks: their keys are never 0); the at most two partial
-  // vectors at the edges are read element by element.
+  // Pass 0: load the slice, keep the keys of its first resident_vecs vectors, and count the first
+  // digit (bits 31..20) of every key. The whole 16-byte vectors [vw0, vw1) go through a lean loop
+  // (several loads in flight per thread, no per-element checks: their keys are never 0); the at
+  // most two partial vectors at the edges are read element by element.
   {
     const int vw0 = s.head == 0 ? 0 : 1;
     const int vw1 = max(vw0, (s.head + s.n) >> 2);
@@ -495,7 +471,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
           kv.y = topk_key(__uint_as_float(raw[u].y));
           kv.z = topk_key(__uint_as_float(raw[u].z));
           kv.w = topk_key(__uint_as_float(raw[u].w));
-          if (resident) keys[v] = kv;
+          if (v < resident_vecs) keys[v] = kv;
           atomicAdd(&hist0[kv.x >> NSAJIT_TOPK_SHIFT0], 1u);
           atomicAdd(&hist0[kv.y >> NSAJIT_TOPK_SHIFT0], 1u);
           atomicAdd(&hist0[kv.z >> NSAJIT_TOPK_SHIFT0], 1u);
@@ -507,7 +483,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     const int edge = tid == 0 ? 0 : tid == 1 ? s.nvec - 1 : -1;
     if (edge >= 0 && edge < s.nvec && (edge < vw0 || edge >= vw1) && !(tid == 1 && edge == 0)) {
       const u32x4 kv = topk_global_keys(s, edge);
-      if (resident) keys[edge] = kv;
+      if (edge < resident_vecs) keys[edge] = kv;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const uint32_t key = topk_lane(kv, j);
@@ -553,7 +529,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     for (int i = tid; i < nbins; i += NSAJIT_THREADS) h[i] = 0u;
     __syncthreads();
     for (int v = tid; v < s.nvec; v += NSAJIT_THREADS) {
-      const u32x4 kv = resident ? keys[v] : topk_global_keys(s, v);
+      const u32x4 kv = v < resident_vecs ? keys[v] : topk_global_keys(s, v);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const uint32_t key = topk_lane(kv, j);
@@ -583,7 +559,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   {
     int my_above = 0, my_match = 0;
     for (int q = round_begin; q < round_end; ++q) {
-      const u32x4 kv = topk_slice_keys(s, keys, resident, q * 32 + lane);
+      const u32x4 kv = topk_slice_keys(s, keys, resident_vecs, q * 32 + lane);
       int above = 0, match = 0;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -757,7 +733,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   for (int q = round_begin; q < round_end; ++q) {
     if (next_greater >= total_greater && next_equal >= take_equal) break;  // warp-uniform
     const int v = q * 32 + lane;
-    const u32x4 kv = topk_slice_keys(s, keys, resident, v);
+    const u32x4 kv = topk_slice_keys(s, keys, resident_vecs, v);
     int g = 0, e = 0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
