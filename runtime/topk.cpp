@@ -36,6 +36,17 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   plan.threads = g_override.threads > 0 ? g_override.threads : 512;
   if (width <= topk) return plan;  // no row needs a selection
   auto ceil_div = [](long long a, long long b) { return (a + b - 1) / b; };
+  plan.cand_capacity = std::min(kCandCapacity, g_override.cand_capacity > 0 ? g_override.cand_capacity : kCandCapacity);
+  // Shared-memory words of everything but the kept keys, at c CTAs per row: the first-digit
+  // histogram, the cluster section and list (c > 1), the slots, the overflow list's warps, and
+  // the classify's two bitmaps (one bit per position of the slice; one extra vector: the slice
+  // need not be aligned).
+  auto slice_of = [&](int c) { return int((ceil_div(width, c) + 3) / 4 * 4); };
+  auto bitmap_words_of = [&](int c) { return int(4 * ceil_div(slice_of(c) / 4 + 1, 32)); };
+  auto fixed_words_of = [&](int c) {
+    return kHistWords + (c > 1 ? kHistWords / c + plan.cand_capacity : 0) + kSlotWords + (plan.cand_capacity + 1) / 2 +
+           2 * bitmap_words_of(c);
+  };
   int c = 1;
   if (g_override.ctas_per_row > 0) {
     c = g_override.ctas_per_row;
@@ -56,9 +67,11 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
     }
     // Few rows (the grid would fill less than half the SMs): split further, slices >= 8K.
     while (c < limit && 2LL * rows * c <= sm_count && ceil_div(width, c) >= 2 * kMinSpreadSlice) c *= 2;
+    // The bitmaps must fit (always true at the cluster limit for width <= kMaxTopkWidth).
+    while (c < limit && 4LL * fixed_words_of(c) > kMaxDynamicBytes) c *= 2;
   }
   plan.ctas_per_row = c;
-  plan.slice = int((ceil_div(width, c) + 3) / 4 * 4);
+  plan.slice = slice_of(c);
   // About 16..32 positions per thread (256..1024 threads); a grid of at most one CTA per SM gets
   // 1024 threads to hide more latency.
   if (g_override.threads <= 0) {
@@ -67,18 +80,18 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
     if ((long long)rows * c <= sm_count) t = 1024;
     plan.threads = t;
   }
-  plan.cand_capacity = std::min(kCandCapacity, g_override.cand_capacity > 0 ? g_override.cand_capacity : kCandCapacity);
   plan.slots_per_thread = std::min(kSlotWords / plan.threads,
                                    g_override.slots_per_thread >= 0 ? g_override.slots_per_thread : kSlotWords);
   const int section_words = c > 1 ? kHistWords / c : 0;
   const int cand_words = c > 1 ? plan.cand_capacity : 0;
-  const int fixed_words = kHistWords + section_words + kSlotWords + cand_words + (plan.cand_capacity + 1) / 2;
+  plan.bitmap_words = bitmap_words_of(c);
+  const int fixed_words = fixed_words_of(c);
   // The slice's vectors kept as keys in shared memory: all when they fit (one extra vector: the
   // slice need not be aligned); as many as fit when the CTA has the SM to itself anyway (1024
   // threads: 64 registers each fill the register file); none when shared memory would limit how
   // many CTAs share an SM. The rest is re-read from global memory (L2) by every sweep.
   const int slice_vecs = plan.slice / 4 + 1;
-  const int room_vecs = (kMaxDynamicBytes / 4 - fixed_words) / 4;
+  const int room_vecs = std::max(0, (kMaxDynamicBytes / 4 - fixed_words) / 4);
   plan.resident_vecs = g_override.force_streaming         ? 0
                        : slice_vecs <= room_vecs          ? slice_vecs
                        : plan.threads == 1024             ? room_vecs
@@ -88,7 +101,8 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   plan.slots_offset = plan.section_offset + section_words;
   plan.cand_offset = plan.slots_offset + kSlotWords;
   plan.overflow_warp_offset = plan.cand_offset + cand_words;
-  plan.dynamic_smem = unsigned(4 * (plan.overflow_warp_offset + (plan.cand_capacity + 1) / 2));
+  plan.bitmap_offset = plan.overflow_warp_offset + (plan.cand_capacity + 1) / 2;
+  plan.dynamic_smem = unsigned(4 * (plan.bitmap_offset + 2 * plan.bitmap_words));
   return plan;
 }
 
@@ -119,7 +133,8 @@ void topk(const TopkArgs& args, CUstream stream) {
   // Up to 16 CTAs per row must fit the grid's 2^31 - 1 limit.
   if (args.rows < 0 || args.rows >= (1 << 27))
     throw_bad_argument(kFunction, "rows", args.rows, "0 <= rows < 2^27");
-  if (args.width < 0) throw_bad_argument(kFunction, "width", args.width, "width >= 0");
+  if (args.width < 0 || args.width > detail::kMaxTopkWidth)
+    throw_bad_argument(kFunction, "width", args.width, "0 <= width <= " + std::to_string(detail::kMaxTopkWidth));
   detail::require_topk(kFunction, args.topk, 4096);
   const long long stride = args.score_row_stride ? args.score_row_stride : args.width;
   if (stride < args.width)
@@ -188,6 +203,8 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.slots_offset = plan.slots_offset;
   params.cand_offset = plan.cand_offset;
   params.overflow_warp_offset = plan.overflow_warp_offset;
+  params.bitmap_offset = plan.bitmap_offset;
+  params.bitmap_words = plan.bitmap_words;
   params.cand_capacity = plan.cand_capacity;
   params.slots_per_thread = plan.slots_per_thread;
   params.phase = 0;

@@ -4,6 +4,10 @@
 
 namespace nsajit::detail {
 
+// The widest score row nsajit::topk accepts: at 8 CTAs per row (16 for a single row) the
+// classify's bitmaps of one 524288-position slice still fit shared memory.
+constexpr int kMaxTopkWidth = 1 << 22;
+
 struct TopkLaunchPlan {
   int ctas_per_row = 1;  // = cluster size along x when > 1 (1, 2, 4, 8; 16 non-portable)
   int slice = 0;         // positions per CTA, a multiple of 4
@@ -14,6 +18,7 @@ struct TopkLaunchPlan {
   int slots_per_thread = 0;  // candidate slots of each thread (more go to the overflow list)
   // Dynamic shared memory of the select launch, offsets in 4-byte words (see TopkParams).
   int hist_offset = 0, section_offset = 0, slots_offset = 0, cand_offset = 0, overflow_warp_offset = 0;
+  int bitmap_offset = 0, bitmap_words = 0;  // the classify's above / match bitmaps, bitmap_words each
   unsigned dynamic_smem = 0;  // bytes
 };
 

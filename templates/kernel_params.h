@@ -37,6 +37,8 @@ struct TopkParams {
   int slots_offset;            // per-thread candidate slots, 4096 words
   int cand_offset;             // C > 1: the cluster-wide candidate list, cand_capacity words
   int overflow_warp_offset;    // uint16 warp of each overflow-list entry, cand_capacity halves
+  int bitmap_offset;           // the classify's above and match bitmaps, bitmap_words words each
+  int bitmap_words;            // >= 4 * ceil(vectors of the slice / 32): one bit per position
   int cand_capacity;           // <= 4096 keys; a larger threshold bin is rescanned instead
   int slots_per_thread;        // <= 4096 / threads
   // Fused transform (NSAJIT_FUSED): see IndexTransformParams.

@@ -226,6 +226,23 @@ NSAJIT_DEVICE u32x4 topk_slice_keys(const TopkSlice& s, const u32x4* keys, int r
 
 NSAJIT_DEVICE uint32_t topk_lane(const u32x4& k, int j) { return j == 0 ? k.x : j == 1 ? k.y : j == 2 ? k.z : k.w; }
 
+// Key u = 4 v + j of the slice (element j of vector v), which the caller knows to be inside it.
+NSAJIT_DEVICE uint32_t topk_slice_key(const TopkSlice& s, const uint32_t* kept, int resident_vecs, int u) {
+  return (u >> 2) < resident_vecs ? kept[u] : topk_key(s.abase[u]);
+}
+
+// --- per-position bitmaps of the classify sweep ------------------------------------------------------
+// Word w of a map covers the keys u = 32 w .. 32 w + 31 of the slice (vectors 8 w .. 8 w + 7): bit
+// u % 32 = 4 (v % 8) + j. In a classify round q (vectors 32 q + lane), the 8 lanes of a group hold
+// one word's 4-bit pieces: OR them and store word 4 q + lane / 8.
+NSAJIT_DEVICE void topk_store_word(uint32_t* map, int round, int lane, uint32_t bits4) {
+  uint32_t w = bits4 << (4 * (lane & 7));
+  w |= __shfl_xor_sync(0xffffffffu, w, 1);
+  w |= __shfl_xor_sync(0xffffffffu, w, 2);
+  w |= __shfl_xor_sync(0xffffffffu, w, 4);
+  if ((lane & 7) == 0) map[4 * round + (lane >> 3)] = w;
+}
+
 
 // --- shared state and block-wide steps -------------------------------------------------------------
 
@@ -438,6 +455,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   uint32_t* const cand = words + p.cand_offset;
   uint32_t* const overflow = hist0;  // free once the first digit is found
   unsigned short* const overflow_warp = reinterpret_cast<unsigned short*>(words + p.overflow_warp_offset);
+  uint32_t* const above_map = words + p.bitmap_offset;  // keys above the prefix (later: above T)
+  uint32_t* const match_map = above_map + p.bitmap_words;  // keys matching the prefix
 
   for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
   for (int i = tid; i < 2 << NSAJIT_TOPK_REFINE_BITS; i += NSAJIT_THREADS) (&sh.refine_hist[0][0])[i] = 0u;
@@ -550,8 +569,9 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
 
   // Classify: warp w owns the contiguous rounds [w R / W, (w + 1) R / W) of 32 vectors (the same
   // segments as the output below). Per warp: keys above the prefix (all selected) and keys matching
-  // it (resolved: the ties; else candidates). A thread keeps its first slots_per_thread candidates
-  // in its own slots (slots[i * T + tid]: no atomic, no wait); more go to the overflow list.
+  // it (resolved: the ties; else candidates), counted and recorded in the above / match bitmaps.
+  // A thread keeps its first slots_per_thread candidates in its own slots (slots[i * T + tid]: no
+  // atomic, no wait); more go to the overflow list.
   const int rounds = (s.nvec + 31) >> 5;
   const int round_begin = int((long long)rounds * warp / NSAJIT_TOPK_WARPS);
   const int round_end = int((long long)rounds * (warp + 1) / NSAJIT_TOPK_WARPS);
@@ -560,16 +580,18 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     int my_above = 0, my_match = 0;
     for (int q = round_begin; q < round_end; ++q) {
       const u32x4 kv = topk_slice_keys(s, keys, resident_vecs, q * 32 + lane);
-      int above = 0, match = 0;
+      uint32_t above = 0u, match = 0u;  // bit j: key j of the vector
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const uint32_t key = topk_lane(kv, j);
         const uint32_t high = key & x.mask;
-        above += high > x.prefix;
-        match += (high == x.prefix) & (key != 0u);
+        above |= uint32_t(high > x.prefix) << j;
+        match |= uint32_t((high == x.prefix) & (key != 0u)) << j;
       }
-      my_above += above;
-      my_match += match;
+      my_above += __popc(above);
+      my_match += __popc(match);
+      topk_store_word(above_map, q, lane, above);
+      topk_store_word(match_map, q, lane, match);
       if (!resolved && match) {  // rare
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -729,41 +751,52 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   int* const dst = apply ? reinterpret_cast<int*>(slots) : out;
   int next_greater = cta_greater + sh.warp_greater[warp];
   int next_equal = cta_equal + sh.warp_equal[warp];
-  const unsigned lanes_below = (1u << lane) - 1u;
-  for (int q = round_begin; q < round_end; ++q) {
+  // Output from the bitmaps, no second pass over the keys: each warp walks the words of its rounds
+  // 32 at a time, lane i word w0 + i. A matching key (a candidate) is compared with T in full, then
+  // the selected bits are ranked by a warp scan of their counts and written in index order.
+  const uint32_t* const kept = reinterpret_cast<const uint32_t*>(keys);
+  const int word_end = 4 * round_end;
+  for (int w0 = 4 * round_begin; w0 < word_end; w0 += 32) {
     if (next_greater >= total_greater && next_equal >= take_equal) break;  // warp-uniform
-    const int v = q * 32 + lane;
-    const u32x4 kv = topk_slice_keys(s, keys, resident_vecs, v);
-    int g = 0, e = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t key = topk_lane(kv, j);
-      g += key > threshold;
-      e += key == threshold;
-    }
-    // Keys > T of the lanes below: g <= 4 in three bits, one ballot per bit (no shuffle chain).
-    const unsigned g0 = __ballot_sync(NSAJIT_TOPK_FULL, g & 1), g1 = __ballot_sync(NSAJIT_TOPK_FULL, g & 2),
-                   g2 = __ballot_sync(NSAJIT_TOPK_FULL, g & 4);
-    int pg = next_greater + __popc(g0 & lanes_below) + 2 * __popc(g1 & lanes_below) + 4 * __popc(g2 & lanes_below);
-    next_greater += __popc(g0) + 2 * __popc(g1) + 4 * __popc(g2);
-    int pe = next_equal;
-    if (__any_sync(NSAJIT_TOPK_FULL, e)) {  // ties at the threshold: rare
-      const int inclusive = warp_inclusive_scan(e);
-      pe += inclusive - e;
-      next_equal += __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
-    }
-    if (g | e) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t key = topk_lane(kv, j);
-        const int position = b + 4 * v + j - s.head;
-        if (key > threshold) {
-          dst[pg++] = position;
-        } else if (key == threshold) {
-          if (pe < take_equal) dst[total_greater + pe] = position;
-          ++pe;
+    const int w = w0 + lane;
+    uint32_t above = 0u, equal = 0u;
+    if (w < word_end) {
+      above = above_map[w];
+      uint32_t match = match_map[w];
+      if (resolved) {
+        equal = match;  // all 32 bits resolved: matching keys are T
+      } else {
+        while (match) {
+          const int bit = __ffs(match) - 1;
+          match &= match - 1u;
+          const uint32_t key = topk_slice_key(s, kept, resident_vecs, 32 * w + bit);
+          above |= uint32_t(key > threshold) << bit;
+          equal |= uint32_t(key == threshold) << bit;
         }
       }
+    }
+    const int g = __popc(above);
+    const int g_inclusive = warp_inclusive_scan(g);
+    int pg = next_greater + g_inclusive - g;
+    next_greater += __shfl_sync(NSAJIT_TOPK_FULL, g_inclusive, 31);
+    int pe = next_equal;
+    if (__any_sync(NSAJIT_TOPK_FULL, equal != 0u)) {
+      const int e = __popc(equal);
+      const int e_inclusive = warp_inclusive_scan(e);
+      pe += e_inclusive - e;
+      next_equal += __shfl_sync(NSAJIT_TOPK_FULL, e_inclusive, 31);
+    }
+    const int position0 = b + 32 * w - s.head;  // the position of bit 0
+    while (above) {
+      const int bit = __ffs(above) - 1;
+      above &= above - 1u;
+      dst[pg++] = position0 + bit;
+    }
+    while (equal) {
+      const int bit = __ffs(equal) - 1;
+      equal &= equal - 1u;
+      if (pe < take_equal) dst[total_greater + pe] = position0 + bit;
+      ++pe;
     }
   }
   if (apply) {

@@ -211,7 +211,7 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   CHECK(p.slice % 4 == 0);
   // The shared-memory layout fits the family's dynamic limit and keeps its parts apart.
   for (const int rows : {1, 8, 64, 4096}) {
-    for (const int width : {4097, 9000, 32768, 65536, 131072, 1 << 20}) {
+    for (const int width : {4097, 9000, 32768, 65536, 131072, 1 << 20, 1 << 22}) {
       const auto q = plan_topk_launch(rows, width, 2048, 132);
       INFO("rows " << rows << " width " << width);
       CHECK(q.dynamic_smem <= 215040u);
@@ -220,6 +220,9 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       CHECK(q.slots_offset == q.section_offset + (q.ctas_per_row > 1 ? 4096 / q.ctas_per_row : 0));
       CHECK(q.cand_offset == q.slots_offset + 4096);
       CHECK(q.overflow_warp_offset == q.cand_offset + (q.ctas_per_row > 1 ? q.cand_capacity : 0));
+      CHECK(q.bitmap_offset == q.overflow_warp_offset + (q.cand_capacity + 1) / 2);
+      CHECK(q.bitmap_words >= 4 * ((q.slice / 4 + 1 + 31) / 32));  // a bit per position, whole rounds
+      CHECK(q.dynamic_smem == 4u * unsigned(q.bitmap_offset + 2 * q.bitmap_words));
       CHECK(q.slots_per_thread * q.threads <= 4096);
       CHECK(q.hist_offset == 4 * q.resident_vecs);
       CHECK(q.resident_vecs <= q.slice / 4 + 1);
@@ -629,6 +632,10 @@ TEST_CASE("topk arguments: each bad argument is named before anything is launche
   a = valid_topk_args();
   a.width = -2;
   CHECK(topk_error(a).find("argument width = -2") != std::string::npos);
+  a = valid_topk_args();
+  a.width = (1 << 22) + 1;
+  a.score_row_stride = a.width;
+  CHECK(topk_error(a) == "nsajit::topk: argument width = 4194305: expected 0 <= width <= 4194304");
   a = valid_topk_args();
   a.score_row_stride = 999;
   CHECK(topk_error(a).find("argument score_row_stride = 999") != std::string::npos);

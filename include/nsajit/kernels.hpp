@@ -80,9 +80,11 @@ void index_transform(const IndexTransformArgs& args, CUstream stream = nullptr);
 // page_table_width * P or a negative entry gives -1.
 //
 // Launch: one CTA per row for rows that fit shared memory; long rows with few rows are split over
-// a thread-block cluster of up to 8 CTAs (sm_90); rows longer than the cluster's shared memory
-// are re-read from global memory. See templates/topk.cuh and docs/notes/topk.md.
-// Errors: InvalidArgument for rows < 0, width < 0, topk not a multiple of 64 in [64, 4096],
+// a thread-block cluster of up to 8 CTAs (16 for a single row; sm_90); the part of a slice that
+// does not fit shared memory is re-read from global memory. See templates/topk.cuh and
+// docs/notes/topk.md.
+// Errors: InvalidArgument for rows < 0, width < 0 or > 4194304 (2^22: the classify's per-position
+// bitmaps of a slice must fit shared memory), topk not a multiple of 64 in [64, 4096],
 // score_row_stride in (0, width), a null pointer that would be read, and (fused) the
 // index_transform checks: mode, page_size in [1, 4096], page_table_width >= 0, row stride,
 // num_requests (decode: rows / next_n; rows % next_n == 0), next_n in [1, 8] (decode only).
@@ -93,7 +95,7 @@ struct TopkArgs {
   const std::int32_t* row_starts = nullptr;  // optional int32 [rows]; nullptr = all 0
   std::int32_t* out = nullptr;           // int32 [rows, topk]: positions, or slots when fused
   int rows = 0;
-  int width = 0;                         // columns of scores (>= 0)
+  int width = 0;                         // columns of scores, 0..4194304
   int topk = 2048;                       // multiple of 64, <= 4096
   bool sorted = false;                   // order by score descending (see above)
   // Fused transform (§2 fused forms); the fields below are ignored unless fused_transform.
