@@ -26,17 +26,18 @@
 //      digits over the keys matching the prefix found so far, until the count fits or all 32 bits
 //      are resolved. Never a truncating buffer: the rescan is the fallback.
 //   3. classify sweep: per warp, the keys above the prefix (all selected) and the keys matching it,
-//      which go to a candidate list (C > 1: every CTA gets the whole cluster's list).
+//      which go to a candidate list (C > 1: every CTA gets the whole cluster's list); both also
+//      recorded as per-position bitmaps (1 bit per key).
 //   4. refinement on the list alone: 10-bit digits down to bit 0 give T and the ties to take.
 // Output (ordered compaction): the keys > T in increasing index order at slots [0, G), then the
 // first topk - G keys == T in increasing index order (ties go to the lower index). Slot of an
-// element = number of selected elements of lower index (per-warp contiguous segments, warp scans,
-// block scan, cluster prefix of CTA counts), so the output depends on the row's data only: it is
-// bit-identical across runs, launch shapes, candidate capacities and batchmates.
+// element = number of selected elements of lower index (per-warp contiguous segments, warp scans
+// of the bitmaps' words, block scan, cluster prefix of CTA counts), so the output depends on the
+// row's data only: it is bit-identical across runs, launch shapes, candidate capacities and
+// batchmates. The CTA stages its slots in shared memory and writes them to `out` coalesced.
 //
-// NSAJIT_FUSED: every written index goes through the transform (the CTA stages its raw positions
-// in shared memory, then one parallel pass over its own slots reads the page table, so that
-// page-table reads do not serialise, and writes each slot once) (decode: page-table row
+// NSAJIT_FUSED: every written index goes through the transform (in the pass that writes the
+// staged slots, all page-table reads in parallel so that they do not serialise) (decode: page-table row
 // r / NSAJIT_NEXT_N; prefill: the request of r through cu_seqlens_q; ragged: + offsets[r]); only
 // indices in [0, len) ever reach the page table. NSAJIT_SORTED: phase 0 writes raw positions,
 // phase 1 (a second launch, one CTA per row) sorts each row of len > topk by (score desc, index
@@ -746,9 +747,11 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   } else {
     __syncthreads();
   }
-  // Fused: positions are staged in shared memory (the candidate slots, free by now; topk <= 4096
-  // words) and go to `out` once, transformed.
-  int* const dst = apply ? reinterpret_cast<int*>(slots) : out;
+  // Positions are staged in shared memory (the candidate slots, free by now; topk <= 4096 words)
+  // and go to `out` once, coalesced (and transformed when fused): a lane's positions are
+  // consecutive output slots, so storing them straight to `out` would spread each store
+  // instruction over the whole warp's output range.
+  int* const dst = reinterpret_cast<int*>(slots);
   int next_greater = cta_greater + sh.warp_greater[warp];
   int next_equal = cta_equal + sh.warp_equal[warp];
   // Output from the bitmaps, no second pass over the keys: each warp walks the words of its rounds
@@ -799,12 +802,13 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       ++pe;
     }
   }
-  if (apply) {
-    // Fused transform of this CTA's slots, all page-table reads in parallel (in the loop above
-    // each would stall its warp): the slots [cta_greater, cta_greater + G) and the taken ties.
-    // Each thread issues the page-table reads of up to 4 slots before its first store (the
-    // compiler may not move a read of the table above a store to `out`), so a row pays about one
-    // L2 latency here instead of one per slot of the thread.
+  {
+    // This CTA's staged slots [cta_greater, cta_greater + G) and its taken ties go to `out`,
+    // consecutive threads on consecutive slots. Fused: the transform's page-table reads all in
+    // parallel (in the loop above each would stall its warp); each thread issues the reads of up
+    // to 4 slots before its first store (the compiler may not move a read of the table above a
+    // store to `out`), so a row pays about one L2 latency here instead of one per slot of the
+    // thread.
     __syncthreads();  // the staged positions are visible to the whole CTA
     const int g_end = cta_greater + sh.cta_counts[0];
     const int e_begin = total_greater + min(cta_equal, take_equal);
@@ -818,7 +822,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       for (int u = 0; u < kBatch; ++u) {
         const int i = i0 + u * NSAJIT_THREADS;
         slot[u] = i >= count ? -1 : i < g_count ? cta_greater + i : e_begin + (i - g_count);
-        slot_value[u] = slot[u] >= 0 ? topk_emit(t, dst[slot[u]], true) : -1;
+        slot_value[u] = slot[u] >= 0 ? topk_emit(t, dst[slot[u]], apply) : -1;
       }
 #pragma unroll
       for (int u = 0; u < kBatch; ++u)
