@@ -747,11 +747,14 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   } else {
     __syncthreads();
   }
-  // Positions are staged in shared memory (the candidate slots, free by now; topk <= 4096 words)
-  // and go to `out` once, coalesced (and transformed when fused): a lane's positions are
-  // consecutive output slots, so storing them straight to `out` would spread each store
-  // instruction over the whole warp's output range.
-  int* const dst = reinterpret_cast<int*>(slots);
+  // Dense rows (more than 1/8 of the keys selected) and fused rows stage their positions in
+  // shared memory (the candidate slots, free by now; topk <= 4096 words) and write them to `out`
+  // once, coalesced (and transformed when fused): a lane's positions are consecutive output
+  // slots, so in a dense row each store straight to `out` would spread over the whole warp's
+  // output range (measured: 4096 rows of 4097..8192, 205 -> 192 us staged; at 28673..32768 the
+  // extra pass costs more than it saves, 516 -> 527 us). Uniform per row, so per cluster.
+  const bool stage = apply || 8 * NSAJIT_TOPK > len;
+  int* const dst = stage ? reinterpret_cast<int*>(slots) : out;
   int next_greater = cta_greater + sh.warp_greater[warp];
   int next_equal = cta_equal + sh.warp_equal[warp];
   // Output from the bitmaps, no second pass over the keys: each warp walks the words of its rounds
@@ -802,7 +805,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       ++pe;
     }
   }
-  {
+  if (stage) {
     // This CTA's staged slots [cta_greater, cta_greater + G) and its taken ties go to `out`,
     // consecutive threads on consecutive slots. Fused: the transform's page-table reads all in
     // parallel (in the loop above each would stall its warp); each thread issues the reads of up
