@@ -255,15 +255,13 @@ NSAJIT_DEVICE void topk_store_word(uint32_t* map, int round, int lane, uint32_t 
 struct TopkShared {
   uint32_t rescan_hist[2][1 << NSAJIT_TOPK_RESCAN_BITS];  // by pass parity (cluster peers read one)
   uint32_t row_total[1 << NSAJIT_TOPK_RESCAN_BITS];
-  uint32_t refine_hist[1 << NSAJIT_TOPK_REFINE_BITS];  // warp 0's refinement
+  uint32_t refine_hist[2][1 << NSAJIT_TOPK_REFINE_BITS];  // by pass parity: no barrier to zero
   int warp_sum[NSAJIT_TOPK_WARPS];
   int warp_greater[NSAJIT_TOPK_WARPS];
   int warp_equal[NSAJIT_TOPK_WARPS];
   int cta_counts[2];
   int cta_prefix[2];  // C > 1: the counts of the cluster's lower-rank CTAs
   uint32_t digit;
-  uint32_t threshold;  // T, from warp 0's refinement
-  int take_equal;      // keys == T to take
   int greater;
   int count;
   int cand_local;     // candidates this CTA found
@@ -462,8 +460,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   uint32_t* const match_map = above_map + p.bitmap_words;  // keys matching the prefix
 
   for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
-  // Unused slots read as key 0, which is never a candidate (warp 0's refinement reads them all).
-  for (int i = tid; i < p.slots_per_thread * NSAJIT_THREADS; i += NSAJIT_THREADS) slots[i] = 0u;
+  for (int i = tid; i < 2 << NSAJIT_TOPK_REFINE_BITS; i += NSAJIT_THREADS) (&sh.refine_hist[0][0])[i] = 0u;
   if (tid == 0) {
     sh.cand_local = 0;
     sh.cand_reserved = 0;
@@ -651,67 +648,35 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       }
       topk_cluster_sync();  // every list is complete
     }
-    // Refinement over the candidates (≈ 1-3 % of the row) by warp 0 alone, so that a digit costs
-    // warp-level steps instead of three block barriers: digits of up to 10 bits down to bit 0.
-    // C = 1: all slots (unused ones are 0) and the overflow list; C > 1: the cluster-wide list.
-    if (warp == 0) {
-      const int n_list = C > 1 ? x.count : p.slots_per_thread * NSAJIT_THREADS;
-      const uint32_t* const list = C > 1 ? cand : slots;
-      uint32_t* const h = sh.refine_hist;
-      while (x.bits < 32) {
-        const int width = min(NSAJIT_TOPK_REFINE_BITS, 32 - x.bits);
-        const int shift = 32 - x.bits - width;
-        const int nbins = 1 << width;
-        for (int i = lane; i < nbins; i += 32) h[i] = 0u;
-        __syncwarp();
-        auto count = [&](uint32_t key) {
-          if (key != 0u && (key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & uint32_t(nbins - 1)], 1u);
-        };
-        for (int i = lane; i < n_list; i += 32) count(list[i]);
-        if (C == 1)
-          for (int i = lane; i < n_over; i += 32) count(overflow[i]);
-        __syncwarp();
-        // The bin d with greater(d) < k <= greater(d) + h[d]: lane l sums its chunk of bins from
-        // the top, a warp scan gives the keys above each chunk, the one lane whose chunk holds the
-        // k-th key walks it.
-        const int per = nbins > 32 ? nbins / 32 : 1;
-        const int owners = nbins / per;
-        const int top = nbins - 1 - lane * per;
-        int local = 0;
-        if (lane < owners)
-          for (int i = 0; i < per; ++i) local += int(h[top - i]);
-        const int inclusive = warp_inclusive_scan(local);
-        int above = inclusive - local;
-        const bool holder = lane < owners && above < x.k && above + local >= x.k;
-        int d = 0, greater = 0, c = 0;
-        if (holder) {
-          for (int i = 0; i < per; ++i) {
-            c = int(h[top - i]);
-            if (above + c >= x.k) {
-              d = top - i;
-              greater = above;
-              break;
-            }
-            above += c;
-          }
+    // Refinement over the candidates: digits of up to 10 bits down to bit 0.
+    const int x_count_list = x.count;
+    for (int pass = 0; x.bits < 32; ++pass) {
+      const int width = min(NSAJIT_TOPK_REFINE_BITS, 32 - x.bits);
+      const int shift = 32 - x.bits - width;
+      const uint32_t digit_mask = (1u << width) - 1u;
+      uint32_t* h = sh.refine_hist[pass & 1];  // zero (the prologue, or the pass before last)
+      if (C > 1) {  // the cluster-wide list
+        for (int i = tid; i < x_count_list; i += NSAJIT_THREADS) {
+          const uint32_t key = cand[i];
+          if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
         }
-        const int from = __ffs(__ballot_sync(NSAJIT_TOPK_FULL, holder)) - 1;
-        d = __shfl_sync(NSAJIT_TOPK_FULL, d, from);
-        greater = __shfl_sync(NSAJIT_TOPK_FULL, greater, from);
-        c = __shfl_sync(NSAJIT_TOPK_FULL, c, from);
-        topk_radix_step(x, uint32_t(d), width, greater, c);
-        __syncwarp();  // every lane has read h before the next digit zeroes it
+      } else {  // this thread's slots, then its share of the overflow list
+        for (int i = 0; i < nslot; ++i) {
+          const uint32_t key = slots[i * NSAJIT_THREADS + tid];
+          if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
+        }
+        for (int i = tid; i < n_over; i += NSAJIT_THREADS) {
+          const uint32_t key = overflow[i];
+          if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
+        }
       }
-      if (lane == 0) {
-        sh.threshold = x.prefix;
-        sh.take_equal = x.k;
-      }
+      __syncthreads();
+      int greater, count;
+      const uint32_t d = topk_find_bin(h, 1 << width, x.k, sh, greater, count);
+      topk_radix_step(x, d, width, greater, count);
+      // h is read again only by pass + 2, after the next pass's barriers: zero it for that pass.
+      for (int i = tid; i < (1 << width); i += NSAJIT_THREADS) h[i] = 0u;
     }
-    __syncthreads();
-    x.prefix = sh.threshold;
-    x.k = sh.take_equal;
-    x.mask = 0xffffffffu;
-    x.bits = 32;
     // This CTA's candidates above the threshold and equal to it, per warp: the thread's own slots
     // (its warp is known), then the overflow list.
     int g = 0, e = 0;
