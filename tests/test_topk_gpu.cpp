@@ -175,7 +175,14 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   auto p = plan_topk_launch(1, 131072, 2048, 132);
   CHECK(p.ctas_per_row == 16);  // one long row: a 16-CTA cluster of 8K slices
   CHECK(p.resident_vecs == p.slice / 4 + 1);  // kept whole
-  CHECK(plan_topk_launch(4096, 8192, 2048, 132).ctas_per_row == 1);
+  {
+    // Many short rows: 256-thread CTAs keeping nothing, four rows per SM.
+    const auto q = plan_topk_launch(4096, 8192, 2048, 132);
+    CHECK(q.ctas_per_row == 1);
+    CHECK(q.threads == 256);
+    CHECK(q.resident_vecs == 0);
+    CHECK(q.dynamic_smem <= 56u * 1024u);
+  }
   CHECK(plan_topk_launch(4096, 32768, 2048, 132).ctas_per_row == 1);
   CHECK(plan_topk_launch(64, 65536, 2048, 132).ctas_per_row == 2);
   {
