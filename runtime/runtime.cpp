@@ -210,21 +210,23 @@ void launch(const LoadedKernel& k, const LaunchGeometry& g, const void* params, 
 }
 
 int resident_ctas(const LoadedKernel& k, const LaunchGeometry& g) {
+  // Keyed by the loaded kernel (one per context and spec, kept for the process), not by the
+  // CUfunction handle, which a later context could reuse without the opt-in set below.
   struct Key {
-    CUfunction function;
+    const LoadedKernel* kernel;
     unsigned block, smem, cluster;
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
     std::size_t operator()(const Key& x) const noexcept {
-      return std::hash<const void*>{}(x.function) ^ (std::size_t(x.block) << 1) ^ (std::size_t(x.smem) << 12) ^
+      return std::hash<const void*>{}(x.kernel) ^ (std::size_t(x.block) << 1) ^ (std::size_t(x.smem) << 12) ^
              (std::size_t(x.cluster) << 40);
     }
   };
   static std::mutex mutex;
   static std::unordered_map<Key, int, KeyHash> resident;
   const unsigned cluster = g.cluster_x > 1 ? g.cluster_x : 1u;
-  const Key key{k.function, g.block, g.dynamic_smem, cluster};
+  const Key key{&k, g.block, g.dynamic_smem, cluster};
   {
     std::lock_guard lock(mutex);
     if (auto it = resident.find(key); it != resident.end()) return it->second;

@@ -25,7 +25,8 @@ constexpr int kHistWords = 4096;      // first-digit histogram (templates/topk.c
 constexpr int kSlotWords = 4096;      // per-thread candidate slots (slots_per_thread * threads <= this)
 constexpr int kCandCapacity = 4096;   // candidates (<= kHistWords); normal data: ~1-3% of a row
 // Dynamic shared memory of the select launch (the family allows 215040 bytes): what is left after
-// the histogram, the cluster section and the candidate lists holds the kept part of the slice.
+// the histogram, the cluster section, the candidate lists and the classify's bitmaps holds the
+// kept part of the slice.
 constexpr int kMaxDynamicBytes = 215040;
 }  // namespace
 
@@ -53,6 +54,9 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
     if (c > 16 || (c & (c - 1)) != 0)
       throw std::invalid_argument("topk launch override: ctas_per_row = " + std::to_string(c) +
                                   ": expected 1, 2, 4, 8 or 16");
+    if (4LL * fixed_words_of(c) > kMaxDynamicBytes)
+      throw std::invalid_argument("topk launch override: ctas_per_row = " + std::to_string(c) + " for width " +
+                                  std::to_string(width) + ": the slices' bitmaps do not fit shared memory");
   } else {
     // 16-CTA clusters (non-portable) only for a single row: at one CTA per SM only ~7 of them fit
     // the GPU at once (measured on the H200), so 8 rows would take two waves.

@@ -34,7 +34,8 @@
 // element = number of selected elements of lower index (per-warp contiguous segments, warp scans
 // of the bitmaps' words, block scan, cluster prefix of CTA counts), so the output depends on the
 // row's data only: it is bit-identical across runs, launch shapes, candidate capacities and
-// batchmates. The CTA stages its slots in shared memory and writes them to `out` coalesced.
+// batchmates. Dense rows (more than 1/8 of the keys selected) and fused rows stage their slots in
+// shared memory and write them to `out` coalesced.
 //
 // NSAJIT_FUSED: every written index goes through the transform (in the pass that writes the
 // staged slots, all page-table reads in parallel so that they do not serialise) (decode: page-table row
@@ -446,8 +447,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   // Dynamic shared memory (offsets in 4-byte words, set by runtime/topk.cpp): the kept keys at 0
   // (resident_vecs vectors), the first-digit histogram (later the overflow list of candidates),
   // this CTA's section of the cluster-wide histogram (C > 1), the per-thread candidate slots
-  // (later, fused: the staged output positions), the cluster-wide candidate list (C > 1), and the
-  // warp of each overflow entry.
+  // (later, for dense or fused rows: the staged output positions), the cluster-wide candidate list
+  // (C > 1), the warp of each overflow entry, and the classify's above and match bitmaps.
   uint32_t* const words = reinterpret_cast<uint32_t*>(topk_dynamic);
   u32x4* const keys = topk_dynamic;
   uint32_t* const hist0 = words + p.hist_offset;
@@ -456,7 +457,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   uint32_t* const cand = words + p.cand_offset;
   uint32_t* const overflow = hist0;  // free once the first digit is found
   unsigned short* const overflow_warp = reinterpret_cast<unsigned short*>(words + p.overflow_warp_offset);
-  uint32_t* const above_map = words + p.bitmap_offset;  // keys above the prefix (later: above T)
+  uint32_t* const above_map = words + p.bitmap_offset;  // keys above the prefix
   uint32_t* const match_map = above_map + p.bitmap_words;  // keys matching the prefix
 
   for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;

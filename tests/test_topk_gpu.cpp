@@ -186,8 +186,8 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   CHECK(plan_topk_launch(4096, 32768, 2048, 132).ctas_per_row == 1);
   CHECK(plan_topk_launch(64, 65536, 2048, 132).ctas_per_row == 2);
   {
-    // 128 rows fill one wave at one CTA each (4 CTAs each would take 4 waves): 1024 threads, a
-    // third of the slice kept in shared memory, the rest re-read.
+    // 128 rows fill one wave at one CTA each (4 CTAs each would take 4 waves): 1024 threads, about
+    // a quarter of the slice kept in shared memory, the rest re-read.
     const auto q = plan_topk_launch(128, 131072, 2048, 132);
     CHECK(q.ctas_per_row == 1);
     CHECK(q.threads == 1024);
@@ -203,6 +203,11 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   {
     LaunchOverride bad({.ctas_per_row = 3});  // not a cluster size
     CHECK_THROWS_AS(plan_topk_launch(1, 131072, 2048, 132), std::invalid_argument);
+  }
+  {
+    LaunchOverride too_few({.ctas_per_row = 1, .force_streaming = true});  // bitmaps of 2^21 positions
+    CHECK_THROWS_AS(plan_topk_launch(1, 1 << 21, 2048, 132), std::invalid_argument);
+    CHECK_NOTHROW(plan_topk_launch(1, 1 << 19, 2048, 132));
   }
   CHECK(p.resident_vecs > 0);  // 65536-long slices at 1024 threads: partly kept, partly re-read
   CHECK(4 * p.resident_vecs < p.slice);

@@ -11,8 +11,9 @@ namespace nsajit {
 namespace {
 
 constexpr int kDefaultThreads = 512;
-// Dynamic shared memory: the resident slice, the first-digit histogram and the candidate list
-// (runtime/topk.cpp fits them into this), or the sort buffer of sorted specs (<= 4096 x 8 bytes).
+// Dynamic shared memory: the kept part of the slice, the first-digit histogram, the candidate
+// lists and the classify's bitmaps (runtime/topk.cpp fits them into this), or the sort buffer of
+// sorted specs (<= 4096 x 8 bytes).
 // Static shared memory is ~12.5 KB, so the total stays under the 227 KB per block of sm_90.
 constexpr unsigned kMaxDynamicSmem = 215040;
 
