@@ -28,6 +28,9 @@ constexpr int kCandCapacity = 4096;   // candidates (<= kHistWords); normal data
 // the histogram, the cluster section, the candidate lists and the classify's bitmaps holds the
 // kept part of the slice.
 constexpr int kMaxDynamicBytes = 215040;
+// Dynamic shared memory of one of two CTAs that share an SM (512 threads: ~11.5 KB of static
+// shared memory each, 228 KB per SM).
+constexpr int kTwoPerSmDynamicBytes = 102400;
 }  // namespace
 
 void set_topk_launch_override(const TopkLaunchOverride& o) { g_override = o; }
@@ -83,11 +86,15 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // 4096 rows of 4097..8192: 182.4 us, against 194.9 at 512 threads with the slice kept). Longer
   // slices keep their keys (4096 rows of 28673..32768: 521 us at 1024 threads, 584 streamed at 256).
   const bool many_short = g_override.threads <= 0 && (long long)rows * c > sm_count && plan.slice <= 8192;
+  // Many rows of longer slices (one CTA per row): two 512-thread CTAs per SM, each keeping as much
+  // of its slice as lets both fit, the rest re-read (4096 rows of 28673..32768: 515.6 us against
+  // 520.8 for one 1024-thread CTA keeping all; fused 538.2 against 550.8).
+  const bool two_per_sm = g_override.threads <= 0 && !many_short && c == 1 && (long long)rows > sm_count;
   if (g_override.threads <= 0) {
     int t = 256;
     while (t < 1024 && plan.slice > 16 * t) t *= 2;
     if ((long long)rows * c <= sm_count) t = 1024;
-    plan.threads = many_short ? 256 : t;
+    plan.threads = many_short ? 256 : two_per_sm ? 512 : t;
   }
   plan.slots_per_thread = std::min(kSlotWords / plan.threads,
                                    g_override.slots_per_thread >= 0 ? g_override.slots_per_thread : kSlotWords);
@@ -97,12 +104,15 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   const int fixed_words = fixed_words_of(c);
   // The slice's vectors kept as keys in shared memory: all when they fit (one extra vector: the
   // slice need not be aligned); as many as fit when the CTA has the SM to itself anyway (1024
-  // threads: 64 registers each fill the register file); none when shared memory would limit how
-  // many CTAs share an SM, or for many short slices (above). The rest is re-read from global
-  // memory (L2) by the classify sweep (and the rare rescans and candidate reads).
+  // threads: 64 registers each fill the register file) or as two CTAs per SM allow (above); none
+  // when shared memory would limit how many CTAs share an SM, or for many short slices (above).
+  // The rest is re-read from global memory (L2) by the classify sweep (and the rare rescans and
+  // candidate reads).
   const int slice_vecs = plan.slice / 4 + 1;
   const int room_vecs = std::max(0, (kMaxDynamicBytes / 4 - fixed_words) / 4);
+  const int two_per_sm_room_vecs = std::max(0, (kTwoPerSmDynamicBytes / 4 - fixed_words) / 4);
   plan.resident_vecs = g_override.force_streaming || many_short ? 0
+                       : two_per_sm                              ? std::min(slice_vecs, two_per_sm_room_vecs)
                        : slice_vecs <= room_vecs                 ? slice_vecs
                        : plan.threads == 1024                    ? room_vecs
                                                                  : 0;
