@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "cache/cubin_cache.hpp"
@@ -225,32 +226,25 @@ int resident_ctas(const LoadedKernel& k, const LaunchGeometry& g) {
   };
   static std::mutex mutex;
   static std::unordered_map<Key, int, KeyHash> resident;
-  const unsigned cluster = g.cluster_x > 1 ? g.cluster_x : 1u;
+  if (g.cluster_x <= 1) throw std::logic_error("nsajit::resident_ctas: a cluster launch (cluster_x > 1) only");
+  const unsigned cluster = g.cluster_x;
   const Key key{&k, g.block, g.dynamic_smem, cluster};
   {
     std::lock_guard lock(mutex);
     if (auto it = resident.find(key); it != resident.end()) return it->second;
   }
-  int ctas = 0;
-  if (cluster > 1) {
-    // The opt-in lives on the function: set once here, before the first query and launch.
-    if (cluster > 8)
-      NSAJIT_CU(cuFuncSetAttribute, k.function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
-    LaunchGeometry one = g;  // one cluster
-    one.grid_x = cluster;
-    one.grid_y = one.grid_z = 1;
-    one.cluster_x = cluster;
-    one.programmatic = false;
-    CUlaunchAttribute attributes[2];
-    const CUlaunchConfig config = launch_config(one, nullptr, attributes);
-    int clusters = 0;
-    NSAJIT_CU(cuOccupancyMaxActiveClusters, &clusters, k.function, &config);
-    ctas = clusters * int(cluster);
-  } else {
-    int per_sm = 0;
-    NSAJIT_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor, &per_sm, k.function, int(g.block), std::size_t(g.dynamic_smem));
-    ctas = per_sm * driver::current_context_info().sm_count;
-  }
+  // The opt-in lives on the function: set once here, before the first query and launch.
+  if (cluster > 8)
+    NSAJIT_CU(cuFuncSetAttribute, k.function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
+  LaunchGeometry one = g;  // one cluster
+  one.grid_x = cluster;
+  one.grid_y = one.grid_z = 1;
+  one.programmatic = false;
+  CUlaunchAttribute attributes[2];
+  const CUlaunchConfig config = launch_config(one, nullptr, attributes);
+  int clusters = 0;
+  NSAJIT_CU(cuOccupancyMaxActiveClusters, &clusters, k.function, &config);
+  const int ctas = clusters * int(cluster);
   std::lock_guard lock(mutex);
   resident[key] = ctas;
   return ctas;

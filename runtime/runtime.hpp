@@ -47,12 +47,13 @@ const LoadedKernel& kernel(const KernelSpec& spec);
 void launch(const LoadedKernel& kernel, const LaunchGeometry& geometry, const void* params,
             CUstream stream);
 
-// How many CTAs of this launch shape (geometry.block threads and dynamic_smem bytes each, clusters
-// of geometry.cluster_x CTAs when > 1) the current device runs at once: whole clusters times the
-// cluster size (cuOccupancyMaxActiveClusters), else blocks per SM times SMs. 0 when not even one
-// cluster fits: a non-portable cluster size (> 8) may not fit a part with fewer SMs per GPC or a
-// MIG slice. Sets the function's non-portable-cluster opt-in before the first query of a cluster
-// above 8 (the launch needs it too). Cached per function and shape.
+// How many CTAs of this cluster launch shape (clusters of geometry.cluster_x > 1 CTAs of
+// geometry.block threads and dynamic_smem bytes each) the current device runs at once: whole
+// clusters (cuOccupancyMaxActiveClusters) times the cluster size. 0 when not even one cluster
+// fits: a non-portable cluster size (> 8) may not fit a part with fewer SMs per GPC or a MIG
+// slice. Sets the function's non-portable-cluster opt-in before the first query of a cluster
+// above 8 (the launch needs it too). Cached per loaded kernel and shape. std::logic_error for
+// cluster_x <= 1.
 int resident_ctas(const LoadedKernel& kernel, const LaunchGeometry& geometry);
 
 }  // namespace nsajit

@@ -41,16 +41,26 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   if (width <= topk) return plan;  // no row needs a selection
   auto ceil_div = [](long long a, long long b) { return (a + b - 1) / b; };
   plan.cand_capacity = std::min(kCandCapacity, g_override.cand_capacity > 0 ? g_override.cand_capacity : kCandCapacity);
-  // Shared-memory words of everything but the kept keys, at c CTAs per row: the first-digit
-  // histogram, the cluster section and list (c > 1), the slots, the overflow list's warps, and
-  // the classify's two bitmaps (one bit per position of the slice; one extra vector: the slice
-  // need not be aligned).
+  // The shared-memory parts after the kept keys, at c CTAs per row, in words from the first of
+  // them: the first-digit histogram, the cluster section (c > 1), the slots, the cluster-wide
+  // list (c > 1), the overflow list's warps, and the classify's two bitmaps (one bit per position
+  // of the slice; one extra vector: the slice need not be aligned). `end` = their total.
   auto slice_of = [&](int c) { return int((ceil_div(width, c) + 3) / 4 * 4); };
-  auto bitmap_words_of = [&](int c) { return int(4 * ceil_div(slice_of(c) / 4 + 1, 32)); };
-  auto fixed_words_of = [&](int c) {
-    return kHistWords + (c > 1 ? kHistWords / c + plan.cand_capacity : 0) + kSlotWords + (plan.cand_capacity + 1) / 2 +
-           2 * bitmap_words_of(c);
+  struct FixedParts {
+    int section, slots, cand, overflow_warp, bitmaps, bitmap_words, end;
   };
+  auto fixed_parts_of = [&](int c) {
+    FixedParts f;
+    f.section = kHistWords;
+    f.slots = f.section + (c > 1 ? kHistWords / c : 0);
+    f.cand = f.slots + kSlotWords;
+    f.overflow_warp = f.cand + (c > 1 ? plan.cand_capacity : 0);
+    f.bitmaps = f.overflow_warp + (plan.cand_capacity + 1) / 2;
+    f.bitmap_words = int(4 * ceil_div(slice_of(c) / 4 + 1, 32));
+    f.end = f.bitmaps + 2 * f.bitmap_words;
+    return f;
+  };
+  auto fixed_words_of = [&](int c) { return fixed_parts_of(c).end; };
   int c = 1;
   if (g_override.ctas_per_row > 0) {
     c = g_override.ctas_per_row;
@@ -98,10 +108,8 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   }
   plan.slots_per_thread = std::min(kSlotWords / plan.threads,
                                    g_override.slots_per_thread >= 0 ? g_override.slots_per_thread : kSlotWords);
-  const int section_words = c > 1 ? kHistWords / c : 0;
-  const int cand_words = c > 1 ? plan.cand_capacity : 0;
-  plan.bitmap_words = bitmap_words_of(c);
-  const int fixed_words = fixed_words_of(c);
+  const FixedParts fixed = fixed_parts_of(c);
+  const int fixed_words = fixed.end;
   // The slice's vectors kept as keys in shared memory: all when they fit (one extra vector: the
   // slice need not be aligned); as many as fit when the CTA has the SM to itself anyway (1024
   // threads: 64 registers each fill the register file) or as two CTAs per SM allow (above); none
@@ -117,12 +125,13 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
                        : plan.threads == 1024                    ? room_vecs
                                                                  : 0;
   plan.hist_offset = 4 * plan.resident_vecs;
-  plan.section_offset = plan.hist_offset + kHistWords;
-  plan.slots_offset = plan.section_offset + section_words;
-  plan.cand_offset = plan.slots_offset + kSlotWords;
-  plan.overflow_warp_offset = plan.cand_offset + cand_words;
-  plan.bitmap_offset = plan.overflow_warp_offset + (plan.cand_capacity + 1) / 2;
-  plan.dynamic_smem = unsigned(4 * (plan.bitmap_offset + 2 * plan.bitmap_words));
+  plan.section_offset = plan.hist_offset + fixed.section;
+  plan.slots_offset = plan.hist_offset + fixed.slots;
+  plan.cand_offset = plan.hist_offset + fixed.cand;
+  plan.overflow_warp_offset = plan.hist_offset + fixed.overflow_warp;
+  plan.bitmap_offset = plan.hist_offset + fixed.bitmaps;
+  plan.bitmap_words = fixed.bitmap_words;
+  plan.dynamic_smem = unsigned(4 * (plan.hist_offset + fixed.end));
   return plan;
 }
 
