@@ -239,9 +239,9 @@ NSAJIT_DEVICE uint32_t topk_slice_key(const TopkSlice& s, const uint32_t* kept, 
 // one word's 4-bit pieces: OR them and store word 4 q + lane / 8.
 NSAJIT_DEVICE void topk_store_word(uint32_t* map, int round, int lane, uint32_t bits4) {
   uint32_t w = bits4 << (4 * (lane & 7));
-  w |= __shfl_xor_sync(0xffffffffu, w, 1);
-  w |= __shfl_xor_sync(0xffffffffu, w, 2);
-  w |= __shfl_xor_sync(0xffffffffu, w, 4);
+  w |= __shfl_xor_sync(NSAJIT_TOPK_FULL, w, 1);
+  w |= __shfl_xor_sync(NSAJIT_TOPK_FULL, w, 2);
+  w |= __shfl_xor_sync(NSAJIT_TOPK_FULL, w, 4);
   if ((lane & 7) == 0) map[4 * round + (lane >> 3)] = w;
 }
 
