@@ -132,6 +132,14 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   plan.bitmap_offset = plan.hist_offset + fixed.bitmaps;
   plan.bitmap_words = fixed.bitmap_words;
   plan.dynamic_smem = unsigned(4 * (plan.hist_offset + fixed.end));
+  // One CTA per row: a sample bounds the threshold and one sweep lists the keys above it, in what
+  // only the exact path uses (slots, overflow warps, above bitmap: contiguous at c = 1); the
+  // exact path is the fallback.
+  plan.speculate = c == 1 && g_override.speculate != 0;
+  if (plan.speculate) {
+    plan.list_offset = plan.slots_offset;
+    plan.list_words = plan.bitmap_offset + plan.bitmap_words - plan.slots_offset;
+  }
   return plan;
 }
 
@@ -236,6 +244,9 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.bitmap_words = plan.bitmap_words;
   params.cand_capacity = plan.cand_capacity;
   params.slots_per_thread = plan.slots_per_thread;
+  params.speculate = plan.speculate ? 1 : 0;
+  params.list_offset = plan.list_offset;
+  params.list_words = plan.list_words;
   params.phase = 0;
   if (args.fused_transform) detail::set_transform_parameters(params, args, table_stride);
 

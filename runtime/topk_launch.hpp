@@ -19,6 +19,8 @@ struct TopkLaunchPlan {
   // Dynamic shared memory of the select launch, offsets in 4-byte words (see TopkParams).
   int hist_offset = 0, section_offset = 0, slots_offset = 0, cand_offset = 0, overflow_warp_offset = 0;
   int bitmap_offset = 0, bitmap_words = 0;  // the classify's above / match bitmaps, bitmap_words each
+  bool speculate = false;  // one CTA per row: the speculative single sweep first (templates/topk.cuh)
+  int list_offset = 0, list_words = 0;  // its per-warp lists: the slots, overflow warps, above bitmap
   unsigned dynamic_smem = 0;  // bytes
 };
 
@@ -28,8 +30,8 @@ struct TopkLaunchPlan {
 // a 16-CTA cluster does not fit the device).
 TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16);
 
-// Test/bench hook (not thread-safe): ctas_per_row, threads, cand_capacity > 0 and
-// slots_per_thread >= 0 replace the plan's choice (ctas_per_row must be 1, 2, 4, 8 or 16);
+// Test/bench hook (not thread-safe): ctas_per_row, threads, cand_capacity > 0,
+// slots_per_thread >= 0 and speculate 0 replace the plan's choice (ctas_per_row must be 1, 2, 4, 8 or 16);
 // force_streaming keeps nothing in shared memory (every sweep re-reads global memory). Reset with
 // a default-constructed value.
 struct TopkLaunchOverride {
@@ -38,6 +40,7 @@ struct TopkLaunchOverride {
   bool force_streaming = false;
   int cand_capacity = 0;  // e.g. 64: most rows take the rescan path
   int slots_per_thread = -1;  // >= 0: e.g. 0 sends every candidate to the overflow list
+  int speculate = -1;  // 0: never the speculative sweep (exact path only); 1 or -1: the plan's choice
 };
 void set_topk_launch_override(const TopkLaunchOverride& o);
 

@@ -41,6 +41,12 @@ struct TopkParams {
   int bitmap_words;            // >= 4 * ceil(vectors of the slice / 32): one bit per position
   int cand_capacity;           // <= 4096 keys; a larger threshold bin is rescanned instead
   int slots_per_thread;        // <= 4096 / threads
+  // Speculative single sweep (C = 1; templates/topk.cuh): a sample of the row gives a lower bound,
+  // one sweep lists every key above it (per warp, in index order) with its first digit counted;
+  // the row falls back to the exact sweeps when the list overflows or holds fewer than topk keys.
+  int speculate;               // 0 or 1
+  int list_offset;             // the per-warp candidate lists, list_words words (the sample's
+  int list_words;              // 4096-bin histogram before them)
   // Fused transform (NSAJIT_FUSED): see IndexTransformParams.
   const int* page_table;            // [num_requests, page_table_row_stride]
   long long page_table_row_stride;  // elements

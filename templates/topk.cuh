@@ -352,6 +352,94 @@ NSAJIT_DEVICE uint32_t topk_cluster_address(const void* local, uint32_t rank) {
 }
 
 
+// --- speculative single sweep (one CTA per row) ----------------------------------------------------
+// The exact path reads the row twice (pass 0 for the first digit, then the classify sweep). Here a
+// sample of 2 * threads scores, spread evenly over the row, gives a lower bound B under which the
+// topk-th largest key lies with high probability: the bin of the sample's r-th largest key, r its
+// expected rank plus 4 standard deviations. One sweep then lists every key >= B (per warp, in index
+// order, with a bitmap of their positions) and counts their first digits, and the selection runs
+// on the list alone. Exact whenever it is used: the topk largest keys are all >= B iff at least
+// topk keys are; when fewer are, or a warp's list overflows (a plateau at B, a row whose large
+// scores crowd one warp's segment), the row falls back to the exact sweeps.
+
+// The bound B (a key >= 1, so that padding is never listed) for a row of n > topk positions, or
+// 0 when the row should not speculate (nearly every key would be listed and the list cannot hold
+// them). Whole block; `hist` (4096 words) is zero on entry and dirty on return.
+NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, uint32_t* hist, int list_words, TopkShared& sh) {
+  constexpr int kSamples = 2 * NSAJIT_THREADS;
+  const float expected = float(kSamples) * float(NSAJIT_TOPK) / float(s.n);
+  const float fraction = float(NSAJIT_TOPK) / float(s.n);
+  const int r = int(ceilf(expected + 4.0f * sqrtf(expected * (1.0f - fraction)) + 1.0f));
+  if (r >= kSamples) return 9 * s.n <= 8 * list_words ? 1u : 0u;  // list them all, if they fit
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int i = threadIdx.x + u * NSAJIT_THREADS;
+    const int position = int((2ll * i + 1) * s.n / (2ll * kSamples));
+    atomicAdd(&hist[topk_key(s.sp[position]) >> NSAJIT_TOPK_SHIFT0], 1u);
+  }
+  __syncthreads();
+  int greater, count;
+  const uint32_t d = topk_find_bin(hist, NSAJIT_TOPK_BINS0, r, sh, greater, count);
+  return max(d << NSAJIT_TOPK_SHIFT0, 1u);
+}
+
+// One warp's part of the sweep: rounds [round_begin, round_end) of 32 vectors (as the classify
+// sweep), every key >= bound appended to `list` (at most `capacity`, in index order), its first
+// digit counted in hist0, and its position set in the match bitmap. Returns the keys found (more
+// than capacity: the list overflowed and the sweep stopped).
+NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, uint32_t bound, uint32_t* list, int capacity,
+                                         uint32_t* hist0, uint32_t* match_map, int round_begin, int round_end) {
+  const int lane = threadIdx.x & 31;
+  const int vw0 = s.head == 0 ? 0 : 1;               // whole 16-byte vectors: [vw0, vw1)
+  const int vw1 = max(vw0, (s.head + s.n) >> 2);
+  int fill = 0;
+  constexpr int kUnroll = 4;  // rounds in flight per warp
+  for (int q0 = round_begin; q0 < round_end; q0 += kUnroll) {
+    u32x4 raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = (q0 + u) * 32 + lane;
+      if (q0 + u < round_end && v >= vw0 && v < vw1) raw[u] = topk_load_16(s.abase + 4 * v);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int q = q0 + u;
+      if (q >= round_end) break;  // warp-uniform
+      const int v = q * 32 + lane;
+      u32x4 kv;
+      if (v >= vw0 && v < vw1) {
+        kv.x = topk_key(__uint_as_float(raw[u].x));
+        kv.y = topk_key(__uint_as_float(raw[u].y));
+        kv.z = topk_key(__uint_as_float(raw[u].z));
+        kv.w = topk_key(__uint_as_float(raw[u].w));
+      } else {
+        kv = topk_slice_keys(s, nullptr, 0, v);  // an edge vector, or past the slice (zeros)
+      }
+      uint32_t bits = 0u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) bits |= uint32_t(topk_lane(kv, j) >= bound) << j;
+      const int c = __popc(bits);
+      const int inclusive = warp_inclusive_scan(c);
+      const int found = __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
+      if (fill + found <= capacity) {
+        int at = fill + inclusive - c;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (bits & (1u << j)) {
+            const uint32_t key = topk_lane(kv, j);
+            list[at++] = key;
+            atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
+          }
+        }
+      }
+      fill += found;
+      topk_store_word(match_map, q, lane, bits);
+    }
+    if (fill > capacity) break;  // warp-uniform: the row falls back
+  }
+  return fill;
+}
+
 // --- phase 1 of sorted specs: sort each row by (score desc, index asc), then transform -----------
 
 NSAJIT_DEVICE void topk_sort_phase(const TopkParams& p, unsigned long long* s) {
@@ -460,7 +548,17 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   uint32_t* const above_map = words + p.bitmap_offset;  // keys above the prefix
   uint32_t* const match_map = above_map + p.bitmap_words;  // keys matching the prefix
 
+  // C = 1 and the plan allows it: the speculative single sweep, with the per-warp candidate lists
+  // (list_words words; the sample's histogram before them) over the slots, the overflow warps and
+  // the above bitmap, which only the exact path uses.
+  const bool may_speculate = C == 1 && p.speculate != 0;
+  uint32_t* const list = words + p.list_offset;
+  const int list_capacity = p.list_words / NSAJIT_TOPK_WARPS;  // per warp
+  uint32_t* const warp_list = list + warp * list_capacity;
+
   for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
+  if (may_speculate)
+    for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) list[i] = 0u;  // the sample's histogram
   for (int i = tid; i < 2 << NSAJIT_TOPK_REFINE_BITS; i += NSAJIT_THREADS) (&sh.refine_hist[0][0])[i] = 0u;
   if (tid == 0) {
     sh.cand_local = 0;
@@ -468,221 +566,59 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   }
   __syncthreads();
 
-  // Pass 0: load the slice, keep the keys of its first resident_vecs vectors, and count the first
-  // digit (bits 31..20) of every key. The whole 16-byte vectors [vw0, vw1) go through a lean loop
-  // (several loads in flight per thread, no per-element checks: their keys are never 0); the at
-  // most two partial vectors at the edges are read element by element.
-  {
-    const int vw0 = s.head == 0 ? 0 : 1;
-    const int vw1 = max(vw0, (s.head + s.n) >> 2);
-    constexpr int kUnroll = 4;
-    for (int base = vw0; base < vw1; base += kUnroll * NSAJIT_THREADS) {
-      u32x4 raw[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int v = base + u * NSAJIT_THREADS + tid;
-        if (v < vw1) raw[u] = topk_load_16(s.abase + 4 * v);
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int v = base + u * NSAJIT_THREADS + tid;
-        if (v < vw1) {
-          u32x4 kv;
-          kv.x = topk_key(__uint_as_float(raw[u].x));
-          kv.y = topk_key(__uint_as_float(raw[u].y));
-          kv.z = topk_key(__uint_as_float(raw[u].z));
-          kv.w = topk_key(__uint_as_float(raw[u].w));
-          if (v < resident_vecs) keys[v] = kv;
-          atomicAdd(&hist0[kv.x >> NSAJIT_TOPK_SHIFT0], 1u);
-          atomicAdd(&hist0[kv.y >> NSAJIT_TOPK_SHIFT0], 1u);
-          atomicAdd(&hist0[kv.z >> NSAJIT_TOPK_SHIFT0], 1u);
-          atomicAdd(&hist0[kv.w >> NSAJIT_TOPK_SHIFT0], 1u);
-        }
-      }
-    }
-    // Partial vectors: v = 0 (when the slice is not 16-byte aligned) and v = nvec - 1.
-    const int edge = tid == 0 ? 0 : tid == 1 ? s.nvec - 1 : -1;
-    if (edge >= 0 && edge < s.nvec && (edge < vw0 || edge >= vw1) && !(tid == 1 && edge == 0)) {
-      const u32x4 kv = topk_global_keys(s, edge);
-      if (edge < resident_vecs) keys[edge] = kv;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t key = topk_lane(kv, j);
-        if (key != 0u) atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
-      }
-    }
-  }
-  __syncthreads();
-  if (C > 1) {
-    // Cluster-wide first-digit histogram: CTA q sums the section [q S, (q + 1) S) over all CTAs
-    // (reduce-scatter), then every CTA gathers all sections into its hist0.
-    const int S = NSAJIT_TOPK_BINS0 / C;
-    topk_cluster_sync();  // every CTA's hist0 is complete
-    for (int j = tid; j < S; j += NSAJIT_THREADS) section[j] = topk_cluster_sum_word(&hist0[int(rank) * S + j], C);
-    topk_cluster_sync();  // every section is summed; no CTA reads a hist0 any more
-    static_assert(NSAJIT_TOPK_BINS0 % (4 * NSAJIT_THREADS) == 0, "all-gather: 4 bins per thread and round");
-    for (int bin = tid; bin < NSAJIT_TOPK_BINS0; bin += 4 * NSAJIT_THREADS) {
-      uint32_t v[4];  // four loads in flight
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int b2 = bin + u * NSAJIT_THREADS;
-        v[u] = topk_cluster_load(&section[b2 % S], uint32_t(b2 / S));
-      }
-#pragma unroll
-      for (int u = 0; u < 4; ++u) hist0[bin + u * NSAJIT_THREADS] = v[u];
-    }
-    __syncthreads();
-  }
-  TopkRadix x{0u, 0u, NSAJIT_TOPK, 0, 0};
-  {
-    int greater, count;
-    const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
-    topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
-  }
-
-  // Rescans (rare: more keys share the threshold bin than the candidate list holds, e.g. a
-  // plateau or values inside one narrow band): 8-bit digits over the keys matching the prefix.
-  for (int pass = 0; x.count > p.cand_capacity && x.bits < 32; ++pass) {
-    const int width = min(NSAJIT_TOPK_RESCAN_BITS, 32 - x.bits);
-    const int shift = 32 - x.bits - width;
-    const int nbins = 1 << width;
-    uint32_t* h = sh.rescan_hist[pass & 1];
-    for (int i = tid; i < nbins; i += NSAJIT_THREADS) h[i] = 0u;
-    __syncthreads();
-    for (int v = tid; v < s.nvec; v += NSAJIT_THREADS) {
-      const u32x4 kv = v < resident_vecs ? keys[v] : topk_global_keys(s, v);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t key = topk_lane(kv, j);
-        if (key != 0u && (key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & uint32_t(nbins - 1)], 1u);
-      }
-    }
-    __syncthreads();
-    const uint32_t* total = h;
-    if (C > 1) {
-      topk_cluster_sum(h, sh.row_total, nbins, C);
-      total = sh.row_total;
-    }
-    int greater, count;
-    const uint32_t d = topk_find_bin(total, nbins, x.k, sh, greater, count);
-    topk_radix_step(x, d, width, greater, count);
-  }
-  const bool resolved = x.bits == 32;  // else: x.count <= cand_capacity keys go to the list
-
-  // Classify: warp w owns the contiguous rounds [w R / W, (w + 1) R / W) of 32 vectors (the same
-  // segments as the output below). Per warp: keys above the prefix (all selected) and keys matching
-  // it (resolved: the ties; else candidates), counted and recorded in the above / match bitmaps.
-  // A thread keeps its first slots_per_thread candidates in its own slots (slots[i * T + tid]: no
-  // atomic, no wait); more go to the overflow list.
+  // Warp w owns the contiguous rounds [w R / W, (w + 1) R / W) of 32 vectors: in the classify (or
+  // speculative) sweep and in the output.
   const int rounds = (s.nvec + 31) >> 5;
   const int round_begin = int((long long)rounds * warp / NSAJIT_TOPK_WARPS);
   const int round_end = int((long long)rounds * (warp + 1) / NSAJIT_TOPK_WARPS);
-  int nslot = 0;  // candidates in this thread's slots
-  {
-    int my_above = 0, my_match = 0;
-    for (int q = round_begin; q < round_end; ++q) {
-      const u32x4 kv = topk_slice_keys(s, keys, resident_vecs, q * 32 + lane);
-      uint32_t above = 0u, match = 0u;  // bit j: key j of the vector
+
+  TopkRadix x{0u, 0u, NSAJIT_TOPK, 0, 0};
+  bool resolved = false;      // exact path: all 32 bits found before the classify
+  bool speculated = false;    // the speculative sweep's list holds the selection
+  int warp_fill = 0;          // keys in this warp's list
+  if (may_speculate) {
+    const uint32_t bound = topk_sample_bound(s, list, p.list_words, sh);
+    if (bound != 0u) {  // uniform
+      warp_fill = topk_speculative_sweep(s, bound, warp_list, list_capacity, hist0, match_map, round_begin, round_end);
+      if (lane == 0) sh.warp_sum[warp] = warp_fill;
+      __syncthreads();
+      int listed = 0;
+      bool overflow = false;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t key = topk_lane(kv, j);
-        const uint32_t high = key & x.mask;
-        above |= uint32_t(high > x.prefix) << j;
-        match |= uint32_t((high == x.prefix) & (key != 0u)) << j;
+      for (int w = 0; w < NSAJIT_TOPK_WARPS; ++w) {
+        listed += sh.warp_sum[w];
+        overflow |= sh.warp_sum[w] > list_capacity;
       }
-      my_above += __popc(above);
-      my_match += __popc(match);
-      topk_store_word(above_map, q, lane, above);
-      topk_store_word(match_map, q, lane, match);
-      if (!resolved && match) {  // rare
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const uint32_t key = topk_lane(kv, j);
-          if ((key & x.mask) == x.prefix && key != 0u) {
-            if (nslot < p.slots_per_thread) {
-              slots[nslot * NSAJIT_THREADS + tid] = key;
-              ++nslot;
-            } else {
-              const int i = atomicAdd(&sh.cand_local, 1);
-              overflow[i] = key;
-              overflow_warp[i] = (unsigned short)warp;
-            }
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      my_above += __shfl_xor_sync(NSAJIT_TOPK_FULL, my_above, o);
-      my_match += __shfl_xor_sync(NSAJIT_TOPK_FULL, my_match, o);
-    }
-    if (lane == 0) {
-      sh.warp_greater[warp] = my_above;
-      sh.warp_equal[warp] = resolved ? my_match : 0;
+      speculated = !overflow && listed >= NSAJIT_TOPK;
+      if (!speculated)  // fall back: the exact path counts every key from zero
+        for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
+      __syncthreads();
     }
   }
-  __syncthreads();
 
-  if (!resolved) {
-    // The candidates: all x.count keys of the row that match the prefix. C = 1: this CTA's slots
-    // (slots[i * T + tid], i < nslot) and overflow list. C > 1: every thread reserves a range of
-    // the cluster-wide list (a remote atomic on rank 0) for its slots and its share of the
-    // overflow list, and writes them into every CTA's list, so that every CTA refines the same
-    // keys (their order does not matter).
-    const int n_over = sh.cand_local;
-    if (C > 1) {
-      const int over_mine = n_over > tid ? (n_over - tid + NSAJIT_THREADS - 1) / NSAJIT_THREADS : 0;
-      const int mine = nslot + over_mine;
-      if (mine > 0) {
-        int at;
-        asm volatile("atom.shared::cluster.add.u32 %0, [%1], %2;"
-                     : "=r"(at)
-                     : "r"(topk_cluster_address(&sh.cand_reserved, 0u)), "r"(mine)
-                     : "memory");
-        for (int i = 0; i < mine; ++i) {
-          const uint32_t key = i < nslot ? slots[i * NSAJIT_THREADS + tid] : overflow[tid + (i - nslot) * NSAJIT_THREADS];
-          for (int q = 0; q < C; ++q)
-            asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(topk_cluster_address(&cand[at + i], uint32_t(q))),
-                         "r"(key)
-                         : "memory");
-        }
-      }
-      topk_cluster_sync();  // every list is complete
-    }
-    // Refinement over the candidates: digits of up to 10 bits down to bit 0.
-    const int x_count_list = x.count;
+  if (speculated) {
+    // The topk-th largest of the listed keys is the row's: first digit from hist0, then 10-bit
+    // digits over the lists down to bit 0 (no capacity limit: the lists hold every candidate).
+    int greater, count;
+    const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
+    topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
     for (int pass = 0; x.bits < 32; ++pass) {
       const int width = min(NSAJIT_TOPK_REFINE_BITS, 32 - x.bits);
       const int shift = 32 - x.bits - width;
       const uint32_t digit_mask = (1u << width) - 1u;
       uint32_t* h = sh.refine_hist[pass & 1];  // zero (the prologue, or the pass before last)
-      if (C > 1) {  // the cluster-wide list
-        for (int i = tid; i < x_count_list; i += NSAJIT_THREADS) {
-          const uint32_t key = cand[i];
-          if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
-        }
-      } else {  // this thread's slots, then its share of the overflow list
-        for (int i = 0; i < nslot; ++i) {
-          const uint32_t key = slots[i * NSAJIT_THREADS + tid];
-          if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
-        }
-        for (int i = tid; i < n_over; i += NSAJIT_THREADS) {
-          const uint32_t key = overflow[i];
-          if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
-        }
+      for (int i = lane; i < warp_fill; i += 32) {
+        const uint32_t key = warp_list[i];
+        if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
       }
       __syncthreads();
-      int greater, count;
-      const uint32_t d = topk_find_bin(h, 1 << width, x.k, sh, greater, count);
-      topk_radix_step(x, d, width, greater, count);
-      // h is read again only by pass + 2, after the next pass's barriers: zero it for that pass.
-      for (int i = tid; i < (1 << width); i += NSAJIT_THREADS) h[i] = 0u;
+      const uint32_t d2 = topk_find_bin(h, 1 << width, x.k, sh, greater, count);
+      topk_radix_step(x, d2, width, greater, count);
+      for (int i = tid; i < (1 << width); i += NSAJIT_THREADS) h[i] = 0u;  // for pass + 2
     }
-    // This CTA's candidates above the threshold and equal to it, per warp: the thread's own slots
-    // (its warp is known), then the overflow list.
     int g = 0, e = 0;
-    for (int i = 0; i < nslot; ++i) {
-      const uint32_t key = slots[i * NSAJIT_THREADS + tid];
+    for (int i = lane; i < warp_fill; i += 32) {
+      const uint32_t key = warp_list[i];
       g += key > x.prefix;
       e += key == x.prefix;
     }
@@ -691,16 +627,243 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       g += __shfl_xor_sync(NSAJIT_TOPK_FULL, g, o);
       e += __shfl_xor_sync(NSAJIT_TOPK_FULL, e, o);
     }
-    if (lane == 0 && (g | e)) {
-      atomicAdd(&sh.warp_greater[warp], g);
-      atomicAdd(&sh.warp_equal[warp], e);
-    }
-    for (int i = tid; i < n_over; i += NSAJIT_THREADS) {
-      const uint32_t key = overflow[i];
-      if (key > x.prefix) atomicAdd(&sh.warp_greater[overflow_warp[i]], 1);
-      else if (key == x.prefix) atomicAdd(&sh.warp_equal[overflow_warp[i]], 1);
+    if (lane == 0) {
+      sh.warp_greater[warp] = g;
+      sh.warp_equal[warp] = e;
     }
     __syncthreads();
+  } else {
+
+    // Pass 0: load the slice, keep the keys of its first resident_vecs vectors, and count the first
+    // digit (bits 31..20) of every key. The whole 16-byte vectors [vw0, vw1) go through a lean loop
+    // (several loads in flight per thread, no per-element checks: their keys are never 0); the at
+    // most two partial vectors at the edges are read element by element.
+    {
+      const int vw0 = s.head == 0 ? 0 : 1;
+      const int vw1 = max(vw0, (s.head + s.n) >> 2);
+      constexpr int kUnroll = 4;
+      for (int base = vw0; base < vw1; base += kUnroll * NSAJIT_THREADS) {
+        u32x4 raw[kUnroll];
+  #pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int v = base + u * NSAJIT_THREADS + tid;
+          if (v < vw1) raw[u] = topk_load_16(s.abase + 4 * v);
+        }
+  #pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int v = base + u * NSAJIT_THREADS + tid;
+          if (v < vw1) {
+            u32x4 kv;
+            kv.x = topk_key(__uint_as_float(raw[u].x));
+            kv.y = topk_key(__uint_as_float(raw[u].y));
+            kv.z = topk_key(__uint_as_float(raw[u].z));
+            kv.w = topk_key(__uint_as_float(raw[u].w));
+            if (v < resident_vecs) keys[v] = kv;
+            atomicAdd(&hist0[kv.x >> NSAJIT_TOPK_SHIFT0], 1u);
+            atomicAdd(&hist0[kv.y >> NSAJIT_TOPK_SHIFT0], 1u);
+            atomicAdd(&hist0[kv.z >> NSAJIT_TOPK_SHIFT0], 1u);
+            atomicAdd(&hist0[kv.w >> NSAJIT_TOPK_SHIFT0], 1u);
+          }
+        }
+      }
+      // Partial vectors: v = 0 (when the slice is not 16-byte aligned) and v = nvec - 1.
+      const int edge = tid == 0 ? 0 : tid == 1 ? s.nvec - 1 : -1;
+      if (edge >= 0 && edge < s.nvec && (edge < vw0 || edge >= vw1) && !(tid == 1 && edge == 0)) {
+        const u32x4 kv = topk_global_keys(s, edge);
+        if (edge < resident_vecs) keys[edge] = kv;
+  #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t key = topk_lane(kv, j);
+          if (key != 0u) atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
+        }
+      }
+    }
+    __syncthreads();
+    if (C > 1) {
+      // Cluster-wide first-digit histogram: CTA q sums the section [q S, (q + 1) S) over all CTAs
+      // (reduce-scatter), then every CTA gathers all sections into its hist0.
+      const int S = NSAJIT_TOPK_BINS0 / C;
+      topk_cluster_sync();  // every CTA's hist0 is complete
+      for (int j = tid; j < S; j += NSAJIT_THREADS) section[j] = topk_cluster_sum_word(&hist0[int(rank) * S + j], C);
+      topk_cluster_sync();  // every section is summed; no CTA reads a hist0 any more
+      static_assert(NSAJIT_TOPK_BINS0 % (4 * NSAJIT_THREADS) == 0, "all-gather: 4 bins per thread and round");
+      for (int bin = tid; bin < NSAJIT_TOPK_BINS0; bin += 4 * NSAJIT_THREADS) {
+        uint32_t v[4];  // four loads in flight
+  #pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int b2 = bin + u * NSAJIT_THREADS;
+          v[u] = topk_cluster_load(&section[b2 % S], uint32_t(b2 / S));
+        }
+  #pragma unroll
+        for (int u = 0; u < 4; ++u) hist0[bin + u * NSAJIT_THREADS] = v[u];
+      }
+      __syncthreads();
+    }
+    {
+      int greater, count;
+      const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
+      topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
+    }
+
+    // Rescans (rare: more keys share the threshold bin than the candidate list holds, e.g. a
+    // plateau or values inside one narrow band): 8-bit digits over the keys matching the prefix.
+    for (int pass = 0; x.count > p.cand_capacity && x.bits < 32; ++pass) {
+      const int width = min(NSAJIT_TOPK_RESCAN_BITS, 32 - x.bits);
+      const int shift = 32 - x.bits - width;
+      const int nbins = 1 << width;
+      uint32_t* h = sh.rescan_hist[pass & 1];
+      for (int i = tid; i < nbins; i += NSAJIT_THREADS) h[i] = 0u;
+      __syncthreads();
+      for (int v = tid; v < s.nvec; v += NSAJIT_THREADS) {
+        const u32x4 kv = v < resident_vecs ? keys[v] : topk_global_keys(s, v);
+  #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t key = topk_lane(kv, j);
+          if (key != 0u && (key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & uint32_t(nbins - 1)], 1u);
+        }
+      }
+      __syncthreads();
+      const uint32_t* total = h;
+      if (C > 1) {
+        topk_cluster_sum(h, sh.row_total, nbins, C);
+        total = sh.row_total;
+      }
+      int greater, count;
+      const uint32_t d = topk_find_bin(total, nbins, x.k, sh, greater, count);
+      topk_radix_step(x, d, width, greater, count);
+    }
+    resolved = x.bits == 32;  // else: x.count <= cand_capacity keys go to the list
+
+    // Classify: warp w owns the contiguous rounds [w R / W, (w + 1) R / W) of 32 vectors (the same
+    // segments as the output below). Per warp: keys above the prefix (all selected) and keys matching
+    // it (resolved: the ties; else candidates), counted and recorded in the above / match bitmaps.
+    // A thread keeps its first slots_per_thread candidates in its own slots (slots[i * T + tid]: no
+    // atomic, no wait); more go to the overflow list.
+    int nslot = 0;  // candidates in this thread's slots
+    {
+      int my_above = 0, my_match = 0;
+      for (int q = round_begin; q < round_end; ++q) {
+        const u32x4 kv = topk_slice_keys(s, keys, resident_vecs, q * 32 + lane);
+        uint32_t above = 0u, match = 0u;  // bit j: key j of the vector
+  #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t key = topk_lane(kv, j);
+          const uint32_t high = key & x.mask;
+          above |= uint32_t(high > x.prefix) << j;
+          match |= uint32_t((high == x.prefix) & (key != 0u)) << j;
+        }
+        my_above += __popc(above);
+        my_match += __popc(match);
+        topk_store_word(above_map, q, lane, above);
+        topk_store_word(match_map, q, lane, match);
+        if (!resolved && match) {  // rare
+  #pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const uint32_t key = topk_lane(kv, j);
+            if ((key & x.mask) == x.prefix && key != 0u) {
+              if (nslot < p.slots_per_thread) {
+                slots[nslot * NSAJIT_THREADS + tid] = key;
+                ++nslot;
+              } else {
+                const int i = atomicAdd(&sh.cand_local, 1);
+                overflow[i] = key;
+                overflow_warp[i] = (unsigned short)warp;
+              }
+            }
+          }
+        }
+      }
+  #pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        my_above += __shfl_xor_sync(NSAJIT_TOPK_FULL, my_above, o);
+        my_match += __shfl_xor_sync(NSAJIT_TOPK_FULL, my_match, o);
+      }
+      if (lane == 0) {
+        sh.warp_greater[warp] = my_above;
+        sh.warp_equal[warp] = resolved ? my_match : 0;
+      }
+    }
+    __syncthreads();
+
+    if (!resolved) {
+      // The candidates: all x.count keys of the row that match the prefix. C = 1: this CTA's slots
+      // (slots[i * T + tid], i < nslot) and overflow list. C > 1: every thread reserves a range of
+      // the cluster-wide list (a remote atomic on rank 0) for its slots and its share of the
+      // overflow list, and writes them into every CTA's list, so that every CTA refines the same
+      // keys (their order does not matter).
+      const int n_over = sh.cand_local;
+      if (C > 1) {
+        const int over_mine = n_over > tid ? (n_over - tid + NSAJIT_THREADS - 1) / NSAJIT_THREADS : 0;
+        const int mine = nslot + over_mine;
+        if (mine > 0) {
+          int at;
+          asm volatile("atom.shared::cluster.add.u32 %0, [%1], %2;"
+                       : "=r"(at)
+                       : "r"(topk_cluster_address(&sh.cand_reserved, 0u)), "r"(mine)
+                       : "memory");
+          for (int i = 0; i < mine; ++i) {
+            const uint32_t key = i < nslot ? slots[i * NSAJIT_THREADS + tid] : overflow[tid + (i - nslot) * NSAJIT_THREADS];
+            for (int q = 0; q < C; ++q)
+              asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(topk_cluster_address(&cand[at + i], uint32_t(q))),
+                           "r"(key)
+                           : "memory");
+          }
+        }
+        topk_cluster_sync();  // every list is complete
+      }
+      // Refinement over the candidates: digits of up to 10 bits down to bit 0.
+      const int x_count_list = x.count;
+      for (int pass = 0; x.bits < 32; ++pass) {
+        const int width = min(NSAJIT_TOPK_REFINE_BITS, 32 - x.bits);
+        const int shift = 32 - x.bits - width;
+        const uint32_t digit_mask = (1u << width) - 1u;
+        uint32_t* h = sh.refine_hist[pass & 1];  // zero (the prologue, or the pass before last)
+        if (C > 1) {  // the cluster-wide list
+          for (int i = tid; i < x_count_list; i += NSAJIT_THREADS) {
+            const uint32_t key = cand[i];
+            if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
+          }
+        } else {  // this thread's slots, then its share of the overflow list
+          for (int i = 0; i < nslot; ++i) {
+            const uint32_t key = slots[i * NSAJIT_THREADS + tid];
+            if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
+          }
+          for (int i = tid; i < n_over; i += NSAJIT_THREADS) {
+            const uint32_t key = overflow[i];
+            if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
+          }
+        }
+        __syncthreads();
+        int greater, count;
+        const uint32_t d = topk_find_bin(h, 1 << width, x.k, sh, greater, count);
+        topk_radix_step(x, d, width, greater, count);
+        // h is read again only by pass + 2, after the next pass's barriers: zero it for that pass.
+        for (int i = tid; i < (1 << width); i += NSAJIT_THREADS) h[i] = 0u;
+      }
+      // This CTA's candidates above the threshold and equal to it, per warp: the thread's own slots
+      // (its warp is known), then the overflow list.
+      int g = 0, e = 0;
+      for (int i = 0; i < nslot; ++i) {
+        const uint32_t key = slots[i * NSAJIT_THREADS + tid];
+        g += key > x.prefix;
+        e += key == x.prefix;
+      }
+  #pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        g += __shfl_xor_sync(NSAJIT_TOPK_FULL, g, o);
+        e += __shfl_xor_sync(NSAJIT_TOPK_FULL, e, o);
+      }
+      if (lane == 0 && (g | e)) {
+        atomicAdd(&sh.warp_greater[warp], g);
+        atomicAdd(&sh.warp_equal[warp], e);
+      }
+      for (int i = tid; i < n_over; i += NSAJIT_THREADS) {
+        const uint32_t key = overflow[i];
+        if (key > x.prefix) atomicAdd(&sh.warp_greater[overflow_warp[i]], 1);
+        else if (key == x.prefix) atomicAdd(&sh.warp_equal[overflow_warp[i]], 1);
+      }
+      __syncthreads();
+    }
   }
 
   const uint32_t threshold = x.prefix;  // the topk-th largest key
@@ -755,7 +918,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   // output range (measured: 4096 rows of 4097..8192, 205 -> 192 us staged; at 28673..32768 the
   // extra pass costs more than it saves, 516 -> 527 us). Uniform per row, so per cluster.
   const bool stage = apply || 8 * NSAJIT_TOPK > len;
-  int* const dst = stage ? reinterpret_cast<int*>(slots) : out;
+  // (The speculative path stages in hist0, free since its first digit: its lists use the slots.)
+  int* const dst = stage ? reinterpret_cast<int*>(speculated ? hist0 : slots) : out;
   int next_greater = cta_greater + sh.warp_greater[warp];
   int next_equal = cta_equal + sh.warp_equal[warp];
   // Output from the bitmaps, no second pass over the keys: each warp walks the words of its rounds
@@ -763,11 +927,25 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   // the selected bits are ranked by a warp scan of their counts and written in index order.
   const uint32_t* const kept = reinterpret_cast<const uint32_t*>(keys);
   const int word_end = 4 * round_end;
+  int list_next = 0;  // speculated: the warp's list entry of the next word's first match bit
   for (int w0 = 4 * round_begin; w0 < word_end; w0 += 32) {
     if (next_greater >= total_greater && next_equal >= take_equal) break;  // warp-uniform
     const int w = w0 + lane;
     uint32_t above = 0u, equal = 0u;
-    if (w < word_end) {
+    if (speculated) {  // every listed key is compared with T; the list is in index order
+      uint32_t match = w < word_end ? match_map[w] : 0u;
+      const int m = __popc(match);
+      const int m_inclusive = warp_inclusive_scan(m);
+      int li = list_next + m_inclusive - m;
+      list_next += __shfl_sync(NSAJIT_TOPK_FULL, m_inclusive, 31);
+      while (match) {
+        const int bit = __ffs(match) - 1;
+        match &= match - 1u;
+        const uint32_t key = warp_list[li++];
+        above |= uint32_t(key > threshold) << bit;
+        equal |= uint32_t(key == threshold) << bit;
+      }
+    } else if (w < word_end) {
       above = above_map[w];
       uint32_t match = match_map[w];
       if (resolved) {

@@ -248,7 +248,19 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       CHECK(q.resident_vecs <= q.slice / 4 + 1);
       if (q.threads < 1024 && rows <= 132) CHECK((q.resident_vecs == 0 || q.resident_vecs == q.slice / 4 + 1));
       if (q.threads == 512 && rows > 132 && q.ctas_per_row == 1) CHECK(q.dynamic_smem <= 102400u);
+      // One CTA per row speculates; its lists take the slots, overflow warps and above bitmap
+      // (the sample's 4096-bin histogram first), never the match bitmap or the kept keys.
+      CHECK(q.speculate == (q.ctas_per_row == 1));
+      if (q.speculate) {
+        CHECK(q.list_offset == q.slots_offset);
+        CHECK(q.list_offset + q.list_words == q.bitmap_offset + q.bitmap_words);
+        CHECK(q.list_words >= 4096);
+      }
     }
+  }
+  {
+    LaunchOverride exact({.speculate = 0});
+    CHECK_FALSE(plan_topk_launch(4096, 32768, 2048, 132).speculate);
   }
 }
 
@@ -367,6 +379,14 @@ TEST_CASE("topk gpu: distributions, at 1, 2, 8 and 16 CTAs per row, list, rescan
           LaunchOverride sixteen({.ctas_per_row = 16});
           check_topk(p);
         }
+        {
+          LaunchOverride one({.ctas_per_row = 1});  // the speculative sweep (or its fallback)
+          check_topk(p);
+        }
+        {
+          LaunchOverride exact({.ctas_per_row = 1, .speculate = 0});  // the exact path alone
+          check_topk(p);
+        }
       }
     }
   }
@@ -401,6 +421,29 @@ TEST_CASE("topk gpu: row_starts (clamped) and a padded odd row stride") {
     p.row_starts[4] = 7;
     p.lengths[4] = width / 2;
     INFO("width " << width);
+    check_topk(p);
+  }
+}
+
+TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads it or a warp's list overflows") {
+  NSAJIT_REQUIRE_GPU();
+  const unsigned seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  const int width = 32768;
+  auto p = make_problem(3, width, 2048, [&] { return normal(rng); });
+  for (int i = 0; i < width; ++i) {
+    // Row 0: large scores at 1 position in 32 (1024 < topk of them), where a sample of 512 or
+    // 1024 (256 or 512 threads) looks: the bound lands among them and lists too few keys.
+    if (i % 32 == 16) p.scores[i] = 50.0f + normal(rng);
+    // Row 1: the largest scores crowd the first 4096 positions (one or two warps' segments).
+    if (i < 4096) p.scores[std::size_t(width) + i] = 10.0f + normal(rng);
+  }
+  // Row 2: plain normal scores (the speculation holds).
+  for (const int threads : {256, 512, 1024}) {
+    INFO("threads " << threads);
+    LaunchOverride one({.ctas_per_row = 1, .threads = threads});
     check_topk(p);
   }
 }
@@ -468,14 +511,17 @@ TEST_CASE("topk gpu: deterministic across 20 launches, batchmates, launch shapes
         for (const bool streaming : {false, true}) {
           for (const int capacity : {0, 64}) {
             for (const int slots : {-1, 0, 1}) {  // default slots; all or most candidates overflow
-              // 1 CTA of 100000 at 1024 threads keeps part of its slice, at fewer threads none.
-              if (ctas == 1 && !streaming && threads == 256) continue;
-              if (capacity != 0 && slots != -1) continue;
-              INFO("ctas " << ctas << " threads " << threads << " streaming " << streaming << " capacity "
-                            << capacity << " slots " << slots);
-              LaunchOverride o({.ctas_per_row = ctas, .threads = threads, .force_streaming = streaming,
-                                .cand_capacity = capacity, .slots_per_thread = slots});
-              CHECK(device.run() == first);
+              for (const int speculate : {-1, 0}) {  // C = 1: speculative sweep or exact path
+                // 1 CTA of 100000 at 1024 threads keeps part of its slice, at fewer threads none.
+                if (ctas == 1 && !streaming && threads == 256) continue;
+                if (capacity != 0 && slots != -1) continue;
+                if (speculate == 0 && ctas != 1) continue;
+                INFO("ctas " << ctas << " threads " << threads << " streaming " << streaming << " capacity "
+                              << capacity << " slots " << slots << " speculate " << speculate);
+                LaunchOverride o({.ctas_per_row = ctas, .threads = threads, .force_streaming = streaming,
+                                  .cand_capacity = capacity, .slots_per_thread = slots, .speculate = speculate});
+                CHECK(device.run() == first);
+              }
             }
           }
         }
