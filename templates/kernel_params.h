@@ -45,6 +45,7 @@ struct TopkParams {
   // one sweep lists every key above it (per warp, in index order) with its first digit counted;
   // the row falls back to the exact sweeps when the list overflows or holds fewer than topk keys.
   int speculate;               // 0 or 1
+  int prefetch_row;            // speculate: each warp first asks L2 for its segment of the row
   int list_offset;             // the per-warp candidate lists, list_words words (the sample's
   int list_words;              // 4096-bin histogram before them)
   // Fused transform (NSAJIT_FUSED): see IndexTransformParams.

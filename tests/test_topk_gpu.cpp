@@ -176,31 +176,32 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   CHECK(p.ctas_per_row == 16);  // one long row: a 16-CTA cluster of 8K slices
   CHECK(p.resident_vecs == p.slice / 4 + 1);  // kept whole
   {
-    // Many short rows: 256-thread CTAs keeping nothing, four rows per SM.
+    // Many short rows: 256-thread CTAs keeping nothing, four rows per SM, the exact path.
     const auto q = plan_topk_launch(4096, 8192, 2048, 132);
     CHECK(q.ctas_per_row == 1);
+    CHECK_FALSE(q.speculate);
     CHECK(q.threads == 256);
     CHECK(q.resident_vecs == 0);
     CHECK(q.dynamic_smem <= 56u * 1024u);
   }
   {
-    // Many rows of 32K: two 512-thread CTAs per SM, each keeping what lets both fit.
+    // Many rows of 32K: two 512-thread CTAs per SM, speculative, keeping nothing.
     const auto q = plan_topk_launch(4096, 32768, 2048, 132);
     CHECK(q.ctas_per_row == 1);
     CHECK(q.threads == 512);
-    CHECK(q.resident_vecs > 3000);
-    CHECK(q.resident_vecs < q.slice / 4);
+    CHECK(q.speculate);
+    CHECK(q.resident_vecs == 0);
     CHECK(q.dynamic_smem <= 102400u);
   }
   CHECK(plan_topk_launch(64, 65536, 2048, 132).ctas_per_row == 2);
   {
-    // 128 rows fill one wave at one CTA each (4 CTAs each would take 4 waves): 1024 threads, about
-    // a quarter of the slice kept in shared memory, the rest re-read.
+    // 128 rows fill one wave at one CTA each (4 CTAs each would take 4 waves): 1024 threads,
+    // speculative, keeping nothing.
     const auto q = plan_topk_launch(128, 131072, 2048, 132);
     CHECK(q.ctas_per_row == 1);
     CHECK(q.threads == 1024);
-    CHECK(q.resident_vecs > 8192);
-    CHECK(q.resident_vecs < q.slice / 4);
+    CHECK(q.speculate);
+    CHECK(q.resident_vecs == 0);
   }
   CHECK(plan_topk_launch(133, 131072, 2048, 132).ctas_per_row == 4);  // more rows than SMs
   CHECK(plan_topk_launch(8, 131072, 2048, 132).ctas_per_row == 8);
@@ -250,7 +251,8 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       if (q.threads == 512 && rows > 132 && q.ctas_per_row == 1) CHECK(q.dynamic_smem <= 102400u);
       // One CTA per row speculates; its lists take the slots, overflow warps and above bitmap
       // (the sample's 4096-bin histogram first), never the match bitmap or the kept keys.
-      CHECK(q.speculate == (q.ctas_per_row == 1));
+      CHECK(q.speculate == (q.ctas_per_row == 1 && q.slice >= 12 * 2048));
+      CHECK(q.prefetch_row == q.speculate);
       if (q.speculate) {
         CHECK(q.list_offset == q.slots_offset);
         CHECK(q.list_offset + q.list_words == q.bitmap_offset + q.bitmap_words);
@@ -380,7 +382,7 @@ TEST_CASE("topk gpu: distributions, at 1, 2, 8 and 16 CTAs per row, list, rescan
           check_topk(p);
         }
         {
-          LaunchOverride one({.ctas_per_row = 1});  // the speculative sweep (or its fallback)
+          LaunchOverride one({.ctas_per_row = 1, .speculate = 1});  // the speculative sweep (or its fallback)
           check_topk(p);
         }
         {
@@ -443,7 +445,7 @@ TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads i
   // Row 2: plain normal scores (the speculation holds).
   for (const int threads : {256, 512, 1024}) {
     INFO("threads " << threads);
-    LaunchOverride one({.ctas_per_row = 1, .threads = threads});
+    LaunchOverride one({.ctas_per_row = 1, .threads = threads, .speculate = 1});
     check_topk(p);
   }
 }
@@ -511,11 +513,11 @@ TEST_CASE("topk gpu: deterministic across 20 launches, batchmates, launch shapes
         for (const bool streaming : {false, true}) {
           for (const int capacity : {0, 64}) {
             for (const int slots : {-1, 0, 1}) {  // default slots; all or most candidates overflow
-              for (const int speculate : {-1, 0}) {  // C = 1: speculative sweep or exact path
+              for (const int speculate : {-1, 0, 1}) {  // C = 1: the plan, the exact path, speculative
                 // 1 CTA of 100000 at 1024 threads keeps part of its slice, at fewer threads none.
                 if (ctas == 1 && !streaming && threads == 256) continue;
                 if (capacity != 0 && slots != -1) continue;
-                if (speculate == 0 && ctas != 1) continue;
+                if (speculate != -1 && ctas != 1) continue;
                 INFO("ctas " << ctas << " threads " << threads << " streaming " << streaming << " capacity "
                               << capacity << " slots " << slots << " speculate " << speculate);
                 LaunchOverride o({.ctas_per_row = ctas, .threads = threads, .force_streaming = streaming,

@@ -203,18 +203,26 @@ int bench_topk(const BenchOptions& options) {
         struct Shape2 {
           int ctas, threads;
           bool streaming;
-          int speculate;  // -1: the plan's choice (C = 1 speculates), 0: the exact path only
+          int speculate;     // C = 1: 0 the exact path, 1 the speculative sweep (else -1)
+          int prefetch_row;  // speculative: 0 or 1
         };
         std::vector<Shape2> shapes2;
         for (int ctas : {1, 2, 4, 8, 16})
           for (int threads : {256, 512, 1024})
-            for (bool streaming : {false, true})
-              for (int speculate : {-1, 0})
-                if ((!streaming || ctas <= 2) && (speculate == -1 || ctas == 1))
-                  shapes2.push_back({ctas, threads, streaming, speculate});
+            for (bool streaming : {false, true}) {
+              if (streaming && ctas > 2) continue;
+              if (ctas > 1) {
+                shapes2.push_back({ctas, threads, streaming, -1, -1});
+                continue;
+              }
+              shapes2.push_back({ctas, threads, streaming, 0, -1});
+              if (streaming)
+                for (int prefetch : {0, 1}) shapes2.push_back({ctas, threads, streaming, 1, prefetch});
+            }
         for (const Shape2& sh2 : shapes2) {
           const detail::TopkLaunchOverride o{.ctas_per_row = sh2.ctas, .threads = sh2.threads,
-                                             .force_streaming = sh2.streaming, .speculate = sh2.speculate};
+                                             .force_streaming = sh2.streaming, .speculate = sh2.speculate,
+                                             .prefetch_row = sh2.prefetch_row};
           detail::set_topk_launch_override(o);
           const detail::TopkLaunchPlan plan = detail::plan_topk_launch(shape.rows, shape.width, topk, 132);
           if (plan.resident_vecs == 0 && !sh2.streaming && sh2.ctas < 8) {
@@ -230,7 +238,8 @@ int bench_topk(const BenchOptions& options) {
           detail::set_topk_launch_override({});
           std::fprintf(stderr, "    sweep %-20s ctas %2d threads %4d kept %6d of %6d vectors%s: %8.1f us %s\n",
                        shape.name.c_str(), sh2.ctas, sh2.threads, plan.resident_vecs, plan.slice / 4 + 1,
-                       plan.speculate ? " speculative" : "", us, same ? "" : "OUTPUT DIFFERS");
+                       plan.speculate ? (plan.prefetch_row ? " speculative+prefetch" : " speculative") : "", us,
+                       same ? "" : "OUTPUT DIFFERS");
         }
       }
     }
