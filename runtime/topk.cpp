@@ -122,7 +122,10 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // keys would only serve the rare fallback (measured on the H200: 4096 rows of 28673..32768
   // 418.8 us keeping nothing, 468.1 keeping 3326 vectors; 128 x 131072 51.8 against 55.7).
   plan.speculate = c == 1 && (g_override.speculate == 1 || (g_override.speculate != 0 && plan.slice >= 12 * topk));
-  plan.prefetch_row = plan.speculate && g_override.prefetch_row != 0;
+  // Each warp asks L2 for its segment at row start when several rows share an SM over several
+  // waves; in one wave of 128 rows of 131072 the 64 MB would not stay in L2 (60.2 against 53.1 us).
+  plan.prefetch_row = plan.speculate && (g_override.prefetch_row == 1 ||
+                                         (g_override.prefetch_row != 0 && (long long)rows * c > sm_count));
   const int slice_vecs = plan.slice / 4 + 1;
   const int room_vecs = std::max(0, (kMaxDynamicBytes / 4 - fixed_words) / 4);
   const int two_per_sm_room_vecs = std::max(0, (kTwoPerSmDynamicBytes / 4 - fixed_words) / 4);
@@ -139,11 +142,15 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   plan.bitmap_offset = plan.hist_offset + fixed.bitmaps;
   plan.bitmap_words = fixed.bitmap_words;
   plan.dynamic_smem = unsigned(4 * (plan.hist_offset + fixed.end));
-  // The speculative sweep's lists take what only the exact path uses (slots, overflow warps,
-  // above bitmap: contiguous at c = 1).
+  // The speculative sweep's lists of (key, position) start where the exact path's slots do (what
+  // follows is used by the exact path only) and take at least what the exact path takes, up to
+  // 64 KB of dynamic shared memory when rows share SMs over several waves, 128 KB in one wave
+  // (4096 rows of 32K at 512 threads: 384 entries per warp, about twice the expected count).
   if (plan.speculate) {
+    const int budget_words = ((long long)rows * c > sm_count ? 65536 : 131072) / 4;
     plan.list_offset = plan.slots_offset;
-    plan.list_words = plan.bitmap_offset + plan.bitmap_words - plan.slots_offset;
+    plan.list_words = std::max(fixed.end - fixed.slots, budget_words - plan.slots_offset) / 2 * 2;
+    plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * (plan.list_offset + plan.list_words)));
   }
   return plan;
 }

@@ -267,6 +267,7 @@ struct TopkShared {
   int count;
   int cand_local;     // candidates this CTA found
   int cand_reserved;  // cluster rank 0: the cluster-wide list's fill level (remote atomics)
+  uint32_t unique_key;  // speculative refinement: the one key left with the prefix
 };
 
 // One radix step, whole block: the bin d of h[0, nbins) with greater(d) < k <= greater(d) + h[d],
@@ -383,7 +384,7 @@ NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, uint32_t* hist, Top
   __syncthreads();
   int greater, count;
   const uint32_t d = topk_find_bin(hist, NSAJIT_TOPK_BINS0, r, sh, greater, count);
-  return max(d << NSAJIT_TOPK_SHIFT0, 1u);
+  return d == 0u ? 0u : d << NSAJIT_TOPK_SHIFT0;  // bin 0 (NaN, below -inf): the exact path
 }
 
 // Asks L2 for the whole 16-byte vectors of rounds [round_begin, round_end) (a hint, no
@@ -398,15 +399,27 @@ NSAJIT_DEVICE void topk_prefetch_segment(const TopkSlice& s, int round_begin, in
                  : "memory");
 }
 
-// One warp's part of the sweep: rounds [round_begin, round_end) of 32 vectors (as the classify
-// sweep), every key >= bound appended to `list` (at most `capacity`, in index order), its first
-// digit counted in hist0, and its position set in the match bitmap. Returns the keys found (more
-// than capacity: the list overflowed and the sweep stopped).
-NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, uint32_t bound, uint32_t* list, int capacity,
-                                         uint32_t* hist0, uint32_t* match_map, int round_begin, int round_end) {
+// The float f with x >= f <=> key(x) >= bound for every score x (NaN never passes, as its key 1
+// is below any bound >= 2^20): the sweep compares scores, not keys.
+NSAJIT_DEVICE float topk_bound_score(uint32_t bound) {
+  if (bound >= 0x80000000u) return __uint_as_float(bound ^ 0x80000000u);  // a score >= +0
+  if (bound > 0x007fffffu) return __uint_as_float(~bound);                 // a finite negative score
+  return __uint_as_float(0xff800000u);  // at or below -inf's key: every score but NaN
+}
+
+// One warp's part of the sweep: rounds [round_begin, round_end) of 32 vectors (the classify's
+// segments), every score x >= f(bound) appended to the warp's list as (key, row position), in
+// index order, at most `capacity` entries, its first digit counted in hist0. Returns the number
+// found (more than capacity: the list overflowed and the sweep stopped).
+NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t* list_key,
+                                         int* list_position, int capacity, uint32_t* hist0, int round_begin,
+                                         int round_end) {
   const int lane = threadIdx.x & 31;
-  const int vw0 = s.head == 0 ? 0 : 1;               // whole 16-byte vectors: [vw0, vw1)
+  const uint32_t lanes_below = (1u << lane) - 1u;
+  const float f = topk_bound_score(bound);
+  const int vw0 = s.head == 0 ? 0 : 1;  // whole 16-byte vectors: [vw0, vw1)
   const int vw1 = max(vw0, (s.head + s.n) >> 2);
+  const float kNaN = __uint_as_float(0x7fffffffu);  // outside the slice: never listed
   int fill = 0;
   constexpr int kUnroll = 4;  // rounds in flight per warp
   for (int q0 = round_begin; q0 < round_end; q0 += kUnroll) {
@@ -421,34 +434,44 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, uint32_t bound, uin
       const int q = q0 + u;
       if (q >= round_end) break;  // warp-uniform
       const int v = q * 32 + lane;
-      u32x4 kv;
+      float x[4];
       if (v >= vw0 && v < vw1) {
-        kv.x = topk_key(__uint_as_float(raw[u].x));
-        kv.y = topk_key(__uint_as_float(raw[u].y));
-        kv.z = topk_key(__uint_as_float(raw[u].z));
-        kv.w = topk_key(__uint_as_float(raw[u].w));
-      } else {
-        kv = topk_slice_keys(s, nullptr, 0, v);  // an edge vector, or past the slice (zeros)
-      }
-      uint32_t bits = 0u;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) bits |= uint32_t(topk_lane(kv, j) >= bound) << j;
-      const int c = __popc(bits);
-      const int inclusive = warp_inclusive_scan(c);
-      const int found = __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
-      if (fill + found <= capacity) {
-        int at = fill + inclusive - c;
+        x[0] = __uint_as_float(raw[u].x);
+        x[1] = __uint_as_float(raw[u].y);
+        x[2] = __uint_as_float(raw[u].z);
+        x[3] = __uint_as_float(raw[u].w);
+      } else {  // an edge vector, or past the slice
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          if (bits & (1u << j)) {
-            const uint32_t key = topk_lane(kv, j);
-            list[at++] = key;
-            atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
-          }
+          const int e = 4 * v + j - s.head;
+          x[j] = e >= 0 && e < s.n ? s.sp[e] : kNaN;
+        }
+      }
+      // Ballots by element: lane l's element j is position 4 (32 q + l) + j, so the list order
+      // (lane, then element) is index order.
+      uint32_t m[4];
+      uint32_t mine = 0u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const bool listed = x[j] >= f;
+        m[j] = __ballot_sync(NSAJIT_TOPK_FULL, listed);
+        mine |= uint32_t(listed) << j;
+      }
+      const int found = __popc(m[0]) + __popc(m[1]) + __popc(m[2]) + __popc(m[3]);
+      if (fill + found <= capacity) {
+        int at = fill + __popc(m[0] & lanes_below) + __popc(m[1] & lanes_below) + __popc(m[2] & lanes_below) +
+                 __popc(m[3] & lanes_below);
+        while (mine) {  // about one lane in three lists a key
+          const int j = __ffs(mine) - 1;
+          mine &= mine - 1u;
+          const uint32_t key = topk_key(j == 0 ? x[0] : j == 1 ? x[1] : j == 2 ? x[2] : x[3]);
+          list_key[at] = key;
+          list_position[at] = slice_begin + 4 * v + j - s.head;
+          ++at;
+          atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
         }
       }
       fill += found;
-      topk_store_word(match_map, q, lane, bits);
     }
     if (fill > capacity) break;  // warp-uniform: the row falls back
   }
@@ -563,13 +586,14 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   uint32_t* const above_map = words + p.bitmap_offset;  // keys above the prefix
   uint32_t* const match_map = above_map + p.bitmap_words;  // keys matching the prefix
 
-  // C = 1 and the plan allows it: the speculative single sweep, with the per-warp candidate lists
-  // (list_words words; the sample's histogram before them) over the slots, the overflow warps and
-  // the above bitmap, which only the exact path uses.
+  // C = 1 and the plan allows it: the speculative single sweep, with per-warp lists of (key,
+  // position) in list_words words from list_offset (the sample's histogram first), over what only
+  // the exact path uses.
   const bool may_speculate = C == 1 && p.speculate != 0;
   uint32_t* const list = words + p.list_offset;
-  const int list_capacity = p.list_words / NSAJIT_TOPK_WARPS;  // per warp
+  const int list_capacity = p.list_words / 2 / NSAJIT_TOPK_WARPS;  // entries per warp
   uint32_t* const warp_list = list + warp * list_capacity;
+  int* const warp_list_position = reinterpret_cast<int*>(list + p.list_words / 2) + warp * list_capacity;
 
   for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
   if (may_speculate)
@@ -595,7 +619,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     if (p.prefetch_row != 0 && lane == 0) topk_prefetch_segment(s, round_begin, round_end);
     const uint32_t bound = topk_sample_bound(s, list, sh);
     if (bound != 0u) {  // uniform
-      warp_fill = topk_speculative_sweep(s, bound, warp_list, list_capacity, hist0, match_map, round_begin, round_end);
+      warp_fill = topk_speculative_sweep(s, b, bound, warp_list, warp_list_position, list_capacity, hist0,
+                                         round_begin, round_end);
       if (lane == 0) sh.warp_sum[warp] = warp_fill;
       __syncthreads();
       int listed = 0;
@@ -619,6 +644,15 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
     topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
     for (int pass = 0; x.bits < 32; ++pass) {
+      if (x.count == 1) {  // one key left with the prefix: it is T (one barrier, not three a digit)
+        for (int i = lane; i < warp_fill; i += 32)
+          if ((warp_list[i] & x.mask) == x.prefix) sh.unique_key = warp_list[i];
+        __syncthreads();
+        x.prefix = sh.unique_key;
+        x.mask = 0xffffffffu;
+        x.bits = 32;
+        break;
+      }
       const int width = min(NSAJIT_TOPK_REFINE_BITS, 32 - x.bits);
       const int shift = 32 - x.bits - width;
       const uint32_t digit_mask = (1u << width) - 1u;
@@ -943,25 +977,25 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   // the selected bits are ranked by a warp scan of their counts and written in index order.
   const uint32_t* const kept = reinterpret_cast<const uint32_t*>(keys);
   const int word_end = 4 * round_end;
-  int list_next = 0;  // speculated: the warp's list entry of the next word's first match bit
-  for (int w0 = 4 * round_begin; w0 < word_end; w0 += 32) {
+  // Speculated: the warp's list (in index order) 32 entries at a time, ranked by ballots.
+  const uint32_t lanes_below = (1u << lane) - 1u;
+  for (int i0 = 0; speculated && i0 < warp_fill; i0 += 32) {
+    const int i = i0 + lane;
+    const uint32_t key = i < warp_fill ? warp_list[i] : 0u;
+    const int position = i < warp_fill ? warp_list_position[i] : 0;
+    const uint32_t g = __ballot_sync(NSAJIT_TOPK_FULL, key > threshold);
+    const uint32_t e = __ballot_sync(NSAJIT_TOPK_FULL, key == threshold);
+    if (key > threshold) dst[next_greater + __popc(g & lanes_below)] = position;
+    const int pe = next_equal + __popc(e & lanes_below);
+    if (key == threshold && pe < take_equal) dst[total_greater + pe] = position;
+    next_greater += __popc(g);
+    next_equal += __popc(e);
+  }
+  for (int w0 = 4 * round_begin; !speculated && w0 < word_end; w0 += 32) {
     if (next_greater >= total_greater && next_equal >= take_equal) break;  // warp-uniform
     const int w = w0 + lane;
     uint32_t above = 0u, equal = 0u;
-    if (speculated) {  // every listed key is compared with T; the list is in index order
-      uint32_t match = w < word_end ? match_map[w] : 0u;
-      const int m = __popc(match);
-      const int m_inclusive = warp_inclusive_scan(m);
-      int li = list_next + m_inclusive - m;
-      list_next += __shfl_sync(NSAJIT_TOPK_FULL, m_inclusive, 31);
-      while (match) {
-        const int bit = __ffs(match) - 1;
-        match &= match - 1u;
-        const uint32_t key = warp_list[li++];
-        above |= uint32_t(key > threshold) << bit;
-        equal |= uint32_t(key == threshold) << bit;
-      }
-    } else if (w < word_end) {
+    if (w < word_end) {
       above = above_map[w];
       uint32_t match = match_map[w];
       if (resolved) {
