@@ -407,13 +407,35 @@ NSAJIT_DEVICE float topk_bound_score(uint32_t bound) {
   return __uint_as_float(0xff800000u);  // at or below -inf's key: every score but NaN
 }
 
+// The sweep's loads in flight: round q's vector sits in raw[(q - round_begin) % kDepth] from
+// kDepth rounds before it is used (a rolling window, so that the loads never drain between
+// batches); the caller issues the first kDepth before the sample, whose latency they overlap.
+#define NSAJIT_TOPK_SWEEP_DEPTH 4
+struct TopkSweepWindow {
+  u32x4 raw[NSAJIT_TOPK_SWEEP_DEPTH];
+};
+
+// Loads round q's whole 16-byte vector (lane's) into w.raw[u]; edge vectors are read later.
+NSAJIT_DEVICE void topk_sweep_load(const TopkSlice& s, TopkSweepWindow& w, int u, int q, int round_end) {
+  const int vw0 = s.head == 0 ? 0 : 1;
+  const int vw1 = max(vw0, (s.head + s.n) >> 2);
+  const int v = q * 32 + (threadIdx.x & 31);
+  if (q < round_end && v >= vw0 && v < vw1) w.raw[u] = topk_load_16(s.abase + 4 * v);
+}
+
+NSAJIT_DEVICE void topk_sweep_preload(const TopkSlice& s, TopkSweepWindow& w, int round_begin, int round_end) {
+#pragma unroll
+  for (int u = 0; u < NSAJIT_TOPK_SWEEP_DEPTH; ++u) topk_sweep_load(s, w, u, round_begin + u, round_end);
+}
+
 // One warp's part of the sweep: rounds [round_begin, round_end) of 32 vectors (the classify's
 // segments), every score x >= f(bound) appended to the warp's list as (key, row position), in
 // index order, at most `capacity` entries, its first digit counted in hist0. Returns the number
-// found (more than capacity: the list overflowed and the sweep stopped).
-NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t* list_key,
-                                         int* list_position, int capacity, uint32_t* hist0, int round_begin,
-                                         int round_end) {
+// found (more than capacity: the list overflowed and the sweep stopped). `w` holds the first
+// rounds (topk_sweep_preload).
+NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, TopkSweepWindow& w, int slice_begin, uint32_t bound,
+                                         uint32_t* list_key, int* list_position, int capacity, uint32_t* hist0,
+                                         int round_begin, int round_end) {
   const int lane = threadIdx.x & 31;
   const uint32_t lanes_below = (1u << lane) - 1u;
   const float f = topk_bound_score(bound);
@@ -421,25 +443,19 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, ui
   const int vw1 = max(vw0, (s.head + s.n) >> 2);
   const float kNaN = __uint_as_float(0x7fffffffu);  // outside the slice: never listed
   int fill = 0;
-  constexpr int kUnroll = 4;  // rounds in flight per warp
-  for (int q0 = round_begin; q0 < round_end; q0 += kUnroll) {
-    u32x4 raw[kUnroll];
+  constexpr int kDepth = NSAJIT_TOPK_SWEEP_DEPTH;
+  for (int q0 = round_begin; q0 < round_end; q0 += kDepth) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int v = (q0 + u) * 32 + lane;
-      if (q0 + u < round_end && v >= vw0 && v < vw1) raw[u] = topk_load_16(s.abase + 4 * v);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kDepth; ++u) {
       const int q = q0 + u;
       if (q >= round_end) break;  // warp-uniform
       const int v = q * 32 + lane;
       float x[4];
       if (v >= vw0 && v < vw1) {
-        x[0] = __uint_as_float(raw[u].x);
-        x[1] = __uint_as_float(raw[u].y);
-        x[2] = __uint_as_float(raw[u].z);
-        x[3] = __uint_as_float(raw[u].w);
+        x[0] = __uint_as_float(w.raw[u].x);
+        x[1] = __uint_as_float(w.raw[u].y);
+        x[2] = __uint_as_float(w.raw[u].z);
+        x[3] = __uint_as_float(w.raw[u].w);
       } else {  // an edge vector, or past the slice
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -447,6 +463,7 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, ui
           x[j] = e >= 0 && e < s.n ? s.sp[e] : kNaN;
         }
       }
+      topk_sweep_load(s, w, u, q + kDepth, round_end);  // refill the window
       // Ballots by element: lane l's element j is position 4 (32 q + l) + j, so the list order
       // (lane, then element) is index order.
       uint32_t m[4];
@@ -617,9 +634,11 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   int warp_fill = 0;          // keys in this warp's list
   if (may_speculate) {
     if (p.prefetch_row != 0 && lane == 0) topk_prefetch_segment(s, round_begin, round_end);
+    TopkSweepWindow window;
+    topk_sweep_preload(s, window, round_begin, round_end);  // in flight during the sample
     const uint32_t bound = topk_sample_bound(s, list, sh);
     if (bound != 0u) {  // uniform
-      warp_fill = topk_speculative_sweep(s, b, bound, warp_list, warp_list_position, list_capacity, hist0,
+      warp_fill = topk_speculative_sweep(s, window, b, bound, warp_list, warp_list_position, list_capacity, hist0,
                                          round_begin, round_end);
       if (lane == 0) sh.warp_sum[warp] = warp_fill;
       __syncthreads();
