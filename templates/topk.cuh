@@ -267,6 +267,7 @@ struct TopkShared {
   int count;
   int cand_local;     // candidates this CTA found
   int cand_reserved;  // cluster rank 0: the cluster-wide list's fill level (remote atomics)
+  int warp_fill[NSAJIT_TOPK_WARPS];  // speculative sweep: keys each warp found
   uint32_t unique_key;  // speculative refinement: the one key left with the prefix
 };
 
@@ -305,6 +306,35 @@ NSAJIT_DEVICE uint32_t topk_find_bin(const uint32_t* h, int nbins, int k, TopkSh
   greater = sh.greater;
   count = sh.count;
   return sh.digit;
+}
+
+// The same step by one warp alone (no barrier: every warp may call it on a complete histogram and
+// gets the same answer): lane l owns nbins / 32 consecutive bins counted from the top.
+NSAJIT_DEVICE uint32_t topk_warp_find_bin(const uint32_t* h, int nbins, int k, int& greater, int& count) {
+  const int lane = threadIdx.x & 31;
+  const int per = nbins / 32;
+  const int top = nbins - 1 - lane * per;
+  int local = 0;
+  for (int i = 0; i < per; ++i) local += int(h[top - i]);
+  const int inclusive = warp_inclusive_scan(local);
+  int above = inclusive - local;
+  const uint32_t owner = __ballot_sync(NSAJIT_TOPK_FULL, above < k && above + local >= k);
+  const int src = __ffs(owner) - 1;  // exactly one lane: 0 < k <= the histogram's total
+  uint32_t digit = 0u;
+  int c = 0;
+  if (lane == src) {
+    for (int i = 0; i < per; ++i) {
+      c = int(h[top - i]);
+      if (above + c >= k) {
+        digit = uint32_t(top - i);
+        break;
+      }
+      above += c;
+    }
+  }
+  greater = __shfl_sync(NSAJIT_TOPK_FULL, above, src);
+  count = __shfl_sync(NSAJIT_TOPK_FULL, c, src);
+  return __shfl_sync(NSAJIT_TOPK_FULL, digit, src);
 }
 
 // The radix state of a row: among the keys whose bits under `mask` equal `prefix`, the k largest
@@ -640,30 +670,34 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     if (bound != 0u) {  // uniform
       warp_fill = topk_speculative_sweep(s, window, b, bound, warp_list, warp_list_position, list_capacity, hist0,
                                          round_begin, round_end);
-      if (lane == 0) sh.warp_sum[warp] = warp_fill;
-      __syncthreads();
+      if (lane == 0) sh.warp_fill[warp] = warp_fill;
+      __syncthreads();  // the lists, hist0 and the fills are complete
       int listed = 0;
       bool overflow = false;
 #pragma unroll
       for (int w = 0; w < NSAJIT_TOPK_WARPS; ++w) {
-        listed += sh.warp_sum[w];
-        overflow |= sh.warp_sum[w] > list_capacity;
+        listed += sh.warp_fill[w];
+        overflow |= sh.warp_fill[w] > list_capacity;
       }
       speculated = !overflow && listed >= NSAJIT_TOPK;
-      if (!speculated)  // fall back: the exact path counts every key from zero
+      if (!speculated) {  // fall back: the exact path counts every key from zero
         for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
-      __syncthreads();
+        __syncthreads();
+      }
     }
   }
 
   if (speculated) {
-    // The topk-th largest of the listed keys is the row's: first digit from hist0, then 10-bit
-    // digits over the lists down to bit 0 (no capacity limit: the lists hold every candidate).
+    // The topk-th largest of the listed keys is the row's: its first digit from hist0, then two
+    // 10-bit digits over the lists (no capacity limit: the lists hold every candidate). Every
+    // warp finds each digit itself, so a digit costs one barrier; the two digit histograms are
+    // zero from the prologue (the exact path's rotation is not needed for two passes).
     int greater, count;
-    const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
+    const uint32_t d = topk_warp_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, greater, count);
     topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
+    static_assert(32 - NSAJIT_TOPK_SHIFT0 + 2 * NSAJIT_TOPK_REFINE_BITS == 32, "two refinement digits");
     for (int pass = 0; x.bits < 32; ++pass) {
-      if (x.count == 1) {  // one key left with the prefix: it is T (one barrier, not three a digit)
+      if (x.count == 1) {  // one key left with the prefix: it is T
         for (int i = lane; i < warp_fill; i += 32)
           if ((warp_list[i] & x.mask) == x.prefix) sh.unique_key = warp_list[i];
         __syncthreads();
@@ -672,18 +706,16 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         x.bits = 32;
         break;
       }
-      const int width = min(NSAJIT_TOPK_REFINE_BITS, 32 - x.bits);
-      const int shift = 32 - x.bits - width;
-      const uint32_t digit_mask = (1u << width) - 1u;
-      uint32_t* h = sh.refine_hist[pass & 1];  // zero (the prologue, or the pass before last)
+      const int shift = 32 - x.bits - NSAJIT_TOPK_REFINE_BITS;
+      uint32_t* h = sh.refine_hist[pass];
       for (int i = lane; i < warp_fill; i += 32) {
         const uint32_t key = warp_list[i];
-        if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
+        if ((key & x.mask) == x.prefix)
+          atomicAdd(&h[(key >> shift) & ((1u << NSAJIT_TOPK_REFINE_BITS) - 1u)], 1u);
       }
       __syncthreads();
-      const uint32_t d2 = topk_find_bin(h, 1 << width, x.k, sh, greater, count);
-      topk_radix_step(x, d2, width, greater, count);
-      for (int i = tid; i < (1 << width); i += NSAJIT_THREADS) h[i] = 0u;  // for pass + 2
+      const uint32_t d2 = topk_warp_find_bin(h, 1 << NSAJIT_TOPK_REFINE_BITS, x.k, greater, count);
+      topk_radix_step(x, d2, NSAJIT_TOPK_REFINE_BITS, greater, count);
     }
     int g = 0, e = 0;
     for (int i = lane; i < warp_fill; i += 32) {
@@ -939,17 +971,17 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   const int take_equal = x.k;           // keys == threshold to take (>= 1)
   const int total_greater = NSAJIT_TOPK - take_equal;
 
-  // Ordered compaction: exclusive prefixes of the per-warp counts, then of the CTAs' counts.
-  if (warp == 0) {
+  // Ordered compaction: every warp scans the per-warp counts itself (no barrier), then the CTAs'
+  // counts are exchanged (C > 1).
+  int warp_greater_before, warp_equal_before;
+  {
     const int g = lane < NSAJIT_TOPK_WARPS ? sh.warp_greater[lane] : 0;
     const int e = lane < NSAJIT_TOPK_WARPS ? sh.warp_equal[lane] : 0;
     const int gi = warp_inclusive_scan(g);
     const int ei = warp_inclusive_scan(e);
-    if (lane < NSAJIT_TOPK_WARPS) {
-      sh.warp_greater[lane] = gi - g;
-      sh.warp_equal[lane] = ei - e;
-    }
-    if (lane == 31) {
+    warp_greater_before = __shfl_sync(NSAJIT_TOPK_FULL, gi - g, warp);
+    warp_equal_before = __shfl_sync(NSAJIT_TOPK_FULL, ei - e, warp);
+    if (tid == 31) {  // this CTA's totals
       sh.cta_counts[0] = gi;
       sh.cta_counts[1] = ei;
     }
@@ -977,8 +1009,6 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     __syncthreads();
     cta_greater = sh.cta_prefix[0];
     cta_equal = sh.cta_prefix[1];
-  } else {
-    __syncthreads();
   }
   // Dense rows (more than 1/8 of the keys selected) and fused rows stage their positions in
   // shared memory (the candidate slots, free by now; topk <= 4096 words) and write them to `out`
@@ -989,8 +1019,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   const bool stage = apply || 8 * NSAJIT_TOPK > len;
   // (The speculative path stages in hist0, free since its first digit: its lists use the slots.)
   int* const dst = stage ? reinterpret_cast<int*>(speculated ? hist0 : slots) : out;
-  int next_greater = cta_greater + sh.warp_greater[warp];
-  int next_equal = cta_equal + sh.warp_equal[warp];
+  int next_greater = cta_greater + warp_greater_before;
+  int next_equal = cta_equal + warp_equal_before;
   // Output from the bitmaps, no second pass over the keys: each warp walks the words of its rounds
   // 32 at a time, lane i word w0 + i. A matching key (a candidate) is compared with T in full, then
   // the selected bits are ranked by a warp scan of their counts and written in index order.
