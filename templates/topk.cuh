@@ -309,32 +309,36 @@ NSAJIT_DEVICE uint32_t topk_find_bin(const uint32_t* h, int nbins, int k, TopkSh
 }
 
 // The same step by one warp alone (no barrier: every warp may call it on a complete histogram and
-// gets the same answer): lane l owns nbins / 32 consecutive bins counted from the top.
+// gets the same answer); nbins >= 1024. Lane l owns nbins / 32 consecutive bins counted from the
+// top and sums them in a skewed order (lanes on distinct banks); then the warp walks the owning
+// lane's chunk 32 bins at a time.
 NSAJIT_DEVICE uint32_t topk_warp_find_bin(const uint32_t* h, int nbins, int k, int& greater, int& count) {
   const int lane = threadIdx.x & 31;
-  const int per = nbins / 32;
+  const int per = nbins / 32;  // a power of two >= 32
   const int top = nbins - 1 - lane * per;
   int local = 0;
-  for (int i = 0; i < per; ++i) local += int(h[top - i]);
+  for (int i = 0; i < per; ++i) local += int(h[top - ((i + lane) & (per - 1))]);
   const int inclusive = warp_inclusive_scan(local);
-  int above = inclusive - local;
-  const uint32_t owner = __ballot_sync(NSAJIT_TOPK_FULL, above < k && above + local >= k);
+  const int above_lane = inclusive - local;
+  const uint32_t owner = __ballot_sync(NSAJIT_TOPK_FULL, above_lane < k && above_lane + local >= k);
   const int src = __ffs(owner) - 1;  // exactly one lane: 0 < k <= the histogram's total
-  uint32_t digit = 0u;
-  int c = 0;
-  if (lane == src) {
-    for (int i = 0; i < per; ++i) {
-      c = int(h[top - i]);
-      if (above + c >= k) {
-        digit = uint32_t(top - i);
-        break;
-      }
-      above += c;
+  int above = __shfl_sync(NSAJIT_TOPK_FULL, above_lane, src);
+  const int chunk_top = nbins - 1 - src * per;
+  for (int g = 0; g < per; g += 32) {
+    const int c = int(h[chunk_top - g - lane]);
+    const int c_inclusive = warp_inclusive_scan(c);
+    const uint32_t hit = __ballot_sync(NSAJIT_TOPK_FULL, above + c_inclusive - c < k && above + c_inclusive >= k);
+    if (hit) {  // warp-uniform
+      const int j = __ffs(hit) - 1;
+      greater = above + __shfl_sync(NSAJIT_TOPK_FULL, c_inclusive - c, j);
+      count = __shfl_sync(NSAJIT_TOPK_FULL, c, j);
+      return uint32_t(chunk_top - g - j);
     }
+    above += __shfl_sync(NSAJIT_TOPK_FULL, c_inclusive, 31);
   }
-  greater = __shfl_sync(NSAJIT_TOPK_FULL, above, src);
-  count = __shfl_sync(NSAJIT_TOPK_FULL, c, src);
-  return __shfl_sync(NSAJIT_TOPK_FULL, digit, src);
+  greater = above;  // never: the owner's chunk holds the bin
+  count = 0;
+  return 0u;
 }
 
 // The radix state of a row: among the keys whose bits under `mask` equal `prefix`, the k largest
@@ -690,10 +694,12 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   if (speculated) {
     // The topk-th largest of the listed keys is the row's: its first digit from hist0, then two
     // 10-bit digits over the lists (no capacity limit: the lists hold every candidate). Every
-    // warp finds each digit itself, so a digit costs one barrier; the two digit histograms are
-    // zero from the prologue (the exact path's rotation is not needed for two passes).
+    // warp finds a 10-bit digit itself, so it costs one barrier; the two digit histograms are
+    // zero from the prologue (the exact path's rotation is not needed for two passes). (The
+    // 4096-bin first digit by every warp cost more than the block's two barriers: 128 reads a
+    // lane.)
     int greater, count;
-    const uint32_t d = topk_warp_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, greater, count);
+    const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
     topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
     static_assert(32 - NSAJIT_TOPK_SHIFT0 + 2 * NSAJIT_TOPK_REFINE_BITS == 32, "two refinement digits");
     for (int pass = 0; x.bits < 32; ++pass) {
