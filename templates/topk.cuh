@@ -400,25 +400,38 @@ NSAJIT_DEVICE uint32_t topk_cluster_address(const void* local, uint32_t rank) {
 // The bound B (a key >= 1, so that padding is never listed) for a row of n > topk positions, or
 // 0 when the row should not speculate. Whole block (uniform result); `hist` (4096 words) is zero
 // on entry and dirty on return.
-NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, uint32_t* hist, TopkShared& sh) {
-  constexpr int kSamples = 2 * NSAJIT_THREADS;
+// The sample: 4 scores a thread; r = its expected rank of the topk-th largest plus 3 standard
+// deviations (the bound is too high for about 1 row in 700, which then takes the exact path),
+// found to 20 bits (first digit, then 8 more bits over the sample's keys in that bin), so that
+// the list holds about topk (1 + 3 / sqrt(expected)) keys.
+#define NSAJIT_TOPK_SAMPLES_PER_THREAD 4
+NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, uint32_t* hist, uint32_t* hist2, TopkShared& sh) {
+  constexpr int kSamples = NSAJIT_TOPK_SAMPLES_PER_THREAD * NSAJIT_THREADS;
   const float expected = float(kSamples) * float(NSAJIT_TOPK) / float(s.n);
   const float fraction = float(NSAJIT_TOPK) / float(s.n);
-  const int r = int(ceilf(expected + 4.0f * sqrtf(expected * (1.0f - fraction)) + 1.0f));
+  const int r = int(ceilf(expected + 3.0f * sqrtf(expected * (1.0f - fraction)) + 1.0f));
   // Dense rows (more than 1/8 of the keys would be listed): the exact path, whose second sweep
   // hits L2 and whose list holds only the threshold bin, is faster (measured on the H200, 4096
   // rows of 4097..8192: 181.6 us exact, 210.6 speculative).
   if (8 * r > kSamples) return 0u;
+  uint32_t key[NSAJIT_TOPK_SAMPLES_PER_THREAD];
 #pragma unroll
-  for (int u = 0; u < 2; ++u) {
+  for (int u = 0; u < NSAJIT_TOPK_SAMPLES_PER_THREAD; ++u) {
     const int i = threadIdx.x + u * NSAJIT_THREADS;
-    const int position = int((2ll * i + 1) * s.n / (2ll * kSamples));
-    atomicAdd(&hist[topk_key(s.sp[position]) >> NSAJIT_TOPK_SHIFT0], 1u);
+    key[u] = topk_key(s.sp[int((2ll * i + 1) * s.n / (2ll * kSamples))]);
   }
+#pragma unroll
+  for (int u = 0; u < NSAJIT_TOPK_SAMPLES_PER_THREAD; ++u) atomicAdd(&hist[key[u] >> NSAJIT_TOPK_SHIFT0], 1u);
   __syncthreads();
   int greater, count;
   const uint32_t d = topk_find_bin(hist, NSAJIT_TOPK_BINS0, r, sh, greater, count);
-  return d == 0u ? 0u : d << NSAJIT_TOPK_SHIFT0;  // bin 0 (NaN, below -inf): the exact path
+  if (d == 0u) return 0u;  // bin 0 (NaN, below -inf): the exact path
+#pragma unroll
+  for (int u = 0; u < NSAJIT_TOPK_SAMPLES_PER_THREAD; ++u)
+    if ((key[u] >> NSAJIT_TOPK_SHIFT0) == d) atomicAdd(&hist2[(key[u] >> 12) & 0xffu], 1u);
+  __syncthreads();
+  const uint32_t d2 = topk_find_bin(hist2, 256, r - greater, sh, greater, count);
+  return (d << NSAJIT_TOPK_SHIFT0) | (d2 << 12);
 }
 
 // Asks L2 for the whole 16-byte vectors of rounds [round_begin, round_end) (a hint, no
@@ -463,13 +476,12 @@ NSAJIT_DEVICE void topk_sweep_preload(const TopkSlice& s, TopkSweepWindow& w, in
 }
 
 // One warp's part of the sweep: rounds [round_begin, round_end) of 32 vectors (the classify's
-// segments), every score x >= f(bound) appended to the warp's list as (key, row position), in
-// index order, at most `capacity` entries, its first digit counted in hist0. Returns the number
-// found (more than capacity: the list overflowed and the sweep stopped). `w` holds the first
-// rounds (topk_sweep_preload).
+// segments), every score x >= f(bound) appended to the warp's list as (score bits, row position),
+// in index order, at most `capacity` entries. Returns the number found (more than capacity: the
+// list overflowed and the sweep stopped). `w` holds the first rounds (topk_sweep_preload).
 NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, TopkSweepWindow& w, int slice_begin, uint32_t bound,
-                                         uint32_t* list_key, int* list_position, int capacity, uint32_t* hist0,
-                                         int round_begin, int round_end) {
+                                         uint32_t* list_key, int* list_position, int capacity, int round_begin,
+                                         int round_end) {
   const int lane = threadIdx.x & 31;
   const uint32_t lanes_below = (1u << lane) - 1u;
   const float f = topk_bound_score(bound);
@@ -515,11 +527,11 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, TopkSweepWindow& w,
         while (mine) {  // about one lane in three lists a key
           const int j = __ffs(mine) - 1;
           mine &= mine - 1u;
-          const uint32_t key = topk_key(j == 0 ? x[0] : j == 1 ? x[1] : j == 2 ? x[2] : x[3]);
-          list_key[at] = key;
+          // The raw score: its key and first digit are counted after the sweep, outside this
+          // divergent loop (about half its cost when they were here).
+          list_key[at] = __float_as_uint(j == 0 ? x[0] : j == 1 ? x[1] : j == 2 ? x[2] : x[3]);
           list_position[at] = slice_begin + 4 * v + j - s.head;
           ++at;
-          atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
         }
       }
       fill += found;
@@ -647,8 +659,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   int* const warp_list_position = reinterpret_cast<int*>(list + p.list_words / 2) + warp * list_capacity;
 
   for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
-  if (may_speculate)
-    for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) list[i] = 0u;  // the sample's histogram
+  if (may_speculate)  // the sample's histograms: 4096 bins, then 256
+    for (int i = tid; i < NSAJIT_TOPK_BINS0 + 256; i += NSAJIT_THREADS) list[i] = 0u;
   for (int i = tid; i < 2 << NSAJIT_TOPK_REFINE_BITS; i += NSAJIT_THREADS) (&sh.refine_hist[0][0])[i] = 0u;
   if (tid == 0) {
     sh.cand_local = 0;
@@ -670,12 +682,12 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     if (p.prefetch_row != 0 && lane == 0) topk_prefetch_segment(s, round_begin, round_end);
     TopkSweepWindow window;
     topk_sweep_preload(s, window, round_begin, round_end);  // in flight during the sample
-    const uint32_t bound = topk_sample_bound(s, list, sh);
+    const uint32_t bound = topk_sample_bound(s, list, list + NSAJIT_TOPK_BINS0, sh);
     if (bound != 0u) {  // uniform
-      warp_fill = topk_speculative_sweep(s, window, b, bound, warp_list, warp_list_position, list_capacity, hist0,
+      warp_fill = topk_speculative_sweep(s, window, b, bound, warp_list, warp_list_position, list_capacity,
                                          round_begin, round_end);
       if (lane == 0) sh.warp_fill[warp] = warp_fill;
-      __syncthreads();  // the lists, hist0 and the fills are complete
+      __syncthreads();  // the lists and the fills are complete
       int listed = 0;
       bool overflow = false;
 #pragma unroll
@@ -684,10 +696,6 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         overflow |= sh.warp_fill[w] > list_capacity;
       }
       speculated = !overflow && listed >= NSAJIT_TOPK;
-      if (!speculated) {  // fall back: the exact path counts every key from zero
-        for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
-        __syncthreads();
-      }
     }
   }
 
@@ -698,6 +706,12 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     // zero from the prologue (the exact path's rotation is not needed for two passes). (The
     // 4096-bin first digit by every warp cost more than the block's two barriers: 128 reads a
     // lane.)
+    for (int i = lane; i < warp_fill; i += 32) {  // scores to keys, first digits counted
+      const uint32_t key = topk_key(__uint_as_float(warp_list[i]));
+      warp_list[i] = key;
+      atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
+    }
+    __syncthreads();
     int greater, count;
     const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
     topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
