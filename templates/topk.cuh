@@ -267,7 +267,6 @@ struct TopkShared {
   int count;
   int cand_local;     // candidates this CTA found
   int cand_reserved;  // cluster rank 0: the cluster-wide list's fill level (remote atomics)
-  int warp_fill[NSAJIT_TOPK_WARPS];  // speculative sweep: keys each warp found
   uint32_t unique_key;  // speculative refinement: the one key left with the prefix
 };
 
@@ -306,39 +305,6 @@ NSAJIT_DEVICE uint32_t topk_find_bin(const uint32_t* h, int nbins, int k, TopkSh
   greater = sh.greater;
   count = sh.count;
   return sh.digit;
-}
-
-// The same step by one warp alone (no barrier: every warp may call it on a complete histogram and
-// gets the same answer); nbins >= 1024. Lane l owns nbins / 32 consecutive bins counted from the
-// top and sums them in a skewed order (lanes on distinct banks); then the warp walks the owning
-// lane's chunk 32 bins at a time.
-NSAJIT_DEVICE uint32_t topk_warp_find_bin(const uint32_t* h, int nbins, int k, int& greater, int& count) {
-  const int lane = threadIdx.x & 31;
-  const int per = nbins / 32;  // a power of two >= 32
-  const int top = nbins - 1 - lane * per;
-  int local = 0;
-  for (int i = 0; i < per; ++i) local += int(h[top - ((i + lane) & (per - 1))]);
-  const int inclusive = warp_inclusive_scan(local);
-  const int above_lane = inclusive - local;
-  const uint32_t owner = __ballot_sync(NSAJIT_TOPK_FULL, above_lane < k && above_lane + local >= k);
-  const int src = __ffs(owner) - 1;  // exactly one lane: 0 < k <= the histogram's total
-  int above = __shfl_sync(NSAJIT_TOPK_FULL, above_lane, src);
-  const int chunk_top = nbins - 1 - src * per;
-  for (int g = 0; g < per; g += 32) {
-    const int c = int(h[chunk_top - g - lane]);
-    const int c_inclusive = warp_inclusive_scan(c);
-    const uint32_t hit = __ballot_sync(NSAJIT_TOPK_FULL, above + c_inclusive - c < k && above + c_inclusive >= k);
-    if (hit) {  // warp-uniform
-      const int j = __ffs(hit) - 1;
-      greater = above + __shfl_sync(NSAJIT_TOPK_FULL, c_inclusive - c, j);
-      count = __shfl_sync(NSAJIT_TOPK_FULL, c, j);
-      return uint32_t(chunk_top - g - j);
-    }
-    above += __shfl_sync(NSAJIT_TOPK_FULL, c_inclusive, 31);
-  }
-  greater = above;  // never: the owner's chunk holds the bin
-  count = 0;
-  return 0u;
 }
 
 // The radix state of a row: among the keys whose bits under `mask` equal `prefix`, the k largest
@@ -400,38 +366,25 @@ NSAJIT_DEVICE uint32_t topk_cluster_address(const void* local, uint32_t rank) {
 // The bound B (a key >= 1, so that padding is never listed) for a row of n > topk positions, or
 // 0 when the row should not speculate. Whole block (uniform result); `hist` (4096 words) is zero
 // on entry and dirty on return.
-// The sample: 4 scores a thread; r = its expected rank of the topk-th largest plus 3 standard
-// deviations (the bound is too high for about 1 row in 700, which then takes the exact path),
-// found to 20 bits (first digit, then 8 more bits over the sample's keys in that bin), so that
-// the list holds about topk (1 + 3 / sqrt(expected)) keys.
-#define NSAJIT_TOPK_SAMPLES_PER_THREAD 4
-NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, uint32_t* hist, uint32_t* hist2, TopkShared& sh) {
-  constexpr int kSamples = NSAJIT_TOPK_SAMPLES_PER_THREAD * NSAJIT_THREADS;
+NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, uint32_t* hist, TopkShared& sh) {
+  constexpr int kSamples = 2 * NSAJIT_THREADS;
   const float expected = float(kSamples) * float(NSAJIT_TOPK) / float(s.n);
   const float fraction = float(NSAJIT_TOPK) / float(s.n);
-  const int r = int(ceilf(expected + 3.0f * sqrtf(expected * (1.0f - fraction)) + 1.0f));
+  const int r = int(ceilf(expected + 4.0f * sqrtf(expected * (1.0f - fraction)) + 1.0f));
   // Dense rows (more than 1/8 of the keys would be listed): the exact path, whose second sweep
   // hits L2 and whose list holds only the threshold bin, is faster (measured on the H200, 4096
   // rows of 4097..8192: 181.6 us exact, 210.6 speculative).
   if (8 * r > kSamples) return 0u;
-  uint32_t key[NSAJIT_TOPK_SAMPLES_PER_THREAD];
 #pragma unroll
-  for (int u = 0; u < NSAJIT_TOPK_SAMPLES_PER_THREAD; ++u) {
+  for (int u = 0; u < 2; ++u) {
     const int i = threadIdx.x + u * NSAJIT_THREADS;
-    key[u] = topk_key(s.sp[int((2ll * i + 1) * s.n / (2ll * kSamples))]);
+    const int position = int((2ll * i + 1) * s.n / (2ll * kSamples));
+    atomicAdd(&hist[topk_key(s.sp[position]) >> NSAJIT_TOPK_SHIFT0], 1u);
   }
-#pragma unroll
-  for (int u = 0; u < NSAJIT_TOPK_SAMPLES_PER_THREAD; ++u) atomicAdd(&hist[key[u] >> NSAJIT_TOPK_SHIFT0], 1u);
   __syncthreads();
   int greater, count;
   const uint32_t d = topk_find_bin(hist, NSAJIT_TOPK_BINS0, r, sh, greater, count);
-  if (d == 0u) return 0u;  // bin 0 (NaN, below -inf): the exact path
-#pragma unroll
-  for (int u = 0; u < NSAJIT_TOPK_SAMPLES_PER_THREAD; ++u)
-    if ((key[u] >> NSAJIT_TOPK_SHIFT0) == d) atomicAdd(&hist2[(key[u] >> 12) & 0xffu], 1u);
-  __syncthreads();
-  const uint32_t d2 = topk_find_bin(hist2, 256, r - greater, sh, greater, count);
-  return (d << NSAJIT_TOPK_SHIFT0) | (d2 << 12);
+  return d == 0u ? 0u : d << NSAJIT_TOPK_SHIFT0;  // bin 0 (NaN, below -inf): the exact path
 }
 
 // Asks L2 for the whole 16-byte vectors of rounds [round_begin, round_end) (a hint, no
@@ -454,33 +407,12 @@ NSAJIT_DEVICE float topk_bound_score(uint32_t bound) {
   return __uint_as_float(0xff800000u);  // at or below -inf's key: every score but NaN
 }
 
-// The sweep's loads in flight: round q's vector sits in raw[(q - round_begin) % kDepth] from
-// kDepth rounds before it is used (a rolling window, so that the loads never drain between
-// batches); the caller issues the first kDepth before the sample, whose latency they overlap.
-#define NSAJIT_TOPK_SWEEP_DEPTH 4
-struct TopkSweepWindow {
-  u32x4 raw[NSAJIT_TOPK_SWEEP_DEPTH];
-};
-
-// Loads round q's whole 16-byte vector (lane's) into w.raw[u]; edge vectors are read later.
-NSAJIT_DEVICE void topk_sweep_load(const TopkSlice& s, TopkSweepWindow& w, int u, int q, int round_end) {
-  const int vw0 = s.head == 0 ? 0 : 1;
-  const int vw1 = max(vw0, (s.head + s.n) >> 2);
-  const int v = q * 32 + (threadIdx.x & 31);
-  if (q < round_end && v >= vw0 && v < vw1) w.raw[u] = topk_load_16(s.abase + 4 * v);
-}
-
-NSAJIT_DEVICE void topk_sweep_preload(const TopkSlice& s, TopkSweepWindow& w, int round_begin, int round_end) {
-#pragma unroll
-  for (int u = 0; u < NSAJIT_TOPK_SWEEP_DEPTH; ++u) topk_sweep_load(s, w, u, round_begin + u, round_end);
-}
-
 // One warp's part of the sweep: rounds [round_begin, round_end) of 32 vectors (the classify's
-// segments), every score x >= f(bound) appended to the warp's list as (score bits, row position),
-// in index order, at most `capacity` entries. Returns the number found (more than capacity: the
-// list overflowed and the sweep stopped). `w` holds the first rounds (topk_sweep_preload).
-NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, TopkSweepWindow& w, int slice_begin, uint32_t bound,
-                                         uint32_t* list_key, int* list_position, int capacity, int round_begin,
+// segments), every score x >= f(bound) appended to the warp's list as (key, row position), in
+// index order, at most `capacity` entries, its first digit counted in hist0. Returns the number
+// found (more than capacity: the list overflowed and the sweep stopped).
+NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t* list_key,
+                                         int* list_position, int capacity, uint32_t* hist0, int round_begin,
                                          int round_end) {
   const int lane = threadIdx.x & 31;
   const uint32_t lanes_below = (1u << lane) - 1u;
@@ -489,19 +421,25 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, TopkSweepWindow& w,
   const int vw1 = max(vw0, (s.head + s.n) >> 2);
   const float kNaN = __uint_as_float(0x7fffffffu);  // outside the slice: never listed
   int fill = 0;
-  constexpr int kDepth = NSAJIT_TOPK_SWEEP_DEPTH;
-  for (int q0 = round_begin; q0 < round_end; q0 += kDepth) {
+  constexpr int kUnroll = 4;  // rounds in flight per warp
+  for (int q0 = round_begin; q0 < round_end; q0 += kUnroll) {
+    u32x4 raw[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kDepth; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = (q0 + u) * 32 + lane;
+      if (q0 + u < round_end && v >= vw0 && v < vw1) raw[u] = topk_load_16(s.abase + 4 * v);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
       const int q = q0 + u;
       if (q >= round_end) break;  // warp-uniform
       const int v = q * 32 + lane;
       float x[4];
       if (v >= vw0 && v < vw1) {
-        x[0] = __uint_as_float(w.raw[u].x);
-        x[1] = __uint_as_float(w.raw[u].y);
-        x[2] = __uint_as_float(w.raw[u].z);
-        x[3] = __uint_as_float(w.raw[u].w);
+        x[0] = __uint_as_float(raw[u].x);
+        x[1] = __uint_as_float(raw[u].y);
+        x[2] = __uint_as_float(raw[u].z);
+        x[3] = __uint_as_float(raw[u].w);
       } else {  // an edge vector, or past the slice
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -509,7 +447,6 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, TopkSweepWindow& w,
           x[j] = e >= 0 && e < s.n ? s.sp[e] : kNaN;
         }
       }
-      topk_sweep_load(s, w, u, q + kDepth, round_end);  // refill the window
       // Ballots by element: lane l's element j is position 4 (32 q + l) + j, so the list order
       // (lane, then element) is index order.
       uint32_t m[4];
@@ -527,11 +464,11 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, TopkSweepWindow& w,
         while (mine) {  // about one lane in three lists a key
           const int j = __ffs(mine) - 1;
           mine &= mine - 1u;
-          // The raw score: its key and first digit are counted after the sweep, outside this
-          // divergent loop (about half its cost when they were here).
-          list_key[at] = __float_as_uint(j == 0 ? x[0] : j == 1 ? x[1] : j == 2 ? x[2] : x[3]);
+          const uint32_t key = topk_key(j == 0 ? x[0] : j == 1 ? x[1] : j == 2 ? x[2] : x[3]);
+          list_key[at] = key;
           list_position[at] = slice_begin + 4 * v + j - s.head;
           ++at;
+          atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
         }
       }
       fill += found;
@@ -659,8 +596,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   int* const warp_list_position = reinterpret_cast<int*>(list + p.list_words / 2) + warp * list_capacity;
 
   for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
-  if (may_speculate)  // the sample's histograms: 4096 bins, then 256
-    for (int i = tid; i < NSAJIT_TOPK_BINS0 + 256; i += NSAJIT_THREADS) list[i] = 0u;
+  if (may_speculate)
+    for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) list[i] = 0u;  // the sample's histogram
   for (int i = tid; i < 2 << NSAJIT_TOPK_REFINE_BITS; i += NSAJIT_THREADS) (&sh.refine_hist[0][0])[i] = 0u;
   if (tid == 0) {
     sh.cand_local = 0;
@@ -680,44 +617,34 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   int warp_fill = 0;          // keys in this warp's list
   if (may_speculate) {
     if (p.prefetch_row != 0 && lane == 0) topk_prefetch_segment(s, round_begin, round_end);
-    TopkSweepWindow window;
-    topk_sweep_preload(s, window, round_begin, round_end);  // in flight during the sample
-    const uint32_t bound = topk_sample_bound(s, list, list + NSAJIT_TOPK_BINS0, sh);
+    const uint32_t bound = topk_sample_bound(s, list, sh);
     if (bound != 0u) {  // uniform
-      warp_fill = topk_speculative_sweep(s, window, b, bound, warp_list, warp_list_position, list_capacity,
+      warp_fill = topk_speculative_sweep(s, b, bound, warp_list, warp_list_position, list_capacity, hist0,
                                          round_begin, round_end);
-      if (lane == 0) sh.warp_fill[warp] = warp_fill;
-      __syncthreads();  // the lists and the fills are complete
+      if (lane == 0) sh.warp_sum[warp] = warp_fill;
+      __syncthreads();
       int listed = 0;
       bool overflow = false;
 #pragma unroll
       for (int w = 0; w < NSAJIT_TOPK_WARPS; ++w) {
-        listed += sh.warp_fill[w];
-        overflow |= sh.warp_fill[w] > list_capacity;
+        listed += sh.warp_sum[w];
+        overflow |= sh.warp_sum[w] > list_capacity;
       }
       speculated = !overflow && listed >= NSAJIT_TOPK;
+      if (!speculated)  // fall back: the exact path counts every key from zero
+        for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
+      __syncthreads();
     }
   }
 
   if (speculated) {
-    // The topk-th largest of the listed keys is the row's: its first digit from hist0, then two
-    // 10-bit digits over the lists (no capacity limit: the lists hold every candidate). Every
-    // warp finds a 10-bit digit itself, so it costs one barrier; the two digit histograms are
-    // zero from the prologue (the exact path's rotation is not needed for two passes). (The
-    // 4096-bin first digit by every warp cost more than the block's two barriers: 128 reads a
-    // lane.)
-    for (int i = lane; i < warp_fill; i += 32) {  // scores to keys, first digits counted
-      const uint32_t key = topk_key(__uint_as_float(warp_list[i]));
-      warp_list[i] = key;
-      atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
-    }
-    __syncthreads();
+    // The topk-th largest of the listed keys is the row's: first digit from hist0, then 10-bit
+    // digits over the lists down to bit 0 (no capacity limit: the lists hold every candidate).
     int greater, count;
     const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
     topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
-    static_assert(32 - NSAJIT_TOPK_SHIFT0 + 2 * NSAJIT_TOPK_REFINE_BITS == 32, "two refinement digits");
     for (int pass = 0; x.bits < 32; ++pass) {
-      if (x.count == 1) {  // one key left with the prefix: it is T
+      if (x.count == 1) {  // one key left with the prefix: it is T (one barrier, not three a digit)
         for (int i = lane; i < warp_fill; i += 32)
           if ((warp_list[i] & x.mask) == x.prefix) sh.unique_key = warp_list[i];
         __syncthreads();
@@ -726,16 +653,18 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         x.bits = 32;
         break;
       }
-      const int shift = 32 - x.bits - NSAJIT_TOPK_REFINE_BITS;
-      uint32_t* h = sh.refine_hist[pass];
+      const int width = min(NSAJIT_TOPK_REFINE_BITS, 32 - x.bits);
+      const int shift = 32 - x.bits - width;
+      const uint32_t digit_mask = (1u << width) - 1u;
+      uint32_t* h = sh.refine_hist[pass & 1];  // zero (the prologue, or the pass before last)
       for (int i = lane; i < warp_fill; i += 32) {
         const uint32_t key = warp_list[i];
-        if ((key & x.mask) == x.prefix)
-          atomicAdd(&h[(key >> shift) & ((1u << NSAJIT_TOPK_REFINE_BITS) - 1u)], 1u);
+        if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
       }
       __syncthreads();
-      const uint32_t d2 = topk_warp_find_bin(h, 1 << NSAJIT_TOPK_REFINE_BITS, x.k, greater, count);
-      topk_radix_step(x, d2, NSAJIT_TOPK_REFINE_BITS, greater, count);
+      const uint32_t d2 = topk_find_bin(h, 1 << width, x.k, sh, greater, count);
+      topk_radix_step(x, d2, width, greater, count);
+      for (int i = tid; i < (1 << width); i += NSAJIT_THREADS) h[i] = 0u;  // for pass + 2
     }
     int g = 0, e = 0;
     for (int i = lane; i < warp_fill; i += 32) {
@@ -991,17 +920,17 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   const int take_equal = x.k;           // keys == threshold to take (>= 1)
   const int total_greater = NSAJIT_TOPK - take_equal;
 
-  // Ordered compaction: every warp scans the per-warp counts itself (no barrier), then the CTAs'
-  // counts are exchanged (C > 1).
-  int warp_greater_before, warp_equal_before;
-  {
+  // Ordered compaction: exclusive prefixes of the per-warp counts, then of the CTAs' counts.
+  if (warp == 0) {
     const int g = lane < NSAJIT_TOPK_WARPS ? sh.warp_greater[lane] : 0;
     const int e = lane < NSAJIT_TOPK_WARPS ? sh.warp_equal[lane] : 0;
     const int gi = warp_inclusive_scan(g);
     const int ei = warp_inclusive_scan(e);
-    warp_greater_before = __shfl_sync(NSAJIT_TOPK_FULL, gi - g, warp);
-    warp_equal_before = __shfl_sync(NSAJIT_TOPK_FULL, ei - e, warp);
-    if (tid == 31) {  // this CTA's totals
+    if (lane < NSAJIT_TOPK_WARPS) {
+      sh.warp_greater[lane] = gi - g;
+      sh.warp_equal[lane] = ei - e;
+    }
+    if (lane == 31) {
       sh.cta_counts[0] = gi;
       sh.cta_counts[1] = ei;
     }
@@ -1029,6 +958,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     __syncthreads();
     cta_greater = sh.cta_prefix[0];
     cta_equal = sh.cta_prefix[1];
+  } else {
+    __syncthreads();
   }
   // Dense rows (more than 1/8 of the keys selected) and fused rows stage their positions in
   // shared memory (the candidate slots, free by now; topk <= 4096 words) and write them to `out`
@@ -1039,8 +970,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   const bool stage = apply || 8 * NSAJIT_TOPK > len;
   // (The speculative path stages in hist0, free since its first digit: its lists use the slots.)
   int* const dst = stage ? reinterpret_cast<int*>(speculated ? hist0 : slots) : out;
-  int next_greater = cta_greater + warp_greater_before;
-  int next_equal = cta_equal + warp_equal_before;
+  int next_greater = cta_greater + sh.warp_greater[warp];
+  int next_equal = cta_equal + sh.warp_equal[warp];
   // Output from the bitmaps, no second pass over the keys: each warp walks the words of its rounds
   // 32 at a time, lane i word w0 + i. A matching key (a candidate) is compared with T in full, then
   // the selected bits are ranked by a warp scan of their counts and written in index order.

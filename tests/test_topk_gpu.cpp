@@ -437,12 +437,12 @@ TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads i
   const int width = 32768;
   auto p = make_problem(5, width, 2048, [&] { return normal(rng); });
   for (int i = 0; i < width; ++i) {
-    // Rows 0, 3, 4: large scores exactly where a sample of 1024, 2048 or 4096 scores looks (256,
-    // 512 or 1024 threads: positions 32 i + 16, 16 i + 8, 8 i + 4): the bound lands among them
+    // Rows 0, 3, 4: large scores exactly where a sample of 512, 1024 or 2048 scores looks (256,
+    // 512 or 1024 threads: positions 64 i + 32, 32 i + 16, 16 i + 8): the bound lands among them
     // and lists fewer than topk keys.
-    if (i % 32 == 16) p.scores[i] = 50.0f + normal(rng);
-    if (i % 16 == 8) p.scores[3 * std::size_t(width) + i] = 50.0f + normal(rng);
-    if (i % 8 == 4) p.scores[4 * std::size_t(width) + i] = 50.0f + normal(rng);
+    if (i % 64 == 32) p.scores[i] = 50.0f + normal(rng);
+    if (i % 32 == 16) p.scores[3 * std::size_t(width) + i] = 50.0f + normal(rng);
+    if (i % 16 == 8) p.scores[4 * std::size_t(width) + i] = 50.0f + normal(rng);
     // Row 1: the largest scores crowd the first 4096 positions (one or two warps' segments).
     if (i < 4096) p.scores[std::size_t(width) + i] = 10.0f + normal(rng);
   }
