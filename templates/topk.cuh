@@ -37,6 +37,14 @@
 // batchmates. Dense rows (more than 1/8 of the keys selected) and fused rows stage their slots in
 // shared memory and write them to `out` coalesced.
 //
+// Speculative single sweep (one CTA per row, when the plan sets `speculate`: slices of at least
+// 12 topk positions): a sample of 2 scores a thread bounds the topk-th largest key from below, one
+// sweep lists every score above the bound per warp (key and position, in index order), and the
+// selection (first digit, two 10-bit digits) and the ordered output run on the lists alone. The
+// row reads its scores once instead of twice. Exact whenever used: when the lists overflow or hold
+// fewer than topk keys (a misleading sample, large scores crowded into one warp's segment), or the
+// row is dense (more than ~1/8 of it would be listed), the row takes the exact path above.
+//
 // NSAJIT_FUSED: every written index goes through the transform (in the pass that writes the
 // staged slots, all page-table reads in parallel so that they do not serialise) (decode: page-table row
 // r / NSAJIT_NEXT_N; prefill: the request of r through cu_seqlens_q; ragged: + offsets[r]); only
