@@ -39,7 +39,7 @@
 //
 // Speculative single sweep (one CTA per row, when the plan sets `speculate`: slices of at least
 // 12 topk positions): a sample of 2 scores a thread bounds the topk-th largest key from below, one
-// sweep lists every score above the bound per warp (key and position, in index order), and the
+// sweep lists every score above the bound per warp (score and position, in index order), and the
 // selection (first digit, two 10-bit digits) and the ordered output run on the lists alone. The
 // row reads its scores once instead of twice. Exact whenever used: when the lists overflow or hold
 // fewer than topk keys (a misleading sample, large scores crowded into one warp's segment), or the
