@@ -334,6 +334,52 @@ NSAJIT_DEVICE void topk_radix_step(TopkRadix& x, uint32_t digit, int width, int 
   x.bits += width;
 }
 
+// One pass of the refinement over a candidate list: the 10-bit (or last) digit under x's prefix,
+// counted in the pass's histogram (zero: the prologue, or the pass before last).
+struct TopkRefineDigit {
+  int width;
+  int shift;
+  uint32_t digit_mask;
+  uint32_t* h;
+};
+
+NSAJIT_DEVICE TopkRefineDigit topk_refine_digit(const TopkRadix& x, TopkShared& sh, int pass) {
+  TopkRefineDigit r;
+  r.width = min(NSAJIT_TOPK_REFINE_BITS, 32 - x.bits);
+  r.shift = 32 - x.bits - r.width;
+  r.digit_mask = (1u << r.width) - 1u;
+  r.h = sh.refine_hist[pass & 1];
+  return r;
+}
+
+NSAJIT_DEVICE void topk_refine_count(const TopkRefineDigit& r, const TopkRadix& x, uint32_t key) {
+  if ((key & x.mask) == x.prefix) atomicAdd(&r.h[(key >> r.shift) & r.digit_mask], 1u);
+}
+
+// Whole block, after every thread's counts: the digit and the radix step; h is read again only
+// by pass + 2, after the next pass's barriers, so it is zeroed here for that pass.
+NSAJIT_DEVICE void topk_refine_finish(const TopkRefineDigit& r, TopkRadix& x, TopkShared& sh) {
+  __syncthreads();
+  int greater, count;
+  const uint32_t d = topk_find_bin(r.h, 1 << r.width, x.k, sh, greater, count);
+  topk_radix_step(x, d, r.width, greater, count);
+  for (int i = threadIdx.x; i < (1 << r.width); i += NSAJIT_THREADS) r.h[i] = 0u;
+}
+
+// The warp's counts of keys above and equal to the threshold (or prefix): summed over the warp,
+// stored by lane 0.
+NSAJIT_DEVICE void topk_store_warp_counts(TopkShared& sh, int warp, int above, int equal) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    above += __shfl_xor_sync(NSAJIT_TOPK_FULL, above, o);
+    equal += __shfl_xor_sync(NSAJIT_TOPK_FULL, equal, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    sh.warp_greater[warp] = above;
+    sh.warp_equal[warp] = equal;
+  }
+}
+
 // The sum over the cluster's C CTAs (C <= 16) of the word at `local` in each: all loads in flight
 // before the first add.
 NSAJIT_DEVICE uint32_t topk_cluster_sum_word(const void* local, int C) {
@@ -667,18 +713,9 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         x.bits = 32;
         break;
       }
-      const int width = min(NSAJIT_TOPK_REFINE_BITS, 32 - x.bits);
-      const int shift = 32 - x.bits - width;
-      const uint32_t digit_mask = (1u << width) - 1u;
-      uint32_t* h = sh.refine_hist[pass & 1];  // zero (the prologue, or the pass before last)
-      for (int i = lane; i < warp_fill; i += 32) {
-        const uint32_t key = warp_list[i];
-        if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
-      }
-      __syncthreads();
-      const uint32_t d2 = topk_find_bin(h, 1 << width, x.k, sh, greater, count);
-      topk_radix_step(x, d2, width, greater, count);
-      for (int i = tid; i < (1 << width); i += NSAJIT_THREADS) h[i] = 0u;  // for pass + 2
+      const TopkRefineDigit digit = topk_refine_digit(x, sh, pass);
+      for (int i = lane; i < warp_fill; i += 32) topk_refine_count(digit, x, warp_list[i]);
+      topk_refine_finish(digit, x, sh);
     }
     int g = 0, e = 0;
     for (int i = lane; i < warp_fill; i += 32) {
@@ -686,15 +723,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       g += key > x.prefix;
       e += key == x.prefix;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      g += __shfl_xor_sync(NSAJIT_TOPK_FULL, g, o);
-      e += __shfl_xor_sync(NSAJIT_TOPK_FULL, e, o);
-    }
-    if (lane == 0) {
-      sh.warp_greater[warp] = g;
-      sh.warp_equal[warp] = e;
-    }
+    topk_store_warp_counts(sh, warp, g, e);
     __syncthreads();
   } else {
 
@@ -878,31 +907,14 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       // Refinement over the candidates: digits of up to 10 bits down to bit 0.
       const int x_count_list = x.count;
       for (int pass = 0; x.bits < 32; ++pass) {
-        const int width = min(NSAJIT_TOPK_REFINE_BITS, 32 - x.bits);
-        const int shift = 32 - x.bits - width;
-        const uint32_t digit_mask = (1u << width) - 1u;
-        uint32_t* h = sh.refine_hist[pass & 1];  // zero (the prologue, or the pass before last)
+        const TopkRefineDigit digit = topk_refine_digit(x, sh, pass);
         if (C > 1) {  // the cluster-wide list
-          for (int i = tid; i < x_count_list; i += NSAJIT_THREADS) {
-            const uint32_t key = cand[i];
-            if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
-          }
+          for (int i = tid; i < x_count_list; i += NSAJIT_THREADS) topk_refine_count(digit, x, cand[i]);
         } else {  // this thread's slots, then its share of the overflow list
-          for (int i = 0; i < nslot; ++i) {
-            const uint32_t key = slots[i * NSAJIT_THREADS + tid];
-            if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
-          }
-          for (int i = tid; i < n_over; i += NSAJIT_THREADS) {
-            const uint32_t key = overflow[i];
-            if ((key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & digit_mask], 1u);
-          }
+          for (int i = 0; i < nslot; ++i) topk_refine_count(digit, x, slots[i * NSAJIT_THREADS + tid]);
+          for (int i = tid; i < n_over; i += NSAJIT_THREADS) topk_refine_count(digit, x, overflow[i]);
         }
-        __syncthreads();
-        int greater, count;
-        const uint32_t d = topk_find_bin(h, 1 << width, x.k, sh, greater, count);
-        topk_radix_step(x, d, width, greater, count);
-        // h is read again only by pass + 2, after the next pass's barriers: zero it for that pass.
-        for (int i = tid; i < (1 << width); i += NSAJIT_THREADS) h[i] = 0u;
+        topk_refine_finish(digit, x, sh);
       }
       // This CTA's candidates above the threshold and equal to it, per warp: the thread's own slots
       // (its warp is known), then the overflow list.
