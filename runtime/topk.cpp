@@ -121,7 +121,10 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // exact path is the fallback. Nothing is kept then: the sweep streams the row once, and kept
   // keys would only serve the rare fallback (measured on the H200: 4096 rows of 28673..32768
   // 418.8 us keeping nothing, 468.1 keeping 3326 vectors; 128 x 131072 51.8 against 55.7).
-  plan.speculate = c == 1 && (g_override.speculate == 1 || (g_override.speculate != 0 && plan.slice >= 12 * topk));
+  // Not for many short slices (four 256-thread CTAs per SM): the lists' 64 KB would leave room
+  // for two, and that regime is measured only on the exact path.
+  plan.speculate = c == 1 && (g_override.speculate == 1 ||
+                              (g_override.speculate != 0 && plan.slice >= 12 * topk && !many_short));
   // Each warp asks L2 for its segment at row start when several rows share an SM over several
   // waves; in one wave of 128 rows of 131072 the 64 MB would not stay in L2 (60.2 against 53.1 us).
   plan.prefetch_row = plan.speculate && (g_override.prefetch_row == 1 ||
@@ -142,7 +145,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   plan.bitmap_offset = plan.hist_offset + fixed.bitmaps;
   plan.bitmap_words = fixed.bitmap_words;
   plan.dynamic_smem = unsigned(4 * (plan.hist_offset + fixed.end));
-  // The speculative sweep's lists of (key, position) start where the exact path's slots do (what
+  // The speculative sweep's lists (score bits, later keys; positions) start where the exact path's slots do (what
   // follows is used by the exact path only) and take at least what the exact path takes, up to
   // 64 KB of dynamic shared memory when rows share SMs over several waves, 128 KB in one wave
   // (4096 rows of 32K at 512 threads: 384 entries per warp, about twice the expected count).

@@ -21,7 +21,7 @@ struct TopkLaunchPlan {
   int bitmap_offset = 0, bitmap_words = 0;  // the classify's above / match bitmaps, bitmap_words each
   bool speculate = false;  // one CTA per row: the speculative single sweep first (templates/topk.cuh)
   bool prefetch_row = false;  // speculate: each warp asks L2 for its segment of the row at row start
-  int list_offset = 0, list_words = 0;  // its per-warp lists: the slots, overflow warps, above bitmap
+  int list_offset = 0, list_words = 0;  // its per-warp lists: from the slots on, over both bitmaps and beyond
   unsigned dynamic_smem = 0;  // bytes
 };
 
@@ -32,7 +32,8 @@ struct TopkLaunchPlan {
 TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16);
 
 // Test/bench hook (not thread-safe): ctas_per_row, threads, cand_capacity > 0,
-// slots_per_thread >= 0 and speculate 0 replace the plan's choice (ctas_per_row must be 1, 2, 4, 8 or 16);
+// slots_per_thread >= 0, speculate and prefetch_row 0 or 1 replace the plan's choice (ctas_per_row
+// must be 1, 2, 4, 8 or 16);
 // force_streaming keeps nothing in shared memory (every sweep re-reads global memory). Reset with
 // a default-constructed value.
 struct TopkLaunchOverride {

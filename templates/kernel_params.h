@@ -42,12 +42,12 @@ struct TopkParams {
   int cand_capacity;           // <= 4096 keys; a larger threshold bin is rescanned instead
   int slots_per_thread;        // <= 4096 / threads
   // Speculative single sweep (C = 1; templates/topk.cuh): a sample of the row gives a lower bound,
-  // one sweep lists every key above it (per warp, in index order) with its first digit counted;
-  // the row falls back to the exact sweeps when the list overflows or holds fewer than topk keys.
+  // one sweep lists every score at or above it (per warp, in index order); the row falls back to
+  // the exact sweeps when a list overflows or the lists hold fewer than topk scores.
   int speculate;               // 0 or 1
   int prefetch_row;            // speculate: each warp first asks L2 for its segment of the row
-  int list_offset;             // the per-warp candidate lists, list_words words (the sample's
-  int list_words;              // 4096-bin histogram before them)
+  int list_offset;             // the per-warp lists, list_words words: keys in the first half,
+  int list_words;              // positions in the second (the sample's histograms at the start)
   // Fused transform (NSAJIT_FUSED): see IndexTransformParams.
   const int* page_table;            // [num_requests, page_table_row_stride]
   long long page_table_row_stride;  // elements

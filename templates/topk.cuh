@@ -39,7 +39,7 @@
 //
 // Speculative single sweep (one CTA per row, when the plan sets `speculate`: slices of at least
 // 12 topk positions): a sample of 2 scores a thread bounds the topk-th largest key from below, one
-// sweep lists every score above the bound per warp (score and position, in index order), and the
+// sweep lists every score at or above the bound per warp (score and position, in index order), and the
 // selection (first digit, two 10-bit digits) and the ordered output run on the lists alone. The
 // row reads its scores once instead of twice. Exact whenever used: when the lists overflow or hold
 // fewer than topk keys (a misleading sample, large scores crowded into one warp's segment), or the
@@ -411,9 +411,10 @@ NSAJIT_DEVICE uint32_t topk_cluster_address(const void* local, uint32_t rank) {
 // The exact path reads the row twice (pass 0 for the first digit, then the classify sweep). Here a
 // sample of 2 * threads scores, spread evenly over the row, gives a lower bound B under which the
 // topk-th largest key lies with high probability: the bin of the sample's r-th largest key, r its
-// expected rank plus 4 standard deviations. One sweep then lists every key >= B (per warp, in index
-// order, with a bitmap of their positions) and counts their first digits, and the selection runs
-// on the list alone. Exact whenever it is used: the topk largest keys are all >= B iff at least
+// expected rank plus 4 standard deviations. One sweep then lists every score whose key is >= B
+// (per warp, in index order: the raw score bits and the position); the scores are turned into keys
+// and their first digits counted over the lists afterwards, and the selection runs on the lists
+// alone. Exact whenever it is used: the topk largest keys are all >= B iff at least
 // topk keys are; when fewer are, or a warp's list overflows (a plateau at B, a row whose large
 // scores crowd one warp's segment), the row falls back to the exact sweeps.
 
@@ -681,13 +682,13 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       if (lane == 0) sh.warp_sum[warp] = warp_fill;
       __syncthreads();
       int listed = 0;
-      bool overflow = false;
+      bool overflowed = false;
 #pragma unroll
       for (int w = 0; w < NSAJIT_TOPK_WARPS; ++w) {
         listed += sh.warp_sum[w];
-        overflow |= sh.warp_sum[w] > list_capacity;
+        overflowed |= sh.warp_sum[w] > list_capacity;
       }
-      speculated = !overflow && listed >= NSAJIT_TOPK;
+      speculated = !overflowed && listed >= NSAJIT_TOPK;
     }
   }
 

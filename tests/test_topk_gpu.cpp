@@ -249,9 +249,16 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       CHECK(q.resident_vecs <= q.slice / 4 + 1);
       if (q.threads < 1024 && rows <= 132) CHECK((q.resident_vecs == 0 || q.resident_vecs == q.slice / 4 + 1));
       if (q.threads == 512 && rows > 132 && q.ctas_per_row == 1) CHECK(q.dynamic_smem <= 102400u);
-      // One CTA per row speculates; its lists take the slots, overflow warps and above bitmap
-      // (the sample's 4096-bin histogram first), never the match bitmap or the kept keys.
+      // One CTA per row of long slices speculates; its lists start at the slots and cover at least
+      // what follows them (the sample's histograms first), never the kept keys or hist0.
       CHECK(q.speculate == (q.ctas_per_row == 1 && q.slice >= 12 * 2048));
+      for (const int small_topk : {64, 512, 640}) {  // many short slices keep four CTAs per SM
+        const auto m = plan_topk_launch(rows, std::min(width, 8192), small_topk, 132);
+        if (m.threads == 256 && rows > 132) {
+          CHECK_FALSE(m.speculate);
+          CHECK(m.dynamic_smem <= 56u * 1024u);
+        }
+      }
       CHECK(q.prefetch_row == (q.speculate && rows > 132));
       if (q.speculate) {
         CHECK(q.list_offset == q.slots_offset);
@@ -425,6 +432,13 @@ TEST_CASE("topk gpu: row_starts (clamped) and a padded odd row stride") {
     p.lengths[4] = width / 2;
     INFO("width " << width);
     check_topk(p);
+    // One CTA per row, speculative: unaligned rows (the sweep's edge vectors), with and without
+    // the L2 prefetch of each warp's segment.
+    for (const int prefetch : {0, 1}) {
+      INFO("speculative, prefetch_row " << prefetch);
+      LaunchOverride spec({.ctas_per_row = 1, .speculate = 1, .prefetch_row = prefetch});
+      check_topk(p);
+    }
   }
 }
 
@@ -549,6 +563,8 @@ TEST_CASE("topk gpu: sorted output is the reference's (score descending, ties by
     const I got = DeviceTopk(p, nullptr, true).run();
     const std::string why = explain(p, got, ref::topk(p));
     CHECK_MESSAGE(why.empty(), why);
+    LaunchOverride spec({.ctas_per_row = 1, .speculate = 1});  // phase 0 speculative
+    CHECK(DeviceTopk(p, nullptr, true).run() == got);
   }
 }
 
@@ -610,6 +626,11 @@ TEST_CASE("topk gpu fused: decode, page sizes 1 and 64 give the same slots, part
     // The same logical result, except where page_table_1 has -1 inside a partial last page
     // (the real page table maps those positions to slots); no selected position lies there.
     CHECK(a == b);
+    {  // one CTA per row, speculative: positions staged in the first-digit histogram
+      LaunchOverride spec({.ctas_per_row = 1, .speculate = 1});
+      CHECK(DeviceTopk(p, &t1).run() == a);
+      CHECK(DeviceTopk(p, &t64).run() == b);
+    }
   }
 }
 
