@@ -81,7 +81,9 @@ void index_transform(const IndexTransformArgs& args, CUstream stream = nullptr);
 //
 // Launch: one CTA per row for rows that fit shared memory; long rows with few rows are split over
 // a thread-block cluster of up to 8 CTAs (16 for a single row; sm_90); the part of a slice that
-// does not fit shared memory is re-read from global memory. See templates/topk.cuh and
+// does not fit shared memory is re-read from global memory. One CTA per row of long slices reads
+// the row once: a sample bounds the threshold and one sweep lists the scores above it, with the
+// exact sweeps as the fallback (same bytes either way). See templates/topk.cuh and
 // docs/notes/topk.md.
 // Errors: InvalidArgument for rows < 0, width < 0 or > 4194304 (2^22: the classify's per-position
 // bitmaps of a slice must fit shared memory), topk not a multiple of 64 in [64, 4096],
