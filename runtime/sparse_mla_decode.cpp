@@ -32,10 +32,6 @@ constexpr int kMaxSplits = 64;
 
 int heads_per_cta(int h_q) { return h_q < 64 ? h_q : 64; }
 
-// NSAJIT_MLA_WGMMA=1 selects the wgmma kernel (spec threads 384) for h_q >= 16 on sm_90a, =64 for
-// h_q >= 64 only, =0 the mma.sync kernel (threads 256) everywhere; unset (or anything else): the
-// spec's default tile. Only the spec changes, so the source still depends on the spec alone.
-// Returns -1 (default), 0 (mma.sync) or the smallest h_q given the wgmma kernel. Read once.
 // NSAJIT_PDL=0 launches the split-KV combine as an ordinary kernel (no programmatic dependent
 // launch), e.g. for a driver or a graph-capture setup that rejects PDL. Read once.
 bool combine_pdl_allowed() {
@@ -46,6 +42,10 @@ bool combine_pdl_allowed() {
   return allowed;
 }
 
+// NSAJIT_MLA_WGMMA=1 selects the wgmma kernel (spec threads 384) for h_q >= 16 on sm_90a, =64 for
+// h_q >= 64 only, =0 the mma.sync kernel (threads 256) everywhere; unset (or anything else): the
+// spec's default tile. Only the spec changes, so the source still depends on the spec alone.
+// Returns -1 (default), 0 (mma.sync) or the smallest h_q given the wgmma kernel. Read once.
 int kernel_choice() {
   static const int choice = [] {
     const char* v = std::getenv("NSAJIT_MLA_WGMMA");

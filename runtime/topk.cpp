@@ -110,12 +110,6 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
                                    g_override.slots_per_thread >= 0 ? g_override.slots_per_thread : kSlotWords);
   const FixedParts fixed = fixed_parts_of(c);
   const int fixed_words = fixed.end;
-  // The slice's vectors kept as keys in shared memory: all when they fit (one extra vector: the
-  // slice need not be aligned); as many as fit when the CTA has the SM to itself anyway (1024
-  // threads: 64 registers each fill the register file) or as two CTAs per SM allow (above); none
-  // when shared memory would limit how many CTAs share an SM, or for many short slices (above).
-  // The rest is re-read from global memory (L2) by the classify sweep (and the rare rescans and
-  // candidate reads).
   // One CTA per row of slices long enough that a sample's bound lists at most ~1/8 of them: a
   // sample bounds the threshold and one sweep lists the keys above it (templates/topk.cuh), the
   // exact path is the fallback. Nothing is kept then: the sweep streams the row once, and kept
@@ -129,6 +123,12 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // waves; in one wave of 128 rows of 131072 the 64 MB would not stay in L2 (60.2 against 53.1 us).
   plan.prefetch_row = plan.speculate && (g_override.prefetch_row == 1 ||
                                          (g_override.prefetch_row != 0 && (long long)rows * c > sm_count));
+  // The slice's vectors kept as keys in shared memory: all when they fit (one extra vector: the
+  // slice need not be aligned); as many as fit when the CTA has the SM to itself anyway (1024
+  // threads: 64 registers each fill the register file) or as two CTAs per SM allow (above); none
+  // when shared memory would limit how many CTAs share an SM, for many short slices, or when the
+  // plan speculates (above). The rest is re-read from global memory (L2) by the classify sweep
+  // (and the rare rescans and candidate reads).
   const int slice_vecs = plan.slice / 4 + 1;
   const int room_vecs = std::max(0, (kMaxDynamicBytes / 4 - fixed_words) / 4);
   const int two_per_sm_room_vecs = std::max(0, (kTwoPerSmDynamicBytes / 4 - fixed_words) / 4);
@@ -145,10 +145,11 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   plan.bitmap_offset = plan.hist_offset + fixed.bitmaps;
   plan.bitmap_words = fixed.bitmap_words;
   plan.dynamic_smem = unsigned(4 * (plan.hist_offset + fixed.end));
-  // The speculative sweep's lists (score bits, later keys; positions) start where the exact path's slots do (what
-  // follows is used by the exact path only) and take at least what the exact path takes, up to
-  // 64 KB of dynamic shared memory when rows share SMs over several waves, 128 KB in one wave
-  // (4096 rows of 32K at 512 threads: 384 entries per warp, about twice the expected count).
+  // The speculative sweep's lists (score bits, later keys; positions) start where the exact
+  // path's slots do (what follows is used by the exact path only) and take at least what the
+  // exact path takes, up to 64 KB of dynamic shared memory when rows share SMs over several waves,
+  // 128 KB in one wave (4096 rows of 32K at 512 threads: 384 entries per warp, about twice the
+  // expected count).
   if (plan.speculate) {
     const int budget_words = ((long long)rows * c > sm_count ? 65536 : 131072) / 4;
     plan.list_offset = plan.slots_offset;

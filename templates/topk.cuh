@@ -738,12 +738,12 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       constexpr int kUnroll = 4;
       for (int base = vw0; base < vw1; base += kUnroll * NSAJIT_THREADS) {
         u32x4 raw[kUnroll];
-  #pragma unroll
+#pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int v = base + u * NSAJIT_THREADS + tid;
           if (v < vw1) raw[u] = topk_load_16(s.abase + 4 * v);
         }
-  #pragma unroll
+#pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int v = base + u * NSAJIT_THREADS + tid;
           if (v < vw1) {
@@ -765,7 +765,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       if (edge >= 0 && edge < s.nvec && (edge < vw0 || edge >= vw1) && !(tid == 1 && edge == 0)) {
         const u32x4 kv = topk_global_keys(s, edge);
         if (edge < resident_vecs) keys[edge] = kv;
-  #pragma unroll
+#pragma unroll
         for (int j = 0; j < 4; ++j) {
           const uint32_t key = topk_lane(kv, j);
           if (key != 0u) atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
@@ -783,12 +783,12 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       static_assert(NSAJIT_TOPK_BINS0 % (4 * NSAJIT_THREADS) == 0, "all-gather: 4 bins per thread and round");
       for (int bin = tid; bin < NSAJIT_TOPK_BINS0; bin += 4 * NSAJIT_THREADS) {
         uint32_t v[4];  // four loads in flight
-  #pragma unroll
+#pragma unroll
         for (int u = 0; u < 4; ++u) {
           const int b2 = bin + u * NSAJIT_THREADS;
           v[u] = topk_cluster_load(&section[b2 % S], uint32_t(b2 / S));
         }
-  #pragma unroll
+#pragma unroll
         for (int u = 0; u < 4; ++u) hist0[bin + u * NSAJIT_THREADS] = v[u];
       }
       __syncthreads();
@@ -810,7 +810,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       __syncthreads();
       for (int v = tid; v < s.nvec; v += NSAJIT_THREADS) {
         const u32x4 kv = v < resident_vecs ? keys[v] : topk_global_keys(s, v);
-  #pragma unroll
+#pragma unroll
         for (int j = 0; j < 4; ++j) {
           const uint32_t key = topk_lane(kv, j);
           if (key != 0u && (key & x.mask) == x.prefix) atomicAdd(&h[(key >> shift) & uint32_t(nbins - 1)], 1u);
@@ -839,7 +839,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       for (int q = round_begin; q < round_end; ++q) {
         const u32x4 kv = topk_slice_keys(s, keys, resident_vecs, q * 32 + lane);
         uint32_t above = 0u, match = 0u;  // bit j: key j of the vector
-  #pragma unroll
+#pragma unroll
         for (int j = 0; j < 4; ++j) {
           const uint32_t key = topk_lane(kv, j);
           const uint32_t high = key & x.mask;
@@ -851,7 +851,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         topk_store_word(above_map, q, lane, above);
         topk_store_word(match_map, q, lane, match);
         if (!resolved && match) {  // rare
-  #pragma unroll
+#pragma unroll
           for (int j = 0; j < 4; ++j) {
             const uint32_t key = topk_lane(kv, j);
             if ((key & x.mask) == x.prefix && key != 0u) {
@@ -867,7 +867,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
           }
         }
       }
-  #pragma unroll
+#pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
         my_above += __shfl_xor_sync(NSAJIT_TOPK_FULL, my_above, o);
         my_match += __shfl_xor_sync(NSAJIT_TOPK_FULL, my_match, o);
@@ -925,7 +925,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         g += key > x.prefix;
         e += key == x.prefix;
       }
-  #pragma unroll
+#pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
         g += __shfl_xor_sync(NSAJIT_TOPK_FULL, g, o);
         e += __shfl_xor_sync(NSAJIT_TOPK_FULL, e, o);
