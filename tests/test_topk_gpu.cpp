@@ -252,13 +252,6 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       // One CTA per row of long slices speculates; its lists start at the slots and cover at least
       // what follows them (the sample's histograms first), never the kept keys or hist0.
       CHECK(q.speculate == (q.ctas_per_row == 1 && q.slice >= 12 * 2048));
-      for (const int small_topk : {64, 512, 640}) {  // many short slices keep four CTAs per SM
-        const auto m = plan_topk_launch(rows, std::min(width, 8192), small_topk, 132);
-        if (m.threads == 256 && rows > 132) {
-          CHECK_FALSE(m.speculate);
-          CHECK(m.dynamic_smem <= 56u * 1024u);
-        }
-      }
       CHECK(q.prefetch_row == (q.speculate && rows > 132));
       if (q.speculate) {
         CHECK(q.list_offset == q.slots_offset);
@@ -266,6 +259,17 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
         CHECK(q.list_words >= 8192);
         CHECK(4u * unsigned(q.list_offset + q.list_words) <= q.dynamic_smem);
       }
+    }
+  }
+  // Many short slices keep four 256-thread CTAs per SM at any topk: they do not speculate even
+  // where their slices are 12 topk long (the lists would take 64 KB).
+  for (const int width : {4097, 8192}) {
+    for (const int small_topk : {64, 512, 640}) {
+      INFO("width " << width << " topk " << small_topk);
+      const auto m = plan_topk_launch(4096, width, small_topk, 132);
+      CHECK(m.threads == 256);
+      CHECK_FALSE(m.speculate);
+      CHECK(m.dynamic_smem <= 56u * 1024u);
     }
   }
   {
