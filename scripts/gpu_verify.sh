@@ -2,7 +2,8 @@
 # Full verification on a machine with an NVIDIA GPU, from a build folder made elsewhere (nothing is
 # built here): every test, both benchmarks against the PyTorch baseline (results JSON),
 # compute-sanitizer memcheck of sparse-MLA decode and prefill shapes, racecheck (2-CTA clusters)
-# and synccheck (2- and 16-CTA clusters) of top-k, and `nsajit run`.
+# and synccheck (2- and 16-CTA clusters) of top-k, memcheck and racecheck of its speculative
+# path, and `nsajit run`.
 # Logs and results go to $OUT (default ./out). Usage: NSAJIT_COMMIT=<sha> scripts/gpu_verify.sh [build-dir]
 set -uo pipefail
 build=${1:-build}
@@ -38,6 +39,13 @@ for check in "racecheck 64x65536" "synccheck 64x65536" "synccheck 1x131072"; do
     "$build/nsajit" bench topk --only "$2" --iters 1 --no-baseline --out /tmp/nsajit-sanitizer.json
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/${1}_topk_$2.log"
 done
+# The speculative single sweep (one CTA per row of long slices) and its fallbacks.
+step memcheck_topk_128x131072 90 "$sanitizer" --tool memcheck --error-exitcode 9 \
+  "$build/nsajit" bench topk --only 128x131072 --iters 1 --no-baseline --out /tmp/nsajit-sanitizer.json
+grep -E "ERROR SUMMARY" "$out/memcheck_topk_128x131072.log"
+step racecheck_topk_speculative 120 "$sanitizer" --tool racecheck --error-exitcode 9 \
+  "$build/nsajit_tests" -tc="topk gpu: the speculative*"
+grep -E "RACECHECK SUMMARY" "$out/racecheck_topk_speculative.log"
 step run 60 "$build/nsajit" run
 echo "gpu_verify: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
 exit $status
