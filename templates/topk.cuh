@@ -550,7 +550,7 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, ui
 
 // C > 1: rank 0 copies the per-warp lists of every CTA of the cluster (complete: after a cluster
 // barrier) into one list of keys (score bits) and positions in its own shared memory, in (CTA,
-// warp) order, which is index order. `offsets` is scratch for C * warps words. Returns the
+// warp) order, which is index order. `offsets` is scratch for C * warps + 1 words. Returns the
 // number of entries (the caller checked that they fit). Whole block of rank 0; ends synchronised.
 NSAJIT_DEVICE int topk_cluster_merge_lists(const uint32_t* list, int list_words, int list_capacity, int C,
                                            uint32_t* merged_key, int* merged_position, int* offsets,

@@ -203,7 +203,7 @@ int bench_topk(const BenchOptions& options) {
         struct Shape2 {
           int ctas, threads;
           bool streaming;
-          int speculate;     // 0 the exact path, 1 the speculative sweep
+          int speculate;     // C = 1: 0 the exact path, 1 the speculative sweep (else -1)
           int prefetch_row;  // speculative: 0 or 1
         };
         std::vector<Shape2> shapes2;
@@ -211,10 +211,8 @@ int bench_topk(const BenchOptions& options) {
           for (int threads : {256, 512, 1024})
             for (bool streaming : {false, true}) {
               if (streaming && ctas > 2) continue;
-              if (ctas > 1) {  // exact, and speculative with and without the L2 prefetch (512+ threads)
-                shapes2.push_back({ctas, threads, streaming, 0, -1});
-                if (!streaming && threads >= 512)
-                  for (int prefetch : {0, 1}) shapes2.push_back({ctas, threads, streaming, 1, prefetch});
+              if (ctas > 1) {
+                shapes2.push_back({ctas, threads, streaming, -1, -1});
                 continue;
               }
               shapes2.push_back({ctas, threads, streaming, 0, -1});
@@ -227,7 +225,7 @@ int bench_topk(const BenchOptions& options) {
                                              .prefetch_row = sh2.prefetch_row};
           detail::set_topk_launch_override(o);
           const detail::TopkLaunchPlan plan = detail::plan_topk_launch(shape.rows, shape.width, topk, 132);
-          if (plan.resident_vecs == 0 && !sh2.streaming && sh2.ctas < 8 && !plan.speculate) {
+          if (plan.resident_vecs == 0 && !sh2.streaming && sh2.ctas < 8) {
             detail::set_topk_launch_override({});
             continue;
           }
