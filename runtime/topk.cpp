@@ -110,39 +110,19 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
                                    g_override.slots_per_thread >= 0 ? g_override.slots_per_thread : kSlotWords);
   const FixedParts fixed = fixed_parts_of(c);
   const int fixed_words = fixed.end;
-  // Rows long enough that a sample's bound lists at most ~1/8 of them: a sample bounds the
-  // threshold and one sweep lists the keys above it (templates/topk.cuh), the exact path is the
-  // fallback. Nothing is kept then: the sweep streams the row once, and kept keys would only
-  // serve the rare fallback (measured on the H200: 4096 rows of 28673..32768 418.8 us keeping
-  // nothing, 468.1 keeping 3326 vectors; 128 x 131072 51.8 against 55.7). With a cluster (c > 1)
-  // every CTA lists its slice and rank 0 merges the lists and selects: one cluster barrier
-  // instead of the exact path's histogram, candidate and count exchanges.
+  // One CTA per row of slices long enough that a sample's bound lists at most ~1/8 of them: a
+  // sample bounds the threshold and one sweep lists the keys above it (templates/topk.cuh), the
+  // exact path is the fallback. Nothing is kept then: the sweep streams the row once, and kept
+  // keys would only serve the rare fallback (measured on the H200: 4096 rows of 28673..32768
+  // 418.8 us keeping nothing, 468.1 keeping 3326 vectors; 128 x 131072 51.8 against 55.7).
   // Not for many short slices (four 256-thread CTAs per SM): the lists' 64 KB would leave room
-  // for two, and that regime is measured only on the exact path (dense rows measured slower:
-  // 4096 rows of 4097..8192 200.6 us speculative at best, 182.2 exact).
-  // A cluster's lists take up to 64 KB (its slices are short: 16 slices of 8192 positions give a
-  // warp 256 of them at 1024 threads, as many as its list holds), and rank 0's merged list after
-  // them room for 4 topk entries (8192 at least: about twice what a normal row lists), as far as
-  // shared memory allows (at least 2 topk, else no speculation); more listed scores and the row
-  // falls back. Nothing is kept when speculating, so the lists start at fixed.slots.
-  const int list_budget_words = (c == 1 && (long long)rows * c <= sm_count ? 131072 : 65536) / 4;
-  const int list_words = std::max(fixed.end - fixed.slots, list_budget_words - fixed.slots) / 2 * 2;
-  const int merge_capacity =
-      c == 1 ? 0 : std::min(std::max(8192, 4 * topk), (kMaxDynamicBytes / 4 - fixed.slots - list_words) / 2);
-  // Clusters speculate by default in one wave only (the measured regime: while rank 0 selects, the
-  // other CTAs of its row are gone, and more waves would not fill their SMs).
-  const bool cluster_ok = c == 1 || (merge_capacity >= 2 * topk && (g_override.speculate == 1 ||
-                                                                    (long long)rows * c <= sm_count));
-  plan.speculate = cluster_ok && (g_override.speculate == 1 ||
-                                  (g_override.speculate != 0 && (long long)plan.slice * c >= 12LL * topk && !many_short));
+  // for two, and that regime is measured only on the exact path.
+  plan.speculate = c == 1 && (g_override.speculate == 1 ||
+                              (g_override.speculate != 0 && plan.slice >= 12 * topk && !many_short));
   // Each warp asks L2 for its segment at row start when several rows share an SM over several
-  // waves, or when the rows are few enough to stay in L2 (a cluster's row: its sweep then waits
-  // on L2 after the sample's DRAM latency); in one wave of 128 rows of 131072 the 64 MB would not
-  // stay in L2 (60.2 against 53.1 us).
-  constexpr long long kPrefetchBytes = 16ll << 20;
+  // waves; in one wave of 128 rows of 131072 the 64 MB would not stay in L2 (60.2 against 53.1 us).
   plan.prefetch_row = plan.speculate && (g_override.prefetch_row == 1 ||
-                                         (g_override.prefetch_row != 0 && ((long long)rows * c > sm_count ||
-                                                                           4ll * rows * width <= kPrefetchBytes)));
+                                         (g_override.prefetch_row != 0 && (long long)rows * c > sm_count));
   // The slice's vectors kept as keys in shared memory: all when they fit (one extra vector: the
   // slice need not be aligned); as many as fit when the CTA has the SM to itself anyway (1024
   // threads: 64 registers each fill the register file) or as two CTAs per SM allow (above); none
@@ -167,16 +147,14 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   plan.dynamic_smem = unsigned(4 * (plan.hist_offset + fixed.end));
   // The speculative sweep's lists (score bits, later keys; positions) start where the exact
   // path's slots do (what follows is used by the exact path only) and take at least what the
-  // exact path takes, up to 64 KB of dynamic shared memory when rows share SMs over several waves
-  // or form clusters, 128 KB for one CTA per row in one wave (4096 rows of 32K at 512 threads: 384
-  // entries per warp, about twice the expected count); a cluster's merged list follows them.
+  // exact path takes, up to 64 KB of dynamic shared memory when rows share SMs over several waves,
+  // 128 KB in one wave (4096 rows of 32K at 512 threads: 384 entries per warp, about twice the
+  // expected count).
   if (plan.speculate) {
-    plan.list_offset = plan.slots_offset;  // = fixed.slots: nothing is kept
-    plan.list_words = list_words;
-    plan.merge_offset = plan.list_offset + plan.list_words;
-    plan.merge_capacity = merge_capacity;
-    plan.dynamic_smem =
-        std::max(plan.dynamic_smem, unsigned(4 * (plan.merge_offset + 2 * plan.merge_capacity)));
+    const int budget_words = ((long long)rows * c > sm_count ? 65536 : 131072) / 4;
+    plan.list_offset = plan.slots_offset;
+    plan.list_words = std::max(fixed.end - fixed.slots, budget_words - plan.slots_offset) / 2 * 2;
+    plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * (plan.list_offset + plan.list_words)));
   }
   return plan;
 }
@@ -286,8 +264,6 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.prefetch_row = plan.prefetch_row ? 1 : 0;
   params.list_offset = plan.list_offset;
   params.list_words = plan.list_words;
-  params.merge_offset = plan.merge_offset;
-  params.merge_capacity = plan.merge_capacity;
   params.phase = 0;
   if (args.fused_transform) detail::set_transform_parameters(params, args, table_stride);
 

@@ -19,10 +19,9 @@ struct TopkLaunchPlan {
   // Dynamic shared memory of the select launch, offsets in 4-byte words (see TopkParams).
   int hist_offset = 0, section_offset = 0, slots_offset = 0, cand_offset = 0, overflow_warp_offset = 0;
   int bitmap_offset = 0, bitmap_words = 0;  // the classify's above / match bitmaps, bitmap_words each
-  bool speculate = false;  // the speculative single sweep first (templates/topk.cuh)
+  bool speculate = false;  // one CTA per row: the speculative single sweep first (templates/topk.cuh)
   bool prefetch_row = false;  // speculate: each warp asks L2 for its segment of the row at row start
   int list_offset = 0, list_words = 0;  // its per-warp lists: from the slots on, over both bitmaps and beyond
-  int merge_offset = 0, merge_capacity = 0;  // ctas_per_row > 1: rank 0's merged list (entries), after the lists
   unsigned dynamic_smem = 0;  // bytes
 };
 
@@ -43,7 +42,7 @@ struct TopkLaunchOverride {
   bool force_streaming = false;
   int cand_capacity = 0;  // e.g. 64: most rows take the rescan path
   int slots_per_thread = -1;  // >= 0: e.g. 0 sends every candidate to the overflow list
-  int speculate = -1;  // 0: the exact path only; 1: speculate (the kernel still falls back on dense rows)
+  int speculate = -1;  // 0: the exact path only; 1: speculate whenever ctas_per_row is 1
   int prefetch_row = -1;  // 0 or 1 replace the plan's choice
 };
 void set_topk_launch_override(const TopkLaunchOverride& o);

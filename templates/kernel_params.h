@@ -41,16 +41,13 @@ struct TopkParams {
   int bitmap_words;            // >= 4 * ceil(vectors of the slice / 32): one bit per position
   int cand_capacity;           // <= 4096 keys; a larger threshold bin is rescanned instead
   int slots_per_thread;        // <= 4096 / threads
-  // Speculative single sweep (templates/topk.cuh): a sample of the row gives a lower bound, one
-  // sweep lists every score at or above it (per warp, in index order); the row falls back to the
-  // exact sweeps when a list overflows or the lists hold fewer than topk scores. C > 1: rank 0
-  // merges the cluster's lists (at most merge_capacity entries) and selects alone.
+  // Speculative single sweep (C = 1; templates/topk.cuh): a sample of the row gives a lower bound,
+  // one sweep lists every score at or above it (per warp, in index order); the row falls back to
+  // the exact sweeps when a list overflows or the lists hold fewer than topk scores.
   int speculate;               // 0 or 1
   int prefetch_row;            // speculate: each warp first asks L2 for its segment of the row
   int list_offset;             // the per-warp lists, list_words words: keys in the first half,
   int list_words;              // positions in the second (the sample's histograms at the start)
-  int merge_offset;            // C > 1: the merged list, merge_capacity keys then as many positions
-  int merge_capacity;          // entries; 0 when C = 1
   // Fused transform (NSAJIT_FUSED): see IndexTransformParams.
   const int* page_table;            // [num_requests, page_table_row_stride]
   long long page_table_row_stride;  // elements

@@ -37,17 +37,13 @@
 // batchmates. Dense rows (more than 1/8 of the keys selected) and fused rows stage their slots in
 // shared memory and write them to `out` coalesced.
 //
-// Speculative single sweep (when the plan sets `speculate`: rows of at least 12 topk positions):
-// a sample of 2 scores a thread bounds the topk-th largest key from below, one sweep lists every
-// score at or above the bound per warp (score and position, in index order), and the selection
-// (first digit, two 10-bit digits) and the ordered output run on the lists alone. The row reads
-// its scores once instead of twice. C > 1: every CTA samples the whole row (the same bound
-// everywhere) and lists its slice; after one cluster barrier rank 0 copies all lists into one
-// (distributed shared memory) and selects and writes the row alone, the other CTAs exit. Exact
-// whenever used: when a list overflows, the lists hold fewer than topk keys (a misleading sample,
-// large scores crowded into one warp's segment) or more than rank 0's merged list holds, or the
-// row is dense (more than ~1/8 of it would be listed), the row (every CTA of it) takes the exact
-// path above.
+// Speculative single sweep (one CTA per row, when the plan sets `speculate`: slices of at least
+// 12 topk positions): a sample of 2 scores a thread bounds the topk-th largest key from below, one
+// sweep lists every score at or above the bound per warp (score and position, in index order), and the
+// selection (first digit, two 10-bit digits) and the ordered output run on the lists alone. The
+// row reads its scores once instead of twice. Exact whenever used: when the lists overflow or hold
+// fewer than topk keys (a misleading sample, large scores crowded into one warp's segment), or the
+// row is dense (more than ~1/8 of it would be listed), the row takes the exact path above.
 //
 // NSAJIT_FUSED: every written index goes through the transform (in the pass that writes the
 // staged slots, all page-table reads in parallel so that they do not serialise) (decode: page-table row
@@ -280,7 +276,6 @@ struct TopkShared {
   int cand_local;     // candidates this CTA found
   int cand_reserved;  // cluster rank 0: the cluster-wide list's fill level (remote atomics)
   uint32_t unique_key;  // speculative refinement: the one key left with the prefix
-  int cta_listed;       // speculative, C > 1: this CTA's listed scores, -1 when a list overflowed
 };
 
 // One radix step, whole block: the bin d of h[0, nbins) with greater(d) < k <= greater(d) + h[d],
@@ -411,16 +406,8 @@ NSAJIT_DEVICE uint32_t topk_cluster_address(const void* local, uint32_t rank) {
   return remote;
 }
 
-// The 32-bit word at shared address `local` (of this CTA's layout) in CTA `rank`.
-NSAJIT_DEVICE uint32_t topk_cluster_load_at(uint32_t local, uint32_t rank) {
-  uint32_t remote, v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(remote) : "memory");
-  return v;
-}
 
-
-// --- speculative single sweep ---------------------------------------------------------------------
+// --- speculative single sweep (one CTA per row) ----------------------------------------------------
 // The exact path reads the row twice (pass 0 for the first digit, then the classify sweep). Here a
 // sample of 2 * threads scores, spread evenly over the row, gives a lower bound B under which the
 // topk-th largest key lies with high probability: the bin of the sample's r-th largest key, r its
@@ -548,63 +535,6 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, ui
   return fill;
 }
 
-// C > 1: rank 0 copies the per-warp lists of every CTA of the cluster (complete: after a cluster
-// barrier) into one list of keys (score bits) and positions in its own shared memory, in (CTA,
-// warp) order, which is index order. `offsets` is scratch for C * warps + 1 words. Returns the
-// number of entries (the caller checked that they fit). Whole block of rank 0; ends synchronised.
-NSAJIT_DEVICE int topk_cluster_merge_lists(const uint32_t* list, int list_words, int list_capacity, int C,
-                                           uint32_t* merged_key, int* merged_position, int* offsets,
-                                           TopkShared& sh) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int lists = C * NSAJIT_TOPK_WARPS;  // <= threads / 2 (C <= 16)
-  // Exclusive offsets of the lists in thread order (one block scan; the warp totals go through
-  // warp_greater, free until the counts after the selection).
-  const int n = tid < lists ? int(topk_cluster_load(&sh.warp_sum[tid % NSAJIT_TOPK_WARPS],
-                                                    uint32_t(tid / NSAJIT_TOPK_WARPS)))
-                            : 0;
-  const int inclusive = warp_inclusive_scan(n);
-  if (lane == 31) sh.warp_greater[warp] = inclusive;
-  __syncthreads();
-  const int w = lane < NSAJIT_TOPK_WARPS ? sh.warp_greater[lane] : 0;
-  const int w_inclusive = warp_inclusive_scan(w);
-  const int total = __shfl_sync(NSAJIT_TOPK_FULL, w_inclusive, 31);
-  if (tid < lists) offsets[tid] = __shfl_sync(NSAJIT_TOPK_FULL, w_inclusive - w, warp) + inclusive - n;
-  __syncthreads();
-  // Entry m of the merged list: list j (the last with offsets[j] <= m), entry m - offsets[j];
-  // four entries a thread in flight.
-  const uint32_t key_base = topk_smem_address(list);
-  const uint32_t position_base = key_base + 4u * uint32_t(list_words / 2);
-  constexpr int kBatch = 4;
-  for (int m0 = tid; m0 < total; m0 += kBatch * NSAJIT_THREADS) {
-    uint32_t key[kBatch], position[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int m = m0 + u * NSAJIT_THREADS;
-      if (m < total) {
-        int lo = 0, hi = lists - 1;
-        while (lo < hi) {
-          const int mid = (lo + hi + 1) >> 1;
-          if (offsets[mid] <= m) lo = mid;
-          else hi = mid - 1;
-        }
-        const uint32_t at = 4u * uint32_t((lo % NSAJIT_TOPK_WARPS) * list_capacity + m - offsets[lo]);
-        key[u] = topk_cluster_load_at(key_base + at, uint32_t(lo / NSAJIT_TOPK_WARPS));
-        position[u] = topk_cluster_load_at(position_base + at, uint32_t(lo / NSAJIT_TOPK_WARPS));
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int m = m0 + u * NSAJIT_THREADS;
-      if (m < total) {
-        merged_key[m] = key[u];
-        merged_position[m] = int(position[u]);
-      }
-    }
-  }
-  __syncthreads();
-  return total;
-}
-
 // --- phase 1 of sorted specs: sort each row by (score desc, index asc), then transform -----------
 
 NSAJIT_DEVICE void topk_sort_phase(const TopkParams& p, unsigned long long* s) {
@@ -713,14 +643,14 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   uint32_t* const above_map = words + p.bitmap_offset;  // keys above the prefix
   uint32_t* const match_map = above_map + p.bitmap_words;  // keys matching the prefix
 
-  // The plan allows it: the speculative single sweep, with per-warp lists of (key, position) in
-  // list_words words from list_offset (the sample's histogram first), over what only the exact
-  // path uses; C > 1: rank 0 merges the cluster's lists at merge_offset and selects alone.
-  const bool may_speculate = p.speculate != 0;
+  // C = 1 and the plan allows it: the speculative single sweep, with per-warp lists of (key,
+  // position) in list_words words from list_offset (the sample's histogram first), over what only
+  // the exact path uses.
+  const bool may_speculate = C == 1 && p.speculate != 0;
   uint32_t* const list = words + p.list_offset;
   const int list_capacity = p.list_words / 2 / NSAJIT_TOPK_WARPS;  // entries per warp
-  uint32_t* warp_list = list + warp * list_capacity;  // C > 1: rank 0's share of the merged list
-  int* warp_list_position = reinterpret_cast<int*>(list + p.list_words / 2) + warp * list_capacity;
+  uint32_t* const warp_list = list + warp * list_capacity;
+  int* const warp_list_position = reinterpret_cast<int*>(list + p.list_words / 2) + warp * list_capacity;
 
   for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
   if (may_speculate)
@@ -744,12 +674,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   int warp_fill = 0;          // keys in this warp's list
   if (may_speculate) {
     if (p.prefetch_row != 0 && lane == 0) topk_prefetch_segment(s, round_begin, round_end);
-    // The sample spans the whole row (the slice at C = 1): every CTA of a cluster finds the same
-    // bound, and they all speculate or all fall back.
-    TopkSlice row_view = s;
-    row_view.sp = s.sp - b;
-    row_view.n = len;
-    const uint32_t bound = topk_sample_bound(row_view, list, sh);
+    const uint32_t bound = topk_sample_bound(s, list, sh);
     if (bound != 0u) {  // uniform
       warp_fill = topk_speculative_sweep(s, b, bound, topk_smem_address(warp_list),
                                          topk_smem_address(warp_list_position), list_capacity, round_begin,
@@ -763,41 +688,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         listed += sh.warp_sum[w];
         overflowed |= sh.warp_sum[w] > list_capacity;
       }
-      if (C == 1) {
-        speculated = !overflowed && listed >= NSAJIT_TOPK;
-      } else {
-        if (tid == 0) sh.cta_listed = overflowed ? -1 : listed;
-        topk_cluster_sync();  // every CTA's lists and count are complete
-        // Every warp reads the C counts: the same decision everywhere, no block barrier.
-        const int n = lane < C ? int(topk_cluster_load(&sh.cta_listed, uint32_t(lane))) : 0;
-        const bool any_overflow = __any_sync(NSAJIT_TOPK_FULL, n < 0);
-        int total = n;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(NSAJIT_TOPK_FULL, total, o);
-        speculated = !any_overflow && total >= NSAJIT_TOPK && total <= p.merge_capacity;
-        if (speculated && rank != 0) {
-          // Rank 0 selects for the row; this CTA's lists stay until it has copied them.
-          topk_cluster_arrive();
-          topk_cluster_wait();
-          return;
-        }
-        if (speculated) {
-          uint32_t* const merged_key = words + p.merge_offset;
-          int* const merged_position = reinterpret_cast<int*>(merged_key + p.merge_capacity);
-          static_assert(2 * (1 << NSAJIT_TOPK_RESCAN_BITS) >= 16 * NSAJIT_TOPK_WARPS, "merge offsets: C <= 16");
-          const int merged = topk_cluster_merge_lists(list, p.list_words, list_capacity, C, merged_key,
-                                                      merged_position, reinterpret_cast<int*>(&sh.rescan_hist[0][0]),
-                                                      sh);
-          topk_cluster_arrive();  // done reading the other CTAs' shared memory (waited for before exit)
-          // Warp w takes the contiguous share [w M / W, (w + 1) M / W) of the merged list, so the
-          // selection and the ordered output below run as for one CTA's own lists.
-          const int begin = int((long long)merged * warp / NSAJIT_TOPK_WARPS);
-          const int end = int((long long)merged * (warp + 1) / NSAJIT_TOPK_WARPS);
-          warp_list = merged_key + begin;
-          warp_list_position = merged_position + begin;
-          warp_fill = end - begin;
-        }
-      }
+      speculated = !overflowed && listed >= NSAJIT_TOPK;
     }
   }
 
@@ -1072,7 +963,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     }
   }
   int cta_greater = 0, cta_equal = 0;  // selected elements of the CTAs before this one
-  if (C > 1 && !speculated) {
+  if (C > 1) {
     topk_cluster_sync();  // counts published
     if (warp == 0) {  // lane q < rank reads CTA q's counts; one warp sum
       int g = 0, e = 0;

@@ -173,14 +173,8 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   using nsajit::detail::plan_topk_launch;
   CHECK(plan_topk_launch(4096, 2048, 2048, 132).slice == 0);  // no row needs a selection
   auto p = plan_topk_launch(1, 131072, 2048, 132);
-  CHECK(p.ctas_per_row == 16);  // one long row: a 16-CTA cluster of 8K slices, speculative
-  CHECK(p.speculate);
-  CHECK(p.resident_vecs == 0);
-  CHECK(p.merge_capacity >= 8192);
-  {
-    LaunchOverride exact({.speculate = 0});
-    CHECK(plan_topk_launch(1, 131072, 2048, 132).resident_vecs == p.slice / 4 + 1);  // kept whole
-  }
+  CHECK(p.ctas_per_row == 16);  // one long row: a 16-CTA cluster of 8K slices
+  CHECK(p.resident_vecs == p.slice / 4 + 1);  // kept whole
   {
     // Many short rows: 256-thread CTAs keeping nothing, four rows per SM, the exact path.
     const auto q = plan_topk_launch(4096, 8192, 2048, 132);
@@ -209,16 +203,9 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
     CHECK(q.speculate);
     CHECK(q.resident_vecs == 0);
   }
-  {
-    const auto q = plan_topk_launch(133, 131072, 2048, 132);  // more rows than SMs
-    CHECK(q.ctas_per_row == 4);
-    CHECK_FALSE(q.speculate);  // clusters speculate in one wave only
-  }
+  CHECK(plan_topk_launch(133, 131072, 2048, 132).ctas_per_row == 4);  // more rows than SMs
   CHECK(plan_topk_launch(8, 131072, 2048, 132).ctas_per_row == 8);
-  {
-    LaunchOverride exact({.speculate = 0});
-    p = plan_topk_launch(1, 1 << 20, 2048, 132);
-  }
+  p = plan_topk_launch(1, 1 << 20, 2048, 132);
   CHECK(p.ctas_per_row == 16);
   CHECK(plan_topk_launch(2, 1 << 20, 2048, 132).ctas_per_row == 8);
   CHECK(plan_topk_launch(1, 131072, 2048, 132, 8).ctas_per_row == 8);  // a 16-CTA cluster does not fit
@@ -264,24 +251,13 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       if (q.threads == 512 && rows > 132 && q.ctas_per_row == 1) CHECK(q.dynamic_smem <= 102400u);
       // One CTA per row of long slices speculates; its lists start at the slots and cover at least
       // what follows them (the sample's histograms first), never the kept keys or hist0.
-      // Rows of at least 12 topk speculate, except many short slices and clusters over several
-      // waves; a cluster's rank 0 merges the lists after them (room for 2 topk at least).
-      const long long ctas = (long long)rows * q.ctas_per_row;
-      const bool long_rows = (long long)q.slice * q.ctas_per_row >= 12 * 2048;
-      const bool many_short = ctas > 132 && q.slice <= 8192;
-      if (q.speculate) CHECK((long_rows && !many_short && (q.ctas_per_row == 1 || ctas <= 132)));
-      // (Slices of 2^19 leave their cluster's rank 0 no room for a merged list.)
-      if (long_rows && !many_short && (q.ctas_per_row == 1 || (ctas <= 132 && q.slice <= 65536)))
-        CHECK(q.speculate);
-      CHECK(q.prefetch_row == (q.speculate && (ctas > 132 || 4ll * rows * width <= (16ll << 20))));
+      CHECK(q.speculate == (q.ctas_per_row == 1 && q.slice >= 12 * 2048));
+      CHECK(q.prefetch_row == (q.speculate && rows > 132));
       if (q.speculate) {
         CHECK(q.list_offset == q.slots_offset);
         CHECK(q.list_offset + q.list_words >= q.bitmap_offset + 2 * q.bitmap_words);
         CHECK(q.list_words >= 8192);
-        CHECK(q.merge_offset == q.list_offset + q.list_words);
-        if (q.ctas_per_row == 1) CHECK(q.merge_capacity == 0);
-        else CHECK(q.merge_capacity >= 2 * 2048);
-        CHECK(4u * unsigned(q.merge_offset + 2 * q.merge_capacity) <= q.dynamic_smem);
+        CHECK(4u * unsigned(q.list_offset + q.list_words) <= q.dynamic_smem);
       }
     }
   }
@@ -414,16 +390,7 @@ TEST_CASE("topk gpu: distributions, at 1, 2, 8 and 16 CTAs per row, list, rescan
           check_topk(p);
         }
         if (width == 131072) {  // two rows get 8-CTA clusters by default; one row gets 16
-          LaunchOverride sixteen({.ctas_per_row = 16});  // speculative (or its fallback)
-          check_topk(p);
-        }
-        if (width == 131072) {  // the exact path of a cluster
-          LaunchOverride sixteen_exact({.ctas_per_row = 16, .speculate = 0});
-          check_topk(p);
-        }
-        {
-          // Two-CTA clusters, speculative: rank 0 merges both CTAs' lists (or the row falls back).
-          LaunchOverride two({.ctas_per_row = 2, .speculate = 1});
+          LaunchOverride sixteen({.ctas_per_row = 16});
           check_topk(p);
         }
         {
@@ -476,11 +443,6 @@ TEST_CASE("topk gpu: row_starts (clamped) and a padded odd row stride") {
       LaunchOverride spec({.ctas_per_row = 1, .speculate = 1, .prefetch_row = prefetch});
       check_topk(p);
     }
-    {
-      // 4-CTA clusters, speculative: unaligned slices, and short rows whose last CTAs have none.
-      LaunchOverride spec({.ctas_per_row = 4, .speculate = 1});
-      check_topk(p);
-    }
   }
 }
 
@@ -506,35 +468,6 @@ TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads i
   for (const int threads : {256, 512, 1024}) {
     INFO("threads " << threads);
     LaunchOverride one({.ctas_per_row = 1, .threads = threads, .speculate = 1});
-    check_topk(p);
-  }
-}
-
-TEST_CASE("topk gpu: a cluster's speculation falls back together (misleading sample, crowded warps, full merge)") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  const int width = 131072;
-  auto p = make_problem(5, width, 2048, [&] { return normal(rng); });
-  for (int i = 0; i < width; ++i) {
-    // At 1024 threads every CTA samples the row at positions 64 i + 32.
-    // Row 0: large scores exactly there: the bound lists fewer than topk keys.
-    if (i % 64 == 32) p.scores[i] = 50.0f + normal(rng);
-    // Row 1: zeros there: the bound is 0 and half the row is listed (a warp's list overflows at
-    // 2 or 8 CTAs; at 16 the lists hold their ~128 of 256 positions, rank 0's merged list cannot).
-    if (i % 64 == 32) p.scores[std::size_t(width) + i] = 0.0f;
-    // Row 2: the largest scores crowd the first 4096 positions (a few warps of rank 0).
-    if (i < 4096) p.scores[2 * std::size_t(width) + i] = 10.0f + normal(rng);
-    // Row 4: a crowd in the last CTA's slice only.
-    if (i >= width - 6000) p.scores[4 * std::size_t(width) + i] = 10.0f + normal(rng);
-  }
-  // Row 3: plain normal scores (the speculation holds).
-  p.lengths[4] = width - 5;  // not a multiple of the slice
-  for (const int ctas : {2, 8, 16}) {
-    INFO("ctas " << ctas);
-    LaunchOverride cluster({.ctas_per_row = ctas, .threads = 1024, .speculate = 1});
     check_topk(p);
   }
 }
@@ -602,10 +535,11 @@ TEST_CASE("topk gpu: deterministic across 20 launches, batchmates, launch shapes
         for (const bool streaming : {false, true}) {
           for (const int capacity : {0, 64}) {
             for (const int slots : {-1, 0, 1}) {  // default slots; all or most candidates overflow
-              for (const int speculate : {-1, 0, 1}) {  // the plan, the exact path, speculative
+              for (const int speculate : {-1, 0, 1}) {  // C = 1: the plan, the exact path, speculative
                 // 1 CTA of 100000 at 1024 threads keeps part of its slice, at fewer threads none.
                 if (ctas == 1 && !streaming && threads == 256) continue;
                 if (capacity != 0 && slots != -1) continue;
+                if (speculate != -1 && ctas != 1) continue;
                 INFO("ctas " << ctas << " threads " << threads << " streaming " << streaming << " capacity "
                               << capacity << " slots " << slots << " speculate " << speculate);
                 LaunchOverride o({.ctas_per_row = ctas, .threads = threads, .force_streaming = streaming,
@@ -633,11 +567,8 @@ TEST_CASE("topk gpu: sorted output is the reference's (score descending, ties by
     const I got = DeviceTopk(p, nullptr, true).run();
     const std::string why = explain(p, got, ref::topk(p));
     CHECK_MESSAGE(why.empty(), why);
-    for (const int ctas : {1, 8}) {  // phase 0 speculative
-      INFO("speculative, ctas " << ctas);
-      LaunchOverride spec({.ctas_per_row = ctas, .speculate = 1});
-      CHECK(DeviceTopk(p, nullptr, true).run() == got);
-    }
+    LaunchOverride spec({.ctas_per_row = 1, .speculate = 1});  // phase 0 speculative
+    CHECK(DeviceTopk(p, nullptr, true).run() == got);
   }
 }
 
@@ -699,9 +630,8 @@ TEST_CASE("topk gpu fused: decode, page sizes 1 and 64 give the same slots, part
     // The same logical result, except where page_table_1 has -1 inside a partial last page
     // (the real page table maps those positions to slots); no selected position lies there.
     CHECK(a == b);
-    for (const int ctas : {1, 4}) {  // speculative: positions staged in the first-digit histogram
-      INFO("speculative, ctas " << ctas);
-      LaunchOverride spec({.ctas_per_row = ctas, .speculate = 1});
+    {  // one CTA per row, speculative: positions staged in the first-digit histogram
+      LaunchOverride spec({.ctas_per_row = 1, .speculate = 1});
       CHECK(DeviceTopk(p, &t1).run() == a);
       CHECK(DeviceTopk(p, &t64).run() == b);
     }
