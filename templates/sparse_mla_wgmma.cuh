@@ -8,7 +8,8 @@
 // memory-bound, so the padding costs tensor time that is free there).
 // 384 threads = 3 warpgroups, 1 CTA per SM:
 //   WG0 (warps 0-3, 240 / 232 registers with bf16 / FP8 KV): S = Q K^T (64 heads x 64 tokens, wgmma m64n64k16 SS over
-//        576 dims), online softmax in base 2, P = P_hi + P_lo (both bf16), O[:, 0:256] +=
+//        576 dims), online softmax in base 2 against a reference max raised only when a tile
+//        exceeds it by more than 2^8 (so O is rescaled in few tiles), P = P_hi + P_lo (both bf16), O[:, 0:256] +=
 //        P_hi V + P_lo V (wgmma m64n256k16 RS, P from registers).
 //   WG1 (warps 4-7): O[:, 256:512] += P_hi V + P_lo V (SS: P_hi over the tile's rope columns, which
 //        QK no longer needs; P_lo in its own 8 KB buffer), after rescaling by WG0's alpha.
@@ -371,7 +372,11 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
     const float scale_log2 = p.sm_scale * 1.4426950408889634f;
-    float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f;
+    // m: the reference of the exponentials (P = 2^(s - m)), raised only when a tile's max exceeds
+    // it by more than kLazyRescale (P <= 2^8 stays exact enough in bf16 hi + lo and fp32), so O
+    // and l are rescaled in few tiles; mt: the true running max (max_logits, the split's max).
+    constexpr float kLazyRescale = 8.f;
+    float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f, mt0 = neg_inf(), mt1 = neg_inf();
     uint32_t ph[4][4], pl[4][4];  // P_hi / P_lo A fragments of the 4 k16 steps (kept live while PV runs)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
@@ -423,10 +428,14 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      mt0 = fmaxf(mt0, mx0);
+      mt1 = fmaxf(mt1, mx1);
+      // Raise the reference only past kLazyRescale (always from -inf: the first valid tile).
+      const bool up0 = mx0 > m0 + kLazyRescale, up1 = mx1 > m1 + kLazyRescale;
+      const float mn0 = up0 ? mx0 : m0, mn1 = up1 ? mx1 : m1;
       // nothing valid yet (-inf): subtract 0 so that -inf - -inf never happens
       const float mu0 = mn0 == neg_inf() ? 0.f : mn0, mu1 = mn1 == neg_inf() ? 0.f : mn1;
-      const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+      const float al0 = up0 ? exp2f(m0 - mu0) : 1.f, al1 = up1 ? exp2f(m1 - mu1) : 1.f;
       m0 = mn0;
       m1 = mn1;
       float rs0 = 0.f, rs1 = 0.f;
@@ -463,7 +472,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       bar_arrive(BAR_P_READY, 256);
 
       // ---- O[:, 0:256] = alpha O + P_hi V + P_lo V (P from registers, V MN-major)
-      scale_o_rows(o, al0, al1);
+      if (__any_sync(0xffffffffu, up0 || up1)) scale_o_rows(o, al0, al1);
       const uint64_t dv = smem_desc(kvb, 8192, 1024);
       wgmma_fence();
 #pragma unroll
@@ -491,17 +500,17 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int r = hh ? r1 : r0;
-        const float l = hh ? l1 : l0, m = hh ? m1 : m0;
+        const float l = hh ? l1 : l0, m = hh ? m1 : m0, mt = hh ? mt1 : mt0;
         invl_s[r] = l > 0.f ? 1.f / l : 0.f;
         if (r >= HB) continue;  // padding row
         const long long head = row * H_Q + head0 + r;
         if (!partial) {
           p.lse[head] = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : pos_inf();
-          if (p.max_logits != nullptr) p.max_logits[head] = l > 0.f ? m * 0.6931471805599453f : neg_inf();
+          if (p.max_logits != nullptr) p.max_logits[head] = l > 0.f ? mt * 0.6931471805599453f : neg_inf();
         } else {
           const long long ph_ = (long long)split * rows * H_Q + head;
           p.lse_part[ph_] = l > 0.f ? m + log2f(l) : neg_inf();
-          p.max_part[ph_] = l > 0.f ? m : neg_inf();
+          p.max_part[ph_] = l > 0.f ? mt : neg_inf();
         }
       }
     }
@@ -520,7 +529,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       mbar_wait(bar_full + 8 * b, uint32_t((k >> 1) & 1));
       bar_sync(BAR_P_READY, 256);
       const float a0 = alpha_s[r0], a1 = alpha_s[r1];
-      scale_o_rows(o, a0, a1);
+      if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) scale_o_rows(o, a0, a1);
       const uint64_t dph = smem_desc(kvb + 8 * SUB, 16, 1024);
       const uint64_t dv = smem_desc(kvb + 4 * SUB, 8192, 1024);
       wgmma_fence();

@@ -462,6 +462,36 @@ TEST_CASE("sparse_mla gpu: peaked softmax (large scores) stays finite and accura
   }
 }
 
+TEST_CASE("sparse_mla gpu: scores that jump mid-row raise the softmax reference late (lazy rescale)") {
+  NSAJIT_REQUIRE_GPU();
+  // The 64-head kernel exponentiates against a reference max raised only when a tile's max
+  // exceeds it by more than 2^8 (templates/sparse_mla_wgmma.cuh): KV rows scaled by 4 from the
+  // 11th 64-token tile on lift the scores far past it (a raise after ten tiles), by 4.5 from the
+  // 21st a little (no raise: probabilities up to 2^8 against the old reference); row 1 runs the
+  // other way (its first tiles hold the largest scores). max_logits must stay the true maximum.
+  for (const Mode& m : {Mode{}, Mode{.splits = 3}}) {
+    for (int h_q : {64, 128}) {
+      Problem p = make_problem(2, h_q, 2048, 6000, 41);
+      finalize(p, m);
+      std::vector<bool> scaled(std::size_t(p.num_slots), false);
+      for (int r = 0; r < p.rows; ++r) {
+        for (int j = 0; j < p.topk; ++j) {
+          const int tile = r == 0 ? j / 64 : 31 - j / 64;
+          const float c = tile >= 20 ? 4.5f : tile >= 10 ? 4.f : 1.f;
+          const std::int64_t idx = p.indices[std::size_t(r) * p.topk + j];
+          if (c == 1.f || scaled[std::size_t(idx)]) continue;
+          scaled[std::size_t(idx)] = true;
+          for (int d = 0; d < D; ++d) {
+            std::uint16_t& v = p.kv[std::size_t(idx * p.kv_row_stride + d)];
+            v = ref::float_to_bf16(ref::bf16_to_float(v) * c);
+          }
+        }
+      }
+      check(p, "KV scaled by 1, 4, 4.5 along the row (and reversed)", m);
+    }
+  }
+}
+
 TEST_CASE("sparse_mla gpu: batch-invariant mode: deterministic and independent of batchmates") {
   NSAJIT_REQUIRE_GPU();
   for (const Mode& m : {Mode{}, Mode{.fp8 = true, .page_size = 64}}) {
