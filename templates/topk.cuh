@@ -885,8 +885,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       // cluster-wide list (one remote atomic on rank 0), each thread a part of it for its slots
       // and its share of the overflow list (a block scan), and writes them into every CTA's list,
       // so that every CTA refines the same keys (their order does not matter). One atomic per
-      // thread with candidates (hundreds on one word of rank 0, serialised) cost ~5 us of a
-      // 20 us row of 131072 (H200).
+      // thread with candidates (≈ 1,400 of a normal row of 131072, on one word of rank 0,
+      // serialised) cost ≈ 1.2 us of its 20 us (H200, docs/notes/topk.md run 33).
       const int n_over = sh.cand_local;
       if (C > 1) {
         const int over_mine = n_over > tid ? (n_over - tid + NSAJIT_THREADS - 1) / NSAJIT_THREADS : 0;

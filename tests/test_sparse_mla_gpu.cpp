@@ -465,10 +465,14 @@ TEST_CASE("sparse_mla gpu: peaked softmax (large scores) stays finite and accura
 TEST_CASE("sparse_mla gpu: scores that jump mid-row raise the softmax reference late (lazy rescale)") {
   NSAJIT_REQUIRE_GPU();
   // The 64-head kernel exponentiates against a reference max raised only when a tile's max
-  // exceeds it by more than 2^8 (templates/sparse_mla_wgmma.cuh): KV rows scaled by 4 from the
-  // 11th 64-token tile on lift the scores far past it (a raise after ten tiles), by 4.5 from the
-  // 21st a little (no raise: probabilities up to 2^8 against the old reference); row 1 runs the
-  // other way (its first tiles hold the largest scores). max_logits must stay the true maximum.
+  // exceeds it by more than 8 in log2 units (templates/sparse_mla_wgmma.cuh). Row 0's KV rows are
+  // scaled by 4 from its 11th 64-token tile on and by 4.5 from its 21st, row 1's the other way
+  // round; the rows share about a third of their slots, so every tile mixes some scaled tokens
+  // in. The result (simulated in fp64 for this data): most heads raise the reference after O is
+  // no longer zero, in several tiles, and also run tiles without a raise whose probabilities
+  // reach 2^8; dropping either warpgroup's rescale, l's rescale, or taking max_logits from the
+  // reference or lse from the true max each fails in dozens of heads. max_logits must stay the
+  // true maximum.
   for (const Mode& m : {Mode{}, Mode{.splits = 3}}) {
     for (int h_q : {64, 128}) {
       Problem p = make_problem(2, h_q, 2048, 6000, 41);
