@@ -9,8 +9,9 @@
 // 384 threads = 3 warpgroups, 1 CTA per SM:
 //   WG0 (warps 0-3, 240 / 232 registers with bf16 / FP8 KV): S = Q K^T (64 heads x 64 tokens, wgmma m64n64k16 SS over
 //        576 dims), online softmax in base 2 against a reference max raised only when a tile
-//        exceeds it by more than 8 (log2 units: P <= 2^8; O is rescaled in few tiles), P = P_hi + P_lo (both bf16), O[:, 0:256] +=
-//        P_hi V + P_lo V (wgmma m64n256k16 RS, P from registers).
+//        exceeds it by more than 8 (log2 units: P <= 2^8; O is rescaled in few tiles),
+//        P = P_hi + P_lo (both bf16), O[:, 0:256] += P_hi V + P_lo V (wgmma m64n256k16 RS, P from
+//        registers).
 //   WG1 (warps 4-7): O[:, 256:512] += P_hi V + P_lo V (SS: P_hi over the tile's rope columns, which
 //        QK no longer needs; P_lo in its own 8 KB buffer), after rescaling by WG0's alpha.
 //   WG2 (warps 8-11, 56 / 112 registers): producer. bf16: 16-byte cp.async gathers (zero-filled for

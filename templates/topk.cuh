@@ -194,6 +194,12 @@ struct TopkSlice {
   int nvec;
 };
 
+// The slice's whole 16-byte vectors are [topk_whole_begin, topk_whole_end): all but the partial
+// vectors at its edges (the first when the slice is not 16-byte aligned, the last when it ends
+// inside a vector).
+NSAJIT_DEVICE int topk_whole_begin(const TopkSlice& s) { return s.head == 0 ? 0 : 1; }
+NSAJIT_DEVICE int topk_whole_end(const TopkSlice& s) { return max(topk_whole_begin(s), (s.head + s.n) >> 2); }
+
 // 16-byte read-only load, not volatile so that the compiler may batch several before their use.
 NSAJIT_DEVICE u32x4 topk_load_16(const void* ptr) {
   u32x4 v;
@@ -428,7 +434,7 @@ NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, uint32_t* hist, Top
   const int r = int(ceilf(expected + 4.0f * sqrtf(expected * (1.0f - fraction)) + 1.0f));
   // Dense rows (more than 1/8 of the keys would be listed): the exact path, whose second sweep
   // hits L2 and whose list holds only the threshold bin, is faster (measured on the H200, 4096
-  // rows of 4097..8192: 181.6 us exact, 210.6 speculative).
+  // rows of 4097..8192: 182.2 us exact, 200.6 speculative at best; docs/notes/topk.md run 29).
   if (8 * r > kSamples) return 0u;
 #pragma unroll
   for (int u = 0; u < 2; ++u) {
@@ -446,8 +452,7 @@ NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, uint32_t* hist, Top
 // completion): the sample and the sweep then wait on L2, not on DRAM, and the row streams at the
 // copy engine's pace rather than at 4 loads in flight per thread.
 NSAJIT_DEVICE void topk_prefetch_segment(const TopkSlice& s, int round_begin, int round_end) {
-  const int vw0 = s.head == 0 ? 0 : 1;
-  const int vw1 = max(vw0, (s.head + s.n) >> 2);
+  const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
   const int v0 = max(vw0, 32 * round_begin), v1 = min(vw1, 32 * round_end);
   if (v1 > v0)
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(s.abase + 4 * v0), "r"(uint32_t(16 * (v1 - v0)))
@@ -471,8 +476,7 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, ui
   const int lane = threadIdx.x & 31;
   const uint32_t lanes_below = (1u << lane) - 1u;
   const float f = topk_bound_score(bound);
-  const int vw0 = s.head == 0 ? 0 : 1;  // whole 16-byte vectors: [vw0, vw1)
-  const int vw1 = max(vw0, (s.head + s.n) >> 2);
+  const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
   const float kNaN = __uint_as_float(0x7fffffffu);  // outside the slice: never listed
   int fill = 0;
   constexpr int kUnroll = 4;  // rounds in flight per warp
@@ -733,8 +737,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     // (several loads in flight per thread, no per-element checks: their keys are never 0); the at
     // most two partial vectors at the edges are read element by element.
     {
-      const int vw0 = s.head == 0 ? 0 : 1;
-      const int vw1 = max(vw0, (s.head + s.n) >> 2);
+      const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
       constexpr int kUnroll = 4;
       for (int base = vw0; base < vw1; base += kUnroll * NSAJIT_THREADS) {
         u32x4 raw[kUnroll];
