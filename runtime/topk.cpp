@@ -60,14 +60,13 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
     f.end = f.bitmaps + 2 * f.bitmap_words;
     return f;
   };
-  auto fixed_words_of = [&](int c) { return fixed_parts_of(c).end; };
   int c = 1;
   if (g_override.ctas_per_row > 0) {
     c = g_override.ctas_per_row;
     if (c > 16 || (c & (c - 1)) != 0)
       throw std::invalid_argument("topk launch override: ctas_per_row = " + std::to_string(c) +
                                   ": expected 1, 2, 4, 8 or 16");
-    if (4LL * fixed_words_of(c) > kMaxDynamicBytes)
+    if (4LL * fixed_parts_of(c).end > kMaxDynamicBytes)
       throw std::invalid_argument("topk launch override: ctas_per_row = " + std::to_string(c) + " for width " +
                                   std::to_string(width) + ": the slices' bitmaps do not fit shared memory");
   } else {
@@ -85,7 +84,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
     // Few rows (the grid would fill less than half the SMs): split further, slices >= 8K.
     while (c < limit && 2LL * rows * c <= sm_count && ceil_div(width, c) >= 2 * kMinSpreadSlice) c *= 2;
     // The bitmaps must fit (always true at the cluster limit for width <= kMaxTopkWidth).
-    while (c < limit && 4LL * fixed_words_of(c) > kMaxDynamicBytes) c *= 2;
+    while (c < limit && 4LL * fixed_parts_of(c).end > kMaxDynamicBytes) c *= 2;
   }
   plan.ctas_per_row = c;
   plan.slice = slice_of(c);
@@ -109,7 +108,6 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   plan.slots_per_thread = std::min(kSlotWords / plan.threads,
                                    g_override.slots_per_thread >= 0 ? g_override.slots_per_thread : kSlotWords);
   const FixedParts fixed = fixed_parts_of(c);
-  const int fixed_words = fixed.end;
   // One CTA per row of slices long enough that a sample's bound lists at most ~1/8 of them: a
   // sample bounds the threshold and one sweep lists the keys above it (templates/topk.cuh), the
   // exact path is the fallback. Nothing is kept then: the sweep streams the row once, and kept
@@ -130,8 +128,8 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // plan speculates (above). The rest is re-read from global memory (L2) by the classify sweep
   // (and the rare rescans and candidate reads).
   const int slice_vecs = plan.slice / 4 + 1;
-  const int room_vecs = std::max(0, (kMaxDynamicBytes / 4 - fixed_words) / 4);
-  const int two_per_sm_room_vecs = std::max(0, (kTwoPerSmDynamicBytes / 4 - fixed_words) / 4);
+  const int room_vecs = std::max(0, (kMaxDynamicBytes / 4 - fixed.end) / 4);
+  const int two_per_sm_room_vecs = std::max(0, (kTwoPerSmDynamicBytes / 4 - fixed.end) / 4);
   plan.resident_vecs = g_override.force_streaming || many_short || plan.speculate ? 0
                        : two_per_sm                              ? std::min(slice_vecs, two_per_sm_room_vecs)
                        : slice_vecs <= room_vecs                 ? slice_vecs
