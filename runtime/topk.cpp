@@ -121,6 +121,13 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // waves; in one wave of 128 rows of 131072 the 64 MB would not stay in L2 (60.2 against 53.1 us).
   plan.prefetch_row = plan.speculate && (g_override.prefetch_row == 1 ||
                                          (g_override.prefetch_row != 0 && (long long)rows * c > sm_count));
+  // Clusters of 8 or 16 CTAs (a handful of long rows, one wave, latency-bound): each CTA asks L2
+  // for its slice before it reads the row's length, so that the first score loads do not wait for
+  // two DRAM round trips in a row (lengths[r], then the scores). A row shorter than the slices
+  // wastes at most its CTAs' slices of bandwidth, in the background. Measured on the H200
+  // (docs/notes/topk.md, run 34): 8 x 131072 21.2 -> 20.3 us, 1 x 131072 19.1 -> 18.9, but
+  // 64 x 65536 (2-CTA clusters, 128 CTAs) 26.6 -> 27.4: not there.
+  plan.prefetch_slice = g_override.prefetch_slice == 1 || (g_override.prefetch_slice != 0 && c >= 8);
   // The slice's vectors kept as keys in shared memory: all when they fit (one extra vector: the
   // slice need not be aligned); as many as fit when the CTA has the SM to itself anyway (1024
   // threads: 64 registers each fill the register file) or as two CTAs per SM allow (above); none
@@ -260,6 +267,7 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.slots_per_thread = plan.slots_per_thread;
   params.speculate = plan.speculate ? 1 : 0;
   params.prefetch_row = plan.prefetch_row ? 1 : 0;
+  params.prefetch_slice = plan.prefetch_slice ? 1 : 0;
   params.list_offset = plan.list_offset;
   params.list_words = plan.list_words;
   params.phase = 0;

@@ -21,6 +21,7 @@ struct TopkLaunchPlan {
   int bitmap_offset = 0, bitmap_words = 0;  // the classify's above / match bitmaps, bitmap_words each
   bool speculate = false;  // one CTA per row: the speculative single sweep first (templates/topk.cuh)
   bool prefetch_row = false;  // speculate: each warp asks L2 for its segment of the row at row start
+  bool prefetch_slice = false;  // each CTA asks L2 for its slice at kernel start, before the row's length is read
   int list_offset = 0, list_words = 0;  // its per-warp lists: from the slots on, over both bitmaps and beyond
   unsigned dynamic_smem = 0;  // bytes
 };
@@ -32,7 +33,7 @@ struct TopkLaunchPlan {
 TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16);
 
 // Test/bench hook (not thread-safe): ctas_per_row, threads, cand_capacity > 0,
-// slots_per_thread >= 0, speculate and prefetch_row 0 or 1 replace the plan's choice (ctas_per_row
+// slots_per_thread >= 0, speculate, prefetch_row and prefetch_slice 0 or 1 replace the plan's choice (ctas_per_row
 // must be 1, 2, 4, 8 or 16);
 // force_streaming keeps nothing in shared memory (every sweep re-reads global memory). Reset with
 // a default-constructed value.
@@ -44,6 +45,7 @@ struct TopkLaunchOverride {
   int slots_per_thread = -1;  // >= 0: e.g. 0 sends every candidate to the overflow list
   int speculate = -1;  // 0: the exact path only; 1: speculate whenever ctas_per_row is 1
   int prefetch_row = -1;  // 0 or 1 replace the plan's choice
+  int prefetch_slice = -1;  // 0 or 1 replace the plan's choice
 };
 void set_topk_launch_override(const TopkLaunchOverride& o);
 

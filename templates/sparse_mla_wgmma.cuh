@@ -90,6 +90,10 @@ NSAJIT_DEVICE void cp_async_16_zfill(uint32_t saddr, const void* gmem, uint32_t 
 NSAJIT_DEVICE void prefetch_l2(const void* gmem, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(gmem), "r"(bytes) : "memory");
 }
+// Asks L2 for the 128-byte line holding `gmem` (per thread; no completion).
+NSAJIT_DEVICE void prefetch_l2_line(const void* gmem) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(gmem));
+}
 NSAJIT_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 NSAJIT_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 NSAJIT_DEVICE u32x4 ld_global_nc_16(const void* ptr) {
@@ -235,18 +239,28 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
           cp_async_16_zfill(s_q + s * SUB + swz(r, ch), r < HB ? q_g + r * kDimQK + s * 64 + ch * 8 : q_g, r < HB ? 16u : 0u);
       }
     }
-    // L2 prefetch, two tiles ahead of the copies into shared memory (thread pt < 64: token pt):
-    // only two tiles fit in shared memory, so without it a tile's copies wait a full DRAM latency.
+    const unsigned ps = (unsigned)p.page_size;
+    auto token_bytes = [&](int idx) {  // FP8: the 656-byte token of slot idx
+      return p.kv_fp8 + (long long)((unsigned)idx / ps) * p.kv_page_stride + (long long)((unsigned)idx % ps) * kFp8Bytes;
+    };
+    // L2 prefetch, two tiles ahead of the copies into shared memory: only two tiles fit in shared
+    // memory, so without it a tile's copies wait a full DRAM latency.
     auto prefetch_tile = [&](int tile) {
-      if (pt >= BT || tile >= te) return;
-      const int idx = load_index(idx_row, tile * BT + pt, n, p.num_slots);
-      if (idx < 0) return;
+      if (tile >= te) return;
       if constexpr (FP8) {
-        const unsigned ps = (unsigned)p.page_size;
-        prefetch_l2(p.kv_fp8 + (long long)((unsigned)idx / ps) * p.kv_page_stride + (long long)((unsigned)idx % ps) * kFp8Bytes,
-                    uint32_t(kFp8Bytes));
-      } else {
-        prefetch_l2(p.kv + (long long)idx * p.kv_row_stride, uint32_t(kDimQK * 2));
+        // Thread pair (token pt / 2, h = pt % 2): the token's 128-byte lines, h = 0 the even ones
+        // and its last byte's, h = 1 the odd ones. Per-thread line prefetches: a bulk prefetch
+        // takes a warp-uniform address, so the compiler runs one per lane in a serial loop (not
+        // unrolled: unrolled, ptxas keeps the addresses live and the producer spills).
+        const int idx = load_index(idx_row, tile * BT + (pt >> 1), n, p.num_slots);
+        if (idx < 0) return;
+        const unsigned char* base = token_bytes(idx);
+#pragma unroll 1
+        for (int o = 128 * (pt & 1); o < kFp8Bytes + 127; o += 256) prefetch_l2_line(base + min(o, kFp8Bytes - 1));
+      } else {  // thread pt < 64: token pt
+        if (pt >= BT) return;
+        const int idx = load_index(idx_row, tile * BT + pt, n, p.num_slots);
+        if (idx >= 0) prefetch_l2(p.kv + (long long)idx * p.kv_row_stride, uint32_t(kDimQK * 2));
       }
     };
     prefetch_tile(tb + 1);
@@ -288,7 +302,6 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       // FP8: thread = (token pt / 2, half h = pt % 2); half h handles the 16-byte fp8 chunks 2j + h
       // (j < 16) and rope chunks 2j + h (j < 4), so a thread pair reads 32 contiguous bytes.
       const int tok = pt >> 1, h = pt & 1;
-      const unsigned ps = (unsigned)p.page_size;
       int cur = tb < te ? load_index(idx_row, tb * BT + tok, n, p.num_slots) : -1;
       for (int t = tb; t < te; ++t) {
         const int k = t - tb, b = k & 1;

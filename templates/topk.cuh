@@ -182,6 +182,19 @@ NSAJIT_DEVICE void topk_prefetch_table(const TopkTransformRow& t, int len) {
 #endif
 }
 
+// Asks L2 for the scores CTA `rank` of row r would read if the row were as long as its width
+// (rows without row_starts), one 128-byte line per thread and round, before the row's length is
+// known: the loads of pass 0 then find them in L2 instead of waiting a second DRAM latency after
+// the length's. A hint: no completion, no shared memory.
+NSAJIT_DEVICE void topk_prefetch_slice(const TopkParams& p, int r, uint32_t rank) {
+  const int b = int(rank) * p.slice;
+  const int n = min(p.slice, p.width - b);
+  if (n <= 0) return;
+  const char* base = reinterpret_cast<const char*>(p.scores + (long long)r * p.score_row_stride + b);
+  for (int o = threadIdx.x * 128; o < 4 * n; o += NSAJIT_THREADS * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + o));
+}
+
 // --- slice access ----------------------------------------------------------------------------------
 
 // The CTA's slice: positions [b, b + n) of the row, seen as nvec 16-byte vectors of global memory
@@ -611,6 +624,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   const int warp = tid >> 5;
   int* out = p.out + (long long)r * NSAJIT_TOPK;
 
+  if (p.prefetch_slice != 0 && p.row_starts == nullptr) topk_prefetch_slice(p, r, rank);
   const int row_start = p.row_starts ? min(max(p.row_starts[r], 0), p.width) : 0;
   const int len = min(p.lengths[r], p.width - row_start);
   const TopkTransformRow t = topk_transform_row(p, r);

@@ -253,6 +253,7 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       // what follows them (the sample's histograms first), never the kept keys or hist0.
       CHECK(q.speculate == (q.ctas_per_row == 1 && q.slice >= 12 * 2048));
       CHECK(q.prefetch_row == (q.speculate && rows > 132));
+      CHECK(q.prefetch_slice == (q.ctas_per_row >= 8));
       if (q.speculate) {
         CHECK(q.list_offset == q.slots_offset);
         CHECK(q.list_offset + q.list_words >= q.bitmap_offset + 2 * q.bitmap_words);
