@@ -28,6 +28,9 @@ constexpr int kCandCapacity = 4096;   // candidates (<= kHistWords); normal data
 // the histogram, the cluster section, the candidate lists and the classify's bitmaps holds the
 // kept part of the slice.
 constexpr int kMaxDynamicBytes = 215040;
+// Scores of a launch at most this large may be prefetched into L2 ahead of their lengths (a
+// third of the H200's 50 MB L2).
+constexpr long long kPrefetchSliceMaxBytes = 16LL << 20;
 // Dynamic shared memory of one of two CTAs that share an SM (512 threads: ~11.5 KB of static
 // shared memory each, 228 KB per SM).
 constexpr int kTwoPerSmDynamicBytes = 102400;
@@ -121,13 +124,15 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // waves; in one wave of 128 rows of 131072 the 64 MB would not stay in L2 (60.2 against 53.1 us).
   plan.prefetch_row = plan.speculate && (g_override.prefetch_row == 1 ||
                                          (g_override.prefetch_row != 0 && (long long)rows * c > sm_count));
-  // Clusters of 8 or 16 CTAs (a handful of long rows, one wave, latency-bound): each CTA asks L2
-  // for its slice before it reads the row's length, so that the first score loads do not wait for
-  // two DRAM round trips in a row (lengths[r], then the scores). A row shorter than the slices
-  // wastes at most its CTAs' slices of bandwidth, in the background. Measured on the H200
-  // (docs/notes/topk.md, run 34): 8 x 131072 21.2 -> 20.3 us, 1 x 131072 19.1 -> 18.9, but
-  // 64 x 65536 (2-CTA clusters, 128 CTAs) 26.6 -> 27.4: not there.
-  plan.prefetch_slice = g_override.prefetch_slice == 1 || (g_override.prefetch_slice != 0 && c >= 8);
+  // A handful of long rows in clusters of 8 or 16 CTAs that fill at most half the GPU (one wave,
+  // latency-bound) and whose scores are a small part of L2: each CTA asks L2 for its slice
+  // before it reads the row's length, so that the first score loads do not wait for two DRAM
+  // round trips in a row (lengths[r], then the scores). A row shorter than the slices wastes at
+  // most its CTAs' slices of bandwidth, in the background. Measured on the H200
+  // (docs/notes/topk.md, run 34): 8 x 131072 (64 CTAs) 21.2 -> 20.3 us, 1 x 131072 within noise,
+  // but 64 x 65536 (2-CTA clusters, 128 CTAs) 26.6 -> 27.4; wider or more rows unmeasured.
+  const bool few_long_rows = c >= 8 && 2LL * rows * c <= sm_count && 4LL * rows * width <= kPrefetchSliceMaxBytes;
+  plan.prefetch_slice = g_override.prefetch_slice == 1 || (g_override.prefetch_slice != 0 && few_long_rows);
   // The slice's vectors kept as keys in shared memory: all when they fit (one extra vector: the
   // slice need not be aligned); as many as fit when the CTA has the SM to itself anyway (1024
   // threads: 64 registers each fill the register file) or as two CTAs per SM allow (above); none

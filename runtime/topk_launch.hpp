@@ -21,7 +21,8 @@ struct TopkLaunchPlan {
   int bitmap_offset = 0, bitmap_words = 0;  // the classify's above / match bitmaps, bitmap_words each
   bool speculate = false;  // one CTA per row: the speculative single sweep first (templates/topk.cuh)
   bool prefetch_row = false;  // speculate: each warp asks L2 for its segment of the row at row start
-  bool prefetch_slice = false;  // each CTA asks L2 for its slice at kernel start, before the row's length is read
+  bool prefetch_slice = false;  // each CTA asks L2 for its slice at kernel start, before it reads the row's
+                                // length (rows without row_starts)
   int list_offset = 0, list_words = 0;  // its per-warp lists: from the slots on, over both bitmaps and beyond
   unsigned dynamic_smem = 0;  // bytes
 };
@@ -32,11 +33,10 @@ struct TopkLaunchPlan {
 // a 16-CTA cluster does not fit the device).
 TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16);
 
-// Test/bench hook (not thread-safe): ctas_per_row, threads, cand_capacity > 0,
-// slots_per_thread >= 0, speculate, prefetch_row and prefetch_slice 0 or 1 replace the plan's choice (ctas_per_row
-// must be 1, 2, 4, 8 or 16);
-// force_streaming keeps nothing in shared memory (every sweep re-reads global memory). Reset with
-// a default-constructed value.
+// Test/bench hook (not thread-safe): ctas_per_row, threads, cand_capacity > 0, slots_per_thread
+// >= 0, and speculate, prefetch_row and prefetch_slice 0 or 1 replace the plan's choice
+// (ctas_per_row must be 1, 2, 4, 8 or 16); force_streaming keeps nothing in shared memory (every
+// sweep re-reads global memory). Reset with a default-constructed value.
 struct TopkLaunchOverride {
   int ctas_per_row = 0;
   int threads = 0;

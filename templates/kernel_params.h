@@ -46,7 +46,8 @@ struct TopkParams {
   // the exact sweeps when a list overflows or the lists hold fewer than topk scores.
   int speculate;               // 0 or 1
   int prefetch_row;            // speculate: each warp first asks L2 for its segment of the row
-  int prefetch_slice;          // C > 1: each CTA asks L2 for its slice before reading the row's length
+  int prefetch_slice;          // each CTA first asks L2 for its slice, before it reads the row's length
+                               // (rows without row_starts; the plan: a few rows in 8-16 CTA clusters)
   int list_offset;             // the per-warp lists, list_words words: keys in the first half,
   int list_words;              // positions in the second (the sample's histograms at the start)
   // Fused transform (NSAJIT_FUSED): see IndexTransformParams.

@@ -240,7 +240,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       }
     }
     const unsigned ps = (unsigned)p.page_size;
-    auto token_bytes = [&](int idx) {  // FP8: the 656-byte token of slot idx
+    auto token_bytes = [&](int idx) {  // FP8: the first byte of slot idx's 656-byte token
       return p.kv_fp8 + (long long)((unsigned)idx / ps) * p.kv_page_stride + (long long)((unsigned)idx % ps) * kFp8Bytes;
     };
     // L2 prefetch, two tiles ahead of the copies into shared memory: only two tiles fit in shared
@@ -248,10 +248,11 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     auto prefetch_tile = [&](int tile) {
       if (tile >= te) return;
       if constexpr (FP8) {
-        // Thread pair (token pt / 2, h = pt % 2): the token's 128-byte lines, h = 0 the even ones
-        // and its last byte's, h = 1 the odd ones. Per-thread line prefetches: a bulk prefetch
-        // takes a warp-uniform address, so the compiler runs one per lane in a serial loop (not
-        // unrolled: unrolled, ptxas keeps the addresses live and the producer spills).
+        // Thread pair (token pt / 2, h = pt % 2): the lines holding the token's bytes at offsets
+        // 128 k (h = 0: k even, and its last byte; h = 1: k odd), every line of the token.
+        // Per-thread line prefetches: a bulk prefetch takes a warp-uniform address, so the
+        // compiler runs one per lane in a serial loop. The loop is not unrolled: unrolled, ptxas
+        // keeps the addresses live and the producer spills.
         const int idx = load_index(idx_row, tile * BT + (pt >> 1), n, p.num_slots);
         if (idx < 0) return;
         const unsigned char* base = token_bytes(idx);
@@ -309,8 +310,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         const bool ok = cur >= 0;
         u32x4 f[16], rp[4], sc = {0u, 0u, 0u, 0u};
         if (ok) {
-          const unsigned char* base = p.kv_fp8 + (long long)((unsigned)cur / ps) * p.kv_page_stride +
-                                      (long long)((unsigned)cur % ps) * kFp8Bytes;
+          const unsigned char* base = token_bytes(cur);
 #pragma unroll
           for (int j = 0; j < 16; ++j) f[j] = ld_global_nc_16(base + 16 * (2 * j + h));
           sc = ld_global_nc_16(base + 512);

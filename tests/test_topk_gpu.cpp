@@ -230,6 +230,20 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
     CHECK(q.resident_vecs == q.slice / 4 + 1);
   }
   CHECK(p.slice % 4 == 0);
+  // The measured slice-prefetch regimes (docs/notes/topk.md, run 34), and its override.
+  CHECK(plan_topk_launch(1, 131072, 2048, 132).prefetch_slice);
+  CHECK(plan_topk_launch(8, 131072, 2048, 132).prefetch_slice);
+  CHECK(!plan_topk_launch(64, 65536, 2048, 132).prefetch_slice);
+  CHECK(!plan_topk_launch(128, 131072, 2048, 132).prefetch_slice);
+  CHECK(!plan_topk_launch(8, 1 << 22, 2048, 132).prefetch_slice);  // 128 MB of scores: more than L2
+  {
+    LaunchOverride off({.prefetch_slice = 0});
+    CHECK(!plan_topk_launch(1, 131072, 2048, 132).prefetch_slice);
+  }
+  {
+    LaunchOverride on({.prefetch_slice = 1});
+    CHECK(plan_topk_launch(64, 65536, 2048, 132).prefetch_slice);
+  }
   // The shared-memory layout fits the family's dynamic limit and keeps its parts apart.
   for (const int rows : {1, 8, 64, 4096}) {
     for (const int width : {4097, 9000, 32768, 65536, 131072, 1 << 20, 1 << 22}) {
@@ -253,7 +267,13 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       // what follows them (the sample's histograms first), never the kept keys or hist0.
       CHECK(q.speculate == (q.ctas_per_row == 1 && q.slice >= 12 * 2048));
       CHECK(q.prefetch_row == (q.speculate && rows > 132));
-      CHECK(q.prefetch_slice == (q.ctas_per_row >= 8));
+      // The slice prefetch only for a handful of rows in one wave of 8- or 16-CTA clusters whose
+      // scores are a small part of L2 (never for the 2-CTA or multi-wave plans).
+      if (q.prefetch_slice) {
+        CHECK(q.ctas_per_row >= 8);
+        CHECK(2LL * rows * q.ctas_per_row <= 132);
+        CHECK(4LL * rows * width <= (16LL << 20));
+      }
       if (q.speculate) {
         CHECK(q.list_offset == q.slots_offset);
         CHECK(q.list_offset + q.list_words >= q.bitmap_offset + 2 * q.bitmap_words);
@@ -442,6 +462,31 @@ TEST_CASE("topk gpu: row_starts (clamped) and a padded odd row stride") {
     for (const int prefetch : {0, 1}) {
       INFO("speculative, prefetch_row " << prefetch);
       LaunchOverride spec({.ctas_per_row = 1, .speculate = 1, .prefetch_row = prefetch});
+      check_topk(p);
+    }
+  }
+}
+
+TEST_CASE("topk gpu: the slice prefetch forced on, every cluster size, short rows, odd stride, past-width slices") {
+  NSAJIT_REQUIRE_GPU();
+  const unsigned seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  // topk 64 at width 300: a 16-CTA cluster's slices end before some ranks (rank * slice >= width).
+  for (const auto& [width, topk] : {std::pair{300, 64}, std::pair{9001, 2048}, std::pair{131071, 2048}}) {
+    const int rows = 3;
+    ref::TopkProblem p;
+    p.rows = rows;
+    p.width = width;
+    p.topk = topk;
+    p.score_row_stride = width + 5;  // odd stride: rows are not 16-byte aligned
+    p.scores.resize(std::size_t(rows) * p.score_row_stride);
+    for (float& s : p.scores) s = normal(rng);
+    p.lengths = {width, topk / 2, width - 3};  // one row never reads its scores
+    for (const int c : {1, 2, 16}) {
+      INFO("width " << width << ", topk " << topk << ", ctas_per_row " << c);
+      LaunchOverride forced({.ctas_per_row = c, .prefetch_slice = 1});
       check_topk(p);
     }
   }

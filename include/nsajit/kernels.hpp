@@ -83,8 +83,10 @@ void index_transform(const IndexTransformArgs& args, CUstream stream = nullptr);
 // a thread-block cluster of up to 8 CTAs (16 for a single row; sm_90); the part of a slice that
 // does not fit shared memory is re-read from global memory. One CTA per row of long slices reads
 // the row once: a sample bounds the threshold and one sweep lists the scores above it, with the
-// exact sweeps as the fallback (same bytes either way). See templates/topk.cuh and
-// docs/notes/topk.md.
+// exact sweeps as the fallback (same bytes either way). A few long rows without row_starts may
+// have their slices prefetched into L2 before their lengths are read, so every row's whole
+// [width] columns must be mapped memory even where len <= topk (no value is read there). See
+// templates/topk.cuh and docs/notes/topk.md.
 // Errors: InvalidArgument for rows < 0, width < 0 or > 4194304 (2^22: the classify's per-position
 // bitmaps of a slice must fit shared memory), topk not a multiple of 64 in [64, 4096],
 // score_row_stride in (0, width), a null pointer that would be read, and (fused) the

@@ -205,6 +205,7 @@ int bench_topk(const BenchOptions& options) {
           bool streaming;
           int speculate;     // C = 1: 0 the exact path, 1 the speculative sweep (else -1)
           int prefetch_row;  // speculative: 0 or 1
+          int prefetch_slice = -1;  // clusters: 0 or 1 (the slice asked of L2 before the length is read)
         };
         std::vector<Shape2> shapes2;
         for (int ctas : {1, 2, 4, 8, 16})
@@ -212,7 +213,7 @@ int bench_topk(const BenchOptions& options) {
             for (bool streaming : {false, true}) {
               if (streaming && ctas > 2) continue;
               if (ctas > 1) {
-                shapes2.push_back({ctas, threads, streaming, -1, -1});
+                for (int prefetch : {0, 1}) shapes2.push_back({ctas, threads, streaming, -1, -1, prefetch});
                 continue;
               }
               shapes2.push_back({ctas, threads, streaming, 0, -1});
@@ -222,7 +223,7 @@ int bench_topk(const BenchOptions& options) {
         for (const Shape2& sh2 : shapes2) {
           const detail::TopkLaunchOverride o{.ctas_per_row = sh2.ctas, .threads = sh2.threads,
                                              .force_streaming = sh2.streaming, .speculate = sh2.speculate,
-                                             .prefetch_row = sh2.prefetch_row};
+                                             .prefetch_row = sh2.prefetch_row, .prefetch_slice = sh2.prefetch_slice};
           detail::set_topk_launch_override(o);
           const detail::TopkLaunchPlan plan = detail::plan_topk_launch(shape.rows, shape.width, topk, 132);
           if (plan.resident_vecs == 0 && !sh2.streaming && sh2.ctas < 8) {
@@ -236,10 +237,10 @@ int bench_topk(const BenchOptions& options) {
           quick.iters = 20;
           const double us = median_us([&] { nsajit::topk(args); }, quick);
           detail::set_topk_launch_override({});
-          std::fprintf(stderr, "    sweep %-20s ctas %2d threads %4d kept %6d of %6d vectors%s: %8.1f us %s\n",
+          std::fprintf(stderr, "    sweep %-20s ctas %2d threads %4d kept %6d of %6d vectors%s%s: %8.1f us %s\n",
                        shape.name.c_str(), sh2.ctas, sh2.threads, plan.resident_vecs, plan.slice / 4 + 1,
-                       plan.speculate ? (plan.prefetch_row ? " speculative+prefetch" : " speculative") : "", us,
-                       same ? "" : "OUTPUT DIFFERS");
+                       plan.speculate ? (plan.prefetch_row ? " speculative+prefetch" : " speculative") : "",
+                       plan.prefetch_slice ? " slice-prefetch" : "", us, same ? "" : "OUTPUT DIFFERS");
         }
       }
     }
