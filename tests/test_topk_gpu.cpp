@@ -120,13 +120,16 @@ I check_topk(const ref::TopkProblem& p) {
   return got;
 }
 
+// rows x width scores from draw() (also the padding of rows of `stride` > width elements: an odd
+// stride leaves rows unaligned to 16 bytes), every length = width.
 template <class Draw>
-ref::TopkProblem make_problem(int rows, int width, int topk, Draw draw) {
+ref::TopkProblem make_problem(int rows, int width, int topk, Draw draw, std::int64_t stride = 0) {
   ref::TopkProblem p;
   p.rows = rows;
   p.width = width;
   p.topk = topk;
-  p.scores.resize(std::size_t(rows) * width);
+  p.score_row_stride = stride;
+  p.scores.resize(std::size_t(rows) * std::size_t(stride > 0 ? stride : width));
   for (float& s : p.scores) s = draw();
   p.lengths.assign(rows, width);
   return p;
@@ -435,13 +438,9 @@ TEST_CASE("topk gpu: row_starts (clamped) and a padded odd row stride") {
   std::normal_distribution<float> normal;
   for (const int width : {9000, 40000}) {
     const int rows = 64, topk = 2048;
-    ref::TopkProblem p;
-    p.rows = rows;
-    p.width = width;
-    p.topk = topk;
-    p.score_row_stride = width + 13;  // odd stride: rows are not 16-byte aligned
-    p.scores.resize(std::size_t(rows) * p.score_row_stride);
-    for (float& s : p.scores) s = rng() % 50 == 0 ? normal(rng) + 3.f : normal(rng);
+    auto draw = [&] { return rng() % 50 == 0 ? normal(rng) + 3.f : normal(rng); };
+    ref::TopkProblem p = make_problem(rows, width, topk, draw, width + 13);  // odd stride: unaligned rows
+    p.lengths.clear();
     std::uniform_int_distribution<int> start(-100, width + 100), len(-10, width + 10);
     for (int r = 0; r < rows; ++r) {
       p.row_starts.push_back(start(rng));
@@ -475,14 +474,7 @@ TEST_CASE("topk gpu: the slice prefetch forced on, every cluster size, short row
   std::normal_distribution<float> normal;
   // topk 64 at width 300: a 16-CTA cluster's slices end before some ranks (rank * slice >= width).
   for (const auto& [width, topk] : {std::pair{300, 64}, std::pair{9001, 2048}, std::pair{131071, 2048}}) {
-    const int rows = 3;
-    ref::TopkProblem p;
-    p.rows = rows;
-    p.width = width;
-    p.topk = topk;
-    p.score_row_stride = width + 5;  // odd stride: rows are not 16-byte aligned
-    p.scores.resize(std::size_t(rows) * p.score_row_stride);
-    for (float& s : p.scores) s = normal(rng);
+    ref::TopkProblem p = make_problem(3, width, topk, [&] { return normal(rng); }, width + 5);  // odd stride
     p.lengths = {width, topk / 2, width - 3};  // one row never reads its scores
     for (const int c : {1, 2, 16}) {
       INFO("width " << width << ", topk " << topk << ", ctas_per_row " << c);
