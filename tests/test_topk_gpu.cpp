@@ -472,7 +472,8 @@ TEST_CASE("topk gpu: the slice prefetch forced on, every cluster size, short row
   INFO("seed " << seed);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
-  // topk 64 at width 300: a 16-CTA cluster's slices end before some ranks (rank * slice >= width).
+  // topk 64 at width 300: the last CTA of a 16-CTA cluster starts at the width (rank * slice >= width:
+  // nothing to prefetch, nothing to read).
   for (const auto& [width, topk] : {std::pair{300, 64}, std::pair{9001, 2048}, std::pair{131071, 2048}}) {
     ref::TopkProblem p = make_problem(3, width, topk, [&] { return normal(rng); }, width + 5);  // odd stride
     p.lengths = {width, topk / 2, width - 3};  // one row never reads its scores
