@@ -133,6 +133,12 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // but 64 x 65536 (2-CTA clusters, 128 CTAs) 26.6 -> 27.4; wider or more rows unmeasured.
   const bool few_long_rows = c >= 8 && 2LL * rows * c <= sm_count && 4LL * rows * width <= kPrefetchSliceMaxBytes;
   plan.prefetch_slice = g_override.prefetch_slice == 1 || (g_override.prefetch_slice != 0 && few_long_rows);
+  // Many short rows at 256 threads, one CTA each: the row's keys held in registers (9 vectors a
+  // thread: slices of at most 256 * 9 - 1 vectors), read once, three radix digits counted from
+  // the registers, one output pass (templates/topk.cuh, topk_dense_row).
+  const bool dense_fits = c == 1 && plan.threads == 256 && plan.slice <= 4 * (256 * 9 - 1);
+  plan.dense_registers = dense_fits && (g_override.dense_registers == 1 ||
+                                        (g_override.dense_registers != 0 && many_short));
   // The slice's vectors kept as keys in shared memory: all when they fit (one extra vector: the
   // slice need not be aligned); as many as fit when the CTA has the SM to itself anyway (1024
   // threads: 64 registers each fill the register file) or as two CTAs per SM allow (above); none
@@ -273,6 +279,7 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.speculate = plan.speculate ? 1 : 0;
   params.prefetch_row = plan.prefetch_row ? 1 : 0;
   params.prefetch_slice = plan.prefetch_slice ? 1 : 0;
+  params.dense_registers = plan.dense_registers ? 1 : 0;
   params.list_offset = plan.list_offset;
   params.list_words = plan.list_words;
   params.phase = 0;

@@ -23,6 +23,7 @@ struct TopkLaunchPlan {
   bool prefetch_row = false;  // speculate: each warp asks L2 for its segment of the row at row start
   bool prefetch_slice = false;  // each CTA asks L2 for its slice at kernel start, before it reads the row's
                                 // length (rows without row_starts)
+  bool dense_registers = false;  // 256 threads, one CTA per row, slices <= 9212: keys held in registers
   int list_offset = 0, list_words = 0;  // its per-warp lists: from the slots on, over both bitmaps and beyond
   unsigned dynamic_smem = 0;  // bytes
 };
@@ -34,7 +35,7 @@ struct TopkLaunchPlan {
 TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16);
 
 // Test/bench hook (not thread-safe): ctas_per_row, threads, cand_capacity > 0, slots_per_thread
-// >= 0, and speculate, prefetch_row and prefetch_slice 0 or 1 replace the plan's choice
+// >= 0, and speculate, prefetch_row, prefetch_slice and dense_registers 0 or 1 replace the plan's choice
 // (ctas_per_row must be 1, 2, 4, 8 or 16); force_streaming keeps nothing in shared memory (every
 // sweep re-reads global memory). Reset with a default-constructed value.
 struct TopkLaunchOverride {
@@ -46,6 +47,7 @@ struct TopkLaunchOverride {
   int speculate = -1;  // 0: the exact path only; 1: speculate whenever ctas_per_row is 1
   int prefetch_row = -1;  // 0 or 1 replace the plan's choice
   int prefetch_slice = -1;  // 0 or 1 replace the plan's choice
+  int dense_registers = -1;  // 0 or 1 replace the plan's choice (1: only where 256 threads, C = 1, slice <= 9212)
 };
 void set_topk_launch_override(const TopkLaunchOverride& o);
 

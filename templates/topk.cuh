@@ -601,6 +601,151 @@ NSAJIT_DEVICE void topk_sort_phase(const TopkParams& p, unsigned long long* s) {
 // --- the kernel ------------------------------------------------------------------------------------
 
 // At most 64 registers: 1024 threads per SM are never limited by registers.
+#if NSAJIT_THREADS == 256
+// --- dense rows in registers (one CTA per row, 256 threads) -----------------------------------------
+// Rows of at most NSAJIT_TOPK_DENSE_VECS * 256 - 1 vectors (slices <= 9212 positions) where the plan
+// sets dense_registers: thread t holds the keys of vectors t + 256 j (j < NSAJIT_TOPK_DENSE_VECS) in
+// registers, read once. Radix select on them: the 12-bit first digit (hist0), then two 10-bit
+// digits counted straight from the registers (no candidate list, no second read of the row: exact
+// whatever the distribution). Output: the keys > T and the first take_equal keys == T in index
+// order, their slots from one block-wide scan of packed (greater | equal << 16) counts per round j
+// (index order is round j, then thread, then element), staged in shared memory and written to
+// `out` coalesced (transformed when fused).
+#define NSAJIT_TOPK_DENSE_VECS 9
+
+// Not inlined: its registers are allocated apart from the rest of the kernel's (inlined, the
+// whole kernel spilled at 64 registers); scalar arguments, so that nothing goes through the stack.
+__device__ __noinline__ void topk_dense_row(const float* sp, const float* abase, int head, int n, int nvec,
+                                            const int* table_row, long long max_position, int offset, bool apply,
+                                            int* out, uint32_t* hist0, int* staged, TopkShared& sh) {
+  constexpr int DV = NSAJIT_TOPK_DENSE_VECS;
+  TopkSlice s;
+  s.sp = sp;
+  s.abase = abase;
+  s.head = head;
+  s.n = n;
+  s.nvec = nvec;
+  TopkTransformRow t;
+  t.table_row = table_row;
+  t.max_position = max_position;
+  t.offset = offset;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
+  u32x4 k[DV];
+  // Whole vectors: all loads in flight before the first key.
+#pragma unroll
+  for (int j = 0; j < DV; ++j) {
+    const int v = tid + j * NSAJIT_THREADS;
+    k[j].x = k[j].y = k[j].z = k[j].w = 0u;
+    if (v >= vw0 && v < vw1) k[j] = topk_load_16(s.abase + 4 * v);
+  }
+#pragma unroll
+  for (int j = 0; j < DV; ++j) {
+    const int v = tid + j * NSAJIT_THREADS;
+    if (v >= vw0 && v < vw1) {  // keys of real scores are never 0
+      k[j].x = topk_key(__uint_as_float(k[j].x));
+      k[j].y = topk_key(__uint_as_float(k[j].y));
+      k[j].z = topk_key(__uint_as_float(k[j].z));
+      k[j].w = topk_key(__uint_as_float(k[j].w));
+      atomicAdd(&hist0[k[j].x >> NSAJIT_TOPK_SHIFT0], 1u);
+      atomicAdd(&hist0[k[j].y >> NSAJIT_TOPK_SHIFT0], 1u);
+      atomicAdd(&hist0[k[j].z >> NSAJIT_TOPK_SHIFT0], 1u);
+      atomicAdd(&hist0[k[j].w >> NSAJIT_TOPK_SHIFT0], 1u);
+    } else if (v < s.nvec) {  // an edge vector: element loads, key 0 outside the slice
+      k[j] = topk_global_keys(s, v);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const uint32_t key = topk_lane(k[j], e);
+        if (key != 0u) atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
+      }
+    }
+  }
+  __syncthreads();
+  TopkRadix x{0u, 0u, NSAJIT_TOPK, 0, 0};
+  {
+    int greater, count;
+    const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
+    topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
+  }
+  for (int pass = 0; x.bits < 32; ++pass) {  // two 10-bit digits, from the registers
+    const TopkRefineDigit digit = topk_refine_digit(x, sh, pass);
+#pragma unroll
+    for (int j = 0; j < DV; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const uint32_t key = topk_lane(k[j], e);
+        if (key != 0u) topk_refine_count(digit, x, key);  // padding never counts (bin 0 holds NaN)
+      }
+    topk_refine_finish(digit, x, sh);
+  }
+  const uint32_t threshold = x.prefix;  // the topk-th largest key (>= 1)
+  const int take_equal = x.k;
+  const int total_greater = NSAJIT_TOPK - take_equal;
+
+  // Packed counts of round j: greater in the low 16 bits, equal in the high (a row's totals stay
+  // below 2^16). Warp-inclusive scans; each warp's totals per round and each thread's exclusive
+  // prefix inside its warp go to hist0 (free by now: the first digit's search ended with a
+  // barrier; 72 + 9 * 256 words of its 4096), not to registers, which the keys fill.
+  uint32_t* const warp_totals = hist0;                           // [DV][warps]
+  uint32_t* const before = hist0 + DV * NSAJIT_TOPK_WARPS;       // [DV][threads]
+#pragma unroll
+  for (int j = 0; j < DV; ++j) {
+    uint32_t c = 0u;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t key = topk_lane(k[j], e);
+      c += uint32_t(key > threshold) | (uint32_t(key == threshold) << 16);
+    }
+    const uint32_t inclusive = uint32_t(warp_inclusive_scan(int(c)));
+    before[j * NSAJIT_THREADS + tid] = inclusive - c;
+    if (lane == 31) warp_totals[j * NSAJIT_TOPK_WARPS + warp] = inclusive;
+  }
+  __syncthreads();
+  // Lane j < DV: round j's total, the warps before this one in it, then an exclusive scan of the
+  // round totals over the lanes: the packed offset of (round j, this warp).
+  uint32_t total = 0u, in_round = 0u;
+  if (lane < DV) {
+#pragma unroll
+    for (int w = 0; w < NSAJIT_TOPK_WARPS; ++w) {
+      const uint32_t v = warp_totals[lane * NSAJIT_TOPK_WARPS + w];
+      total += v;
+      in_round += w < warp ? v : 0u;
+    }
+  }
+  const uint32_t rounds_inclusive = uint32_t(warp_inclusive_scan(int(total)));
+  const uint32_t warp_offset = rounds_inclusive - total + in_round;
+#pragma unroll
+  for (int j = 0; j < DV; ++j) {
+    const uint32_t base = __shfl_sync(NSAJIT_TOPK_FULL, warp_offset, j) + before[j * NSAJIT_THREADS + tid];
+    int g = int(base & 0xffffu), q = int(base >> 16);
+    const int position0 = 4 * (tid + j * NSAJIT_THREADS) - s.head;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t key = topk_lane(k[j], e);
+      if (key > threshold) staged[g++] = position0 + e;
+      else if (key == threshold) {
+        if (q < take_equal) staged[total_greater + q] = position0 + e;
+        ++q;
+      }
+    }
+  }
+  __syncthreads();
+  // `out`, consecutive threads on consecutive slots; fused: up to 4 page-table reads in flight.
+  constexpr int kBatch = 4;
+  for (int i0 = tid; i0 < NSAJIT_TOPK; i0 += kBatch * NSAJIT_THREADS) {
+    int value[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * NSAJIT_THREADS;
+      value[u] = i < NSAJIT_TOPK ? topk_emit(t, staged[i], apply) : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (i0 + u * NSAJIT_THREADS < NSAJIT_TOPK) out[i0 + u * NSAJIT_THREADS] = value[u];
+  }
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREADS) nsajit_topk(const TopkParams p) {
   extern __shared__ u32x4 topk_dynamic[];
   __shared__ TopkShared sh;
@@ -680,6 +825,13 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   }
   __syncthreads();
 
+#if NSAJIT_THREADS == 256
+  if (p.dense_registers != 0 && C == 1) {  // the plan: s.nvec < 256 * NSAJIT_TOPK_DENSE_VECS
+    topk_dense_row(s.sp, s.abase, s.head, s.n, s.nvec, t.table_row, t.max_position, t.offset, apply, out, hist0,
+                   reinterpret_cast<int*>(slots), sh);
+    return;
+  }
+#endif
   // Warp w owns the contiguous rounds [w R / W, (w + 1) R / W) of 32 vectors: in the classify (or
   // speculative) sweep and in the output.
   const int rounds = (s.nvec + 31) >> 5;

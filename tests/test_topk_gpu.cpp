@@ -233,6 +233,10 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
     CHECK(q.resident_vecs == q.slice / 4 + 1);
   }
   CHECK(p.slice % 4 == 0);
+  // Many short rows: keys in registers at 256 threads, one CTA per row.
+  CHECK(plan_topk_launch(4096, 8192, 2048, 132).dense_registers);
+  CHECK(!plan_topk_launch(8, 8192, 2048, 132).dense_registers);
+  CHECK(!plan_topk_launch(4096, 32768, 2048, 132).dense_registers);
   // The measured slice-prefetch regimes (docs/notes/topk.md, run 34), and its override.
   CHECK(plan_topk_launch(1, 131072, 2048, 132).prefetch_slice);
   CHECK(plan_topk_launch(8, 131072, 2048, 132).prefetch_slice);
@@ -272,6 +276,7 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       CHECK(q.prefetch_row == (q.speculate && rows > 132));
       // The slice prefetch only for a handful of rows in one wave of 8- or 16-CTA clusters whose
       // scores are a small part of L2 (never for the 2-CTA or multi-wave plans).
+      if (q.dense_registers) CHECK((q.threads == 256 && q.ctas_per_row == 1 && q.slice <= 4 * (256 * 9 - 1)));
       if (q.prefetch_slice) {
         CHECK(q.ctas_per_row >= 8);
         CHECK(2LL * rows * q.ctas_per_row <= 132);
@@ -421,6 +426,10 @@ TEST_CASE("topk gpu: distributions, at 1, 2, 8 and 16 CTAs per row, list, rescan
           LaunchOverride one({.ctas_per_row = 1, .speculate = 1});  // the speculative sweep (or its fallback)
           check_topk(p);
         }
+        if (width <= 9212) {  // the row's keys in registers (many short rows take it by default)
+          LaunchOverride dense({.ctas_per_row = 1, .threads = 256, .dense_registers = 1});
+          check_topk(p);
+        }
         {
           LaunchOverride exact({.ctas_per_row = 1, .speculate = 0});  // the exact path alone
           check_topk(p);
@@ -461,6 +470,10 @@ TEST_CASE("topk gpu: row_starts (clamped) and a padded odd row stride") {
     for (const int prefetch : {0, 1}) {
       INFO("speculative, prefetch_row " << prefetch);
       LaunchOverride spec({.ctas_per_row = 1, .speculate = 1, .prefetch_row = prefetch});
+      check_topk(p);
+    }
+    if (width <= 9212) {  // keys in registers: unaligned rows (edge vectors at both ends)
+      LaunchOverride dense({.ctas_per_row = 1, .threads = 256, .dense_registers = 1});
       check_topk(p);
     }
   }
@@ -674,6 +687,44 @@ TEST_CASE("topk gpu fused: decode, page sizes 1 and 64 give the same slots, part
       CHECK(DeviceTopk(p, &t1).run() == a);
       CHECK(DeviceTopk(p, &t64).run() == b);
     }
+  }
+}
+
+TEST_CASE("topk gpu: keys in registers (dense rows): every topk, sorted, fused decode, batchmates, 20 launches") {
+  NSAJIT_REQUIRE_GPU();
+  const unsigned seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  LaunchOverride dense({.ctas_per_row = 1, .threads = 256, .dense_registers = 1});
+  for (const int topk : {512, 1984, 2048, 4096}) {
+    const int width = 9212;  // the longest slice the path takes: 256 * 9 - 1 vectors
+    auto p = make_problem(6, width, topk, [&] { return rng() % 3 == 0 ? float(rng() % 4) : normal(rng); });
+    p.lengths = {width, topk + 1, topk, 17, width - 1, 8192};
+    INFO("topk " << topk);
+    const I got = DeviceTopk(p).run();
+    const std::string why = explain(p, got, ref::topk_index_order(p));
+    CHECK_MESSAGE(why.empty(), why);
+    DeviceTopk device(p);
+    for (int i = 0; i < 20; ++i) CHECK(device.run() == got);
+    {  // the same rows inside a batch of other rows
+      auto big = make_problem(40, width, topk, [&] { return normal(rng); });
+      std::copy(p.scores.begin(), p.scores.end(), big.scores.begin() + 31 * std::ptrdiff_t(width));
+      std::copy(p.lengths.begin(), p.lengths.end(), big.lengths.begin() + 31);
+      const I all = DeviceTopk(big).run();
+      CHECK(std::equal(got.begin(), got.end(), all.begin() + 31 * std::ptrdiff_t(topk)));
+    }
+    const I sorted = DeviceTopk(p, nullptr, true).run();
+    const std::string why_sorted = explain(p, sorted, ref::topk(p));
+    CHECK_MESSAGE(why_sorted.empty(), why_sorted);
+    ref::TopkTransform t64;
+    t64.mode = IndexMode::decode;
+    t64.page_size = 64;
+    t64.page_table_width = (width + 63) / 64;
+    t64.num_requests = p.rows;
+    const I request_len(p.lengths.begin(), p.lengths.end());
+    t64.page_table = ref::real_page_table(shuffled_page_table_1(rng, p.rows, width, 64, request_len), p.rows, width, 64);
+    check_fused(p, t64);
   }
 }
 

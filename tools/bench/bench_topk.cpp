@@ -206,6 +206,7 @@ int bench_topk(const BenchOptions& options) {
           int speculate;     // C = 1: 0 the exact path, 1 the speculative sweep (else -1)
           int prefetch_row;  // speculative: 0 or 1
           int prefetch_slice = -1;  // clusters: 0 or 1 (the slice asked of L2 before the length is read)
+          int dense_registers = -1;  // C = 1, 256 threads: 0 or 1 (the row's keys in registers)
         };
         std::vector<Shape2> shapes2;
         for (int ctas : {1, 2, 4, 8, 16})
@@ -216,14 +217,16 @@ int bench_topk(const BenchOptions& options) {
                 for (int prefetch : {0, 1}) shapes2.push_back({ctas, threads, streaming, -1, -1, prefetch});
                 continue;
               }
-              shapes2.push_back({ctas, threads, streaming, 0, -1});
+              shapes2.push_back({ctas, threads, streaming, 0, -1, -1, threads == 256 && streaming ? 0 : -1});
+              if (threads == 256 && streaming) shapes2.push_back({ctas, threads, streaming, 0, -1, -1, 1});
               if (streaming)
                 for (int prefetch : {0, 1}) shapes2.push_back({ctas, threads, streaming, 1, prefetch});
             }
         for (const Shape2& sh2 : shapes2) {
           const detail::TopkLaunchOverride o{.ctas_per_row = sh2.ctas, .threads = sh2.threads,
                                              .force_streaming = sh2.streaming, .speculate = sh2.speculate,
-                                             .prefetch_row = sh2.prefetch_row, .prefetch_slice = sh2.prefetch_slice};
+                                             .prefetch_row = sh2.prefetch_row, .prefetch_slice = sh2.prefetch_slice,
+                                             .dense_registers = sh2.dense_registers};
           detail::set_topk_launch_override(o);
           const detail::TopkLaunchPlan plan = detail::plan_topk_launch(shape.rows, shape.width, topk, 132);
           if (plan.resident_vecs == 0 && !sh2.streaming && sh2.ctas < 8) {
@@ -237,10 +240,11 @@ int bench_topk(const BenchOptions& options) {
           quick.iters = 20;
           const double us = median_us([&] { nsajit::topk(args); }, quick);
           detail::set_topk_launch_override({});
-          std::fprintf(stderr, "    sweep %-20s ctas %2d threads %4d kept %6d of %6d vectors%s%s: %8.1f us %s\n",
+          std::fprintf(stderr, "    sweep %-20s ctas %2d threads %4d kept %6d of %6d vectors%s%s%s: %8.1f us %s\n",
                        shape.name.c_str(), sh2.ctas, sh2.threads, plan.resident_vecs, plan.slice / 4 + 1,
                        plan.speculate ? (plan.prefetch_row ? " speculative+prefetch" : " speculative") : "",
-                       plan.prefetch_slice ? " slice-prefetch" : "", us, same ? "" : "OUTPUT DIFFERS");
+                       plan.prefetch_slice ? " slice-prefetch" : "", plan.dense_registers ? " dense-registers" : "", us,
+                       same ? "" : "OUTPUT DIFFERS");
         }
       }
     }
