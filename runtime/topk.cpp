@@ -139,6 +139,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   const bool dense_fits = c == 1 && plan.threads == 256 && plan.slice <= 4 * (256 * 9 - 1);
   plan.dense_registers = dense_fits && (g_override.dense_registers == 1 ||
                                         (g_override.dense_registers != 0 && many_short));
+  if (plan.dense_registers) plan.speculate = plan.prefetch_row = false;  // neither runs: no lists to lay out
   // The slice's vectors kept as keys in shared memory: all when they fit (one extra vector: the
   // slice need not be aligned); as many as fit when the CTA has the SM to itself anyway (1024
   // threads: 64 registers each fill the register file) or as two CTAs per SM allow (above); none

@@ -47,9 +47,9 @@ struct TopkParams {
   int speculate;               // 0 or 1
   int prefetch_row;            // speculate: each warp first asks L2 for its segment of the row
   int prefetch_slice;          // each CTA first asks L2 for its slice, before it reads the row's length
+                               // (rows without row_starts; the plan: a few rows in 8-16 CTA clusters)
   int dense_registers;         // 256 threads, C = 1, slices <= 9212 positions: the row's keys held in
                                // registers, three radix digits, one output pass (templates/topk.cuh)
-                               // (rows without row_starts; the plan: a few rows in 8-16 CTA clusters)
   int list_offset;             // the per-warp lists, list_words words: keys in the first half,
   int list_words;              // positions in the second (the sample's histograms at the start)
   // Fused transform (NSAJIT_FUSED): see IndexTransformParams.

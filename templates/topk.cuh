@@ -670,12 +670,14 @@ __device__ __noinline__ void topk_dense_row(const float* sp, const float* abase,
   for (int pass = 0; x.bits < 32; ++pass) {  // two 10-bit digits, from the registers
     const TopkRefineDigit digit = topk_refine_digit(x, sh, pass);
 #pragma unroll
-    for (int j = 0; j < DV; ++j)
+    for (int j = 0; j < DV; ++j) {
+      if (j * NSAJIT_THREADS >= s.nvec) break;  // rounds past the slice hold padding only (uniform)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const uint32_t key = topk_lane(k[j], e);
         if (key != 0u) topk_refine_count(digit, x, key);  // padding never counts (bin 0 holds NaN)
       }
+    }
     topk_refine_finish(digit, x, sh);
   }
   const uint32_t threshold = x.prefix;  // the topk-th largest key (>= 1)
@@ -686,7 +688,7 @@ __device__ __noinline__ void topk_dense_row(const float* sp, const float* abase,
   // below 2^16). Warp-inclusive scans; each warp's totals per round and each thread's exclusive
   // prefix inside its warp go to hist0 (free by now: the first digit's search ended with a
   // barrier; 72 + 9 * 256 words of its 4096), not to registers, which the keys fill.
-  uint32_t* const warp_totals = hist0;                           // [DV][warps]
+  uint32_t* const warp_totals = hist0;                           // [warps][DV]
   uint32_t* const before = hist0 + DV * NSAJIT_TOPK_WARPS;       // [DV][threads]
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
@@ -698,7 +700,7 @@ __device__ __noinline__ void topk_dense_row(const float* sp, const float* abase,
     }
     const uint32_t inclusive = uint32_t(warp_inclusive_scan(int(c)));
     before[j * NSAJIT_THREADS + tid] = inclusive - c;
-    if (lane == 31) warp_totals[j * NSAJIT_TOPK_WARPS + warp] = inclusive;
+    if (lane == 31) warp_totals[warp * DV + j] = inclusive;
   }
   __syncthreads();
   // Lane j < DV: round j's total, the warps before this one in it, then an exclusive scan of the
@@ -707,7 +709,7 @@ __device__ __noinline__ void topk_dense_row(const float* sp, const float* abase,
   if (lane < DV) {
 #pragma unroll
     for (int w = 0; w < NSAJIT_TOPK_WARPS; ++w) {
-      const uint32_t v = warp_totals[lane * NSAJIT_TOPK_WARPS + w];
+      const uint32_t v = warp_totals[w * DV + lane];
       total += v;
       in_round += w < warp ? v : 0u;
     }
@@ -826,7 +828,9 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   __syncthreads();
 
 #if NSAJIT_THREADS == 256
-  if (p.dense_registers != 0 && C == 1) {  // the plan: s.nvec < 256 * NSAJIT_TOPK_DENSE_VECS
+  // The plan sets it only where s.nvec <= 256 * NSAJIT_TOPK_DENSE_VECS; checked again (uniform):
+  // a longer slice takes the exact path instead of losing the keys past the registers.
+  if (p.dense_registers != 0 && C == 1 && s.nvec <= NSAJIT_THREADS * NSAJIT_TOPK_DENSE_VECS) {
     topk_dense_row(s.sp, s.abase, s.head, s.n, s.nvec, t.table_row, t.max_position, t.offset, apply, out, hist0,
                    reinterpret_cast<int*>(slots), sh);
     return;

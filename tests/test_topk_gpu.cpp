@@ -233,10 +233,19 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
     CHECK(q.resident_vecs == q.slice / 4 + 1);
   }
   CHECK(p.slice % 4 == 0);
-  // Many short rows: keys in registers at 256 threads, one CTA per row.
+  // Many short rows: keys in registers at 256 threads, one CTA per row; the tests' override
+  // reaches the path up to slices of 9212 positions and no further.
   CHECK(plan_topk_launch(4096, 8192, 2048, 132).dense_registers);
+  CHECK(!plan_topk_launch(4096, 8192, 2048, 132).speculate);
   CHECK(!plan_topk_launch(8, 8192, 2048, 132).dense_registers);
   CHECK(!plan_topk_launch(4096, 32768, 2048, 132).dense_registers);
+  {
+    LaunchOverride dense({.ctas_per_row = 1, .threads = 256, .dense_registers = 1});
+    CHECK(plan_topk_launch(6, 9212, 4096, 132).dense_registers);
+    CHECK(plan_topk_launch(6, 9212, 512, 132).dense_registers);
+    CHECK(!plan_topk_launch(6, 9212, 512, 132).speculate);
+    CHECK(!plan_topk_launch(6, 9213, 2048, 132).dense_registers);
+  }
   // The measured slice-prefetch regimes (docs/notes/topk.md, run 34), and its override.
   CHECK(plan_topk_launch(1, 131072, 2048, 132).prefetch_slice);
   CHECK(plan_topk_launch(8, 131072, 2048, 132).prefetch_slice);
@@ -690,7 +699,7 @@ TEST_CASE("topk gpu fused: decode, page sizes 1 and 64 give the same slots, part
   }
 }
 
-TEST_CASE("topk gpu: keys in registers (dense rows): every topk, sorted, fused decode, batchmates, 20 launches") {
+TEST_CASE("topk gpu: keys in registers (dense rows): every topk, sorted, fused modes, batchmates, 20 launches") {
   NSAJIT_REQUIRE_GPU();
   const unsigned seed = fresh_seed();
   INFO("seed " << seed);
@@ -698,8 +707,21 @@ TEST_CASE("topk gpu: keys in registers (dense rows): every topk, sorted, fused d
   std::normal_distribution<float> normal;
   LaunchOverride dense({.ctas_per_row = 1, .threads = 256, .dense_registers = 1});
   for (const int topk : {512, 1984, 2048, 4096}) {
-    const int width = 9212;  // the longest slice the path takes: 256 * 9 - 1 vectors
+    const int width = 9212;  // the longest slice the path takes
     auto p = make_problem(6, width, topk, [&] { return rng() % 3 == 0 ? float(rng() % 4) : normal(rng); });
+    // Odd stride: rows start 0..3 elements into a 16-byte vector, so a full row spans 2304 vectors
+    // (the registers' 256 * 9) with element loads at both edges.
+    const int stride = width + 3;
+    auto padded = [&](ref::TopkProblem q) {
+      std::vector<float> s(std::size_t(q.rows) * stride, -1.0f);
+      for (int r = 0; r < q.rows; ++r)
+        std::copy(q.scores.begin() + std::ptrdiff_t(r) * width, q.scores.begin() + std::ptrdiff_t(r + 1) * width,
+                  s.begin() + std::ptrdiff_t(r) * stride);
+      q.scores = std::move(s);
+      q.score_row_stride = stride;
+      return q;
+    };
+    p = padded(p);
     p.lengths = {width, topk + 1, topk, 17, width - 1, 8192};
     INFO("topk " << topk);
     const I got = DeviceTopk(p).run();
@@ -708,8 +730,8 @@ TEST_CASE("topk gpu: keys in registers (dense rows): every topk, sorted, fused d
     DeviceTopk device(p);
     for (int i = 0; i < 20; ++i) CHECK(device.run() == got);
     {  // the same rows inside a batch of other rows
-      auto big = make_problem(40, width, topk, [&] { return normal(rng); });
-      std::copy(p.scores.begin(), p.scores.end(), big.scores.begin() + 31 * std::ptrdiff_t(width));
+      auto big = padded(make_problem(40, width, topk, [&] { return normal(rng); }));
+      std::copy(p.scores.begin(), p.scores.end(), big.scores.begin() + 31 * std::ptrdiff_t(stride));
       std::copy(p.lengths.begin(), p.lengths.end(), big.lengths.begin() + 31);
       const I all = DeviceTopk(big).run();
       CHECK(std::equal(got.begin(), got.end(), all.begin() + 31 * std::ptrdiff_t(topk)));
@@ -725,6 +747,18 @@ TEST_CASE("topk gpu: keys in registers (dense rows): every topk, sorted, fused d
     const I request_len(p.lengths.begin(), p.lengths.end());
     t64.page_table = ref::real_page_table(shuffled_page_table_1(rng, p.rows, width, 64, request_len), p.rows, width, 64);
     check_fused(p, t64);
+    // Prefill: rows 0-1 of request 0, rows 2-4 of request 1, row 5 of no request (all -1); ragged.
+    ref::TopkTransform prefill;
+    prefill.mode = IndexMode::prefill;
+    prefill.num_requests = 2;
+    prefill.cu_seqlens_q = {0, 2, 5};
+    prefill.page_table_width = width;
+    prefill.page_table = shuffled_page_table_1(rng, 2, width, 1, I{width, width});
+    check_fused(p, prefill);
+    ref::TopkTransform ragged;
+    ragged.mode = IndexMode::ragged;
+    ragged.offsets = {0, 7, 100000, 3, 0, 9212};
+    check_fused(p, ragged);
   }
 }
 
