@@ -258,10 +258,12 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         const unsigned char* base = token_bytes(idx);
 #pragma unroll 1
         for (int o = 128 * (pt & 1); o < kFp8Bytes + 127; o += 256) prefetch_l2_line(base + min(o, kFp8Bytes - 1));
-      } else {  // thread pt < 64: token pt
-        if (pt >= BT) return;
-        const int idx = load_index(idx_row, tile * BT + pt, n, p.num_slots);
-        if (idx >= 0) prefetch_l2(p.kv + (long long)idx * p.kv_row_stride, uint32_t(kDimQK * 2));
+      } else {  // the same pairs over the 1152-byte row
+        const int idx = load_index(idx_row, tile * BT + (pt >> 1), n, p.num_slots);
+        if (idx < 0) return;
+        const char* base = reinterpret_cast<const char*>(p.kv + (long long)idx * p.kv_row_stride);
+#pragma unroll 1
+        for (int o = 128 * (pt & 1); o < 2 * kDimQK + 127; o += 256) prefetch_l2_line(base + min(o, 2 * kDimQK - 1));
       }
     };
     prefetch_tile(tb + 1);
