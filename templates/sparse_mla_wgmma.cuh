@@ -86,10 +86,6 @@ NSAJIT_DEVICE void cp_async_16_zfill(uint32_t saddr, const void* gmem, uint32_t 
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(saddr), "l"(gmem), "r"(src_bytes)
                : "memory");
 }
-// Bulk prefetch of `bytes` (multiple of 16, 16-byte aligned) into L2; no shared memory, no completion.
-NSAJIT_DEVICE void prefetch_l2(const void* gmem, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(gmem), "r"(bytes) : "memory");
-}
 // Asks L2 for the 128-byte line holding `gmem` (per thread; no completion).
 NSAJIT_DEVICE void prefetch_l2_line(const void* gmem) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(gmem));
@@ -249,7 +245,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       if (tile >= te) return;
       if constexpr (FP8) {
         // Thread pair (token pt / 2, h = pt % 2): the lines holding the token's bytes at offsets
-        // 128 k (h = 0: k even, and its last byte; h = 1: k odd), every line of the token.
+        // 128 k (h = 0: k even, h = 1: k odd), every line of the token: the token starts 16-byte
+        // aligned (kv and the page stride are), so the line of offset 640 holds byte 655.
         // Per-thread line prefetches: a bulk prefetch takes a warp-uniform address, so the
         // compiler runs one per lane in a serial loop. The loop is not unrolled: unrolled, ptxas
         // keeps the addresses live and the producer spills.
@@ -257,11 +254,13 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         if (idx < 0) return;
         const unsigned char* base = token_bytes(idx);
 #pragma unroll 1
-        for (int o = 128 * (pt & 1); o < kFp8Bytes + 127; o += 256) prefetch_l2_line(base + min(o, kFp8Bytes - 1));
-      } else {  // thread pt < 64: token pt
-        if (pt >= BT) return;
-        const int idx = load_index(idx_row, tile * BT + pt, n, p.num_slots);
-        if (idx >= 0) prefetch_l2(p.kv + (long long)idx * p.kv_row_stride, uint32_t(kDimQK * 2));
+        for (int o = 128 * (pt & 1); o < kFp8Bytes; o += 256) prefetch_l2_line(base + o);
+      } else {  // the same pairs over the 1152-byte row
+        const int idx = load_index(idx_row, tile * BT + (pt >> 1), n, p.num_slots);
+        if (idx < 0) return;
+        const char* base = reinterpret_cast<const char*>(p.kv + (long long)idx * p.kv_row_stride);
+#pragma unroll 1
+        for (int o = 128 * (pt & 1); o < 2 * kDimQK + 127; o += 256) prefetch_l2_line(base + min(o, 2 * kDimQK - 1));
       }
     };
     prefetch_tile(tb + 1);
