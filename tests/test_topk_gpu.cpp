@@ -699,7 +699,7 @@ TEST_CASE("topk gpu fused: decode, page sizes 1 and 64 give the same slots, part
   }
 }
 
-TEST_CASE("topk gpu: keys in registers (dense rows): every topk, sorted, fused modes, batchmates, 20 launches") {
+TEST_CASE("topk gpu: keys in registers (dense rows): topk 512..4096, sorted, fused modes, batchmates, 20 launches") {
   NSAJIT_REQUIRE_GPU();
   const unsigned seed = fresh_seed();
   INFO("seed " << seed);
@@ -736,9 +736,13 @@ TEST_CASE("topk gpu: keys in registers (dense rows): every topk, sorted, fused m
       const I all = DeviceTopk(big).run();
       CHECK(std::equal(got.begin(), got.end(), all.begin() + 31 * std::ptrdiff_t(topk)));
     }
+    // Each sorted or fused variant is one more NVRTC compile per topk (20 took 75 s on the H200):
+    // sorted at a multiple and a non-multiple of 64, fused at the model's topk.
+    if (topk == 512 || topk == 4096) continue;
     const I sorted = DeviceTopk(p, nullptr, true).run();
     const std::string why_sorted = explain(p, sorted, ref::topk(p));
     CHECK_MESSAGE(why_sorted.empty(), why_sorted);
+    if (topk != 2048) continue;
     ref::TopkTransform t64;
     t64.mode = IndexMode::decode;
     t64.page_size = 64;
