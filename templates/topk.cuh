@@ -306,9 +306,13 @@ NSAJIT_DEVICE uint32_t topk_find_bin(const uint32_t* h, int nbins, int k, TopkSh
   const int per = nbins > NSAJIT_THREADS ? nbins / NSAJIT_THREADS : 1;
   const int owners = nbins / per;
   const int top = nbins - 1 - tid * per;  // the highest bin of this thread's chunk
+  // The chunk's sum in a rotated order: lane L starts at bin (L * per / 32) of its chunk, so the
+  // warp's 32 reads of one step fall in 32 different banks (in order, chunks `per` words apart
+  // shared 32 / per banks: a 16-way conflict at 4096 bins and 256 threads).
+  const int rotate = per >= 32 ? lane : (lane * per) >> 5;
   int local = 0;
   if (tid < owners)
-    for (int i = 0; i < per; ++i) local += int(h[top - i]);
+    for (int i = 0; i < per; ++i) local += int(h[top - ((i + rotate) & (per - 1))]);
   const int inclusive = warp_inclusive_scan(local);
   if (lane == 31) sh.warp_sum[warp] = inclusive;
   __syncthreads();
@@ -625,11 +629,11 @@ __device__ __noinline__ void topk_dense_row(const float* sp, const float* abase,
   s.head = head;
   s.n = n;
   s.nvec = nvec;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   TopkTransformRow t;
   t.table_row = table_row;
   t.max_position = max_position;
   t.offset = offset;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
   u32x4 k[DV];
   // Whole vectors: all loads in flight before the first key.
@@ -667,17 +671,47 @@ __device__ __noinline__ void topk_dense_row(const float* sp, const float* abase,
     const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
     topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
   }
-  for (int pass = 0; x.bits < 32; ++pass) {  // two 10-bit digits, from the registers
-    const TopkRefineDigit digit = topk_refine_digit(x, sh, pass);
+  // The keys of the threshold's bin (about 70 of 6K normal scores), listed from the start of
+  // dynamic shared memory: nothing there is in use until the output is staged (hist0's search
+  // ended with a barrier), and the plan gives it room for the whole slice (4 * 256 * 9 words).
+  extern __shared__ u32x4 topk_dynamic[];
+  uint32_t* const listed = reinterpret_cast<uint32_t*>(topk_dynamic);
+  const int n_listed = x.count;
 #pragma unroll
-    for (int j = 0; j < DV; ++j) {
-      if (j * NSAJIT_THREADS >= s.nvec) break;  // rounds past the slice hold padding only (uniform)
+  for (int j = 0; j < DV; ++j) {
+    if (j * NSAJIT_THREADS >= s.nvec) break;  // rounds past the slice hold padding only (uniform)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const uint32_t key = topk_lane(k[j], e);
-        if (key != 0u) topk_refine_count(digit, x, key);  // padding never counts (bin 0 holds NaN)
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t key = topk_lane(k[j], e);
+      if (key != 0u && (key & x.mask) == x.prefix) listed[atomicAdd(&sh.cand_local, 1)] = key;
+    }
+  }
+  __syncthreads();
+  if (n_listed <= NSAJIT_THREADS) {
+    // One entry a thread, ranked against the others (descending, ties by list slot): the entry of
+    // rank k - 1 is the threshold. One barrier, where two 10-bit digits take four.
+    if (tid < n_listed) {
+      const uint32_t mine = listed[tid];
+      int greater = 0, equal_before = 0;
+      for (int i = 0; i < n_listed; ++i) {
+        const uint32_t other = listed[i];
+        greater += int(other > mine);
+        equal_before += int(other == mine && i < tid);
+      }
+      if (greater + equal_before == x.k - 1) {  // exactly one entry
+        sh.digit = mine;
+        sh.greater = x.k - greater;  // the copies of the threshold to take
       }
     }
+    __syncthreads();
+    x.prefix = sh.digit;
+    x.k = sh.greater;
+    x.mask = 0xffffffffu;
+    x.bits = 32;
+  }
+  for (int pass = 0; x.bits < 32; ++pass) {  // two 10-bit digits over the list
+    const TopkRefineDigit digit = topk_refine_digit(x, sh, pass);
+    for (int i = tid; i < n_listed; i += NSAJIT_THREADS) topk_refine_count(digit, x, listed[i]);
     topk_refine_finish(digit, x, sh);
   }
   const uint32_t threshold = x.prefix;  // the topk-th largest key (>= 1)
@@ -722,13 +756,13 @@ __device__ __noinline__ void topk_dense_row(const float* sp, const float* abase,
     int g = int(base & 0xffffu), q = int(base >> 16);
     const int position0 = 4 * (tid + j * NSAJIT_THREADS) - s.head;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
+    for (int e = 0; e < 4; ++e) {  // predicated stores, no branches (the keys diverge)
       const uint32_t key = topk_lane(k[j], e);
-      if (key > threshold) staged[g++] = position0 + e;
-      else if (key == threshold) {
-        if (q < take_equal) staged[total_greater + q] = position0 + e;
-        ++q;
-      }
+      const bool greater = key > threshold, equal = key == threshold;
+      const int slot = greater ? g : total_greater + q;
+      if (greater || (equal && q < take_equal)) staged[slot] = position0 + e;
+      g += int(greater);
+      q += int(equal);
     }
   }
   __syncthreads();
