@@ -691,19 +691,29 @@ __device__ __noinline__ void topk_dense_row(const float* sp, const float* abase,
   }
   __syncthreads();
   if (n_listed <= NSAJIT_THREADS) {
-    // One entry a thread, ranked against the others (descending, ties by list slot): the entry of
-    // rank k - 1 is the threshold. One barrier, where two 10-bit digits take four.
+    // One entry a thread, counted against all (16-byte broadcast reads): the entries with
+    // greater < k <= greater + equal hold the threshold; the first listed copy writes it. One
+    // barrier, where two 10-bit digits take four.
     if (tid < n_listed) {
       const uint32_t mine = listed[tid];
-      int greater = 0, equal_before = 0;
-      for (int i = 0; i < n_listed; ++i) {
-        const uint32_t other = listed[i];
-        greater += int(other > mine);
-        equal_before += int(other == mine && i < tid);
+      const u32x4* const quads = reinterpret_cast<const u32x4*>(listed);
+      int greater = 0, equal = 0, i = 0;
+      for (; i + 4 <= n_listed; i += 4) {
+        const u32x4 o = quads[i >> 2];
+        greater += int(o.x > mine) + int(o.y > mine) + int(o.z > mine) + int(o.w > mine);
+        equal += int(o.x == mine) + int(o.y == mine) + int(o.z == mine) + int(o.w == mine);
       }
-      if (greater + equal_before == x.k - 1) {  // exactly one entry
-        sh.digit = mine;
-        sh.greater = x.k - greater;  // the copies of the threshold to take
+      for (; i < n_listed; ++i) {
+        greater += int(listed[i] > mine);
+        equal += int(listed[i] == mine);
+      }
+      if (greater < x.k && greater + equal >= x.k) {
+        bool first = true;  // copies of the threshold (rare): only the first listed one writes
+        for (int j = 0; equal > 1 && j < tid; ++j) first = first && listed[j] != mine;
+        if (first) {
+          sh.digit = mine;
+          sh.greater = x.k - greater;  // the copies of the threshold to take
+        }
       }
     }
     __syncthreads();

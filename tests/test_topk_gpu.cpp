@@ -766,6 +766,32 @@ TEST_CASE("topk gpu: keys in registers (dense rows): topk 512..4096, sorted, fus
   }
 }
 
+TEST_CASE("topk gpu: keys in registers (dense rows): copies of the threshold in a small first-digit bin") {
+  NSAJIT_REQUIRE_GPU();
+  const unsigned seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  LaunchOverride dense({.ctas_per_row = 1, .threads = 256, .dense_registers = 1});
+  const int width = 6001, topk = 2048;
+  auto p = make_problem(6, width, topk, [&] { return normal(rng); });
+  // Row r: copies of the topk-th largest score at sorted ranks [topk - before, topk - 1 + after),
+  // so that the threshold's bin (about 70 keys, ranked one a thread) holds several equal keys:
+  // 4 of 7 taken, 1 of 7, all 7, a single key, both of 2, 1 of 2.
+  const int spans[6][2] = {{4, 4}, {1, 7}, {7, 1}, {1, 1}, {2, 0}, {0, 2}};
+  for (int r = 0; r < p.rows; ++r) {
+    float* row = p.scores.data() + std::ptrdiff_t(r) * width;
+    std::vector<int> order(width);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b]; });
+    const float threshold = row[order[topk - 1]];
+    for (int i = topk - spans[r][0]; i < topk - 1 + spans[r][1]; ++i) row[order[i]] = threshold;
+  }
+  const I got = DeviceTopk(p).run();
+  const std::string why = explain(p, got, ref::topk_index_order(p));
+  CHECK_MESSAGE(why.empty(), why);
+}
+
 TEST_CASE("topk gpu fused: prefill with a cached prefix (row_starts, cu_seqlens_q) and ragged offsets") {
   NSAJIT_REQUIRE_GPU();
   const unsigned seed = fresh_seed();
