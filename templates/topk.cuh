@@ -646,6 +646,11 @@ __device__ __noinline__ void topk_dense_row(const float* sp, const float* abase,
     k[j].x = k[j].y = k[j].z = k[j].w = 0u;
     if (v >= vw0 && v < vw1) k[j] = topk_load_16(s.abase + 4 * v);
   }
+  // While the loads are in flight: hist0 (16-byte stores; the plan aligns it) and the list's fill.
+  for (int i = tid; i < NSAJIT_TOPK_BINS0 / 4; i += NSAJIT_THREADS)
+    reinterpret_cast<u32x4*>(hist0)[i] = u32x4{0u, 0u, 0u, 0u};
+  if (tid == 0) sh.cand_local = 0;
+  __syncthreads();
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
     const int v = tid + j * NSAJIT_THREADS;
@@ -721,6 +726,10 @@ __device__ __noinline__ void topk_dense_row(const float* sp, const float* abase,
     x.k = sh.greater;
     x.mask = 0xffffffffu;
     x.bits = 32;
+  }
+  if (x.bits < 32) {  // uniform: the digits' histograms, not zeroed at the kernel's start on this path
+    for (int i = tid; i < 2 << NSAJIT_TOPK_REFINE_BITS; i += NSAJIT_THREADS) (&sh.refine_hist[0][0])[i] = 0u;
+    __syncthreads();
   }
   for (int pass = 0; x.bits < 32; ++pass) {  // two 10-bit digits over the list
     const TopkRefineDigit digit = topk_refine_digit(x, sh, pass);
@@ -864,6 +873,16 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   uint32_t* const warp_list = list + warp * list_capacity;
   int* const warp_list_position = reinterpret_cast<int*>(list + p.list_words / 2) + warp * list_capacity;
 
+#if NSAJIT_THREADS == 256
+  // The plan sets it only where s.nvec <= 256 * NSAJIT_TOPK_DENSE_VECS; checked again (uniform):
+  // a longer slice takes the exact path instead of losing the keys past the registers. Before
+  // the zeroing below: the dense rows zero what they use while their loads are in flight.
+  if (p.dense_registers != 0 && C == 1 && s.nvec <= NSAJIT_THREADS * NSAJIT_TOPK_DENSE_VECS) {
+    topk_dense_row(s.sp, s.abase, s.head, s.n, s.nvec, t.table_row, t.max_position, t.offset, apply, out, hist0,
+                   reinterpret_cast<int*>(slots), sh);
+    return;
+  }
+#endif
   for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
   if (may_speculate)
     for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) list[i] = 0u;  // the sample's histogram
@@ -874,15 +893,6 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   }
   __syncthreads();
 
-#if NSAJIT_THREADS == 256
-  // The plan sets it only where s.nvec <= 256 * NSAJIT_TOPK_DENSE_VECS; checked again (uniform):
-  // a longer slice takes the exact path instead of losing the keys past the registers.
-  if (p.dense_registers != 0 && C == 1 && s.nvec <= NSAJIT_THREADS * NSAJIT_TOPK_DENSE_VECS) {
-    topk_dense_row(s.sp, s.abase, s.head, s.n, s.nvec, t.table_row, t.max_position, t.offset, apply, out, hist0,
-                   reinterpret_cast<int*>(slots), sh);
-    return;
-  }
-#endif
   // Warp w owns the contiguous rounds [w R / W, (w + 1) R / W) of 32 vectors: in the classify (or
   // speculative) sweep and in the output.
   const int rounds = (s.nvec + 31) >> 5;
