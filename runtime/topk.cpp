@@ -133,10 +133,11 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // but 64 x 65536 (2-CTA clusters, 128 CTAs) 26.6 -> 27.4; wider or more rows unmeasured.
   const bool few_long_rows = c >= 8 && 2LL * rows * c <= sm_count && 4LL * rows * width <= kPrefetchSliceMaxBytes;
   plan.prefetch_slice = g_override.prefetch_slice == 1 || (g_override.prefetch_slice != 0 && few_long_rows);
-  // Many short rows at 256 threads, one CTA each: the row's keys held in registers (9 vectors a
-  // thread: slices of at most 256 * 9 - 1 vectors), read once, three radix digits counted from
-  // the registers, one output pass (templates/topk.cuh, topk_dense_row).
-  const bool dense_fits = c == 1 && plan.threads == 256 && plan.slice <= 4 * (256 * 9 - 1);
+  // Many short rows at 256 threads, one CTA each: the row's keys held in registers
+  // (NSAJIT_TOPK_DENSE_VECS = 9 vectors a thread: slices of at most 256 * 9 - 1 vectors, as a row
+  // need not be aligned), read once, the threshold found from them, one output pass
+  // (templates/topk.cuh, topk_dense_row).
+  const bool dense_fits = c == 1 && plan.threads == 256 && plan.slice <= 4 * (256 * NSAJIT_TOPK_DENSE_VECS - 1);
   plan.dense_registers = dense_fits && (g_override.dense_registers == 1 ||
                                         (g_override.dense_registers != 0 && many_short));
   if (plan.dense_registers) plan.speculate = plan.prefetch_row = false;  // neither runs: no lists to lay out
@@ -163,7 +164,8 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   plan.bitmap_words = fixed.bitmap_words;
   plan.dynamic_smem = unsigned(4 * (plan.hist_offset + fixed.end));
   // The dense rows list their threshold bin's keys from word 0: room for a whole slice.
-  if (plan.dense_registers) plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * 4 * 256 * 9));
+  if (plan.dense_registers)
+    plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * 4 * 256 * NSAJIT_TOPK_DENSE_VECS));
   // The speculative sweep's lists (score bits, later keys; positions) start where the exact
   // path's slots do (what follows is used by the exact path only) and take at least what the
   // exact path takes, up to 64 KB of dynamic shared memory when rows share SMs over several waves,

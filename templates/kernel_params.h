@@ -17,6 +17,12 @@ struct IndexTransformParams {
   int num_requests;
 };
 
+// Dense rows (TopkParams::dense_registers): each of the 256 threads holds this many 16-byte vectors
+// of the row in registers, so slices of at most 256 * NSAJIT_TOPK_DENSE_VECS vectors; the list of
+// the threshold bin's keys takes up to 4 * 256 * NSAJIT_TOPK_DENSE_VECS words of dynamic shared
+// memory from word 0 (the host plans both).
+#define NSAJIT_TOPK_DENSE_VECS 9
+
 struct TopkParams {
   const float* scores;         // [rows, width]
   long long score_row_stride;  // elements

@@ -82,8 +82,8 @@
 #define NSAJIT_TOPK_FULL 0xffffffffu
 
 static_assert(NSAJIT_TOPK % 64 == 0, "topk must be a multiple of 64");
-static_assert(NSAJIT_THREADS % 32 == 0 && NSAJIT_THREADS >= 128 && NSAJIT_THREADS <= 1024,
-              "threads: whole warps, 128..1024");
+static_assert((NSAJIT_THREADS & (NSAJIT_THREADS - 1)) == 0 && NSAJIT_THREADS >= 128 && NSAJIT_THREADS <= 1024,
+              "threads: a power of two, 128..1024 (the bin search's chunks)");
 static_assert(NSAJIT_SORT_N >= NSAJIT_TOPK && (NSAJIT_SORT_N & (NSAJIT_SORT_N - 1)) == 0,
               "sort size: a power of two >= topk");
 
@@ -618,7 +618,6 @@ NSAJIT_DEVICE void topk_sort_phase(const TopkParams& p, unsigned long long* s) {
 // order, their slots from one block-wide scan of packed (greater | equal << 16) counts per round j
 // (index order is round j, then thread, then element), staged in shared memory and written to
 // `out` coalesced (transformed when fused).
-#define NSAJIT_TOPK_DENSE_VECS 9
 
 // Not inlined: its registers are allocated apart from the rest of the kernel's (inlined, the
 // whole kernel spilled at 64 registers); scalar arguments, so that nothing goes through the stack.

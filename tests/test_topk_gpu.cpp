@@ -97,6 +97,12 @@ struct LaunchOverride {
   ~LaunchOverride() { nsajit::detail::set_topk_launch_override({}); }
 };
 
+// The dense rows' path forced as production lays it out: nothing kept in shared memory, so the
+// list of the threshold bin's keys overlaps hist0 and the staged output (keeping the slice would
+// move hist0 past the list).
+const nsajit::detail::TopkLaunchOverride kDenseRows{
+    .ctas_per_row = 1, .threads = 256, .force_streaming = true, .dense_registers = 1};
+
 // First differing row, with the reference's explanation, or "".
 std::string explain(const ref::TopkProblem& p, const I& got, const I& expected) {
   if (got == expected) return "";
@@ -239,12 +245,24 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   CHECK(!plan_topk_launch(4096, 8192, 2048, 132).speculate);
   CHECK(!plan_topk_launch(8, 8192, 2048, 132).dense_registers);
   CHECK(!plan_topk_launch(4096, 32768, 2048, 132).dense_registers);
+  {  // as planned, nothing is kept: the list of the threshold bin's keys from word 0 overlaps hist0
+    const auto planned = plan_topk_launch(4096, 8192, 2048, 132);
+    CHECK(planned.hist_offset == 0);
+    CHECK(planned.dynamic_smem >= 4u * 4 * 256 * NSAJIT_TOPK_DENSE_VECS);
+  }
   {
     LaunchOverride dense({.ctas_per_row = 1, .threads = 256, .dense_registers = 1});
     CHECK(plan_topk_launch(6, 9212, 4096, 132).dense_registers);
     CHECK(plan_topk_launch(6, 9212, 512, 132).dense_registers);
     CHECK(!plan_topk_launch(6, 9212, 512, 132).speculate);
     CHECK(!plan_topk_launch(6, 9213, 2048, 132).dense_registers);
+  }
+  {  // the GPU tests' forced path lays shared memory out as production does
+    LaunchOverride dense(kDenseRows);
+    const auto forced = plan_topk_launch(6, 9212, 2048, 132);
+    CHECK(forced.dense_registers);
+    CHECK(forced.hist_offset == 0);
+    CHECK(forced.dynamic_smem >= 4u * 4 * 256 * NSAJIT_TOPK_DENSE_VECS);
   }
   // The measured slice-prefetch regimes (docs/notes/topk.md, run 34), and its override.
   CHECK(plan_topk_launch(1, 131072, 2048, 132).prefetch_slice);
@@ -436,7 +454,7 @@ TEST_CASE("topk gpu: distributions, at 1, 2, 8 and 16 CTAs per row, list, rescan
           check_topk(p);
         }
         if (width <= 9212) {  // the row's keys in registers (many short rows take it by default)
-          LaunchOverride dense({.ctas_per_row = 1, .threads = 256, .dense_registers = 1});
+          LaunchOverride dense(kDenseRows);
           check_topk(p);
         }
         {
@@ -482,7 +500,7 @@ TEST_CASE("topk gpu: row_starts (clamped) and a padded odd row stride") {
       check_topk(p);
     }
     if (width <= 9212) {  // keys in registers: unaligned rows (edge vectors at both ends)
-      LaunchOverride dense({.ctas_per_row = 1, .threads = 256, .dense_registers = 1});
+      LaunchOverride dense(kDenseRows);
       check_topk(p);
     }
   }
@@ -705,7 +723,7 @@ TEST_CASE("topk gpu: keys in registers (dense rows): topk 512..4096, sorted, fus
   INFO("seed " << seed);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
-  LaunchOverride dense({.ctas_per_row = 1, .threads = 256, .dense_registers = 1});
+  LaunchOverride dense(kDenseRows);
   for (const int topk : {512, 1984, 2048, 4096}) {
     const int width = 9212;  // the longest slice the path takes
     auto p = make_problem(6, width, topk, [&] { return rng() % 3 == 0 ? float(rng() % 4) : normal(rng); });
@@ -772,7 +790,7 @@ TEST_CASE("topk gpu: keys in registers (dense rows): copies of the threshold in 
   INFO("seed " << seed);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
-  LaunchOverride dense({.ctas_per_row = 1, .threads = 256, .dense_registers = 1});
+  LaunchOverride dense(kDenseRows);
   const int width = 6001, topk = 2048;
   auto p = make_problem(6, width, topk, [&] { return normal(rng); });
   // Row r: copies of the topk-th largest score at sorted ranks [topk - before, topk - 1 + after),
