@@ -107,10 +107,11 @@ TEST_CASE("tight-register kernels compile without serialised wgmma, spills or st
       specs.push_back(spec);
     }
   for (const int threads : {256, 512, 1024})
-    for (const int page_size : {0, 1, 64}) {  // 0: plain top-k
+    for (const int page_size : {-1, 0, 1, 64}) {  // -1: sorted, 0: plain top-k, else fused
       KernelSpec spec;
       spec.family = Family::topk;
       spec.tile.threads = threads;
+      spec.sorted = page_size < 0;
       if (page_size > 0) {
         spec.fused_transform = true;
         spec.page_size = page_size;
