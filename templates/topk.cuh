@@ -130,14 +130,14 @@ NSAJIT_DEVICE uint32_t topk_cluster_rank() {
 
 struct TopkTransformRow {
   const int* table_row;  // null: the whole row maps to -1 (prefill row of no request)
-  long long max_position;
+  int limit;             // positions [0, limit) reach the table: min(max_position, 2^31 - 1), 0 without a row
   int offset;
 };
 
 NSAJIT_DEVICE TopkTransformRow topk_transform_row(const TopkParams& p, int r) {
   TopkTransformRow t;
   t.table_row = nullptr;
-  t.max_position = p.max_position;
+  t.limit = 0;
   t.offset = 0;
 #if NSAJIT_FUSED
 #if NSAJIT_MODE == 0
@@ -148,20 +148,29 @@ NSAJIT_DEVICE TopkTransformRow topk_transform_row(const TopkParams& p, int r) {
 #else
   t.offset = p.offsets[r];
 #endif
+  if (t.table_row != nullptr) t.limit = int(min(p.max_position, 0x7fffffffll));
 #endif
   return t;
 }
 
 // idx: a position in [0, len) or -1. apply = 0 returns it unchanged.
+// Without branches: a branch around the table read made the compiler issue the reads of an
+// unrolled caller one after another, each waiting for the previous one's use (SASS of the dense
+// rows' output, 4096 x 4097..8192: four dependent L2 round trips per batch of four slots). A
+// predicated read lets it issue them all before the first use.
 NSAJIT_DEVICE int topk_emit(const TopkTransformRow& t, int idx, bool apply) {
-  if (!apply || idx < 0) return idx;
+  if (!apply) return idx;
 #if NSAJIT_MODE == 2
-  return int(uint32_t(idx) + uint32_t(t.offset));  // wrapping add, as the CPU reference
+  return idx < 0 ? idx : int(uint32_t(idx) + uint32_t(t.offset));  // wrapping add, as the CPU reference
 #else
-  if (t.table_row == nullptr || (long long)idx >= t.max_position) return -1;
-  const int entry = t.table_row[idx / NSAJIT_PAGE_SIZE];
-  if (entry < 0) return -1;
-  return int((long long)entry * NSAJIT_PAGE_SIZE + idx % NSAJIT_PAGE_SIZE);
+  const bool reaches = uint32_t(idx) < uint32_t(t.limit);  // 0 <= idx < limit
+  int entry = -1;
+  asm("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %2, 0;\n\t@p ld.global.nc.s32 %0, [%1];\n\t}"
+      : "+r"(entry)
+      : "l"(t.table_row + uint32_t(idx) / NSAJIT_PAGE_SIZE), "r"(uint32_t(reaches)));
+  // The slot's low 32 bits (the 64-bit entry * P + idx % P stored as int32), or -1 for a negative
+  // entry (entry >> 31 is all ones then): an OR, not a branch after the read.
+  return int(uint32_t(entry) * NSAJIT_PAGE_SIZE + uint32_t(idx) % NSAJIT_PAGE_SIZE) | (entry >> 31);
 #endif
 }
 
@@ -173,7 +182,7 @@ NSAJIT_DEVICE int topk_emit(const TopkTransformRow& t, int idx, bool apply) {
 NSAJIT_DEVICE void topk_prefetch_table(const TopkTransformRow& t, int len) {
 #if NSAJIT_MODE != 2 && NSAJIT_PAGE_SIZE >= 32
   if (t.table_row == nullptr) return;
-  const long long used = min((long long)len, t.max_position);  // positions that reach the table
+  const long long used = min(len, t.limit);  // positions that reach the table
   const long long entries = (used + NSAJIT_PAGE_SIZE - 1) / NSAJIT_PAGE_SIZE;
   const unsigned long long first = (reinterpret_cast<unsigned long long>(t.table_row) + 15ull) & ~15ull;
   const unsigned long long end = reinterpret_cast<unsigned long long>(t.table_row + entries) & ~15ull;
@@ -622,7 +631,7 @@ NSAJIT_DEVICE void topk_sort_phase(const TopkParams& p, unsigned long long* s) {
 // Not inlined: its registers are allocated apart from the rest of the kernel's (inlined, the
 // whole kernel spilled at 64 registers); scalar arguments, so that nothing goes through the stack.
 __device__ __noinline__ void topk_dense_row(const float* sp, const float* abase, int head, int n, int nvec,
-                                            const int* table_row, long long max_position, int offset, bool apply,
+                                            const int* table_row, int limit, int offset, bool apply,
                                             int* out, uint32_t* hist0, int* staged, TopkShared& sh) {
   constexpr int DV = NSAJIT_TOPK_DENSE_VECS;
   TopkSlice s;
@@ -634,7 +643,7 @@ __device__ __noinline__ void topk_dense_row(const float* sp, const float* abase,
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   TopkTransformRow t;
   t.table_row = table_row;
-  t.max_position = max_position;
+  t.limit = limit;
   t.offset = offset;
   const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
   u32x4 k[DV];
@@ -787,15 +796,19 @@ __device__ __noinline__ void topk_dense_row(const float* sp, const float* abase,
     }
   }
   __syncthreads();
-  // `out`, consecutive threads on consecutive slots; fused: up to 4 page-table reads in flight.
-  constexpr int kBatch = 4;
+  // `out`, consecutive threads on consecutive slots; fused: up to 8 page-table reads in flight.
+  // Positions first, then the transform, then the stores: no branch between the reads.
+  constexpr int kBatch = 8;
+#pragma unroll
   for (int i0 = tid; i0 < NSAJIT_TOPK; i0 += kBatch * NSAJIT_THREADS) {
     int value[kBatch];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int i = i0 + u * NSAJIT_THREADS;
-      value[u] = i < NSAJIT_TOPK ? topk_emit(t, staged[i], apply) : -1;
+      value[u] = i < NSAJIT_TOPK ? staged[i] : -1;
     }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) value[u] = topk_emit(t, value[u], apply);
 #pragma unroll
     for (int u = 0; u < kBatch; ++u)
       if (i0 + u * NSAJIT_THREADS < NSAJIT_TOPK) out[i0 + u * NSAJIT_THREADS] = value[u];
@@ -877,7 +890,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   // a longer slice takes the exact path instead of losing the keys past the registers. Before
   // the zeroing below: the dense rows zero what they use while their loads are in flight.
   if (p.dense_registers != 0 && C == 1 && s.nvec <= NSAJIT_THREADS * NSAJIT_TOPK_DENSE_VECS) {
-    topk_dense_row(s.sp, s.abase, s.head, s.n, s.nvec, t.table_row, t.max_position, t.offset, apply, out, hist0,
+    topk_dense_row(s.sp, s.abase, s.head, s.n, s.nvec, t.table_row, t.limit, t.offset, apply, out, hist0,
                    reinterpret_cast<int*>(slots), sh);
     return;
   }
@@ -1322,8 +1335,10 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       for (int u = 0; u < kBatch; ++u) {
         const int i = i0 + u * NSAJIT_THREADS;
         slot[u] = i >= count ? -1 : i < g_count ? cta_greater + i : e_begin + (i - g_count);
-        slot_value[u] = slot[u] >= 0 ? topk_emit(t, dst[slot[u]], apply) : -1;
+        slot_value[u] = slot[u] >= 0 ? dst[slot[u]] : -1;
       }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) slot_value[u] = topk_emit(t, slot_value[u], apply);
 #pragma unroll
       for (int u = 0; u < kBatch; ++u)
         if (slot[u] >= 0) out[slot[u]] = slot_value[u];
