@@ -444,7 +444,8 @@ NSAJIT_DEVICE uint32_t topk_cluster_address(const void* local, uint32_t rank) {
 
 // --- speculative single sweep (one CTA per row) ----------------------------------------------------
 // The exact path reads the row twice (pass 0 for the first digit, then the classify sweep). Here a
-// sample of 2 * threads scores, spread evenly over the row, gives a lower bound B under which the
+// sample of 2 * threads scores, taken from the sweep's first loads (one window a warp, the windows
+// spread evenly over the row), gives a lower bound B under which the
 // topk-th largest key lies with high probability: the bin of the sample's r-th largest key, r its
 // expected rank plus 4 standard deviations. One sweep then lists every score whose key is >= B
 // (per warp, in index order: the raw score bits and the position); the scores are turned into keys
@@ -456,7 +457,27 @@ NSAJIT_DEVICE uint32_t topk_cluster_address(const void* local, uint32_t rank) {
 // The bound B (a key >= 1, so that padding is never listed) for a row of n > topk positions, or
 // 0 when the row should not speculate. Whole block (uniform result); `hist` (4096 words) is zero
 // on entry and dirty on return.
-NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, uint32_t* hist, TopkShared& sh) {
+constexpr int kTopkSweepUnroll = 4;  // rounds of 32 vectors in flight per warp in the sweep
+
+// The sweep's first kTopkSweepUnroll rounds [round_begin, ...) of this lane: whole vectors into
+// raw (edge vectors and rounds past round_end are left as they are; the sweep reads them by
+// element).
+NSAJIT_DEVICE void topk_sweep_load(const TopkSlice& s, int q0, int round_end, u32x4 (&raw)[kTopkSweepUnroll]) {
+  const int lane = threadIdx.x & 31;
+  const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
+#pragma unroll
+  for (int u = 0; u < kTopkSweepUnroll; ++u) {
+    const int v = (q0 + u) * 32 + lane;
+    if (q0 + u < round_end && v >= vw0 && v < vw1) raw[u] = topk_load_16(s.abase + 4 * v);
+  }
+}
+
+// The sample: the last score of this lane's vectors in rounds 0 and 2 of the sweep's first batch
+// (`head`, already loaded: no separate DRAM round trip or traffic for the sample; 32 windows of
+// 512 scores, one a warp, spread evenly over the row). A vector that is not whole in registers
+// gives no sample: fewer samples only lower the bound (more listed), never break exactness.
+NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, const u32x4 (&head)[kTopkSweepUnroll], int round_begin,
+                                         int round_end, uint32_t* hist, TopkShared& sh) {
   constexpr int kSamples = 2 * NSAJIT_THREADS;
   const float expected = float(kSamples) * float(NSAJIT_TOPK) / float(s.n);
   const float fraction = float(NSAJIT_TOPK) / float(s.n);
@@ -465,11 +486,12 @@ NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, uint32_t* hist, Top
   // hits L2 and whose list holds only the threshold bin, is faster (measured on the H200, 4096
   // rows of 4097..8192: 182.2 us exact, 200.6 speculative at best; docs/notes/topk.md run 29).
   if (8 * r > kSamples) return 0u;
+  const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
 #pragma unroll
-  for (int u = 0; u < 2; ++u) {
-    const int i = threadIdx.x + u * NSAJIT_THREADS;
-    const int position = int((2ll * i + 1) * s.n / (2ll * kSamples));
-    atomicAdd(&hist[topk_key(s.sp[position]) >> NSAJIT_TOPK_SHIFT0], 1u);
+  for (int u = 0; u < kTopkSweepUnroll; u += 2) {
+    const int v = (round_begin + u) * 32 + (threadIdx.x & 31);
+    if (round_begin + u < round_end && v >= vw0 && v < vw1)
+      atomicAdd(&hist[topk_key(__uint_as_float(head[u].w)) >> NSAJIT_TOPK_SHIFT0], 1u);
   }
   __syncthreads();
   int greater, count;
@@ -501,21 +523,17 @@ NSAJIT_DEVICE float topk_bound_score(uint32_t bound) {
 // (shared-memory addresses list_key, list_position), in index order, at most `capacity` entries.
 // Returns the number found (more than capacity: the list overflowed and the sweep stopped).
 NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
-                                         uint32_t list_position, int capacity, int round_begin, int round_end) {
+                                         uint32_t list_position, int capacity, int round_begin, int round_end,
+                                         u32x4 (&raw)[kTopkSweepUnroll]) {
   const int lane = threadIdx.x & 31;
   const uint32_t lanes_below = (1u << lane) - 1u;
   const float f = topk_bound_score(bound);
   const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
   const float kNaN = __uint_as_float(0x7fffffffu);  // outside the slice: never listed
   int fill = 0;
-  constexpr int kUnroll = 4;  // rounds in flight per warp
+  constexpr int kUnroll = kTopkSweepUnroll;
   for (int q0 = round_begin; q0 < round_end; q0 += kUnroll) {
-    u32x4 raw[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int v = (q0 + u) * 32 + lane;
-      if (q0 + u < round_end && v >= vw0 && v < vw1) raw[u] = topk_load_16(s.abase + 4 * v);
-    }
+    if (q0 != round_begin) topk_sweep_load(s, q0, round_end, raw);  // the first batch: the caller's
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int q = q0 + u;
@@ -917,11 +935,13 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   int warp_fill = 0;          // keys in this warp's list
   if (may_speculate) {
     if (p.prefetch_row != 0 && lane == 0) topk_prefetch_segment(s, round_begin, round_end);
-    const uint32_t bound = topk_sample_bound(s, list, sh);
+    u32x4 head[kTopkSweepUnroll];  // the sweep's first batch, which also gives the sample
+    topk_sweep_load(s, round_begin, round_end, head);
+    const uint32_t bound = topk_sample_bound(s, head, round_begin, round_end, list, sh);
     if (bound != 0u) {  // uniform
       warp_fill = topk_speculative_sweep(s, b, bound, topk_smem_address(warp_list),
                                          topk_smem_address(warp_list_position), list_capacity, round_begin,
-                                         round_end);
+                                         round_end, head);
       if (lane == 0) sh.warp_sum[warp] = warp_fill;
       __syncthreads();
       int listed = 0;

@@ -534,11 +534,14 @@ TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads i
   const int width = 32768;
   auto p = make_problem(5, width, 2048, [&] { return normal(rng); });
   for (int i = 0; i < width; ++i) {
-    // Rows 0, 3, 4: large scores exactly where a sample of 512, 1024 or 2048 scores looks (256,
-    // 512 or 1024 threads: positions 64 i + 32, 32 i + 16, 16 i + 8): the bound lands among them
-    // and lists fewer than topk keys.
-    if (i % 64 == 32) p.scores[i] = 50.0f + normal(rng);
-    if (i % 32 == 16) p.scores[3 * std::size_t(width) + i] = 50.0f + normal(rng);
+    // Rows 0 and 3: large scores exactly where the sample looks (templates/topk.cuh,
+    // topk_sample_bound: the last score of each lane's vector in rounds 0 and 2 of its warp's
+    // segment; segments begin at multiples of 8 rounds of 128 scores at 256, 512 and 1024
+    // threads): the bound lands among them and lists fewer than topk keys (2048 and 1024 of them).
+    // Row 4: the old sample's positions (every 16th score), which this sample does not see.
+    const bool sampled_round = (i / 128) % 8 == 0 || (i / 128) % 8 == 2;
+    if (i % 4 == 3 && sampled_round) p.scores[i] = 50.0f + normal(rng);
+    if (i % 4 == 3 && (i / 128) % 8 == 0) p.scores[3 * std::size_t(width) + i] = 50.0f + normal(rng);
     if (i % 16 == 8) p.scores[4 * std::size_t(width) + i] = 50.0f + normal(rng);
     // Row 1: the largest scores crowd the first 4096 positions (one or two warps' segments).
     if (i < 4096) p.scores[std::size_t(width) + i] = 10.0f + normal(rng);
