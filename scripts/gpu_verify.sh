@@ -42,6 +42,10 @@ for check in "racecheck 64x65536" "synccheck 64x65536" "synccheck 1x131072"; do
     "$build/nsajit" bench topk --only "$2" --iters 1 --no-baseline --out /tmp/nsajit-sanitizer.json
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$logs/${1}_topk_$2.log"
 done
+# Dense rows (keys in registers), plain and fused (the transform's predicated table reads).
+step memcheck_topk_4096x4097 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
+  "$build/nsajit" bench topk --only 4096x4097 --iters 1 --no-baseline --out /tmp/nsajit-sanitizer.json
+grep -E "ERROR SUMMARY" "$logs/memcheck_topk_4096x4097.log"
 # The speculative single sweep (one CTA per row of long slices) and its fallbacks.
 step memcheck_topk_128x131072 90 "$sanitizer" --tool memcheck --error-exitcode 9 \
   "$build/nsajit" bench topk --only 128x131072 --iters 1 --no-baseline --out /tmp/nsajit-sanitizer.json
