@@ -3,8 +3,7 @@
 # built here): every test, both benchmarks against the PyTorch baseline (results JSON),
 # compute-sanitizer memcheck of sparse-MLA decode and prefill shapes, racecheck (2-CTA clusters)
 # and synccheck (2- and 16-CTA clusters) of top-k, memcheck of its dense rows, memcheck and
-# racecheck of its speculative
-# path, and `nsajit run`.
+# racecheck of its speculative path, and `nsajit run`.
 # Results (topk.json, sparse_mla.json), gpu.txt and logs.tgz (every step's log) go to $OUT
 # (default ./out): few files, because the device tool returns at most eight files from $OUT.
 # Usage: NSAJIT_COMMIT=<sha> scripts/gpu_verify.sh [build-dir]
