@@ -92,7 +92,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   plan.ctas_per_row = c;
   plan.slice = slice_of(c);
   // About 16..32 positions per thread (256..1024 threads); a grid of at most one CTA per SM gets
-  // 1024 threads to hide more latency.
+  // 1024 threads to hide more latency (except a single row's 16-CTA cluster: 512, below).
   // Many waves of short slices: 256-thread CTAs that keep nothing in shared memory, so that four
   // rows share an SM and one's barrier phases overlap the others' sweeps (measured on the H200,
   // 4096 rows of 4097..8192: 182.4 us, against 194.9 at 512 threads with the slice kept). Longer

@@ -38,12 +38,13 @@
 // shared memory and write them to `out` coalesced.
 //
 // Speculative single sweep (one CTA per row, when the plan sets `speculate`: slices of at least
-// 12 topk positions): a sample of 2 scores a thread bounds the topk-th largest key from below, one
-// sweep lists every score at or above the bound per warp (score and position, in index order), and the
-// selection (first digit, two 10-bit digits) and the ordered output run on the lists alone. The
-// row reads its scores once instead of twice. Exact whenever used: when the lists overflow or hold
-// fewer than topk keys (a misleading sample, large scores crowded into one warp's segment), or the
-// row is dense (more than ~1/8 of it would be listed), the row takes the exact path above.
+// 12 topk positions): a sample of up to 2 scores a thread, from the sweep's first loads, bounds
+// the topk-th largest key from below, one sweep lists every score at or above the bound per warp
+// (score and position, in index order), and the selection (first digit, two 10-bit digits) and
+// the ordered output run on the lists alone. The row reads its scores once instead of twice.
+// Exact whenever used: when the lists overflow or hold fewer than topk keys (a misleading sample,
+// large scores crowded into one warp's segment), or the row is dense (more than ~1/8 of it would
+// be listed) or too short to give the sample, the row takes the exact path above.
 //
 // NSAJIT_FUSED: every written index goes through the transform (in the pass that writes the
 // staged slots, all page-table reads in parallel so that they do not serialise) (decode: page-table row
@@ -444,8 +445,8 @@ NSAJIT_DEVICE uint32_t topk_cluster_address(const void* local, uint32_t rank) {
 
 // --- speculative single sweep (one CTA per row) ----------------------------------------------------
 // The exact path reads the row twice (pass 0 for the first digit, then the classify sweep). Here a
-// sample of 2 * threads scores, taken from the sweep's first loads (one window a warp, the windows
-// spread evenly over the row), gives a lower bound B under which the
+// sample of up to 2 * threads scores, taken from the sweep's first loads (one window at the start
+// of each warp's segment), gives a lower bound B under which the
 // topk-th largest key lies with high probability: the bin of the sample's r-th largest key, r its
 // expected rank plus 4 standard deviations. One sweep then lists every score whose key is >= B
 // (per warp, in index order: the raw score bits and the position); the scores are turned into keys
@@ -454,14 +455,10 @@ NSAJIT_DEVICE uint32_t topk_cluster_address(const void* local, uint32_t rank) {
 // topk keys are; when fewer are, or a warp's list overflows (a plateau at B, a row whose large
 // scores crowd one warp's segment), the row falls back to the exact sweeps.
 
-// The bound B (a key >= 1, so that padding is never listed) for a row of n > topk positions, or
-// 0 when the row should not speculate. Whole block (uniform result); `hist` (4096 words) is zero
-// on entry and dirty on return.
 constexpr int kTopkSweepUnroll = 4;  // rounds of 32 vectors in flight per warp in the sweep
 
-// The sweep's first kTopkSweepUnroll rounds [round_begin, ...) of this lane: whole vectors into
-// raw (edge vectors and rounds past round_end are left as they are; the sweep reads them by
-// element).
+// Rounds [q0, q0 + kTopkSweepUnroll) of this lane's vectors, whole vectors only, into raw (edge
+// vectors and rounds past round_end are left as they are: the sweep reads them by element).
 NSAJIT_DEVICE void topk_sweep_load(const TopkSlice& s, int q0, int round_end, u32x4 (&raw)[kTopkSweepUnroll]) {
   const int lane = threadIdx.x & 31;
   const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
@@ -472,36 +469,52 @@ NSAJIT_DEVICE void topk_sweep_load(const TopkSlice& s, int q0, int round_end, u3
   }
 }
 
+// The rank r of the sample's key that bounds the row's topk-th largest from below: the expected
+// rank of the topk-th largest among `samples` scores of a row of n, plus 4 standard deviations.
+NSAJIT_DEVICE int topk_sample_rank(int samples, int n) {
+  const float expected = float(samples) * float(NSAJIT_TOPK) / float(n);
+  const float fraction = float(NSAJIT_TOPK) / float(n);
+  return int(ceilf(expected + 4.0f * sqrtf(expected * (1.0f - fraction)) + 1.0f));
+}
+
+// The bound B (a key >= 1, so that padding is never listed) for a row of n > topk positions, or
+// 0 when the row should not speculate. Whole block (uniform result); `hist` (4096 words) is zero
+// on entry and dirty on return.
 // The sample: the last score of this lane's vectors in rounds 0 and 2 of the sweep's first batch
-// (`head`, already loaded: no separate DRAM round trip or traffic for the sample; 32 windows of
-// 512 scores, one a warp, spread evenly over the row). A vector that is not whole in registers
-// gives no sample: fewer samples only lower the bound (more listed), never break exactness.
+// (`head`, already loaded: no separate DRAM round trip or traffic for the sample), i.e. one window
+// of two 128-score chunks at the start of each warp's segment. At most 2 * threads scores: a
+// vector not whole in registers (the row's unaligned head) or past the segment gives none, and r
+// is computed from the number actually taken (a row too short to give r samples: no bound).
 NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, const u32x4 (&head)[kTopkSweepUnroll], int round_begin,
                                          int round_end, uint32_t* hist, TopkShared& sh) {
-  constexpr int kSamples = 2 * NSAJIT_THREADS;
-  const float expected = float(kSamples) * float(NSAJIT_TOPK) / float(s.n);
-  const float fraction = float(NSAJIT_TOPK) / float(s.n);
-  const int r = int(ceilf(expected + 4.0f * sqrtf(expected * (1.0f - fraction)) + 1.0f));
-  // Dense rows (more than 1/8 of the keys would be listed): the exact path, whose second sweep
-  // hits L2 and whose list holds only the threshold bin, is faster (measured on the H200, 4096
-  // rows of 4097..8192: 182.2 us exact, 200.6 speculative at best; docs/notes/topk.md run 29).
-  if (8 * r > kSamples) return 0u;
+  // Dense rows (more than 1/8 of the keys would be listed, even with every sample taken): the
+  // exact path, whose second sweep hits L2 and whose list holds only the threshold bin, is faster
+  // (measured on the H200, 4096 rows of 4097..8192: 182.2 us exact, 200.6 speculative at best;
+  // docs/notes/topk.md run 29).
+  constexpr int kMaxSamples = 2 * NSAJIT_THREADS;
+  if (8 * topk_sample_rank(kMaxSamples, s.n) > kMaxSamples) return 0u;
   const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
+  int taken = 0;
 #pragma unroll
   for (int u = 0; u < kTopkSweepUnroll; u += 2) {
     const int v = (round_begin + u) * 32 + (threadIdx.x & 31);
-    if (round_begin + u < round_end && v >= vw0 && v < vw1)
+    if (round_begin + u < round_end && v >= vw0 && v < vw1) {
       atomicAdd(&hist[topk_key(__uint_as_float(head[u].w)) >> NSAJIT_TOPK_SHIFT0], 1u);
+      ++taken;
+    }
   }
-  __syncthreads();
+  // The barrier that publishes the histogram also counts the samples (0, 1 or 2 a thread).
+  const int samples = __syncthreads_count(taken >= 1) + __syncthreads_count(taken >= 2);
+  const int r = topk_sample_rank(samples, s.n);
+  if (8 * r > samples) return 0u;  // uniform; also when fewer than r samples (find_bin needs >= r)
   int greater, count;
   const uint32_t d = topk_find_bin(hist, NSAJIT_TOPK_BINS0, r, sh, greater, count);
   return d == 0u ? 0u : d << NSAJIT_TOPK_SHIFT0;  // bin 0 (NaN, below -inf): the exact path
 }
 
 // Asks L2 for the whole 16-byte vectors of rounds [round_begin, round_end) (a hint, no
-// completion): the sample and the sweep then wait on L2, not on DRAM, and the row streams at the
-// copy engine's pace rather than at 4 loads in flight per thread.
+// completion): the sweep's later batches then wait on L2, not on DRAM, and the row streams at
+// the copy engine's pace rather than at 4 loads in flight per thread.
 NSAJIT_DEVICE void topk_prefetch_segment(const TopkSlice& s, int round_begin, int round_end) {
   const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
   const int v0 = max(vw0, 32 * round_begin), v1 = min(vw1, 32 * round_end);

@@ -554,6 +554,17 @@ TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads i
     LaunchOverride one({.ctas_per_row = 1, .threads = threads, .speculate = 1});
     check_topk(p);
   }
+  // Rows too short for the sample (topk 64 at 1024 threads: 6 warps of one round each give 175
+  // samples where the bound needs r = 241): no bound, the exact path (before the sample counted
+  // what it took, the bound came from shared memory nobody wrote).
+  auto shorter = make_problem(8, 16000, 64, [&] { return normal(rng); });
+  const int lengths[8] = {650, 652, 700, 760, 830, 832, 3000, 16000};
+  std::copy(lengths, lengths + 8, shorter.lengths.begin());
+  for (const int threads : {512, 1024}) {
+    INFO("short rows, threads " << threads);
+    LaunchOverride one({.ctas_per_row = 1, .threads = threads, .speculate = 1});
+    check_topk(shorter);
+  }
 }
 
 TEST_CASE("topk gpu: batches of 1 to 4096 rows (the last query rows of a prefill)") {
