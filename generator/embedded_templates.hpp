@@ -7,6 +7,7 @@
 namespace nsajit::embedded {
 std::string_view kernel_params();      // templates/kernel_params.h
 std::string_view device_common();      // templates/device_common.cuh
+std::string_view kv_slot_transform();  // templates/kv_slot_transform.cuh
 std::string_view index_transform();    // templates/index_transform.cuh
 std::string_view topk();               // templates/topk.cuh
 std::string_view sparse_mla_decode();  // templates/sparse_mla_decode.cuh

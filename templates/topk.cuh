@@ -63,15 +63,6 @@
 #ifndef NSAJIT_FUSED
 #define NSAJIT_FUSED 0
 #endif
-#ifndef NSAJIT_MODE
-#define NSAJIT_MODE 0
-#endif
-#ifndef NSAJIT_PAGE_SIZE
-#define NSAJIT_PAGE_SIZE 1
-#endif
-#ifndef NSAJIT_NEXT_N
-#define NSAJIT_NEXT_N 1
-#endif
 #ifndef NSAJIT_SORTED
 #define NSAJIT_SORTED 0
 #endif
@@ -127,60 +118,26 @@ NSAJIT_DEVICE uint32_t topk_cluster_rank() {
   return r;
 }
 
-// --- fused transform (§1 applied to one row) -------------------------------------------------------
+// --- fused transform (§1 applied to one row: templates/kv_slot_transform.cuh) ---------------------
 
-struct TopkTransformRow {
-  const int* table_row;  // null: the whole row maps to -1 (prefill row of no request)
-  int limit;             // positions [0, limit) reach the table: min(max_position, 2^31 - 1), 0 without a row
-  int offset;
-};
-
-NSAJIT_DEVICE TopkTransformRow topk_transform_row(const TopkParams& p, int r) {
-  TopkTransformRow t;
-  t.table_row = nullptr;
-  t.limit = 0;
-  t.offset = 0;
+// The row's transform (a null table row, never read, when the spec is not fused).
+NSAJIT_DEVICE KvSlotRow topk_transform_row(const TopkParams& p, int r) {
 #if NSAJIT_FUSED
-#if NSAJIT_MODE == 0
-  t.table_row = p.page_table + (long long)(r / NSAJIT_NEXT_N) * p.page_table_row_stride;
-#elif NSAJIT_MODE == 1
-  const int b = find_request(p.cu_seqlens_q, p.num_requests, r);
-  if (b >= 0) t.table_row = p.page_table + (long long)b * p.page_table_row_stride;
+  return kv_slot_row(p, r);
 #else
-  t.offset = p.offsets[r];
+  return KvSlotRow{nullptr, 0, 0};
 #endif
-  if (t.table_row != nullptr) t.limit = int(min(p.max_position, 0x7fffffffll));
-#endif
-  return t;
 }
 
 // idx: a position in [0, len) or -1. apply = 0 returns it unchanged.
-// Without branches: a branch around the table read made the compiler issue the reads of an
-// unrolled caller one after another, each waiting for the previous one's use (SASS of the dense
-// rows' output, 4096 x 4097..8192: four dependent L2 round trips per batch of four slots). A
-// predicated read lets it issue them all before the first use.
-NSAJIT_DEVICE int topk_emit(const TopkTransformRow& t, int idx, bool apply) {
-  if (!apply) return idx;
-#if NSAJIT_MODE == 2
-  return idx < 0 ? idx : int(uint32_t(idx) + uint32_t(t.offset));  // wrapping add, as the CPU reference
-#else
-  const bool reaches = uint32_t(idx) < uint32_t(t.limit);  // 0 <= idx < limit
-  int entry = -1;
-  asm("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %2, 0;\n\t@p ld.global.nc.s32 %0, [%1];\n\t}"
-      : "+r"(entry)
-      : "l"(t.table_row + uint32_t(idx) / NSAJIT_PAGE_SIZE), "r"(uint32_t(reaches)));
-  // The slot's low 32 bits (the 64-bit entry * P + idx % P stored as int32), or -1 for a negative
-  // entry (entry >> 31 is all ones then): an OR, not a branch after the read.
-  return int(uint32_t(entry) * NSAJIT_PAGE_SIZE + uint32_t(idx) % NSAJIT_PAGE_SIZE) | (entry >> 31);
-#endif
-}
+NSAJIT_DEVICE int topk_emit(const KvSlotRow& t, int idx, bool apply) { return apply ? kv_slot(t, idx) : idx; }
 
 // Fused: asks L2 for the page-table entries a row of `len` positions can read (the whole used
 // prefix of its table row, 16-byte chunks inside it), so that the transform at the end of the row
 // waits an L2 rather than a DRAM latency. A hint: no completion, no shared memory.
 // Only for pages of >= 32 positions: the prefix is then <= 1/32 of the row's score bytes; with
 // page_table_1 it would be as large as the scores, to serve topk scattered 4-byte reads.
-NSAJIT_DEVICE void topk_prefetch_table(const TopkTransformRow& t, int len) {
+NSAJIT_DEVICE void topk_prefetch_table(const KvSlotRow& t, int len) {
 #if NSAJIT_MODE != 2 && NSAJIT_PAGE_SIZE >= 32
   if (t.table_row == nullptr) return;
   const long long used = min(len, t.limit);  // positions that reach the table
@@ -607,7 +564,7 @@ NSAJIT_DEVICE void topk_sort_phase(const TopkParams& p, unsigned long long* s) {
   const int row_start = p.row_starts ? min(max(p.row_starts[r], 0), p.width) : 0;
   const int len = min(p.lengths[r], p.width - row_start);
   int* out = p.out + (long long)r * NSAJIT_TOPK;
-  const TopkTransformRow t = topk_transform_row(p, r);
+  const KvSlotRow t = topk_transform_row(p, r);
   if (len <= NSAJIT_TOPK) {
 #if NSAJIT_FUSED
     for (int j = threadIdx.x; j < NSAJIT_TOPK; j += NSAJIT_THREADS) out[j] = topk_emit(t, j < len ? j : -1, true);
@@ -672,7 +629,7 @@ __device__ __noinline__ void topk_dense_row(const float* sp, const float* abase,
   s.n = n;
   s.nvec = nvec;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  TopkTransformRow t;
+  KvSlotRow t;
   t.table_row = table_row;
   t.limit = limit;
   t.offset = offset;
@@ -873,7 +830,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   if (p.prefetch_slice != 0 && p.row_starts == nullptr) topk_prefetch_slice(p, r, rank);
   const int row_start = p.row_starts ? min(max(p.row_starts[r], 0), p.width) : 0;
   const int len = min(p.lengths[r], p.width - row_start);
-  const TopkTransformRow t = topk_transform_row(p, r);
+  const KvSlotRow t = topk_transform_row(p, r);
   if (len <= NSAJIT_TOPK) {  // the same decision in every CTA of the row: no cluster barrier follows
     const int per = NSAJIT_TOPK / C;  // C divides 64, topk is a multiple of 64
     for (int j = int(rank) * per + tid; j < int(rank + 1) * per; j += NSAJIT_THREADS)

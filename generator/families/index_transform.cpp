@@ -40,6 +40,11 @@ std::string readable_stem(const KernelSpec& spec) {
 
 unsigned max_dynamic_smem(const KernelSpec&) { return 0; }
 
+std::string_view template_source() {
+  static const std::string text = with_kv_slot_transform(embedded::index_transform());
+  return text;
+}
+
 }  // namespace
 
 extern const FamilyTraits index_transform_traits;
@@ -48,7 +53,7 @@ const FamilyTraits index_transform_traits = {
     uses_page_size | uses_mode,
     "index_transform",
     "nsajit_index_transform",
-    &embedded::index_transform,
+    &template_source,
     &fill_default_tile,
     &validate_index_transform,
     &constants,

@@ -74,6 +74,11 @@ std::string readable_stem(const KernelSpec& spec) {
 
 unsigned max_dynamic_smem(const KernelSpec&) { return kMaxDynamicSmem; }
 
+std::string_view template_source() {
+  static const std::string text = with_kv_slot_transform(embedded::topk());
+  return text;
+}
+
 }  // namespace
 
 extern const FamilyTraits topk_traits;
@@ -82,7 +87,7 @@ const FamilyTraits topk_traits = {
     uses_page_size | uses_mode | uses_next_n | uses_fused_transform | uses_sorted,
     "topk",
     "nsajit_topk",
-    &embedded::topk,
+    &template_source,
     &fill_default_tile,
     &validate_topk,
     &constants,

@@ -1,7 +1,12 @@
-// transform_fields.hpp — the §1 transform fields of a spec, shared by the index_transform family
+// transform_fields.hpp — the §1 transform fields of a spec and its device code
+// (templates/kv_slot_transform.cuh), shared by the index_transform family
 // and the fused top-k (both generate the same transform code from them).
 #pragma once
 
+#include <string>
+#include <string_view>
+
+#include "generator/embedded_templates.hpp"
 #include "generator/family.hpp"
 
 namespace nsajit {
@@ -15,6 +20,12 @@ inline void validate_transform_fields(const KernelSpec& spec) {
     throw_bad_field(spec, "page_size", spec.page_size, "an integer in [1, 4096]");
   if (spec.mode == IndexMode::ragged && spec.page_size != 1)
     throw_bad_field(spec, "page_size", spec.page_size, "1 for mode ragged (no page table)");
+}
+
+// The family's template with the §1 transform code in front (templates/kv_slot_transform.cuh):
+// one source of the transform for both families. `family_template` is the family's own file.
+inline std::string with_kv_slot_transform(std::string_view family_template) {
+  return std::string(embedded::kv_slot_transform()) + std::string(family_template);
 }
 
 // NSAJIT_MODE of the transform code: 0 decode, 1 prefill, 2 ragged.
