@@ -21,7 +21,7 @@ struct TopkProblem {
 };
 
 // Order-preserving key of a score: key(a) > key(b) iff a ranks above b. NaN -> 0 (below -inf),
-// -0.0 and +0.0 share one key. The same mapping as templates/topk.cuh.
+// -0.0 and +0.0 share one key. The same mapping as templates/topk_common.cuh (topk_key).
 std::uint32_t order_key(float score);
 
 // Row r's start (clamp(row_starts[r], 0, width), 0 without row_starts) and clamped length

@@ -1,5 +1,5 @@
 // runtime/topk.cpp — nsajit::topk (§2, plain and fused with §1): argument checks, spec, launch
-// plan and launch of templates/topk.cuh.
+// plan and launch of templates/topk.cuh (and its parts, templates/topk_*.cuh).
 #include "runtime/topk_launch.hpp"
 
 #include <algorithm>
@@ -21,7 +21,7 @@ TopkLaunchOverride g_override;
 
 constexpr int kTargetSlice = 32768;   // positions per CTA before a row is split further
 constexpr int kMinSpreadSlice = 8192; // few rows: split while slices stay at least this long
-constexpr int kHistWords = 4096;      // first-digit histogram (templates/topk.cuh); overflow list
+constexpr int kHistWords = 4096;      // first-digit histogram (templates/topk_radix.cuh); overflow list
 constexpr int kSlotWords = 4096;      // per-thread candidate slots (slots_per_thread * threads <= this)
 constexpr int kCandCapacity = 4096;   // candidates (<= kHistWords); normal data: ~1-3% of a row
 // Dynamic shared memory of the select launch (the family allows 215040 bytes): what is left after
@@ -115,7 +115,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
                                    g_override.slots_per_thread >= 0 ? g_override.slots_per_thread : kSlotWords);
   const FixedParts fixed = fixed_parts_of(c);
   // One CTA per row of slices long enough that a sample's bound lists at most ~1/8 of them: a
-  // sample bounds the threshold and one sweep lists the keys above it (templates/topk.cuh), the
+  // sample bounds the threshold and one sweep lists the keys above it (templates/topk_speculative.cuh), the
   // exact path is the fallback. Nothing is kept then: the sweep streams the row once, and kept
   // keys would only serve the rare fallback (measured on the H200: 4096 rows of 28673..32768
   // 418.8 us keeping nothing, 468.1 keeping 3326 vectors; 128 x 131072 51.8 against 55.7).
@@ -139,7 +139,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // Many short rows at 256 threads, one CTA each: the row's keys held in registers
   // (NSAJIT_TOPK_DENSE_VECS = 9 vectors a thread: slices of at most 256 * 9 - 1 vectors, as a row
   // need not be aligned), read once, the threshold found from them, one output pass
-  // (templates/topk.cuh, topk_dense_row).
+  // (templates/topk_dense.cuh, topk_dense_row).
   const bool dense_fits = c == 1 && plan.threads == 256 && plan.slice <= 4 * (256 * NSAJIT_TOPK_DENSE_VECS - 1);
   plan.dense_registers = dense_fits && (g_override.dense_registers == 1 ||
                                         (g_override.dense_registers != 0 && many_short));

@@ -19,7 +19,7 @@ struct TopkLaunchPlan {
   // Dynamic shared memory of the select launch, offsets in 4-byte words (see TopkParams).
   int hist_offset = 0, section_offset = 0, slots_offset = 0, cand_offset = 0, overflow_warp_offset = 0;
   int bitmap_offset = 0, bitmap_words = 0;  // the classify's above / match bitmaps, bitmap_words each
-  bool speculate = false;  // one CTA per row: the speculative single sweep first (templates/topk.cuh)
+  bool speculate = false;  // one CTA per row: the speculative single sweep first (templates/topk_speculative.cuh)
   bool prefetch_row = false;  // speculate: each warp asks L2 for its segment of the row at row start
   bool prefetch_slice = false;  // each CTA asks L2 for its slice at kernel start, before it reads the row's
                                 // length (rows without row_starts)

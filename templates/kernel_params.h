@@ -47,7 +47,7 @@ struct TopkParams {
   int bitmap_words;            // >= 4 * ceil(vectors of the slice / 32): one bit per position
   int cand_capacity;           // <= 4096 keys; a larger threshold bin is rescanned instead
   int slots_per_thread;        // <= 4096 / threads
-  // Speculative single sweep (C = 1; templates/topk.cuh): a sample of the row gives a lower bound,
+  // Speculative single sweep (C = 1; templates/topk_speculative.cuh): a sample of the row gives a lower bound,
   // one sweep lists every score at or above it (per warp, in index order); the row falls back to
   // the exact sweeps when a list overflows or the lists hold fewer than topk scores.
   int speculate;               // 0 or 1
@@ -55,7 +55,7 @@ struct TopkParams {
   int prefetch_slice;          // each CTA first asks L2 for its slice, before it reads the row's length
                                // (rows without row_starts; the plan: a few rows in 8-16 CTA clusters)
   int dense_registers;         // 256 threads, C = 1, slices <= 9212 positions: the row's keys held in
-                               // registers, three radix digits, one output pass (templates/topk.cuh)
+                               // registers, three radix digits, one output pass (templates/topk_dense.cuh)
   int list_offset;             // the per-warp lists, list_words words: keys in the first half,
   int list_words;              // positions in the second (the sample's histograms at the start)
   // Fused transform (NSAJIT_FUSED): see IndexTransformParams.

@@ -536,7 +536,7 @@ TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads i
   const int width = 32768;
   auto p = make_problem(5, width, 2048, [&] { return normal(rng); });
   for (int i = 0; i < width; ++i) {
-    // Rows 0 and 3: large scores exactly where the sample looks (templates/topk.cuh,
+    // Rows 0 and 3: large scores exactly where the sample looks (templates/topk_speculative.cuh,
     // topk_sample_bound: the last score of each lane's vector in rounds 0 and 2 of its warp's
     // segment; segments begin at multiples of 8 rounds of 128 scores at 256, 512 and 1024
     // threads): the bound lands among them and lists fewer than topk keys (2048 and 1024 of them).

@@ -74,8 +74,12 @@ std::string readable_stem(const KernelSpec& spec) {
 
 unsigned max_dynamic_smem(const KernelSpec&) { return kMaxDynamicSmem; }
 
+// The §1 transform, then the family's parts in dependency order, the kernel last.
 std::string_view template_source() {
-  static const std::string text = with_kv_slot_transform(embedded::topk());
+  static const std::string text = with_kv_slot_transform(
+      std::string(embedded::topk_common()) + std::string(embedded::topk_radix()) +
+      std::string(embedded::topk_speculative()) + std::string(embedded::topk_sort()) +
+      std::string(embedded::topk_dense()) + std::string(embedded::topk()));
   return text;
 }
 

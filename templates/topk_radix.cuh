@@ -1,0 +1,162 @@
+// topk_radix.cuh — the top-k family (templates/topk.cuh), part 2: the block's shared state and
+// the radix select's block-wide steps (bin search, digits, refinement), cluster-wide sums.
+#pragma once
+
+// --- shared state and block-wide steps -------------------------------------------------------------
+
+#define NSAJIT_TOPK_BINS0 4096   // first digit: key bits 31..20 (sign, exponent, 3 mantissa bits)
+#define NSAJIT_TOPK_SHIFT0 20
+#define NSAJIT_TOPK_RESCAN_BITS 8   // digits of the rescans (threshold bin larger than the list)
+#define NSAJIT_TOPK_REFINE_BITS 10  // digits of the refinement over the candidate list
+
+struct TopkShared {
+  uint32_t rescan_hist[2][1 << NSAJIT_TOPK_RESCAN_BITS];  // by pass parity (cluster peers read one)
+  uint32_t row_total[1 << NSAJIT_TOPK_RESCAN_BITS];
+  uint32_t refine_hist[2][1 << NSAJIT_TOPK_REFINE_BITS];  // by pass parity: no barrier to zero
+  int warp_sum[NSAJIT_TOPK_WARPS];
+  int warp_greater[NSAJIT_TOPK_WARPS];
+  int warp_equal[NSAJIT_TOPK_WARPS];
+  int cta_counts[2];
+  int cta_prefix[2];  // C > 1: the counts of the cluster's lower-rank CTAs
+  uint32_t digit;
+  int greater;
+  int count;
+  int cand_local;     // candidates this CTA found
+  int cand_reserved;  // cluster rank 0: the cluster-wide list's fill level (remote atomics)
+  uint32_t unique_key;  // speculative refinement: the one key left with the prefix
+};
+
+// One radix step, whole block: the bin d of h[0, nbins) with greater(d) < k <= greater(d) + h[d],
+// greater(d) = keys in the bins above d. nbins is a power of two; thread t owns `per` consecutive
+// bins counted from the top, so a block scan in thread order gives the counts above each chunk.
+// Every thread returns d, greater(d) and h[d].
+NSAJIT_DEVICE uint32_t topk_find_bin(const uint32_t* h, int nbins, int k, TopkShared& sh, int& greater, int& count) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int per = nbins > NSAJIT_THREADS ? nbins / NSAJIT_THREADS : 1;
+  const int owners = nbins / per;
+  const int top = nbins - 1 - tid * per;  // the highest bin of this thread's chunk
+  // The chunk's sum in a rotated order: lane L starts at bin (L * per / 32) of its chunk, so the
+  // warp's 32 reads of one step fall in 32 different banks (in order, chunks `per` words apart
+  // share 32 / per banks: a 16-way conflict at 4096 bins and 256 threads; H200, 4096 rows of
+  // 28673..32768 at 512 threads: -6 %). Chunks of 4 keep the plain order: the
+  // rotation's index arithmetic cost more than 4-way conflicts in the 1024-thread cluster rows
+  // (1 x 131072: +1 %).
+  const int rotate = per >= 32 ? lane : per >= 8 ? (lane * per) >> 5 : 0;
+  int local = 0;
+  if (tid < owners)
+    for (int i = 0; i < per; ++i) local += int(h[top - ((i + rotate) & (per - 1))]);
+  const int inclusive = warp_inclusive_scan(local);
+  if (lane == 31) sh.warp_sum[warp] = inclusive;
+  __syncthreads();
+  // Every warp scans the warp sums itself (no second barrier): keys in the warps' chunks above.
+  const int w = lane < NSAJIT_TOPK_WARPS ? sh.warp_sum[lane] : 0;
+  const int w_inclusive = warp_inclusive_scan(w);
+  int above = __shfl_sync(NSAJIT_TOPK_FULL, w_inclusive - w, warp) + inclusive - local;
+  if (tid < owners && above < k && above + local >= k) {  // exactly one thread
+    for (int i = 0; i < per; ++i) {
+      const int c = int(h[top - i]);
+      if (above + c >= k) {
+        sh.digit = uint32_t(top - i);
+        sh.greater = above;
+        sh.count = c;
+        break;
+      }
+      above += c;
+    }
+  }
+  __syncthreads();
+  greater = sh.greater;
+  count = sh.count;
+  return sh.digit;
+}
+
+// The radix state of a row: among the keys whose bits under `mask` equal `prefix`, the k largest
+// are still to be selected; `count` keys match; `bits` key bits are resolved (mask's width).
+struct TopkRadix {
+  uint32_t prefix;
+  uint32_t mask;
+  int k;
+  int count;
+  int bits;
+};
+
+NSAJIT_DEVICE void topk_radix_step(TopkRadix& x, uint32_t digit, int width, int greater, int count) {
+  const int shift = 32 - x.bits - width;
+  x.k -= greater;
+  x.prefix |= digit << shift;
+  x.mask |= ((1u << width) - 1u) << shift;
+  x.count = count;
+  x.bits += width;
+}
+
+// One pass of the refinement over a candidate list: the 10-bit (or last) digit under x's prefix,
+// counted in the pass's histogram (zero: the prologue, or the pass before last).
+struct TopkRefineDigit {
+  int width;
+  int shift;
+  uint32_t digit_mask;
+  uint32_t* h;
+};
+
+NSAJIT_DEVICE TopkRefineDigit topk_refine_digit(const TopkRadix& x, TopkShared& sh, int pass) {
+  TopkRefineDigit r;
+  r.width = min(NSAJIT_TOPK_REFINE_BITS, 32 - x.bits);
+  r.shift = 32 - x.bits - r.width;
+  r.digit_mask = (1u << r.width) - 1u;
+  r.h = sh.refine_hist[pass & 1];
+  return r;
+}
+
+NSAJIT_DEVICE void topk_refine_count(const TopkRefineDigit& r, const TopkRadix& x, uint32_t key) {
+  if ((key & x.mask) == x.prefix) atomicAdd(&r.h[(key >> r.shift) & r.digit_mask], 1u);
+}
+
+// Whole block, after every thread's counts: the digit and the radix step; h is read again only
+// by pass + 2, after the next pass's barriers, so it is zeroed here for that pass.
+NSAJIT_DEVICE void topk_refine_finish(const TopkRefineDigit& r, TopkRadix& x, TopkShared& sh) {
+  __syncthreads();
+  int greater, count;
+  const uint32_t d = topk_find_bin(r.h, 1 << r.width, x.k, sh, greater, count);
+  topk_radix_step(x, d, r.width, greater, count);
+  for (int i = threadIdx.x; i < (1 << r.width); i += NSAJIT_THREADS) r.h[i] = 0u;
+}
+
+// The warp's counts of keys above and equal to the threshold (or prefix): summed over the warp,
+// stored by lane 0.
+NSAJIT_DEVICE void topk_store_warp_counts(TopkShared& sh, int warp, int above, int equal) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    above += __shfl_xor_sync(NSAJIT_TOPK_FULL, above, o);
+    equal += __shfl_xor_sync(NSAJIT_TOPK_FULL, equal, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    sh.warp_greater[warp] = above;
+    sh.warp_equal[warp] = equal;
+  }
+}
+
+// The sum over the cluster's C CTAs (C <= 16) of the word at `local` in each: all loads in flight
+// before the first add.
+NSAJIT_DEVICE uint32_t topk_cluster_sum_word(const void* local, int C) {
+  uint32_t v[16];
+#pragma unroll
+  for (int q = 0; q < 16; ++q) v[q] = q < C ? topk_cluster_load(local, uint32_t(q)) : 0u;
+  uint32_t sum = 0;
+#pragma unroll
+  for (int q = 0; q < 16; ++q) sum += v[q];
+  return sum;
+}
+
+// The cluster-wide histogram of nbins bins: every CTA sums all CTAs' `local` (complete and not
+// rewritten before the next cluster barrier) into `total`. Whole block; ends synchronised.
+NSAJIT_DEVICE void topk_cluster_sum(const uint32_t* local, uint32_t* total, int nbins, int C) {
+  topk_cluster_sync();  // every CTA's histogram is complete
+  for (int j = threadIdx.x; j < nbins; j += NSAJIT_THREADS) total[j] = topk_cluster_sum_word(&local[j], C);
+  __syncthreads();
+}
+
+NSAJIT_DEVICE uint32_t topk_cluster_address(const void* local, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(topk_smem_address(local)), "r"(rank));
+  return remote;
+}

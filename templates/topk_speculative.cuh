@@ -1,0 +1,159 @@
+// topk_speculative.cuh — the top-k family (templates/topk.cuh), part 3: the speculative single
+// sweep of one CTA per row (sample, bound, per-warp lists).
+#pragma once
+
+// --- speculative single sweep (one CTA per row) ----------------------------------------------------
+// The exact path reads the row twice (pass 0 for the first digit, then the classify sweep). Here a
+// sample of up to 2 * threads scores, taken from the sweep's first loads (one window at the start
+// of each warp's segment), gives a lower bound B under which the
+// topk-th largest key lies with high probability: the bin of the sample's r-th largest key, r its
+// expected rank plus 4 standard deviations. One sweep then lists every score whose key is >= B
+// (per warp, in index order: the raw score bits and the position); the scores are turned into keys
+// and their first digits counted over the lists afterwards, and the selection runs on the lists
+// alone. Exact whenever it is used: the topk largest keys are all >= B iff at least
+// topk keys are; when fewer are, or a warp's list overflows (a plateau at B, a row whose large
+// scores crowd one warp's segment), the row falls back to the exact sweeps.
+
+constexpr int kTopkSweepUnroll = 4;  // rounds of 32 vectors in flight per warp in the sweep
+
+// Rounds [q0, q0 + kTopkSweepUnroll) of this lane's vectors, whole vectors only, into raw (edge
+// vectors and rounds past round_end are left as they are: the sweep reads them by element).
+NSAJIT_DEVICE void topk_sweep_load(const TopkSlice& s, int q0, int round_end, u32x4 (&raw)[kTopkSweepUnroll]) {
+  const int lane = threadIdx.x & 31;
+  const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
+#pragma unroll
+  for (int u = 0; u < kTopkSweepUnroll; ++u) {
+    const int v = (q0 + u) * 32 + lane;
+    if (q0 + u < round_end && v >= vw0 && v < vw1) raw[u] = topk_load_16(s.abase + 4 * v);
+  }
+}
+
+// The rank r of the sample's key that bounds the row's topk-th largest from below: the expected
+// rank of the topk-th largest among `samples` scores of a row of n, plus 4 standard deviations.
+NSAJIT_DEVICE int topk_sample_rank(int samples, int n) {
+  const float expected = float(samples) * float(NSAJIT_TOPK) / float(n);
+  const float fraction = float(NSAJIT_TOPK) / float(n);
+  return int(ceilf(expected + 4.0f * sqrtf(expected * (1.0f - fraction)) + 1.0f));
+}
+
+// The bound B (a key >= 1, so that padding is never listed) for a row of n > topk positions, or
+// 0 when the row should not speculate. Whole block (uniform result); `hist` (4096 words) is zero
+// on entry and dirty on return.
+// The sample: the last score of this lane's vectors in rounds 0 and 2 of the sweep's first batch
+// (`head`, already loaded: no separate DRAM round trip or traffic for the sample), i.e. one window
+// of two 128-score chunks at the start of each warp's segment. At most 2 * threads scores: a
+// vector not whole in registers (the row's unaligned head) or past the segment gives none, and r
+// is computed from the number actually taken (a row too short to give r samples: no bound).
+NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, const u32x4 (&head)[kTopkSweepUnroll], int round_begin,
+                                         int round_end, uint32_t* hist, TopkShared& sh) {
+  // Dense rows (more than 1/8 of the keys would be listed, even with every sample taken): the
+  // exact path, whose second sweep hits L2 and whose list holds only the threshold bin, is faster
+  // (measured on the H200, 4096 rows of 4097..8192: 182.2 us exact, 200.6 speculative at best;
+  // docs/notes/topk.md run 29).
+  constexpr int kMaxSamples = 2 * NSAJIT_THREADS;
+  if (8 * topk_sample_rank(kMaxSamples, s.n) > kMaxSamples) return 0u;
+  const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
+  int taken = 0;
+#pragma unroll
+  for (int u = 0; u < kTopkSweepUnroll; u += 2) {
+    const int v = (round_begin + u) * 32 + (threadIdx.x & 31);
+    if (round_begin + u < round_end && v >= vw0 && v < vw1) {
+      atomicAdd(&hist[topk_key(__uint_as_float(head[u].w)) >> NSAJIT_TOPK_SHIFT0], 1u);
+      ++taken;
+    }
+  }
+  // The barrier that publishes the histogram also counts the samples (0, 1 or 2 a thread).
+  const int samples = __syncthreads_count(taken >= 1) + __syncthreads_count(taken >= 2);
+  const int r = topk_sample_rank(samples, s.n);
+  if (8 * r > samples) return 0u;  // uniform; also when fewer than r samples (find_bin needs >= r)
+  int greater, count;
+  const uint32_t d = topk_find_bin(hist, NSAJIT_TOPK_BINS0, r, sh, greater, count);
+  return d == 0u ? 0u : d << NSAJIT_TOPK_SHIFT0;  // bin 0 (NaN, below -inf): the exact path
+}
+
+// Asks L2 for the whole 16-byte vectors of rounds [round_begin, round_end) (a hint, no
+// completion): the sweep's later batches then wait on L2, not on DRAM, and the row streams at
+// the copy engine's pace rather than at 4 loads in flight per thread.
+NSAJIT_DEVICE void topk_prefetch_segment(const TopkSlice& s, int round_begin, int round_end) {
+  const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
+  const int v0 = max(vw0, 32 * round_begin), v1 = min(vw1, 32 * round_end);
+  if (v1 > v0)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(s.abase + 4 * v0), "r"(uint32_t(16 * (v1 - v0)))
+                 : "memory");
+}
+
+// The float f with x >= f <=> key(x) >= bound for every score x (NaN never passes, as its key 1
+// is below any bound >= 2^20): the sweep compares scores, not keys.
+NSAJIT_DEVICE float topk_bound_score(uint32_t bound) {
+  if (bound >= 0x80000000u) return __uint_as_float(bound ^ 0x80000000u);  // a score >= +0
+  if (bound > 0x007fffffu) return __uint_as_float(~bound);                 // a finite negative score
+  return __uint_as_float(0xff800000u);  // at or below -inf's key: every score but NaN
+}
+
+// One warp's part of the sweep: rounds [round_begin, round_end) of 32 vectors (the classify's
+// segments), every score x >= f(bound) appended to the warp's list as (score bits, row position)
+// (shared-memory addresses list_key, list_position), in index order, at most `capacity` entries.
+// Returns the number found (more than capacity: the list overflowed and the sweep stopped).
+NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
+                                         uint32_t list_position, int capacity, int round_begin, int round_end,
+                                         u32x4 (&raw)[kTopkSweepUnroll]) {
+  const int lane = threadIdx.x & 31;
+  const uint32_t lanes_below = (1u << lane) - 1u;
+  const float f = topk_bound_score(bound);
+  const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
+  const float kNaN = __uint_as_float(0x7fffffffu);  // outside the slice: never listed
+  int fill = 0;
+  constexpr int kUnroll = kTopkSweepUnroll;
+  for (int q0 = round_begin; q0 < round_end; q0 += kUnroll) {
+    if (q0 != round_begin) topk_sweep_load(s, q0, round_end, raw);  // the first batch: the caller's
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int q = q0 + u;
+      if (q >= round_end) break;  // warp-uniform
+      const int v = q * 32 + lane;
+      float x[4];
+      if (v >= vw0 && v < vw1) {
+        x[0] = __uint_as_float(raw[u].x);
+        x[1] = __uint_as_float(raw[u].y);
+        x[2] = __uint_as_float(raw[u].z);
+        x[3] = __uint_as_float(raw[u].w);
+      } else {  // an edge vector, or past the slice
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int e = 4 * v + j - s.head;
+          x[j] = e >= 0 && e < s.n ? s.sp[e] : kNaN;
+        }
+      }
+      // Ballots by element: lane l's element j is position 4 (32 q + l) + j, so the list order
+      // (lane, then element) is index order.
+      bool listed[4];
+      uint32_t m[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        listed[j] = x[j] >= f;
+        m[j] = __ballot_sync(NSAJIT_TOPK_FULL, listed[j]);
+      }
+      const int found = __popc(m[0]) + __popc(m[1]) + __popc(m[2]) + __popc(m[3]);
+      if (fill + found <= capacity) {
+        // Predicated stores of the raw score bits and positions at 32-bit shared addresses: no
+        // loop as long as the lane with the most listed scores, no key conversion (done after
+        // the sweep over the lists). Run 27's profile: the loop's version issued ~200
+        // instructions a round.
+        uint32_t at = 4u * uint32_t(fill + __popc(m[0] & lanes_below) + __popc(m[1] & lanes_below) +
+                                    __popc(m[2] & lanes_below) + __popc(m[3] & lanes_below));
+        const int position = slice_begin + 4 * v - s.head;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (listed[j]) {
+            st_shared_4(list_key + at, __float_as_uint(x[j]));
+            st_shared_4(list_position + at, uint32_t(position + j));
+            at += 4u;
+          }
+        }
+      }
+      fill += found;
+    }
+    if (fill > capacity) break;  // warp-uniform: the row falls back
+  }
+  return fill;
+}
