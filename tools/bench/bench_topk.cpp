@@ -5,7 +5,8 @@
 // outputs are poisoned before the checked run; each case is checked against the CPU reference
 // (byte for byte against reference::topk_index_order, on sampled rows for large cases). Bytes for
 // the floor: the scores each row reads (len * 4) + lengths + the output written once.
-// NSAJIT_TOPK_SWEEP=1 also times every launch shape per case (printed to stderr only).
+// NSAJIT_TOPK_SWEEP=1 also times every launch shape per case and the write-through floor of the
+// plan's grid (every len = topk: launch and write, no selection), printed to stderr only.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -246,6 +247,17 @@ int bench_topk(const BenchOptions& options) {
                        plan.prefetch_slice ? " slice-prefetch" : "", plan.dense_registers ? " dense-registers" : "", us,
                        same ? "" : "OUTPUT DIFFERS");
         }
+        // The launch's floor for this grid: the same launch with every length = topk (rows
+        // written through, no score read), so a shape's time can be split into launch and work.
+        std::vector<std::int32_t> short_lengths(lengths.size());
+        for (std::size_t r = 0; r < lengths.size(); ++r) short_lengths[r] = std::min(lengths[r], topk);
+        DeviceBuffer<std::int32_t> d_short(short_lengths);
+        TopkArgs write_through = args;
+        write_through.lengths = d_short.get();
+        TimingOptions quick = timing;
+        quick.iters = 20;
+        std::fprintf(stderr, "    sweep %-20s write-through floor (every len = topk, the plan's grid): %8.1f us\n",
+                     shape.name.c_str(), median_us([&] { nsajit::topk(write_through); }, quick));
       }
     }
   }
