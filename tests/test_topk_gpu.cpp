@@ -555,8 +555,10 @@ TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads i
     check_topk(p);
   }
   // Rows too short for the sample (topk 64 at 1024 threads: 6 warps of one round each give 175
-  // samples where the bound needs r = 241): no bound, the exact path (before the sample counted
-  // what it took, the bound came from shared memory nobody wrote).
+  // samples where the bound needs r = 241): no bound, the exact path. This checks that forced
+  // speculation stays exact on such rows; it cannot see which path ran, so it would not have
+  // caught the defect it was added with (a bound read from unwritten shared memory, whose
+  // outputs were exact too): that one is guarded by the sample count in topk_sample_bound.
   auto shorter = make_problem(8, 16000, 64, [&] { return normal(rng); });
   const int lengths[8] = {650, 652, 700, 760, 830, 832, 3000, 16000};
   std::copy(lengths, lengths + 8, shorter.lengths.begin());
