@@ -63,6 +63,7 @@ double median_us(const std::function<void()>& launch, const TimingOptions& optio
   times.reserve(std::size_t(options.iters));
   for (int i = 0; i < options.iters; ++i) {
     if (options.flush_l2) flush.poison(std::uint8_t(i));
+    if (options.after_flush) options.after_flush();
     NSAJIT_CU(cuEventRecord, start, nullptr);
     launch();
     NSAJIT_CU(cuEventRecord, stop, nullptr);

@@ -28,6 +28,9 @@ struct TimingOptions {
   int warmup = 5;
   int iters = 50;
   bool flush_l2 = true;
+  // Diagnostics only: enqueued after the flush and before the start event of each timed launch
+  // (e.g. a decoy launch that brings the kernel's code back into L2).
+  std::function<void()> after_flush;
 };
 
 // Median microseconds of `launch` (which enqueues work on the default stream).
