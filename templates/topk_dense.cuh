@@ -174,13 +174,21 @@ __device__ __noinline__ void topk_dense_row(const float* sp, const float* abase,
       const uint32_t key = topk_lane(k[j], e);
       const bool greater = key > threshold, equal = key == threshold;
       const int slot = greater ? g : total_greater + q;
-      if (greater || (equal && q < take_equal)) staged[slot] = position0 + e;
+      // Unfused (uniform): straight to `out` (a warp's selected keys of a round are consecutive
+      // slots); fused: staged for the transform's batched table reads below.
+      if (greater || (equal && q < take_equal)) {
+        if (apply)
+          staged[slot] = position0 + e;
+        else
+          out[slot] = position0 + e;
+      }
       g += int(greater);
       q += int(equal);
     }
   }
+  if (!apply) return;  // the positions are in `out` already
   __syncthreads();
-  // `out`, consecutive threads on consecutive slots; fused: up to 8 page-table reads in flight.
+  // Fused: `out`, consecutive threads on consecutive slots, up to 8 page-table reads in flight.
   // Positions first, then the transform, then the stores: no branch between the reads.
   constexpr int kBatch = 8;
 #pragma unroll
