@@ -113,7 +113,6 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   uint32_t* const words = reinterpret_cast<uint32_t*>(topk_dynamic);
   u32x4* const keys = topk_dynamic;
   uint32_t* const hist0 = words + p.hist_offset;
-  uint32_t* const section = words + p.section_offset;
   uint32_t* const slots = words + p.slots_offset;
   uint32_t* const cand = words + p.cand_offset;
   uint32_t* const overflow = hist0;  // free once the first digit is found
@@ -147,6 +146,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   if (tid == 0) {
     sh.cand_local = 0;
     sh.cand_reserved = 0;
+    sh.slice_max = 0u;
   }
   __syncthreads();
 
@@ -223,6 +223,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     // (several loads in flight per thread, no per-element checks: their keys are never 0); the at
     // most two partial vectors at the edges are read element by element.
     {
+      uint32_t slice_max = 0u;  // C > 1: the slice's largest key
       const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
       constexpr int kUnroll = 4;
       for (int base = vw0; base < vw1; base += kUnroll * NSAJIT_THREADS) {
@@ -246,6 +247,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
             atomicAdd(&hist0[kv.y >> NSAJIT_TOPK_SHIFT0], 1u);
             atomicAdd(&hist0[kv.z >> NSAJIT_TOPK_SHIFT0], 1u);
             atomicAdd(&hist0[kv.w >> NSAJIT_TOPK_SHIFT0], 1u);
+            slice_max = max(slice_max, max(max(kv.x, kv.y), max(kv.z, kv.w)));
           }
         }
       }
@@ -258,31 +260,66 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         for (int j = 0; j < 4; ++j) {
           const uint32_t key = topk_lane(kv, j);
           if (key != 0u) atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
+          slice_max = max(slice_max, key);
         }
+      }
+      if (C > 1) {
+        slice_max = __reduce_max_sync(NSAJIT_TOPK_FULL, slice_max);
+        if (lane == 0) atomicMax(&sh.slice_max, slice_max);
       }
     }
     __syncthreads();
     if (C > 1) {
-      // Cluster-wide first-digit histogram: CTA q sums the section [q S, (q + 1) S) over all CTAs
-      // (reduce-scatter), then every CTA gathers all sections into its hist0.
-      const int S = NSAJIT_TOPK_BINS0 / C;
-      topk_cluster_sync();  // every CTA's hist0 is complete
-      for (int j = tid; j < S; j += NSAJIT_THREADS) section[j] = topk_cluster_sum_word(&hist0[int(rank) * S + j], C);
-      topk_cluster_sync();  // every section is summed; no CTA reads a hist0 any more
-      static_assert(NSAJIT_TOPK_BINS0 % (4 * NSAJIT_THREADS) == 0, "all-gather: 4 bins per thread and round");
-      for (int bin = tid; bin < NSAJIT_TOPK_BINS0; bin += 4 * NSAJIT_THREADS) {
-        uint32_t v[4];  // four loads in flight
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int b2 = bin + u * NSAJIT_THREADS;
-          v[u] = topk_cluster_load(&section[b2 % S], uint32_t(b2 / S));
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u) hist0[bin + u * NSAJIT_THREADS] = v[u];
+      // The row's first digit without exchanging whole histograms. The row's threshold T is at
+      // least the topk-th largest key of any slice holding topk keys (that slice alone has topk
+      // keys at or above it), and at most the row's largest key: its bin lies in [lo, hi], lo the
+      // highest of the slices' bins of their topk-th largest keys, hi the bin of the row's largest
+      // key (normal scores: ~25 bins). Every CTA sums the window's bins over all CTAs (one remote
+      // round trip after the barrier) and finds the same bin. The plan's slices hold >= 8192
+      // positions, so lo > 0 whenever a row needs a selection; a window down to bin 0 (test
+      // overrides with short slices) is slower, never wrong.
+      const int hi_local = int(sh.slice_max >> NSAJIT_TOPK_SHIFT0);
+      if (warp == 0) {
+        int greater, count;
+        const uint32_t lo_local = s.n >= NSAJIT_TOPK
+                                      ? topk_warp_find_bin_down(hist0, hi_local, 0, NSAJIT_TOPK, greater, count)
+                                      : 0u;
+        if (lane == 0) sh.slice_lo = lo_local;
       }
+      topk_cluster_sync();  // every CTA's hist0, slice_max and slice_lo are complete
+      // Every warp reads the C CTAs' bounds itself (no block barrier).
+      uint32_t max_key = 0u, lo_bin = 0u;
+      if (lane < C) {
+        max_key = topk_cluster_load(&sh.slice_max, uint32_t(lane));
+        lo_bin = topk_cluster_load(&sh.slice_lo, uint32_t(lane));
+      }
+      const int hi = int(__reduce_max_sync(NSAJIT_TOPK_FULL, max_key) >> NSAJIT_TOPK_SHIFT0);
+      const int lo = int(__reduce_max_sync(NSAJIT_TOPK_FULL, lo_bin));
+      // Pair i = (bin hi - i / C, CTA i % C): C consecutive lanes load one bin of every CTA and
+      // sum it by shuffles (C divides 32); the window's totals go to the slots (free until the
+      // classify, written by this CTA only), indexed by bin.
+      uint32_t* const total = slots;
+      const int pairs = (hi - lo + 1) * C;
+      for (int i0 = 0; i0 < pairs; i0 += NSAJIT_THREADS) {  // uniform
+        const int i = i0 + tid;
+        uint32_t v = i < pairs ? topk_cluster_load(&hist0[hi - i / C], uint32_t(i % C)) : 0u;
+        for (int o = 1; o < C; o <<= 1) v += __shfl_xor_sync(NSAJIT_TOPK_FULL, v, o);
+        if (i < pairs && i % C == 0) total[hi - i / C] = v;
+      }
+      const bool narrow = hi - lo < 32;  // uniform in the cluster
+      if (!narrow)  // the whole-block search below reads every bin
+        for (int bin = tid; bin < NSAJIT_TOPK_BINS0; bin += NSAJIT_THREADS)
+          if (bin < lo || bin > hi) total[bin] = 0u;
+      topk_cluster_arrive();  // done reading the others' hist0 (the wait below: before it is reused)
       __syncthreads();
-    }
-    {
+      // A window of at most 32 bins: every warp finds the bin itself (one step, no barrier). Wider
+      // ones: the whole block (the warp's loop over steps here spills at 256 threads).
+      int greater, count;
+      const uint32_t d = narrow ? topk_warp_find_bin_down(total, hi, lo, x.k, greater, count)
+                                : topk_find_bin(total, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
+      topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
+      topk_cluster_wait();  // no CTA reads this hist0 any more (it becomes the overflow list)
+    } else {
       int greater, count;
       const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
       topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
