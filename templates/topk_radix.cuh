@@ -8,11 +8,15 @@
 #define NSAJIT_TOPK_SHIFT0 20
 #define NSAJIT_TOPK_RESCAN_BITS 8   // digits of the rescans (threshold bin larger than the list)
 #define NSAJIT_TOPK_REFINE_BITS 10  // digits of the refinement over the candidate list
+#define NSAJIT_TOPK_FIRST_REFINE_BITS 8  // its first digit (found by every warp, no block search)
 
 struct TopkShared {
   uint32_t rescan_hist[2][1 << NSAJIT_TOPK_RESCAN_BITS];  // by pass parity (cluster peers read one)
   uint32_t row_total[1 << NSAJIT_TOPK_RESCAN_BITS];
   uint32_t refine_hist[2][1 << NSAJIT_TOPK_REFINE_BITS];  // by pass parity: no barrier to zero
+  uint32_t first_refine_hist[1 << NSAJIT_TOPK_FIRST_REFINE_BITS];  // the candidates' first digit
+  uint32_t short_list[32];  // the few candidates left after that digit
+  int short_n;
   int warp_sum[NSAJIT_TOPK_WARPS];
   int warp_greater[NSAJIT_TOPK_WARPS];
   int warp_equal[NSAJIT_TOPK_WARPS];
