@@ -20,15 +20,18 @@
 // Selection: keys are order-preserving uint32 (NaN -> 1 below -inf's 0x007fffff; -0.0 == +0.0;
 // key 0 marks padding and is never counted). Radix select of the topk-th largest key T:
 //   1. pass 0, fused with the load: a histogram of the 12-bit first digit (bits 31..20: sign,
-//      exponent, 3 mantissa bits, so normal data spreads over many bins); C > 1: summed over the
-//      cluster (reduce-scatter + all-gather). The threshold bin holds x.count keys.
+//      exponent, 3 mantissa bits, so normal data spreads over many bins); C > 1: only the window of
+//      bins that can hold T is summed over the cluster (from the highest slice-local topk-th key's
+//      bin to the row's largest key's bin; one barrier, one remote load a thread for normal data).
+//      The threshold bin holds x.count keys.
 //   2. only if x.count > cand_capacity (a plateau, a narrow band): rescans of the slice with 8-bit
 //      digits over the keys matching the prefix found so far, until the count fits or all 32 bits
 //      are resolved. Never a truncating buffer: the rescan is the fallback.
 //   3. classify sweep: per warp, the keys above the prefix (all selected) and the keys matching it,
 //      which go to a candidate list (C > 1: every CTA gets the whole cluster's list); both also
 //      recorded as per-position bitmaps (1 bit per key).
-//   4. refinement on the list alone: 10-bit digits down to bit 0 give T and the ties to take.
+//   4. refinement on the list alone: an 8-bit digit, then the <= 32 keys left ranked by every
+//      warp (else 10-bit digits down to bit 0) give T and the ties to take.
 // Output (ordered compaction): the keys > T in increasing index order at slots [0, G), then the
 // first topk - G keys == T in increasing index order (ties go to the lower index). Slot of an
 // element = number of selected elements of lower index (per-warp contiguous segments, warp scans
@@ -107,8 +110,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   const int resident_vecs = p.resident_vecs;
   // Dynamic shared memory (offsets in 4-byte words, set by runtime/topk.cpp): the kept keys at 0
   // (resident_vecs vectors), the first-digit histogram (later the overflow list of candidates),
-  // this CTA's section of the cluster-wide histogram (C > 1), the per-thread candidate slots
-  // (later, for dense or fused rows: the staged output positions), the cluster-wide candidate list
+  // the per-thread candidate slots (C > 1: first the window's cluster-wide totals; later, for dense
+  // or fused rows: the staged output positions), the cluster-wide candidate list
   // (C > 1), the warp of each overflow entry, and the classify's above and match bitmaps.
   uint32_t* const words = reinterpret_cast<uint32_t*>(topk_dynamic);
   u32x4* const keys = topk_dynamic;
