@@ -25,7 +25,7 @@ constexpr int kHistWords = 4096;      // first-digit histogram (templates/topk_r
 constexpr int kSlotWords = 4096;      // per-thread candidate slots (slots_per_thread * threads <= this)
 constexpr int kCandCapacity = 4096;   // candidates (<= kHistWords); normal data: ~1-3% of a row
 // Dynamic shared memory of the select launch (the family allows 215040 bytes): what is left after
-// the histogram, the cluster section, the candidate lists and the classify's bitmaps holds the
+// the histogram, the candidate lists and the classify's bitmaps holds the
 // kept part of the slice.
 constexpr int kMaxDynamicBytes = 215040;
 // Scores of a launch at most this large may be prefetched into L2 ahead of their lengths (a
@@ -45,17 +45,16 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   auto ceil_div = [](long long a, long long b) { return (a + b - 1) / b; };
   plan.cand_capacity = std::min(kCandCapacity, g_override.cand_capacity > 0 ? g_override.cand_capacity : kCandCapacity);
   // The shared-memory parts after the kept keys, at c CTAs per row, in words from the first of
-  // them: the first-digit histogram, the cluster section (c > 1), the slots, the cluster-wide
+  // them: the first-digit histogram, the slots (c > 1: first the window's totals), the cluster-wide
   // list (c > 1), the overflow list's warps, and the classify's two bitmaps (one bit per position
   // of the slice; one extra vector: the slice need not be aligned). `end` = their total.
   auto slice_of = [&](int c) { return int((ceil_div(width, c) + 3) / 4 * 4); };
   struct FixedParts {
-    int section, slots, cand, overflow_warp, bitmaps, bitmap_words, end;
+    int slots, cand, overflow_warp, bitmaps, bitmap_words, end;
   };
   auto fixed_parts_of = [&](int c) {
     FixedParts f;
-    f.section = kHistWords;
-    f.slots = f.section + (c > 1 ? kHistWords / c : 0);
+    f.slots = kHistWords;
     f.cand = f.slots + kSlotWords;
     f.overflow_warp = f.cand + (c > 1 ? plan.cand_capacity : 0);
     f.bitmaps = f.overflow_warp + (plan.cand_capacity + 1) / 2;
@@ -159,7 +158,6 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
                        : plan.threads == 1024                    ? room_vecs
                                                                  : 0;
   plan.hist_offset = 4 * plan.resident_vecs;
-  plan.section_offset = plan.hist_offset + fixed.section;
   plan.slots_offset = plan.hist_offset + fixed.slots;
   plan.cand_offset = plan.hist_offset + fixed.cand;
   plan.overflow_warp_offset = plan.hist_offset + fixed.overflow_warp;
@@ -276,7 +274,6 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.slice = plan.slice;
   params.resident_vecs = plan.resident_vecs;
   params.hist_offset = plan.hist_offset;
-  params.section_offset = plan.section_offset;
   params.slots_offset = plan.slots_offset;
   params.cand_offset = plan.cand_offset;
   params.overflow_warp_offset = plan.overflow_warp_offset;

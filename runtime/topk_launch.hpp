@@ -17,7 +17,7 @@ struct TopkLaunchPlan {
   int cand_capacity = 0; // candidates at most (a larger threshold bin is rescanned)
   int slots_per_thread = 0;  // candidate slots of each thread (more go to the overflow list)
   // Dynamic shared memory of the select launch, offsets in 4-byte words (see TopkParams).
-  int hist_offset = 0, section_offset = 0, slots_offset = 0, cand_offset = 0, overflow_warp_offset = 0;
+  int hist_offset = 0, slots_offset = 0, cand_offset = 0, overflow_warp_offset = 0;
   int bitmap_offset = 0, bitmap_words = 0;  // the classify's above / match bitmaps, bitmap_words each
   bool speculate = false;  // one CTA per row: the speculative single sweep first (templates/topk_speculative.cuh)
   bool prefetch_row = false;  // speculate: each warp asks L2 for its segment of the row at row start

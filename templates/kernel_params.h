@@ -39,7 +39,6 @@ struct TopkParams {
   int phase;                   // 0: select (+ transform); 1 (sorted specs): sort each row, transform
   // Dynamic shared memory of the select phase, offsets in 4-byte words (runtime/topk.cpp):
   int hist_offset;             // first-digit histogram, 4096 words; later the candidate overflow list
-  int section_offset;          // C > 1: this CTA's section of the cluster histogram, 4096 / C words
   int slots_offset;            // per-thread candidate slots, 4096 words
   int cand_offset;             // C > 1: the cluster-wide candidate list, cand_capacity words
   int overflow_warp_offset;    // uint16 warp of each overflow-list entry, cand_capacity halves

@@ -20,15 +20,18 @@
 // Selection: keys are order-preserving uint32 (NaN -> 1 below -inf's 0x007fffff; -0.0 == +0.0;
 // key 0 marks padding and is never counted). Radix select of the topk-th largest key T:
 //   1. pass 0, fused with the load: a histogram of the 12-bit first digit (bits 31..20: sign,
-//      exponent, 3 mantissa bits, so normal data spreads over many bins); C > 1: summed over the
-//      cluster (reduce-scatter + all-gather). The threshold bin holds x.count keys.
+//      exponent, 3 mantissa bits, so normal data spreads over many bins); C > 1: only the window of
+//      bins that can hold T is summed over the cluster (from the highest slice-local topk-th key's
+//      bin to the row's largest key's bin; one barrier, one remote load a thread for normal data).
+//      The threshold bin holds x.count keys.
 //   2. only if x.count > cand_capacity (a plateau, a narrow band): rescans of the slice with 8-bit
 //      digits over the keys matching the prefix found so far, until the count fits or all 32 bits
 //      are resolved. Never a truncating buffer: the rescan is the fallback.
 //   3. classify sweep: per warp, the keys above the prefix (all selected) and the keys matching it,
 //      which go to a candidate list (C > 1: every CTA gets the whole cluster's list); both also
 //      recorded as per-position bitmaps (1 bit per key).
-//   4. refinement on the list alone: 10-bit digits down to bit 0 give T and the ties to take.
+//   4. refinement on the list alone: an 8-bit digit, then the <= 32 keys left ranked by every
+//      warp (else 10-bit digits down to bit 0) give T and the ties to take.
 // Output (ordered compaction): the keys > T in increasing index order at slots [0, G), then the
 // first topk - G keys == T in increasing index order (ties go to the lower index). Slot of an
 // element = number of selected elements of lower index (per-warp contiguous segments, warp scans
@@ -107,13 +110,12 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   const int resident_vecs = p.resident_vecs;
   // Dynamic shared memory (offsets in 4-byte words, set by runtime/topk.cpp): the kept keys at 0
   // (resident_vecs vectors), the first-digit histogram (later the overflow list of candidates),
-  // this CTA's section of the cluster-wide histogram (C > 1), the per-thread candidate slots
-  // (later, for dense or fused rows: the staged output positions), the cluster-wide candidate list
+  // the per-thread candidate slots (C > 1: first the window's cluster-wide totals; later, for dense
+  // or fused rows: the staged output positions), the cluster-wide candidate list
   // (C > 1), the warp of each overflow entry, and the classify's above and match bitmaps.
   uint32_t* const words = reinterpret_cast<uint32_t*>(topk_dynamic);
   u32x4* const keys = topk_dynamic;
   uint32_t* const hist0 = words + p.hist_offset;
-  uint32_t* const section = words + p.section_offset;
   uint32_t* const slots = words + p.slots_offset;
   uint32_t* const cand = words + p.cand_offset;
   uint32_t* const overflow = hist0;  // free once the first digit is found
@@ -144,9 +146,12 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   if (may_speculate)
     for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) list[i] = 0u;  // the sample's histogram
   for (int i = tid; i < 2 << NSAJIT_TOPK_REFINE_BITS; i += NSAJIT_THREADS) (&sh.refine_hist[0][0])[i] = 0u;
+  for (int i = tid; i < 1 << NSAJIT_TOPK_FIRST_REFINE_BITS; i += NSAJIT_THREADS) sh.first_refine_hist[i] = 0u;
   if (tid == 0) {
     sh.cand_local = 0;
     sh.cand_reserved = 0;
+    sh.slice_max = 0u;
+    sh.short_n = 0;
   }
   __syncthreads();
 
@@ -223,6 +228,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     // (several loads in flight per thread, no per-element checks: their keys are never 0); the at
     // most two partial vectors at the edges are read element by element.
     {
+      uint32_t slice_max = 0u;  // C > 1: the slice's largest key
       const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
       constexpr int kUnroll = 4;
       for (int base = vw0; base < vw1; base += kUnroll * NSAJIT_THREADS) {
@@ -246,6 +252,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
             atomicAdd(&hist0[kv.y >> NSAJIT_TOPK_SHIFT0], 1u);
             atomicAdd(&hist0[kv.z >> NSAJIT_TOPK_SHIFT0], 1u);
             atomicAdd(&hist0[kv.w >> NSAJIT_TOPK_SHIFT0], 1u);
+            slice_max = max(slice_max, max(max(kv.x, kv.y), max(kv.z, kv.w)));
           }
         }
       }
@@ -258,31 +265,66 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         for (int j = 0; j < 4; ++j) {
           const uint32_t key = topk_lane(kv, j);
           if (key != 0u) atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
+          slice_max = max(slice_max, key);
         }
+      }
+      if (C > 1) {
+        slice_max = __reduce_max_sync(NSAJIT_TOPK_FULL, slice_max);
+        if (lane == 0) atomicMax(&sh.slice_max, slice_max);
       }
     }
     __syncthreads();
     if (C > 1) {
-      // Cluster-wide first-digit histogram: CTA q sums the section [q S, (q + 1) S) over all CTAs
-      // (reduce-scatter), then every CTA gathers all sections into its hist0.
-      const int S = NSAJIT_TOPK_BINS0 / C;
-      topk_cluster_sync();  // every CTA's hist0 is complete
-      for (int j = tid; j < S; j += NSAJIT_THREADS) section[j] = topk_cluster_sum_word(&hist0[int(rank) * S + j], C);
-      topk_cluster_sync();  // every section is summed; no CTA reads a hist0 any more
-      static_assert(NSAJIT_TOPK_BINS0 % (4 * NSAJIT_THREADS) == 0, "all-gather: 4 bins per thread and round");
-      for (int bin = tid; bin < NSAJIT_TOPK_BINS0; bin += 4 * NSAJIT_THREADS) {
-        uint32_t v[4];  // four loads in flight
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int b2 = bin + u * NSAJIT_THREADS;
-          v[u] = topk_cluster_load(&section[b2 % S], uint32_t(b2 / S));
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u) hist0[bin + u * NSAJIT_THREADS] = v[u];
+      // The row's first digit without exchanging whole histograms. The row's threshold T is at
+      // least the topk-th largest key of any slice holding topk keys (that slice alone has topk
+      // keys at or above it), and at most the row's largest key: its bin lies in [lo, hi], lo the
+      // highest of the slices' bins of their topk-th largest keys, hi the bin of the row's largest
+      // key (normal scores: ~25 bins). Every CTA sums the window's bins over all CTAs (one remote
+      // round trip after the barrier) and finds the same bin. The plan's slices hold >= 8192
+      // positions, so lo > 0 whenever a row needs a selection; a window down to bin 0 (test
+      // overrides with short slices) is slower, never wrong.
+      const int hi_local = int(sh.slice_max >> NSAJIT_TOPK_SHIFT0);
+      if (warp == 0) {
+        int greater, count;
+        const uint32_t lo_local = s.n >= NSAJIT_TOPK
+                                      ? topk_warp_find_bin_down(hist0, hi_local, 0, NSAJIT_TOPK, greater, count)
+                                      : 0u;
+        if (lane == 0) sh.slice_lo = lo_local;
       }
+      topk_cluster_sync();  // every CTA's hist0, slice_max and slice_lo are complete
+      // Every warp reads the C CTAs' bounds itself (no block barrier).
+      uint32_t max_key = 0u, lo_bin = 0u;
+      if (lane < C) {
+        max_key = topk_cluster_load(&sh.slice_max, uint32_t(lane));
+        lo_bin = topk_cluster_load(&sh.slice_lo, uint32_t(lane));
+      }
+      const int hi = int(__reduce_max_sync(NSAJIT_TOPK_FULL, max_key) >> NSAJIT_TOPK_SHIFT0);
+      const int lo = int(__reduce_max_sync(NSAJIT_TOPK_FULL, lo_bin));
+      // Pair i = (bin hi - i / C, CTA i % C): C consecutive lanes load one bin of every CTA and
+      // sum it by shuffles (C divides 32); the window's totals go to the slots (free until the
+      // classify, written by this CTA only), indexed by bin.
+      uint32_t* const total = slots;
+      const int pairs = (hi - lo + 1) * C;
+      for (int i0 = 0; i0 < pairs; i0 += NSAJIT_THREADS) {  // uniform
+        const int i = i0 + tid;
+        uint32_t v = i < pairs ? topk_cluster_load(&hist0[hi - i / C], uint32_t(i % C)) : 0u;
+        for (int o = 1; o < C; o <<= 1) v += __shfl_xor_sync(NSAJIT_TOPK_FULL, v, o);
+        if (i < pairs && i % C == 0) total[hi - i / C] = v;
+      }
+      const bool narrow = hi - lo < 32;  // uniform in the cluster
+      if (!narrow)  // the whole-block search below reads every bin
+        for (int bin = tid; bin < NSAJIT_TOPK_BINS0; bin += NSAJIT_THREADS)
+          if (bin < lo || bin > hi) total[bin] = 0u;
+      topk_cluster_arrive();  // done reading the others' hist0 (the wait below: before it is reused)
       __syncthreads();
-    }
-    {
+      // A window of at most 32 bins: every warp finds the bin itself (one step, no barrier). Wider
+      // ones: the whole block (the warp's loop over steps here spills at 256 threads).
+      int greater, count;
+      const uint32_t d = narrow ? topk_warp_find_bin_down(total, hi, lo, x.k, greater, count)
+                                : topk_find_bin(total, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
+      topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
+      topk_cluster_wait();  // no CTA reads this hist0 any more (it becomes the overflow list)
+    } else {
       int greater, count;
       const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
       topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
@@ -406,16 +448,56 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         }
         topk_cluster_sync();  // every list is complete
       }
-      // Refinement over the candidates: digits of up to 10 bits down to bit 0.
+      // Refinement over the candidates. First an 8-bit digit, its bin found by every warp itself
+      // (one barrier); then, when at most 32 keys are left with the prefix (normal scores: ~6 of
+      // ~1,400), they are listed and every warp ranks them itself (one barrier); else digits of up
+      // to 10 bits down to bit 0, found by the whole block.
       const int x_count_list = x.count;
+      // This thread's candidates: j < mine_n, candidate(j).
+      const int mine_n = C > 1 ? (x_count_list > tid ? (x_count_list - tid + NSAJIT_THREADS - 1) / NSAJIT_THREADS : 0)
+                               : nslot + (n_over > tid ? (n_over - tid + NSAJIT_THREADS - 1) / NSAJIT_THREADS : 0);
+      auto candidate = [&](int j) -> uint32_t {
+        if (C > 1) return cand[tid + j * NSAJIT_THREADS];  // the cluster-wide list
+        return j < nslot ? slots[j * NSAJIT_THREADS + tid] : overflow[tid + (j - nslot) * NSAJIT_THREADS];
+      };
+      {
+        const int width = min(NSAJIT_TOPK_FIRST_REFINE_BITS, 32 - x.bits);
+        const int shift = 32 - x.bits - width;
+        const uint32_t digit_mask = (1u << width) - 1u;
+        for (int j = 0; j < mine_n; ++j) {
+          const uint32_t key = candidate(j);
+          if ((key & x.mask) == x.prefix) atomicAdd(&sh.first_refine_hist[(key >> shift) & digit_mask], 1u);
+        }
+        __syncthreads();
+        int greater, count;
+        const uint32_t d = topk_warp_find_bin_down(sh.first_refine_hist, int(digit_mask), 0, x.k, greater, count);
+        topk_radix_step(x, d, width, greater, count);
+      }
+      if (x.bits < 32 && x.count <= 32) {  // uniform
+        for (int j = 0; j < mine_n; ++j) {
+          const uint32_t key = candidate(j);
+          if ((key & x.mask) == x.prefix) sh.short_list[atomicAdd(&sh.short_n, 1)] = key;
+        }
+        __syncthreads();
+        // Lane i ranks key i among the x.count listed: T is the key with greater < k <= greater + equal.
+        const uint32_t mine = lane < x.count ? sh.short_list[lane] : 0u;
+        int greater = 0, equal = 0;
+        for (int j = 0; j < x.count; ++j) {
+          const uint32_t other = sh.short_list[j];
+          greater += int(other > mine);
+          equal += int(other == mine);
+        }
+        const uint32_t hit = __ballot_sync(NSAJIT_TOPK_FULL, lane < x.count && greater < x.k && x.k <= greater + equal);
+        const int j = __ffs(hit) - 1;  // x.k <= x.count: some lane holds T
+        x.prefix = __shfl_sync(NSAJIT_TOPK_FULL, mine, j);
+        x.k -= __shfl_sync(NSAJIT_TOPK_FULL, greater, j);
+        x.count = __shfl_sync(NSAJIT_TOPK_FULL, equal, j);
+        x.mask = 0xffffffffu;
+        x.bits = 32;
+      }
       for (int pass = 0; x.bits < 32; ++pass) {
         const TopkRefineDigit digit = topk_refine_digit(x, sh, pass);
-        if (C > 1) {  // the cluster-wide list
-          for (int i = tid; i < x_count_list; i += NSAJIT_THREADS) topk_refine_count(digit, x, cand[i]);
-        } else {  // this thread's slots, then its share of the overflow list
-          for (int i = 0; i < nslot; ++i) topk_refine_count(digit, x, slots[i * NSAJIT_THREADS + tid]);
-          for (int i = tid; i < n_over; i += NSAJIT_THREADS) topk_refine_count(digit, x, overflow[i]);
-        }
+        for (int j = 0; j < mine_n; ++j) topk_refine_count(digit, x, candidate(j));
         topk_refine_finish(digit, x, sh);
       }
       // This CTA's candidates above the threshold and equal to it, per warp: the thread's own slots

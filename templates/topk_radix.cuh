@@ -8,11 +8,15 @@
 #define NSAJIT_TOPK_SHIFT0 20
 #define NSAJIT_TOPK_RESCAN_BITS 8   // digits of the rescans (threshold bin larger than the list)
 #define NSAJIT_TOPK_REFINE_BITS 10  // digits of the refinement over the candidate list
+#define NSAJIT_TOPK_FIRST_REFINE_BITS 8  // its first digit (found by every warp, no block search)
 
 struct TopkShared {
   uint32_t rescan_hist[2][1 << NSAJIT_TOPK_RESCAN_BITS];  // by pass parity (cluster peers read one)
   uint32_t row_total[1 << NSAJIT_TOPK_RESCAN_BITS];
   uint32_t refine_hist[2][1 << NSAJIT_TOPK_REFINE_BITS];  // by pass parity: no barrier to zero
+  uint32_t first_refine_hist[1 << NSAJIT_TOPK_FIRST_REFINE_BITS];  // the candidates' first digit
+  uint32_t short_list[32];  // the few candidates left after that digit
+  int short_n;
   int warp_sum[NSAJIT_TOPK_WARPS];
   int warp_greater[NSAJIT_TOPK_WARPS];
   int warp_equal[NSAJIT_TOPK_WARPS];
@@ -24,6 +28,8 @@ struct TopkShared {
   int cand_local;     // candidates this CTA found
   int cand_reserved;  // cluster rank 0: the cluster-wide list's fill level (remote atomics)
   uint32_t unique_key;  // speculative refinement: the one key left with the prefix
+  uint32_t slice_max;   // C > 1: this slice's largest key (0 when empty)
+  uint32_t slice_lo;    // C > 1: the first-digit bin of this slice's topk-th largest key (0: fewer keys)
 };
 
 // One radix step, whole block: the bin d of h[0, nbins) with greater(d) < k <= greater(d) + h[d],
@@ -68,6 +74,31 @@ NSAJIT_DEVICE uint32_t topk_find_bin(const uint32_t* h, int nbins, int k, TopkSh
   greater = sh.greater;
   count = sh.count;
   return sh.digit;
+}
+
+// One warp (every lane returns the same): the bin d of h[bottom, top] counted from the top with
+// greater(d) < k <= greater(d) + h[d], reading 32 bins a step; no barrier. The caller knows that
+// h[bottom, top] holds at least k keys (else: bottom, with count 0).
+NSAJIT_DEVICE uint32_t topk_warp_find_bin_down(const uint32_t* h, int top, int bottom, int k, int& greater,
+                                               int& count) {
+  const int lane = threadIdx.x & 31;
+  int above = 0;  // keys in the bins above this step's
+  for (int first = top; first >= bottom; first -= 32) {
+    const int bin = first - lane;
+    const int c = bin >= bottom ? int(h[bin]) : 0;
+    const int inclusive = warp_inclusive_scan(c);
+    const uint32_t reached = __ballot_sync(NSAJIT_TOPK_FULL, above + inclusive >= k);
+    if (reached) {
+      const int j = __ffs(reached) - 1;
+      greater = above + __shfl_sync(NSAJIT_TOPK_FULL, inclusive - c, j);
+      count = __shfl_sync(NSAJIT_TOPK_FULL, c, j);
+      return uint32_t(first - j);
+    }
+    above += __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
+  }
+  greater = above;
+  count = 0;
+  return uint32_t(bottom);
 }
 
 // The radix state of a row: among the keys whose bits under `mask` equal `prefix`, the k largest

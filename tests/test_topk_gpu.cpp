@@ -287,8 +287,7 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       INFO("rows " << rows << " width " << width);
       CHECK(q.dynamic_smem <= 215040u);
       CHECK(q.cand_capacity >= 2048);
-      CHECK(q.section_offset == q.hist_offset + 4096);
-      CHECK(q.slots_offset == q.section_offset + (q.ctas_per_row > 1 ? 4096 / q.ctas_per_row : 0));
+      CHECK(q.slots_offset == q.hist_offset + 4096);
       CHECK(q.cand_offset == q.slots_offset + 4096);
       CHECK(q.overflow_warp_offset == q.cand_offset + (q.ctas_per_row > 1 ? q.cand_capacity : 0));
       CHECK(q.bitmap_offset == q.overflow_warp_offset + (q.cand_capacity + 1) / 2);
