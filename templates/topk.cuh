@@ -324,6 +324,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
                                 : topk_find_bin(total, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
       topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
       topk_cluster_wait();  // no CTA reads this hist0 any more (it becomes the overflow list)
+      __syncthreads();      // every warp has read `total` before the classify writes the slots
     } else {
       int greater, count;
       const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
