@@ -24,6 +24,8 @@ constexpr int kMinSpreadSlice = 8192; // few rows: split while slices stay at le
 constexpr int kHistWords = 4096;      // first-digit histogram (templates/topk_radix.cuh); overflow list
 constexpr int kSlotWords = 4096;      // per-thread candidate slots (slots_per_thread * threads <= this)
 constexpr int kCandCapacity = 4096;   // candidates (<= kHistWords); normal data: ~1-3% of a row
+// Clusters first hold the window's cluster-wide totals in the slots, one word per first-digit bin.
+static_assert(kSlotWords >= kHistWords, "the slots hold a first-digit histogram (templates/topk.cuh)");
 // Dynamic shared memory of the select launch (the family allows 215040 bytes): what is left after
 // the histogram, the candidate lists and the classify's bitmaps holds the
 // kept part of the slice.

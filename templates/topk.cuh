@@ -279,8 +279,9 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       // least the topk-th largest key of any slice holding topk keys (that slice alone has topk
       // keys at or above it), and at most the row's largest key: its bin lies in [lo, hi], lo the
       // highest of the slices' bins of their topk-th largest keys, hi the bin of the row's largest
-      // key (normal scores: ~25 bins). Every CTA sums the window's bins over all CTAs (one remote
-      // round trip after the barrier) and finds the same bin. The plan's slices hold >= 8192
+      // key (normal scores: ~25 bins). After the barrier every CTA reads the C CTAs' bounds, then
+      // sums the window's bins over all CTAs (two dependent remote round trips: about what the
+      // reduce-scatter and all-gather cost at 16 CTAs, less at 2) and finds the same bin. The plan's slices hold >= 8192
       // positions, so lo > 0 whenever a row needs a selection; a window down to bin 0 (test
       // overrides with short slices) is slower, never wrong.
       const int hi_local = int(sh.slice_max >> NSAJIT_TOPK_SHIFT0);
@@ -421,8 +422,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       // serialised) cost ≈ 1.2 us of its 20 us (H200, docs/notes/topk.md run 33).
       const int n_over = sh.cand_local;
       if (C > 1) {
-        const int over_mine = n_over > tid ? (n_over - tid + NSAJIT_THREADS - 1) / NSAJIT_THREADS : 0;
-        const int mine = nslot + over_mine;
+        const int mine = nslot + topk_thread_share(n_over, tid);
         const int inclusive = warp_inclusive_scan(mine);
         if (lane == 31) sh.warp_sum[warp] = inclusive;
         __syncthreads();
@@ -455,8 +455,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       // to 10 bits down to bit 0, found by the whole block.
       const int x_count_list = x.count;
       // This thread's candidates: j < mine_n, candidate(j).
-      const int mine_n = C > 1 ? (x_count_list > tid ? (x_count_list - tid + NSAJIT_THREADS - 1) / NSAJIT_THREADS : 0)
-                               : nslot + (n_over > tid ? (n_over - tid + NSAJIT_THREADS - 1) / NSAJIT_THREADS : 0);
+      const int mine_n = C > 1 ? topk_thread_share(x_count_list, tid) : nslot + topk_thread_share(n_over, tid);
       auto candidate = [&](int j) -> uint32_t {
         if (C > 1) return cand[tid + j * NSAJIT_THREADS];  // the cluster-wide list
         return j < nslot ? slots[j * NSAJIT_THREADS + tid] : overflow[tid + (j - nslot) * NSAJIT_THREADS];

@@ -170,6 +170,11 @@ NSAJIT_DEVICE u32x4 topk_slice_keys(const TopkSlice& s, const u32x4* keys, int r
   return v < resident_vecs ? keys[v] : topk_global_keys(s, v);
 }
 
+// How many of the items 0..n-1 thread `tid` takes when the block strides over them (tid, tid + T, ...).
+NSAJIT_DEVICE int topk_thread_share(int n, int tid) {
+  return n > tid ? (n - tid + NSAJIT_THREADS - 1) / NSAJIT_THREADS : 0;
+}
+
 NSAJIT_DEVICE uint32_t topk_lane(const u32x4& k, int j) { return j == 0 ? k.x : j == 1 ? k.y : j == 2 ? k.z : k.w; }
 
 // Key u = 4 v + j of the slice (element j of vector v), which the caller knows to be inside it.
