@@ -111,16 +111,40 @@ NSAJIT_DEVICE uint32_t pack_bf16x2_rn(float lo, float hi) {
   return r;
 }
 
-// Two e4m3 codes (low byte first) -> bf16x2 of bf16(float(e4m3) * scale), §4's dequant, with the
-// sm_89+ conversion (e4m3 -> f16 is exact). Bit-exact with e4m3_to_float below for non-NaN codes.
-NSAJIT_DEVICE uint32_t dequant_e4m3x2(uint32_t two, float scale) {
-  uint32_t h2;
-  asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t; }" : "=r"(h2) : "r"(two));
+// f16x2 -> bf16x2 of bf16(float(f16) * scale), each half rounded to nearest even.
+NSAJIT_DEVICE uint32_t scale_f16x2_to_bf16x2(uint32_t h2, float scale) {
   float lo, hi;
   asm("{ .reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
       : "=f"(lo), "=f"(hi)
       : "r"(h2));
   return pack_bf16x2_rn(lo * scale, hi * scale);
+}
+
+// 16 e4m3 codes (byte i = dim i) -> bf16 dims 0-7 (lo) and 8-15 (hi) of bf16(float(e4m3) * scale),
+// §4's dequant, with the sm_89+ conversion (e4m3 -> f16 is exact). Bit-exact with e4m3_to_float
+// below for non-NaN codes. Each 16-bit half of a word goes to the conversion as it is: masking and
+// shifting the halves out first (as a cvt.u16.u32 per pair did) costs two instructions a word.
+NSAJIT_DEVICE void dequant_e4m3x16(const u32x4& f, float scale, u32x4& lo, u32x4& hi) {
+  uint32_t h[8];
+  const uint32_t w[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.rn.f16x2.e4m3x2 %0, l; cvt.rn.f16x2.e4m3x2 %1, h; }"
+        : "=r"(h[2 * i]), "=r"(h[2 * i + 1])
+        : "r"(w[i]));
+  lo = u32x4{scale_f16x2_to_bf16x2(h[0], scale), scale_f16x2_to_bf16x2(h[1], scale),
+             scale_f16x2_to_bf16x2(h[2], scale), scale_f16x2_to_bf16x2(h[3], scale)};
+  hi = u32x4{scale_f16x2_to_bf16x2(h[4], scale), scale_f16x2_to_bf16x2(h[5], scale),
+             scale_f16x2_to_bf16x2(h[6], scale), scale_f16x2_to_bf16x2(h[7], scale)};
+}
+
+// 2^x on the special-function unit (ex2.approx.ftz, the accuracy of exp2f); a result below 2^-126
+// is 0. exp2f spends three more instructions a call to keep such subnormal results, which softmax
+// weights never need: the largest weight of a row is >= 1 (the reference is at most the max).
+NSAJIT_DEVICE float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // float -> e4m3 code (low 8 bits): saturating (|x| >= 448, inf included -> ±448), round to nearest

@@ -277,14 +277,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       const float sf = sc[(TPT * c) >> 3];  // its 128-dim tile (compile-time index)
       const u32x4 f = *reinterpret_cast<const u32x4*>(src + 16 * k);
       u32x4 lo, hi;
-      lo.x = dequant_e4m3x2(f.x & 0xffffu, sf);
-      lo.y = dequant_e4m3x2(f.x >> 16, sf);
-      lo.z = dequant_e4m3x2(f.y & 0xffffu, sf);
-      lo.w = dequant_e4m3x2(f.y >> 16, sf);
-      hi.x = dequant_e4m3x2(f.z & 0xffffu, sf);
-      hi.y = dequant_e4m3x2(f.z >> 16, sf);
-      hi.z = dequant_e4m3x2(f.w & 0xffffu, sf);
-      hi.w = dequant_e4m3x2(f.w >> 16, sf);
+      dequant_e4m3x16(f, sf, lo, hi);
       st_shared_16(dst + kvo(g_tok, 2 * k), lo);
       st_shared_16(dst + kvo(g_tok, 2 * k + 1), hi);
     }
@@ -458,17 +451,17 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         const float m_new = fmaxf(m_run[mt][h], mx[mt][h]);
         // m_new = -inf: nothing valid yet (o = l = 0): subtract 0 so -inf - -inf never happens.
         const float m_use = m_new == neg_inf() ? 0.f : m_new;
-        alpha[mt][h] = exp2f(m_run[mt][h] - m_use);
+        alpha[mt][h] = exp2_ftz(m_run[mt][h] - m_use);
         m_run[mt][h] = m_new;
         mx[mt][h] = m_use;
       }
       float rs0 = 0.f, rs1 = 0.f;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        const float p0 = exp2f(s[mt][nt][0] - mx[mt][0]);
-        const float p1 = exp2f(s[mt][nt][1] - mx[mt][0]);
-        const float p2 = exp2f(s[mt][nt][2] - mx[mt][1]);
-        const float p3 = exp2f(s[mt][nt][3] - mx[mt][1]);
+        const float p0 = exp2_ftz(s[mt][nt][0] - mx[mt][0]);
+        const float p1 = exp2_ftz(s[mt][nt][1] - mx[mt][0]);
+        const float p2 = exp2_ftz(s[mt][nt][2] - mx[mt][1]);
+        const float p3 = exp2_ftz(s[mt][nt][3] - mx[mt][1]);
         rs0 += p0 + p1;
         rs1 += p2 + p3;
         const int r = mrow0 + mt * 16 + g;

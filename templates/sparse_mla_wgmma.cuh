@@ -329,14 +329,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
             const uint32_t a = dst + uint32_t(j >> 1) * SUB;  // column block kc / 4
             const int c0 = 2 * (kc & 3);
             u32x4 lo, hi;
-            lo.x = dequant_e4m3x2(f[j].x & 0xffffu, sf);
-            lo.y = dequant_e4m3x2(f[j].x >> 16, sf);
-            lo.z = dequant_e4m3x2(f[j].y & 0xffffu, sf);
-            lo.w = dequant_e4m3x2(f[j].y >> 16, sf);
-            hi.x = dequant_e4m3x2(f[j].z & 0xffffu, sf);
-            hi.y = dequant_e4m3x2(f[j].z >> 16, sf);
-            hi.z = dequant_e4m3x2(f[j].w & 0xffffu, sf);
-            hi.w = dequant_e4m3x2(f[j].w >> 16, sf);
+            dequant_e4m3x16(f[j], sf, lo, hi);
             st_shared_16(a + swz(tok, c0), lo);
             st_shared_16(a + swz(tok, c0 + 1), hi);
           }
@@ -448,14 +441,14 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       const float mn0 = up0 ? mx0 : m0, mn1 = up1 ? mx1 : m1;
       // nothing valid yet (-inf): subtract 0 so that -inf - -inf never happens
       const float mu0 = mn0 == neg_inf() ? 0.f : mn0, mu1 = mn1 == neg_inf() ? 0.f : mn1;
-      const float al0 = up0 ? exp2f(m0 - mu0) : 1.f, al1 = up1 ? exp2f(m1 - mu1) : 1.f;
+      const float al0 = up0 ? exp2_ftz(m0 - mu0) : 1.f, al1 = up1 ? exp2_ftz(m1 - mu1) : 1.f;
       m0 = mn0;
       m1 = mn1;
       float rs0 = 0.f, rs1 = 0.f;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const float p0 = exp2f(s[4 * j + 0] - mu0), p1 = exp2f(s[4 * j + 1] - mu0);
-        const float p2 = exp2f(s[4 * j + 2] - mu1), p3 = exp2f(s[4 * j + 3] - mu1);
+        const float p0 = exp2_ftz(s[4 * j + 0] - mu0), p1 = exp2_ftz(s[4 * j + 1] - mu0);
+        const float p2 = exp2_ftz(s[4 * j + 2] - mu1), p3 = exp2_ftz(s[4 * j + 3] - mu1);
         rs0 += p0 + p1;
         rs1 += p2 + p3;
         const uint32_t h01 = pack_bf16x2_rn(p0, p1), h23 = pack_bf16x2_rn(p2, p3);
