@@ -303,26 +303,30 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       }
     } else {
       // FP8: thread = (token pt / 2, half h = pt % 2); half h handles the 16-byte fp8 chunks 2j + h
-      // (j < 16) and rope chunks 2j + h (j < 4), so a thread pair reads 32 contiguous bytes.
+      // (j < 16) and rope chunks 2j + h (j < 4), so a thread pair reads 32 contiguous bytes. The
+      // rope (bf16 already) goes by cp.async straight into the tile: no registers, which the
+      // dequantisation uses for instruction-level parallelism instead.
       const int tok = pt >> 1, h = pt & 1;
       int cur = tb < te ? load_index(idx_row, tb * BT + tok, n, p.num_slots) : -1;
       for (int t = tb; t < te; ++t) {
         const int k = t - tb, b = k & 1;
         prefetch_tile(t + 2);
         const bool ok = cur >= 0;
-        u32x4 f[16], rp[4], sc = {0u, 0u, 0u, 0u};
+        u32x4 f[16], sc = {0u, 0u, 0u, 0u};
+        const unsigned char* base = ok ? token_bytes(cur) : nullptr;
         if (ok) {
-          const unsigned char* base = token_bytes(cur);
 #pragma unroll
           for (int j = 0; j < 16; ++j) f[j] = ld_global_nc_16(base + 16 * (2 * j + h));
           sc = ld_global_nc_16(base + 512);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) rp[j] = ld_global_nc_16(base + 528 + 16 * (2 * j + h));
         }
         cur = t + 1 < te ? load_index(idx_row, (t + 1) * BT + tok, n, p.num_slots) : -1;
         if (k >= 2) mbar_wait(bar_empty + 8 * b, uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + uint32_t(b) * TILE;
         if (h == 0) valid_s[b * BT + tok] = ok;
+        // rope: an invalid token's is zero-filled (nothing read)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          cp_async_16_zfill(dst + 8 * SUB + swz(tok, 2 * j + h), ok ? static_cast<const void*>(base + 528 + 16 * (2 * j + h)) : p.q, ok ? 16u : 0u);
         if (ok) {
           const float scf[4] = {__uint_as_float(sc.x), __uint_as_float(sc.y), __uint_as_float(sc.z), __uint_as_float(sc.w)};
 #pragma unroll
@@ -336,8 +340,6 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
             st_shared_16(a + swz(tok, c0), lo);
             st_shared_16(a + swz(tok, c0 + 1), hi);
           }
-#pragma unroll
-          for (int j = 0; j < 4; ++j) st_shared_16(dst + 8 * SUB + swz(tok, 2 * j + h), rp[j]);
         } else {
           const u32x4 z = {0u, 0u, 0u, 0u};
 #pragma unroll
@@ -347,11 +349,9 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
             st_shared_16(a + swz(tok, 2 * (kc & 3)), z);
             st_shared_16(a + swz(tok, 2 * (kc & 3) + 1), z);
           }
-#pragma unroll
-          for (int j = 0; j < 4; ++j) st_shared_16(dst + 8 * SUB + swz(tok, 2 * j + h), z);
         }
-        if (q_pending) cp_async_wait_all();
-        fence_proxy_async();  // generic stores -> read by wgmma (async proxy)
+        cp_async_wait_all();  // the rope (and the first tile's q)
+        fence_proxy_async();  // generic stores and cp.async writes -> read by wgmma (async proxy)
         if (q_pending) {
           mbar_arrive(bar_q);
           q_pending = false;
