@@ -21,14 +21,20 @@ nsajit_sparse_mla_combine(const SparseMlaCombineParams p) {
   const int ns = p.num_splits;
   const float ninf = __uint_as_float(0xff800000u);
 
-  float lmax = ninf, mmax = ninf;
-  for (int s = 0; s < ns; ++s) {
-    lmax = fmaxf(lmax, __ldg(p.lse_part + s * stride + head));
-    mmax = fmaxf(mmax, __ldg(p.max_part + s * stride + head));
+  float mmax = ninf;
+  for (int s = 0; s < ns; ++s) mmax = fmaxf(mmax, __ldg(p.max_part + s * stride + head));
+  // L = log2 sum_s 2^lse_s, or -inf when every split is empty
+  float lmax = ninf;
+  for (int s = 0; s < ns; ++s) lmax = fmaxf(lmax, __ldg(p.lse_part + s * stride + head));
+  float total = ninf;
+  if (lmax != ninf) {
+    float sum = 0.f;
+    for (int s = 0; s < ns; ++s) sum += exp2f(__ldg(p.lse_part + s * stride + head) - lmax);
+    total = lmax + log2f(sum);
   }
   const int d = threadIdx.x * 4;
   unsigned short* out = p.out + head * 512 + d;
-  if (lmax == ninf) {  // no valid token anywhere
+  if (total == ninf) {  // no valid token anywhere
     *reinterpret_cast<uint2*>(out) = make_uint2(0u, 0u);
     if (threadIdx.x == 0) {
       p.lse[head] = __uint_as_float(0x7f800000u);
@@ -36,13 +42,10 @@ nsajit_sparse_mla_combine(const SparseMlaCombineParams p) {
     }
     return;
   }
-  float sum = 0.f;
-  for (int s = 0; s < ns; ++s) sum += exp2f(__ldg(p.lse_part + s * stride + head) - lmax);
-  const float total = lmax + log2f(sum);
   float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
   for (int s = 0; s < ns; ++s) {
     const float w = exp2f(__ldg(p.lse_part + s * stride + head) - total);  // 0 for an empty split
-    if (w == 0.f) continue;
+    if (w == 0.f) continue;  // whose partial is not read
     const float4 v = __ldg(reinterpret_cast<const float4*>(p.o_part + (s * stride + head) * 512 + d));
     acc0 += w * v.x;
     acc1 += w * v.y;
