@@ -16,7 +16,8 @@
 //        QK no longer needs; P_lo in its own 8 KB buffer), after rescaling by WG0's alpha.
 //   WG2 (warps 8-11, 56 / 120 registers): producer. bf16: 16-byte cp.async gathers (zero-filled for
 //        invalid tokens) of each token row into the 128-byte-swizzled KV tile; FP8: register loads
-//        of the 656-byte tokens, dequantised bf16(float(e4m3) * scale) and stored swizzled.
+//        of the 656-byte tokens' fp8 part, dequantised bf16(float(e4m3) * scale) and stored
+//        swizzled, the bf16 rope by cp.async (no registers).
 // Why P_lo: bf16 P alone (2^-9 relative) misses the 1e-3 absolute tolerance where a few dominant
 // tokens' V values cancel (docs/notes/sparse_mla.md, "Measurements / 2").
 // Shared memory: Q [64][576] and two KV tiles [64][576], each as nine [64 rows][128 B] subtiles
