@@ -12,6 +12,7 @@ std::string_view index_transform();    // templates/index_transform.cuh
 std::string_view topk_common();        // templates/topk_common.cuh
 std::string_view topk_radix();         // templates/topk_radix.cuh
 std::string_view topk_speculative();   // templates/topk_speculative.cuh
+std::string_view topk_cluster_lists(); // templates/topk_cluster_lists.cuh
 std::string_view topk_sort();          // templates/topk_sort.cuh
 std::string_view topk_dense();         // templates/topk_dense.cuh
 std::string_view topk();               // templates/topk.cuh (the kernel; the parts above come first)

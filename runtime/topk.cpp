@@ -180,6 +180,29 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
     plan.list_words = std::max(fixed.end - fixed.slots, budget_words - plan.slots_offset) / 2 * 2;
     plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * (plan.list_offset + plan.list_words)));
   }
+  // Rows over a cluster, their slices kept: the speculative cluster selection
+  // (templates/topk_cluster_lists.cuh), its lists after the exact path's parts. A slice of a row
+  // whose largest scores are spread over it holds about topk / c of the selected keys: each lists
+  // down to the first-digit bin of its (1.25 topk / c + 16)-th largest key; twice that plus 64
+  // entries hold such a list with its last bin (normal scores at c = 16: ~190-320 of 416), and
+  // the union at most max(4 topk, 8192) keys (~3,000-5,000 at 8 or 16 CTAs and topk 2048).
+  // Not at 256 threads (templates/topk.cuh compiles it out there).
+  if (c > 1 && g_override.speculate != 0 && plan.threads >= 512 && plan.resident_vecs >= slice_vecs) {
+    const int rank = int(ceil_div(5LL * topk, 4LL * c)) + 16;
+    const int capacity = (2 * rank + 64 + 3) / 4 * 4;
+    const int union_capacity = std::min(c * capacity, std::max(4 * topk, 8192));
+    const int offset = (plan.hist_offset + fixed.end + 3) / 4 * 4;
+    const int end = offset + 2 * capacity + union_capacity;
+    if (4LL * end <= kMaxDynamicBytes) {
+      plan.cluster_lists = g_override.strict_cluster_lists ? 2 : 1;
+      plan.cluster_list_rank = rank;
+      plan.cluster_list_offset = offset;
+      plan.cluster_list_capacity = capacity;
+      plan.cluster_union_offset = offset + 2 * capacity;
+      plan.cluster_union_capacity = union_capacity;
+      plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * end));
+    }
+  }
   return plan;
 }
 
@@ -289,6 +312,12 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.dense_registers = plan.dense_registers ? 1 : 0;
   params.list_offset = plan.list_offset;
   params.list_words = plan.list_words;
+  params.cluster_lists = plan.cluster_lists;
+  params.cluster_list_rank = plan.cluster_list_rank;
+  params.cluster_list_offset = plan.cluster_list_offset;
+  params.cluster_list_capacity = plan.cluster_list_capacity;
+  params.cluster_union_offset = plan.cluster_union_offset;
+  params.cluster_union_capacity = plan.cluster_union_capacity;
   params.phase = 0;
   if (args.fused_transform) detail::set_transform_parameters(params, args, table_stride);
 

@@ -25,6 +25,12 @@ struct TopkLaunchPlan {
                                 // length (rows without row_starts)
   bool dense_registers = false;  // 256 threads, one CTA per row, slices <= 9212: keys held in registers
   int list_offset = 0, list_words = 0;  // its per-warp lists: from the slots on, over both bitmaps and beyond
+  // C > 1 CTAs per row: the speculative cluster selection first (templates/topk_cluster_lists.cuh),
+  // where the lists fit after the exact path's parts with the whole slice kept.
+  int cluster_lists = 0;  // 0, 1; 2 (the override's strict_cluster_lists): fallbacks write -2
+  int cluster_list_rank = 0;  // each CTA lists its first-digit bins down to that of this largest key
+  int cluster_list_offset = 0, cluster_list_capacity = 0;  // keys, then positions (capacity words each)
+  int cluster_union_offset = 0, cluster_union_capacity = 0;  // the union's keys
   unsigned dynamic_smem = 0;  // bytes
 };
 
@@ -37,14 +43,18 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
 // Test/bench hook (not thread-safe): ctas_per_row, threads, cand_capacity > 0, slots_per_thread
 // >= 0, and speculate, prefetch_row, prefetch_slice and dense_registers 0 or 1 replace the plan's choice
 // (ctas_per_row must be 1, 2, 4, 8 or 16); force_streaming keeps nothing in shared memory (every
-// sweep re-reads global memory). Reset with a default-constructed value.
+// sweep re-reads global memory); strict_cluster_lists makes a row whose cluster lists do not
+// hold its selection write -2 to its first slot instead of taking the exact path (so that a test
+// sees which path ran). Reset with a default-constructed value.
 struct TopkLaunchOverride {
   int ctas_per_row = 0;
   int threads = 0;
   bool force_streaming = false;
   int cand_capacity = 0;  // e.g. 64: most rows take the rescan path
   int slots_per_thread = -1;  // >= 0: e.g. 0 sends every candidate to the overflow list
-  int speculate = -1;  // 0: the exact path only; 1: speculate whenever ctas_per_row is 1
+  int speculate = -1;  // 0: the exact path only; 1: speculate whenever ctas_per_row is 1 (and
+                       // cluster lists whenever they fit)
+  bool strict_cluster_lists = false;
   int prefetch_row = -1;  // 0 or 1 replace the plan's choice
   int prefetch_slice = -1;  // 0 or 1 replace the plan's choice
   int dense_registers = -1;  // 0 or 1 replace the plan's choice (1: only where 256 threads, C = 1, slice <= 9212)

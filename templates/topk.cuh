@@ -59,7 +59,8 @@
 //
 // The parts before this file (concatenated by the generator): topk_common.cuh (constants, keys,
 // cluster helpers, slices), topk_radix.cuh (block-wide radix steps), topk_speculative.cuh (the
-// speculative sweep), topk_sort.cuh (phase 1 of sorted specs), topk_dense.cuh (dense rows).
+// speculative sweep), topk_cluster_lists.cuh (the speculative cluster selection), topk_sort.cuh
+// (phase 1 of sorted specs), topk_dense.cuh (dense rows).
 
 // --- the kernel ------------------------------------------------------------------------------------
 
@@ -292,7 +293,22 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
                                       : 0u;
         if (lane == 0) sh.slice_lo = lo_local;
       }
+#if NSAJIT_THREADS >= 512
+      // The speculative selection (templates/topk_cluster_lists.cuh): one cluster barrier, the
+      // exact path below when it does not hold. Not compiled at 256 threads (the many short rows'
+      // kernel, which it would make spill; the plan never asks for it there).
+      const TopkClusterLists lists{words + p.cluster_list_offset,
+                                   reinterpret_cast<int*>(words + p.cluster_list_offset + p.cluster_list_capacity),
+                                   p.cluster_list_capacity, words + p.cluster_union_offset, p.cluster_union_capacity,
+                                   slots};
+      if (p.cluster_lists != 0)
+        topk_cluster_list(s, b, keys, resident_vecs, hist0, hi_local, p.cluster_list_rank, lists, round_begin,
+                          round_end, sh);
+      topk_cluster_sync();  // every CTA's hist0, slice_max and slice_lo (and list) are complete
+      if (p.cluster_lists != 0 && topk_cluster_select(C, rank, lists, t, apply, out, p.cluster_lists == 2, sh)) return;
+#else
       topk_cluster_sync();  // every CTA's hist0, slice_max and slice_lo are complete
+#endif
       // Every warp reads the C CTAs' bounds itself (no block barrier).
       uint32_t max_key = 0u, lo_bin = 0u;
       if (lane < C) {
@@ -449,57 +465,14 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         }
         topk_cluster_sync();  // every list is complete
       }
-      // Refinement over the candidates. First an 8-bit digit, its bin found by every warp itself
-      // (one barrier); then, when at most 32 keys are left with the prefix (normal scores: ~6 of
-      // ~1,400), they are listed and every warp ranks them itself (one barrier); else digits of up
-      // to 10 bits down to bit 0, found by the whole block.
+      // Refinement over the candidates (templates/topk_radix.cuh).
       const int x_count_list = x.count;
       // This thread's candidates: j < mine_n, candidate(j).
       const int mine_n = C > 1 ? topk_thread_share(x_count_list, tid) : nslot + topk_thread_share(n_over, tid);
-      auto candidate = [&](int j) -> uint32_t {
+      topk_refine_candidates(x, sh, mine_n, [&](int j) -> uint32_t {
         if (C > 1) return cand[tid + j * NSAJIT_THREADS];  // the cluster-wide list
         return j < nslot ? slots[j * NSAJIT_THREADS + tid] : overflow[tid + (j - nslot) * NSAJIT_THREADS];
-      };
-      {
-        const int width = min(NSAJIT_TOPK_FIRST_REFINE_BITS, 32 - x.bits);
-        const int shift = 32 - x.bits - width;
-        const uint32_t digit_mask = (1u << width) - 1u;
-        for (int j = 0; j < mine_n; ++j) {
-          const uint32_t key = candidate(j);
-          if ((key & x.mask) == x.prefix) atomicAdd(&sh.first_refine_hist[(key >> shift) & digit_mask], 1u);
-        }
-        __syncthreads();
-        int greater, count;
-        const uint32_t d = topk_warp_find_bin_down(sh.first_refine_hist, int(digit_mask), 0, x.k, greater, count);
-        topk_radix_step(x, d, width, greater, count);
-      }
-      if (x.bits < 32 && x.count <= 32) {  // uniform
-        for (int j = 0; j < mine_n; ++j) {
-          const uint32_t key = candidate(j);
-          if ((key & x.mask) == x.prefix) sh.short_list[atomicAdd(&sh.short_n, 1)] = key;
-        }
-        __syncthreads();
-        // Lane i ranks key i among the x.count listed: T is the key with greater < k <= greater + equal.
-        const uint32_t mine = lane < x.count ? sh.short_list[lane] : 0u;
-        int greater = 0, equal = 0;
-        for (int j = 0; j < x.count; ++j) {
-          const uint32_t other = sh.short_list[j];
-          greater += int(other > mine);
-          equal += int(other == mine);
-        }
-        const uint32_t hit = __ballot_sync(NSAJIT_TOPK_FULL, lane < x.count && greater < x.k && x.k <= greater + equal);
-        const int j = __ffs(hit) - 1;  // x.k <= x.count: some lane holds T
-        x.prefix = __shfl_sync(NSAJIT_TOPK_FULL, mine, j);
-        x.k -= __shfl_sync(NSAJIT_TOPK_FULL, greater, j);
-        x.count = __shfl_sync(NSAJIT_TOPK_FULL, equal, j);
-        x.mask = 0xffffffffu;
-        x.bits = 32;
-      }
-      for (int pass = 0; x.bits < 32; ++pass) {
-        const TopkRefineDigit digit = topk_refine_digit(x, sh, pass);
-        for (int j = 0; j < mine_n; ++j) topk_refine_count(digit, x, candidate(j));
-        topk_refine_finish(digit, x, sh);
-      }
+      });
       // This CTA's candidates above the threshold and equal to it, per warp: the thread's own slots
       // (its warp is known), then the overflow list.
       int g = 0, e = 0;

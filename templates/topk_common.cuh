@@ -1,7 +1,8 @@
 // topk_common.cuh — the top-k family (templates/topk.cuh), part 1: its compile-time constants,
 // order-preserving keys, cluster helpers, the fused transform's glue, slice access and the classify
 // sweep's bitmaps. The generator concatenates topk_common, topk_radix, topk_speculative,
-// topk_sort, topk_dense and topk.cuh, in that order (generator/families/topk.cpp).
+// topk_cluster_lists, topk_sort, topk_dense and topk.cuh, in that order
+// (generator/families/topk.cpp).
 #pragma once
 
 #ifndef NSAJIT_TOPK

@@ -1,4 +1,4 @@
-// topk_dense.cuh — the top-k family (templates/topk.cuh), part 5: dense rows with their keys in
+// topk_dense.cuh — the top-k family (templates/topk.cuh), part 6: dense rows with their keys in
 // registers (one 256-thread CTA per row).
 #pragma once
 

@@ -30,6 +30,8 @@ struct TopkShared {
   uint32_t unique_key;  // speculative refinement: the one key left with the prefix
   uint32_t slice_max;   // C > 1: this slice's largest key (0 when empty)
   uint32_t slice_lo;    // C > 1: the first-digit bin of this slice's topk-th largest key (0: fewer keys)
+  int cluster_listed;   // cluster lists: this CTA's list size (capacity + 1: it did not fit)
+  uint32_t cluster_cut; // cluster lists: the lowest first-digit bin listed
 };
 
 // One radix step, whole block: the bin d of h[0, nbins) with greater(d) < k <= greater(d) + h[d],
@@ -150,6 +152,58 @@ NSAJIT_DEVICE void topk_refine_finish(const TopkRefineDigit& r, TopkRadix& x, To
   const uint32_t d = topk_find_bin(r.h, 1 << r.width, x.k, sh, greater, count);
   topk_radix_step(x, d, r.width, greater, count);
   for (int i = threadIdx.x; i < (1 << r.width); i += NSAJIT_THREADS) r.h[i] = 0u;
+}
+
+// The refinement of x over a candidate list that holds every key of the row matching x's prefix
+// (and maybe others): thread tid's are candidate(j), j < mine_n. First an 8-bit digit, its bin
+// found by every warp itself (one barrier); then, when at most 32 keys are left with the prefix
+// (normal scores: ~6 of ~1,400), they are listed and every warp ranks them itself (one barrier);
+// else digits of up to 10 bits down to bit 0, found by the whole block. Whole block; x.bits < 32
+// on entry, 32 on return (x.prefix = T, x.k = the keys == T to take). Uses sh.first_refine_hist
+// and sh.short_n as zeroed by the kernel's prologue: at most once per row.
+template <class Candidate>
+NSAJIT_DEVICE void topk_refine_candidates(TopkRadix& x, TopkShared& sh, int mine_n, Candidate candidate) {
+  const int lane = threadIdx.x & 31;
+  {
+    const int width = min(NSAJIT_TOPK_FIRST_REFINE_BITS, 32 - x.bits);
+    const int shift = 32 - x.bits - width;
+    const uint32_t digit_mask = (1u << width) - 1u;
+    for (int j = 0; j < mine_n; ++j) {
+      const uint32_t key = candidate(j);
+      if ((key & x.mask) == x.prefix) atomicAdd(&sh.first_refine_hist[(key >> shift) & digit_mask], 1u);
+    }
+    __syncthreads();
+    int greater, count;
+    const uint32_t d = topk_warp_find_bin_down(sh.first_refine_hist, int(digit_mask), 0, x.k, greater, count);
+    topk_radix_step(x, d, width, greater, count);
+  }
+  if (x.bits < 32 && x.count <= 32) {  // uniform
+    for (int j = 0; j < mine_n; ++j) {
+      const uint32_t key = candidate(j);
+      if ((key & x.mask) == x.prefix) sh.short_list[atomicAdd(&sh.short_n, 1)] = key;
+    }
+    __syncthreads();
+    // Lane i ranks key i among the x.count listed: T is the key with greater < k <= greater + equal.
+    const uint32_t mine = lane < x.count ? sh.short_list[lane] : 0u;
+    int greater = 0, equal = 0;
+    for (int j = 0; j < x.count; ++j) {
+      const uint32_t other = sh.short_list[j];
+      greater += int(other > mine);
+      equal += int(other == mine);
+    }
+    const uint32_t hit = __ballot_sync(NSAJIT_TOPK_FULL, lane < x.count && greater < x.k && x.k <= greater + equal);
+    const int j = __ffs(hit) - 1;  // x.k <= x.count: some lane holds T
+    x.prefix = __shfl_sync(NSAJIT_TOPK_FULL, mine, j);
+    x.k -= __shfl_sync(NSAJIT_TOPK_FULL, greater, j);
+    x.count = __shfl_sync(NSAJIT_TOPK_FULL, equal, j);
+    x.mask = 0xffffffffu;
+    x.bits = 32;
+  }
+  for (int pass = 0; x.bits < 32; ++pass) {
+    const TopkRefineDigit digit = topk_refine_digit(x, sh, pass);
+    for (int j = 0; j < mine_n; ++j) topk_refine_count(digit, x, candidate(j));
+    topk_refine_finish(digit, x, sh);
+  }
 }
 
 // The warp's counts of keys above and equal to the threshold (or prefix): summed over the warp,

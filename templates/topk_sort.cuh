@@ -1,4 +1,4 @@
-// topk_sort.cuh — the top-k family (templates/topk.cuh), part 4: phase 1 of sorted specs.
+// topk_sort.cuh — the top-k family (templates/topk.cuh), part 5: phase 1 of sorted specs.
 #pragma once
 
 // --- phase 1 of sorted specs: sort each row by (score desc, index asc), then transform -----------

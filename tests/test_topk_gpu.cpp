@@ -310,6 +310,20 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
         CHECK(2LL * rows * q.ctas_per_row <= 132);
         CHECK(4LL * rows * width <= (16LL << 20));
       }
+      // Cluster lists: only over a cluster at >= 512 threads with the whole slice kept, after
+      // every part of the exact path, 16-byte aligned, within the dynamic limit.
+      if (q.cluster_lists) {
+        CHECK(q.ctas_per_row > 1);
+        CHECK(q.threads >= 512);
+        CHECK(q.resident_vecs == q.slice / 4 + 1);
+        CHECK(q.cluster_list_offset >= q.bitmap_offset + 2 * q.bitmap_words);
+        CHECK(q.cluster_list_offset % 4 == 0);
+        CHECK(q.cluster_list_capacity % 4 == 0);
+        CHECK(q.cluster_list_capacity >= q.cluster_list_rank);
+        CHECK(q.cluster_union_offset == q.cluster_list_offset + 2 * q.cluster_list_capacity);
+        CHECK(q.cluster_union_capacity >= 2048);
+        CHECK(4u * unsigned(q.cluster_union_offset + q.cluster_union_capacity) <= q.dynamic_smem);
+      }
       if (q.speculate) {
         CHECK(q.list_offset == q.slots_offset);
         CHECK(q.list_offset + q.list_words >= q.bitmap_offset + 2 * q.bitmap_words);
@@ -332,6 +346,21 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   {
     LaunchOverride exact({.speculate = 0});
     CHECK_FALSE(plan_topk_launch(4096, 32768, 2048, 132).speculate);
+    CHECK_FALSE(plan_topk_launch(1, 131072, 2048, 132).cluster_lists);
+  }
+  // The cluster lists where the single long rows run (1 and 8 rows of 131072 at 16 and 8 CTAs,
+  // every topk), not where they do not fit beside the kept 32K slices (64 rows of 65536).
+  for (const int topk : {64, 512, 2048, 4096}) {
+    INFO("topk " << topk);
+    CHECK(plan_topk_launch(1, 131072, topk, 132).cluster_lists == 1);
+    CHECK(plan_topk_launch(8, 131072, topk, 132).cluster_lists == 1);
+  }
+  CHECK(plan_topk_launch(1, 131072, 2048, 132).cluster_list_rank == 176);
+  CHECK(plan_topk_launch(64, 65536, 2048, 132).cluster_lists == 0);
+  CHECK(plan_topk_launch(4096, 8192, 2048, 132).cluster_lists == 0);
+  {
+    LaunchOverride strict({.strict_cluster_lists = true});
+    CHECK(plan_topk_launch(1, 131072, 2048, 132).cluster_lists == 2);
   }
 }
 
@@ -449,6 +478,12 @@ TEST_CASE("topk gpu: distributions, at 1, 2, 8 and 16 CTAs per row, list, rescan
         if (width == 131072) {  // two rows get 8-CTA clusters by default; one row gets 16
           LaunchOverride sixteen({.ctas_per_row = 16});
           check_topk(p);
+        }
+        if (width == 131072) {  // the exact cluster path alone (the default tries the cluster lists first)
+          for (const int c : {8, 16}) {
+            LaunchOverride exact_cluster({.ctas_per_row = c, .speculate = 0});
+            check_topk(p);
+          }
         }
         {
           LaunchOverride one({.ctas_per_row = 1, .speculate = 1});  // the speculative sweep (or its fallback)
@@ -731,6 +766,75 @@ TEST_CASE("topk gpu fused: decode, page sizes 1 and 64 give the same slots, part
       CHECK(DeviceTopk(p, &t1).run() == a);
       CHECK(DeviceTopk(p, &t64).run() == b);
     }
+  }
+}
+
+TEST_CASE("topk gpu: cluster lists hold the selection of spread rows and fall back on crowded ones") {
+  NSAJIT_REQUIRE_GPU();
+  const unsigned seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  const int width = 131072;
+  // 8 rows (8-CTA clusters, 1024 threads) and 1 row (16 CTAs, 512 threads). Rows 0-4: normal
+  // scores, row 3 shortened (its last CTA's slice partial, the next ones empty); row 5: normal with
+  // a cached prefix (row_starts); row 6 ascending (the largest scores all in the last slice: its
+  // cut lies above the threshold); row 7 a plateau (every list overflows).
+  for (const int topk : {64, 512, 2048, 4096}) {
+    auto p = make_problem(8, width, topk, [&] { return normal(rng); });
+    for (int i = 0; i < width; ++i) {
+      p.scores[6 * std::size_t(width) + i] = float(i) * 1e-3f;
+      p.scores[7 * std::size_t(width) + i] = 0.5f;
+    }
+    p.lengths[3] = 100003;
+    p.row_starts = {0, 0, 0, 0, 0, 4099, 0, 0};
+    p.lengths[5] = width - 4099;
+    INFO("topk " << topk);
+    const I expected = ref::topk_index_order(p);
+    check_topk(p);  // the crowded rows take the exact path
+    {
+      // Strict: a row that falls back writes -2 to its first slot, so the spread rows show that
+      // the lists held their selection and the crowded ones that they did not.
+      LaunchOverride strict({.strict_cluster_lists = true});
+      const I got = DeviceTopk(p).run();
+      for (int r = 0; r < 8; ++r) {
+        INFO("row " << r);
+        const auto row = got.begin() + std::ptrdiff_t(r) * topk;
+        if (r >= 6) {
+          CHECK(row[0] == -2);
+        } else {
+          CHECK(std::equal(row, row + topk, expected.begin() + std::ptrdiff_t(r) * topk));
+        }
+      }
+    }
+    for (const int r : {0, 6}) {  // one row alone: 16 CTAs
+      ref::TopkProblem one = make_problem(1, width, topk, [] { return 0.f; });
+      std::copy_n(p.scores.begin() + std::ptrdiff_t(r) * width, width, one.scores.begin());
+      INFO("row " << r << " alone");
+      const I alone = check_topk(one);
+      CHECK(std::equal(alone.begin(), alone.end(), expected.begin() + std::ptrdiff_t(r) * topk));
+      LaunchOverride strict({.strict_cluster_lists = true});
+      const I got = DeviceTopk(one).run();
+      if (r == 0) CHECK(got == alone);
+      else CHECK(got[0] == -2);
+    }
+  }
+  // Fused decode (page size 64, shuffled pages) and sorted through the lists, at 8 and 16 CTAs.
+  for (const int rows : {8, 1}) {
+    const int topk = 2048;
+    auto p = make_problem(rows, width, topk, [&] { return normal(rng); });
+    I request_len(rows, width);
+    p.lengths[0] = width - 5;
+    const I pt1 = shuffled_page_table_1(rng, rows, width, 64, request_len);
+    ref::TopkTransform t;
+    t.mode = IndexMode::decode;
+    t.page_size = 64;
+    t.page_table_width = width / 64;
+    t.page_table = ref::real_page_table(pt1, rows, width, 64);
+    t.num_requests = rows;
+    INFO("fused, rows " << rows);
+    LaunchOverride strict({.strict_cluster_lists = true});
+    check_fused(p, t);
   }
 }
 

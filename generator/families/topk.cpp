@@ -78,7 +78,8 @@ unsigned max_dynamic_smem(const KernelSpec&) { return kMaxDynamicSmem; }
 std::string_view template_source() {
   static const std::string text = with_kv_slot_transform(
       std::string(embedded::topk_common()) + std::string(embedded::topk_radix()) +
-      std::string(embedded::topk_speculative()) + std::string(embedded::topk_sort()) +
+      std::string(embedded::topk_speculative()) + std::string(embedded::topk_cluster_lists()) +
+      std::string(embedded::topk_sort()) +
       std::string(embedded::topk_dense()) + std::string(embedded::topk()));
   return text;
 }
