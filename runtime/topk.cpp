@@ -181,25 +181,29 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
     plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * (plan.list_offset + plan.list_words)));
   }
   // Rows over a cluster, their slices kept: the speculative cluster selection
-  // (templates/topk_cluster_lists.cuh), its lists after the exact path's parts. A slice of a row
-  // whose largest scores are spread over it holds about topk / c of the selected keys: each lists
-  // down to the first-digit bin of its (1.25 topk / c + 16)-th largest key; twice that plus 64
-  // entries hold such a list with its last bin (normal scores at c = 16: ~190-320 of 416), and
-  // the union at most max(4 topk, 8192) keys (~3,000-5,000 at 8 or 16 CTAs and topk 2048).
+  // (templates/topk_cluster_lists.cuh), its messages after the exact path's parts. A slice of a
+  // row whose largest scores are spread over it holds about topk / c of the selected keys: each
+  // lists down to the first-digit bin of its (1.25 topk / c + 16)-th largest key; twice that plus
+  // 64 keys hold such a list with its last bin (normal scores at c = 16: ~190-320 of 416). A
+  // message is 36 words (header, 32 bin counts) and the keys; the inbox holds c of them.
   // Not at 256 threads (templates/topk.cuh compiles it out there).
   if (c > 1 && g_override.speculate != 0 && plan.threads >= 512 && plan.resident_vecs >= slice_vecs) {
+    constexpr int kMessageHeaderWords = 36;
     const int rank = int(ceil_div(5LL * topk, 4LL * c)) + 16;
     const int capacity = (2 * rank + 64 + 3) / 4 * 4;
-    const int union_capacity = std::min(c * capacity, std::max(4 * topk, 8192));
+    const int message = kMessageHeaderWords + capacity;
     const int offset = (plan.hist_offset + fixed.end + 3) / 4 * 4;
-    const int end = offset + 2 * capacity + union_capacity;
+    const int inbox = offset + message + capacity;
+    const int end = inbox + c * message;
+    int shift = 0;
+    while ((plan.threads << shift) < capacity) ++shift;
     if (4LL * end <= kMaxDynamicBytes) {
       plan.cluster_lists = g_override.strict_cluster_lists ? 2 : 1;
       plan.cluster_list_rank = rank;
       plan.cluster_list_offset = offset;
       plan.cluster_list_capacity = capacity;
-      plan.cluster_union_offset = offset + 2 * capacity;
-      plan.cluster_union_capacity = union_capacity;
+      plan.cluster_inbox_offset = inbox;
+      plan.cluster_chunk_shift = shift;
       plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * end));
     }
   }
@@ -316,8 +320,8 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.cluster_list_rank = plan.cluster_list_rank;
   params.cluster_list_offset = plan.cluster_list_offset;
   params.cluster_list_capacity = plan.cluster_list_capacity;
-  params.cluster_union_offset = plan.cluster_union_offset;
-  params.cluster_union_capacity = plan.cluster_union_capacity;
+  params.cluster_inbox_offset = plan.cluster_inbox_offset;
+  params.cluster_chunk_shift = plan.cluster_chunk_shift;
   params.phase = 0;
   if (args.fused_transform) detail::set_transform_parameters(params, args, table_stride);
 

@@ -58,15 +58,16 @@ struct TopkParams {
   int list_offset;             // the per-warp lists, list_words words: keys in the first half,
   int list_words;              // positions in the second (the sample's histograms at the start)
   // Speculative cluster selection (C > 1; templates/topk_cluster_lists.cuh): each CTA lists its
-  // slice's keys in the first-digit bins down to that of its cluster_list_rank-th largest, one
-  // cluster barrier, every CTA selects from the union of the lists; the exact path when that
-  // cannot be the row's selection.
+  // slice's keys in the first-digit bins down to that of its cluster_list_rank-th largest and
+  // sends the list to every CTA, every CTA selects from the C lists; the exact path when they
+  // cannot hold the row's selection.
   int cluster_lists;           // 0; 1; 2: test hook, a row that would fall back gets -2 in slot 0
   int cluster_list_rank;
-  int cluster_list_offset;     // keys (cluster_list_capacity words, 16-byte aligned), then positions
-  int cluster_list_capacity;   // a multiple of 4
-  int cluster_union_offset;    // the union's keys, cluster_union_capacity words
-  int cluster_union_capacity;
+  int cluster_list_offset;     // this CTA's message (36 + capacity words, 16-byte aligned), then
+                               // its list's positions (capacity words)
+  int cluster_list_capacity;   // keys a list may hold, a multiple of 4
+  int cluster_inbox_offset;    // C messages of 36 + capacity words, 16-byte aligned
+  int cluster_chunk_shift;     // capacity <= NSAJIT_THREADS << cluster_chunk_shift
   // Fused transform (NSAJIT_FUSED): see IndexTransformParams.
   const int* page_table;            // [num_requests, page_table_row_stride]
   long long page_table_row_stride;  // elements

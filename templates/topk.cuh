@@ -154,6 +154,9 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     sh.slice_max = 0u;
     sh.short_n = 0;
   }
+#if NSAJIT_THREADS >= 512
+  if (C > 1 && p.cluster_lists != 0) topk_cluster_lists_init(C, sh);  // uniform in the cluster
+#endif
   __syncthreads();
 
   // Warp w owns the contiguous rounds [w R / W, (w + 1) R / W) of 32 vectors: in the classify (or
@@ -286,6 +289,24 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       // positions, so lo > 0 whenever a row needs a selection; a window down to bin 0 (test
       // overrides with short slices) is slower, never wrong.
       const int hi_local = int(sh.slice_max >> NSAJIT_TOPK_SHIFT0);
+#if NSAJIT_THREADS >= 512
+      // The speculative selection first (templates/topk_cluster_lists.cuh): one message from each
+      // CTA to each, the exact path below when the lists cannot hold the row's selection. Not
+      // compiled at 256 threads (the many short rows' kernel, which it would make spill; the plan
+      // never asks for it there).
+      if (p.cluster_lists != 0) {
+        const TopkClusterLists lists{words + p.cluster_list_offset,
+                                     reinterpret_cast<int*>(words + p.cluster_list_offset + NSAJIT_TOPK_MSG_KEYS +
+                                                            p.cluster_list_capacity),
+                                     words + p.cluster_inbox_offset,
+                                     p.cluster_list_capacity,
+                                     NSAJIT_TOPK_MSG_KEYS + p.cluster_list_capacity,
+                                     p.cluster_chunk_shift};
+        topk_cluster_exchange(s, b, keys, resident_vecs, hist0, hi_local, p.cluster_list_rank, C, rank, lists,
+                              round_begin, round_end, sh);
+        if (topk_cluster_select(C, rank, lists, t, apply, out, p.cluster_lists == 2, sh)) return;
+      }
+#endif
       if (warp == 0) {
         int greater, count;
         const uint32_t lo_local = s.n >= NSAJIT_TOPK
@@ -293,22 +314,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
                                       : 0u;
         if (lane == 0) sh.slice_lo = lo_local;
       }
-#if NSAJIT_THREADS >= 512
-      // The speculative selection (templates/topk_cluster_lists.cuh): one cluster barrier, the
-      // exact path below when it does not hold. Not compiled at 256 threads (the many short rows'
-      // kernel, which it would make spill; the plan never asks for it there).
-      const TopkClusterLists lists{words + p.cluster_list_offset,
-                                   reinterpret_cast<int*>(words + p.cluster_list_offset + p.cluster_list_capacity),
-                                   p.cluster_list_capacity, words + p.cluster_union_offset, p.cluster_union_capacity,
-                                   slots};
-      if (p.cluster_lists != 0)
-        topk_cluster_list(s, b, keys, resident_vecs, hist0, hi_local, p.cluster_list_rank, lists, round_begin,
-                          round_end, sh);
-      topk_cluster_sync();  // every CTA's hist0, slice_max and slice_lo (and list) are complete
-      if (p.cluster_lists != 0 && topk_cluster_select(C, rank, lists, t, apply, out, p.cluster_lists == 2, sh)) return;
-#else
       topk_cluster_sync();  // every CTA's hist0, slice_max and slice_lo are complete
-#endif
       // Every warp reads the C CTAs' bounds itself (no block barrier).
       uint32_t max_key = 0u, lo_bin = 0u;
       if (lane < C) {

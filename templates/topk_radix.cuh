@@ -30,8 +30,7 @@ struct TopkShared {
   uint32_t unique_key;  // speculative refinement: the one key left with the prefix
   uint32_t slice_max;   // C > 1: this slice's largest key (0 when empty)
   uint32_t slice_lo;    // C > 1: the first-digit bin of this slice's topk-th largest key (0: fewer keys)
-  int cluster_listed;   // cluster lists: this CTA's list size (capacity + 1: it did not fit)
-  uint32_t cluster_cut; // cluster lists: the lowest first-digit bin listed
+  unsigned long long inbox_full;  // cluster lists: the mbarrier of the C messages (topk_cluster_lists.cuh)
 };
 
 // One radix step, whole block: the bin d of h[0, nbins) with greater(d) < k <= greater(d) + h[d],
@@ -101,6 +100,39 @@ NSAJIT_DEVICE uint32_t topk_warp_find_bin_down(const uint32_t* h, int top, int b
   greater = above;
   count = 0;
   return uint32_t(bottom);
+}
+
+// topk_warp_find_bin_down over all of h[0, 256) in one step instead of up to eight: lane i sums the
+// 8 bins 255 - 8i - 7 .. 255 - 8i, one scan finds the lane whose chunk reaches k, and that lane
+// walks its 8 bins (every lane returns the same). The caller knows that h holds at least k keys.
+NSAJIT_DEVICE uint32_t topk_warp_find_bin_256(const uint32_t* h, int k, int& greater, int& count) {
+  const int lane = threadIdx.x & 31;
+  const int top = 255 - 8 * lane;
+  int c[8];
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    c[i] = int(h[top - i]);
+    sum += c[i];
+  }
+  const int inclusive = warp_inclusive_scan(sum);
+  const int j = __ffs(__ballot_sync(NSAJIT_TOPK_FULL, inclusive >= k)) - 1;
+  int above = inclusive - sum;  // keys in the chunks above this lane's
+  int d = top - 7, g = 0, n = 0;
+  bool found = false;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    if (!found && above + c[i] >= k) {
+      found = true;
+      d = top - i;
+      g = above;
+      n = c[i];
+    }
+    above += c[i];
+  }
+  greater = __shfl_sync(NSAJIT_TOPK_FULL, g, j);
+  count = __shfl_sync(NSAJIT_TOPK_FULL, n, j);
+  return uint32_t(__shfl_sync(NSAJIT_TOPK_FULL, d, j));
 }
 
 // The radix state of a row: among the keys whose bits under `mask` equal `prefix`, the k largest
@@ -174,7 +206,8 @@ NSAJIT_DEVICE void topk_refine_candidates(TopkRadix& x, TopkShared& sh, int mine
     }
     __syncthreads();
     int greater, count;
-    const uint32_t d = topk_warp_find_bin_down(sh.first_refine_hist, int(digit_mask), 0, x.k, greater, count);
+    const uint32_t d = width == 8 ? topk_warp_find_bin_256(sh.first_refine_hist, x.k, greater, count)
+                                  : topk_warp_find_bin_down(sh.first_refine_hist, int(digit_mask), 0, x.k, greater, count);
     topk_radix_step(x, d, width, greater, count);
   }
   if (x.bits < 32 && x.count <= 32) {  // uniform

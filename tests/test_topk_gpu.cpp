@@ -320,9 +320,11 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
         CHECK(q.cluster_list_offset % 4 == 0);
         CHECK(q.cluster_list_capacity % 4 == 0);
         CHECK(q.cluster_list_capacity >= q.cluster_list_rank);
-        CHECK(q.cluster_union_offset == q.cluster_list_offset + 2 * q.cluster_list_capacity);
-        CHECK(q.cluster_union_capacity >= 2048);
-        CHECK(4u * unsigned(q.cluster_union_offset + q.cluster_union_capacity) <= q.dynamic_smem);
+        CHECK(q.cluster_list_capacity <= q.threads << q.cluster_chunk_shift);
+        const int message = 36 + q.cluster_list_capacity;  // header, 32 bin counts, keys
+        CHECK(q.cluster_inbox_offset == q.cluster_list_offset + message + q.cluster_list_capacity);
+        CHECK(q.cluster_inbox_offset % 4 == 0);
+        CHECK(4u * unsigned(q.cluster_inbox_offset + q.ctas_per_row * message) <= q.dynamic_smem);
       }
       if (q.speculate) {
         CHECK(q.list_offset == q.slots_offset);
