@@ -183,27 +183,28 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // Rows over a cluster, their slices kept: the speculative cluster selection
   // (templates/topk_cluster_lists.cuh), its messages after the exact path's parts. A slice of a
   // row whose largest scores are spread over it holds about topk / c of the selected keys: each
-  // lists down to the first-digit bin of its (1.25 topk / c + 16)-th largest key; twice that plus
-  // 64 keys hold such a list with its last bin (normal scores at c = 16: ~190-320 of 416). A
-  // message is 36 words (header, 32 bin counts) and the keys; the inbox holds c of them.
-  // Not at 256 threads (templates/topk.cuh compiles it out there).
-  if (c > 1 && g_override.speculate != 0 && plan.threads >= 512 && plan.resident_vecs >= slice_vecs) {
+  // lists down to the first-digit bin of its (1.25 topk / c + 16)-th largest key; 2.5 times that
+  // plus 64 keys hold such a list with its last bin (normal scores at c = 16: ~190-320 of 504;
+  // the 12-bit bins are coarse: one can hold half a list). A message is 36 words (header, 32 bin
+  // counts) and the keys; the inbox holds c of them.
+  // Not at 256 threads (templates/topk.cuh compiles it out there), and at least one warp a CTA
+  // (each list is read by threads / 32c warps).
+  if (c > 1 && g_override.speculate != 0 && plan.threads >= 512 && plan.threads >= 32 * c &&
+      plan.resident_vecs >= slice_vecs) {
     constexpr int kMessageHeaderWords = 36;
-    const int rank = int(ceil_div(5LL * topk, 4LL * c)) + 16;
-    const int capacity = (2 * rank + 64 + 3) / 4 * 4;
+    // templates/topk_cluster_lists.cuh, topk_cluster_list_rank at len = width.
+    const int rank = int(ceil_div(5LL * topk * plan.slice, 4LL * width)) + 16;
+    const int capacity = (5 * rank / 2 + 64 + 3) / 4 * 4;
     const int message = kMessageHeaderWords + capacity;
     const int offset = (plan.hist_offset + fixed.end + 3) / 4 * 4;
     const int inbox = offset + message + capacity;
     const int end = inbox + c * message;
-    int shift = 0;
-    while ((plan.threads << shift) < capacity) ++shift;
     if (4LL * end <= kMaxDynamicBytes) {
       plan.cluster_lists = g_override.strict_cluster_lists ? 2 : 1;
       plan.cluster_list_rank = rank;
       plan.cluster_list_offset = offset;
       plan.cluster_list_capacity = capacity;
       plan.cluster_inbox_offset = inbox;
-      plan.cluster_chunk_shift = shift;
       plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * end));
     }
   }
@@ -317,11 +318,9 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.list_offset = plan.list_offset;
   params.list_words = plan.list_words;
   params.cluster_lists = plan.cluster_lists;
-  params.cluster_list_rank = plan.cluster_list_rank;
   params.cluster_list_offset = plan.cluster_list_offset;
   params.cluster_list_capacity = plan.cluster_list_capacity;
   params.cluster_inbox_offset = plan.cluster_inbox_offset;
-  params.cluster_chunk_shift = plan.cluster_chunk_shift;
   params.phase = 0;
   if (args.fused_transform) detail::set_transform_parameters(params, args, table_stride);
 

@@ -29,9 +29,9 @@ struct TopkLaunchPlan {
   // where the lists fit after the exact path's parts with the whole slice kept.
   int cluster_lists = 0;  // 0, 1; 2 (the override's strict_cluster_lists): fallbacks write -2
   int cluster_list_rank = 0;  // each CTA lists its first-digit bins down to that of this largest key
+                              // (rows of len = width; the kernel: topk_cluster_list_rank)
   int cluster_list_offset = 0, cluster_list_capacity = 0;  // the message (36 + capacity words), positions
   int cluster_inbox_offset = 0;  // c messages
-  int cluster_chunk_shift = 0;  // capacity <= threads << cluster_chunk_shift
   unsigned dynamic_smem = 0;  // bytes
 };
 

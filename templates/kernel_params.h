@@ -62,12 +62,10 @@ struct TopkParams {
   // sends the list to every CTA, every CTA selects from the C lists; the exact path when they
   // cannot hold the row's selection.
   int cluster_lists;           // 0; 1; 2: test hook, a row that would fall back gets -2 in slot 0
-  int cluster_list_rank;
   int cluster_list_offset;     // this CTA's message (36 + capacity words, 16-byte aligned), then
                                // its list's positions (capacity words)
   int cluster_list_capacity;   // keys a list may hold, a multiple of 4
   int cluster_inbox_offset;    // C messages of 36 + capacity words, 16-byte aligned
-  int cluster_chunk_shift;     // capacity <= NSAJIT_THREADS << cluster_chunk_shift
   // Fused transform (NSAJIT_FUSED): see IndexTransformParams.
   const int* page_table;            // [num_requests, page_table_row_stride]
   long long page_table_row_stride;  // elements

@@ -34,8 +34,14 @@ struct TopkClusterLists {
   uint32_t* inbox;    // C messages, CTA q's at q * msg_words
   int capacity;       // keys a list may hold (a multiple of 4)
   int msg_words;      // NSAJIT_TOPK_MSG_KEYS + capacity
-  int chunk_shift;    // a list is read as 2^chunk_shift chunks of NSAJIT_THREADS keys
 };
+
+// The rank whose first-digit bin a CTA lists down to: 1.25 times its share of topk in a row of
+// len scores spread over slices of `slice`, plus 16 (runtime/topk.cpp sizes the lists for
+// len = width; a shorter row lists more a CTA, and may overflow into the exact path).
+NSAJIT_DEVICE int topk_cluster_list_rank(int slice, int len) {
+  return int((5LL * NSAJIT_TOPK * slice + 4LL * len - 1) / (4LL * len)) + 16;
+}
 
 // At kernel start of a row that will list (whole block, before any CTA may send): the inbox's
 // mbarrier expects one arrival (with its bytes) per CTA; the cluster barrier's arrive here is
@@ -157,15 +163,17 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
   int greater = 0, count = 0;
   uint32_t d = 0u;
   if (fits) {
-    // The union's first digit, from the counts: lane i sums bin first - i over the C messages.
+    // The union's first digit, from the counts: lane i sums bin first - i over the C messages
+    // (their top bins first, lane q holding CTA q's).
     int above = 0;
     for (int first = top; first >= bottom; first -= 32) {  // uniform; normal scores: one step
       const int bin = first - lane;
       int c = 0;
-      for (int q = 0; q < C; ++q) {
-        const uint32_t* const m = l.inbox + q * l.msg_words;
-        const int i = int(m[2]) - bin;
-        if (i >= 0 && i < NSAJIT_TOPK_MSG_BINS) c += int(m[NSAJIT_TOPK_MSG_HEADER + i]);  // 0 under the cut
+#pragma unroll 4
+      for (int q = 0; q < C; ++q) {  // several messages' loads in flight together
+        const int i = __shfl_sync(NSAJIT_TOPK_FULL, top_q, q) - bin;
+        if (i >= 0 && i < NSAJIT_TOPK_MSG_BINS)  // 0 under the cut
+          c += int(l.inbox[q * l.msg_words + NSAJIT_TOPK_MSG_HEADER + i]);
       }
       const int inclusive = warp_inclusive_scan(c);
       const uint32_t reached = __ballot_sync(NSAJIT_TOPK_FULL, above + inclusive >= NSAJIT_TOPK);
@@ -188,37 +196,35 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
   }
   topk_cluster_arrive();  // every message received (waited for before exit)
 
-  // The union's topk-th largest key: the first digit d, then its refinement over the C lists, read
-  // as chunks of NSAJIT_THREADS keys (candidate j of a thread: list j >> chunk_shift, its key
-  // tid + (j & chunk mask) * NSAJIT_THREADS; 0 past the list's end).
+  // The union's topk-th largest key: the first digit d, then its refinement over the C lists. The
+  // warps of list q (WARPS / C of them, the plan allows no fewer than one) read its keys
+  // first, first + stride, ... (a few a thread: normal scores at 16 CTAs, ~200 keys a list).
   TopkRadix x{0u, 0u, NSAJIT_TOPK, 0, 0};
   topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
-  const int chunk_mask = (1 << l.chunk_shift) - 1;
-  topk_refine_candidates(x, sh, C << l.chunk_shift, [&](int j) -> uint32_t {
-    const uint32_t* const m = l.inbox + (j >> l.chunk_shift) * l.msg_words;
-    const int i = tid + (j & chunk_mask) * NSAJIT_THREADS;
-    return i < int(m[0]) ? m[NSAJIT_TOPK_MSG_KEYS + i] : 0u;
-  });
+  const int per_list = NSAJIT_TOPK_WARPS / C;
+  const uint32_t* const mine = l.inbox + (warp / per_list) * l.msg_words;
+  const int first = (warp % per_list) * 32 + lane, stride = 32 * per_list;
+  const int n_mine = max(0, int(mine[0]) - first + stride - 1) / stride;
+  auto candidate = [&](int j) -> uint32_t { return mine[NSAJIT_TOPK_MSG_KEYS + first + j * stride]; };
+  topk_refine_candidates(x, sh, n_mine, candidate);
   const uint32_t threshold = x.prefix;
   const int take_equal = x.k;
   const int total_greater = NSAJIT_TOPK - take_equal;
 
   // Output (the exact path's order): the keys > T at slots [0, G) in index order, then the first
-  // take_equal keys == T. First the selected keys of the lists of lower rank.
+  // take_equal keys == T. First the selected keys of the lists of lower rank: each warp counts its
+  // part of its list, then every warp sums those of the warps of lists 0 .. rank - 1.
   int g = 0, e = 0;
-  for (int q = 0; q < int(rank); ++q) {
-    const uint32_t* const m = l.inbox + q * l.msg_words;
-    const int n = int(m[0]);
-    for (int i = tid; i < n; i += NSAJIT_THREADS) {
-      const uint32_t key = m[NSAJIT_TOPK_MSG_KEYS + i];
-      g += int(key > threshold);
-      e += int(key == threshold);
-    }
+  for (int j = 0; j < n_mine; ++j) {
+    const uint32_t key = candidate(j);
+    g += int(key > threshold);
+    e += int(key == threshold);
   }
   topk_store_warp_counts(sh, warp, g, e);
   __syncthreads();
-  int next_greater = __reduce_add_sync(NSAJIT_TOPK_FULL, lane < NSAJIT_TOPK_WARPS ? sh.warp_greater[lane] : 0);
-  int next_equal = __reduce_add_sync(NSAJIT_TOPK_FULL, lane < NSAJIT_TOPK_WARPS ? sh.warp_equal[lane] : 0);
+  const bool lower = lane < int(rank) * per_list;  // warp `lane` reads a list of lower rank
+  int next_greater = __reduce_add_sync(NSAJIT_TOPK_FULL, lower ? sh.warp_greater[lane] : 0);
+  int next_equal = __reduce_add_sync(NSAJIT_TOPK_FULL, lower ? sh.warp_equal[lane] : 0);
   const uint32_t* const own_keys = l.outbox + NSAJIT_TOPK_MSG_KEYS;
   const int own = int(l.outbox[0]);
   const uint32_t lanes_below = (1u << lane) - 1u;
