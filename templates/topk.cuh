@@ -301,7 +301,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
                                      words + p.cluster_inbox_offset,
                                      p.cluster_list_capacity,
                                      NSAJIT_TOPK_MSG_KEYS + p.cluster_list_capacity};
-        topk_cluster_exchange(s, b, keys, resident_vecs, hist0, hi_local, topk_cluster_list_rank(p.slice, len), C, rank, lists,
+        topk_cluster_exchange(s, b, keys, resident_vecs, hist0, hi_local, topk_cluster_list_rank(s.n, len), C, rank, lists,
                               round_begin, round_end, sh);
         if (topk_cluster_select(C, rank, lists, t, apply, out, p.cluster_lists == 2, sh)) return;
       }

@@ -36,11 +36,12 @@ struct TopkClusterLists {
   int msg_words;      // NSAJIT_TOPK_MSG_KEYS + capacity
 };
 
-// The rank whose first-digit bin a CTA lists down to: 1.25 times its share of topk in a row of
-// len scores spread over slices of `slice`, plus 16 (runtime/topk.cpp sizes the lists for
-// len = width; a shorter row lists more a CTA, and may overflow into the exact path).
-NSAJIT_DEVICE int topk_cluster_list_rank(int slice, int len) {
-  return int((5LL * NSAJIT_TOPK * slice + 4LL * len - 1) / (4LL * len)) + 16;
+// The rank whose first-digit bin a CTA lists down to: 1.25 times its share of topk (its n of the
+// row's len scores), plus 16. runtime/topk.cpp sizes the lists for n = slice, len = width; a CTA
+// of a shorter row lists more, and may overflow into the exact path. (A share by the slice
+// instead of n made the partial last slice of a row list far down, over more than 32 bins.)
+NSAJIT_DEVICE int topk_cluster_list_rank(int n, int len) {
+  return int((5LL * NSAJIT_TOPK * n + 4LL * len - 1) / (4LL * len)) + 16;
 }
 
 // At kernel start of a row that will list (whole block, before any CTA may send): the inbox's
@@ -143,30 +144,33 @@ NSAJIT_DEVICE void topk_cluster_exchange(const TopkSlice& s, int b, const u32x4*
 NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLists& l, const KvSlotRow& t,
                                        bool apply, int* out, bool strict, TopkShared& sh) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // Lane q: CTA q's header.
-  int n_q = 0;
-  int cut_q = 0, top_q = -1;
-  if (lane < C) {
-    const u32x4 h = *reinterpret_cast<const u32x4*>(l.inbox + lane * l.msg_words);
-    n_q = int(h.x);
-    cut_q = int(h.y);
-    top_q = int(h.z);
-  }
-  const int listed = __reduce_add_sync(NSAJIT_TOPK_FULL, n_q);
-  const int max_cut = __reduce_max_sync(NSAJIT_TOPK_FULL, uint32_t(cut_q));
-  const int top = __reduce_max_sync(NSAJIT_TOPK_FULL, uint32_t(max(top_q, 0)));
-  const int bottom = __reduce_min_sync(NSAJIT_TOPK_FULL, uint32_t(lane < C ? cut_q : 4095));
-  // Every list fits and is covered by its 32 counts (a list spanning more bins: e.g. +inf scores).
-  const bool fits = !__any_sync(NSAJIT_TOPK_FULL, lane < C && (n_q > l.capacity || top_q - cut_q >= NSAJIT_TOPK_MSG_BINS)) &&
-                    listed >= NSAJIT_TOPK;
-  bool holds = false;
-  int greater = 0, count = 0;
-  uint32_t d = 0u;
-  if (fits) {
+  // Warp 0 alone finds the union's first digit (work that every warp repeats costs its issue
+  // slots four times over on each scheduler); the others wait at the barrier.
+  if (warp == 0) {
+    // Lane q: CTA q's header.
+    int n_q = 0;
+    int cut_q = 0, top_q = -1;
+    if (lane < C) {
+      const u32x4 h = *reinterpret_cast<const u32x4*>(l.inbox + lane * l.msg_words);
+      n_q = int(h.x);
+      cut_q = int(h.y);
+      top_q = int(h.z);
+    }
+    const int listed = __reduce_add_sync(NSAJIT_TOPK_FULL, n_q);
+    const int max_cut = __reduce_max_sync(NSAJIT_TOPK_FULL, uint32_t(cut_q));
+    const int top = __reduce_max_sync(NSAJIT_TOPK_FULL, uint32_t(max(top_q, 0)));
+    const int bottom = __reduce_min_sync(NSAJIT_TOPK_FULL, uint32_t(lane < C ? cut_q : 4095));
+    // Every list fits and is covered by its 32 counts (a list spanning more bins: e.g. +inf scores).
+    const bool fits =
+        !__any_sync(NSAJIT_TOPK_FULL, lane < C && (n_q > l.capacity || top_q - cut_q >= NSAJIT_TOPK_MSG_BINS)) &&
+        listed >= NSAJIT_TOPK;
+    bool holds = false;
+    int greater = 0, count = 0;
+    uint32_t d = 0u;
     // The union's first digit, from the counts: lane i sums bin first - i over the C messages
     // (their top bins first, lane q holding CTA q's).
     int above = 0;
-    for (int first = top; first >= bottom; first -= 32) {  // uniform; normal scores: one step
+    for (int first = top; fits && first >= bottom; first -= 32) {  // uniform; normal scores: one step
       const int bin = first - lane;
       int c = 0;
 #pragma unroll 4
@@ -187,7 +191,15 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
       }
       above += __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
     }
+    if (lane == 0) {
+      sh.digit = holds ? d : 0u;  // 0: the lists do not hold the row's selection
+      sh.greater = greater;
+      sh.count = count;
+    }
   }
+  __syncthreads();
+  const uint32_t d = sh.digit;
+  const bool holds = d != 0u;  // uniform in the cluster
   if (!holds) {
     if (!strict) return false;
     topk_cluster_sync();  // no CTA leaves while a copy may still read its outbox
@@ -200,7 +212,7 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
   // warps of list q (WARPS / C of them, the plan allows no fewer than one) read its keys
   // first, first + stride, ... (a few a thread: normal scores at 16 CTAs, ~200 keys a list).
   TopkRadix x{0u, 0u, NSAJIT_TOPK, 0, 0};
-  topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
+  topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, sh.greater, sh.count);
   const int per_list = NSAJIT_TOPK_WARPS / C;
   const uint32_t* const mine = l.inbox + (warp / per_list) * l.msg_words;
   const int first = (warp % per_list) * 32 + lane, stride = 32 * per_list;

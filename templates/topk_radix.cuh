@@ -187,15 +187,16 @@ NSAJIT_DEVICE void topk_refine_finish(const TopkRefineDigit& r, TopkRadix& x, To
 }
 
 // The refinement of x over a candidate list that holds every key of the row matching x's prefix
-// (and maybe others): thread tid's are candidate(j), j < mine_n. First an 8-bit digit, its bin
-// found by every warp itself (one barrier); then, when at most 32 keys are left with the prefix
-// (normal scores: ~6 of ~1,400), they are listed and every warp ranks them itself (one barrier);
-// else digits of up to 10 bits down to bit 0, found by the whole block. Whole block; x.bits < 32
-// on entry, 32 on return (x.prefix = T, x.k = the keys == T to take). Uses sh.first_refine_hist
-// and sh.short_n as zeroed by the kernel's prologue: at most once per row.
+// (and maybe others): thread tid's are candidate(j), j < mine_n. First an 8-bit digit; then, when
+// at most 32 keys are left with the prefix (normal scores: ~6 of ~1,400), they are listed and
+// ranked; else digits of up to 10 bits down to bit 0, found by the whole block. The 8-bit digit's
+// bin and the ranking are found by warp 0 alone, the others waiting at a barrier (every warp
+// repeating them cost 4 warps' issue slots a scheduler). Whole block; x.bits < 32 on entry, 32 on
+// return (x.prefix = T, x.k = the keys == T to take). Uses sh.first_refine_hist and sh.short_n as
+// zeroed by the kernel's prologue: at most once per row.
 template <class Candidate>
 NSAJIT_DEVICE void topk_refine_candidates(TopkRadix& x, TopkShared& sh, int mine_n, Candidate candidate) {
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   {
     const int width = min(NSAJIT_TOPK_FIRST_REFINE_BITS, 32 - x.bits);
     const int shift = 32 - x.bits - width;
@@ -205,10 +206,18 @@ NSAJIT_DEVICE void topk_refine_candidates(TopkRadix& x, TopkShared& sh, int mine
       if ((key & x.mask) == x.prefix) atomicAdd(&sh.first_refine_hist[(key >> shift) & digit_mask], 1u);
     }
     __syncthreads();
-    int greater, count;
-    const uint32_t d = width == 8 ? topk_warp_find_bin_256(sh.first_refine_hist, x.k, greater, count)
-                                  : topk_warp_find_bin_down(sh.first_refine_hist, int(digit_mask), 0, x.k, greater, count);
-    topk_radix_step(x, d, width, greater, count);
+    if (warp == 0) {
+      int greater, count;
+      const uint32_t d = width == 8 ? topk_warp_find_bin_256(sh.first_refine_hist, x.k, greater, count)
+                                    : topk_warp_find_bin_down(sh.first_refine_hist, int(digit_mask), 0, x.k, greater, count);
+      if (lane == 0) {
+        sh.digit = d;
+        sh.greater = greater;
+        sh.count = count;
+      }
+    }
+    __syncthreads();
+    topk_radix_step(x, sh.digit, width, sh.greater, sh.count);
   }
   if (x.bits < 32 && x.count <= 32) {  // uniform
     for (int j = 0; j < mine_n; ++j) {
@@ -216,19 +225,26 @@ NSAJIT_DEVICE void topk_refine_candidates(TopkRadix& x, TopkShared& sh, int mine
       if ((key & x.mask) == x.prefix) sh.short_list[atomicAdd(&sh.short_n, 1)] = key;
     }
     __syncthreads();
-    // Lane i ranks key i among the x.count listed: T is the key with greater < k <= greater + equal.
-    const uint32_t mine = lane < x.count ? sh.short_list[lane] : 0u;
-    int greater = 0, equal = 0;
-    for (int j = 0; j < x.count; ++j) {
-      const uint32_t other = sh.short_list[j];
-      greater += int(other > mine);
-      equal += int(other == mine);
+    if (warp == 0) {
+      // Lane i ranks key i among the x.count listed: T is the key with greater < k <= greater + equal.
+      const uint32_t mine = lane < x.count ? sh.short_list[lane] : 0u;
+      int greater = 0, equal = 0;
+      for (int j = 0; j < x.count; ++j) {
+        const uint32_t other = sh.short_list[j];
+        greater += int(other > mine);
+        equal += int(other == mine);
+      }
+      const uint32_t hit = __ballot_sync(NSAJIT_TOPK_FULL, lane < x.count && greater < x.k && x.k <= greater + equal);
+      if (lane == __ffs(hit) - 1) {  // x.k <= x.count: some lane holds T
+        sh.digit = mine;
+        sh.greater = greater;
+        sh.count = equal;
+      }
     }
-    const uint32_t hit = __ballot_sync(NSAJIT_TOPK_FULL, lane < x.count && greater < x.k && x.k <= greater + equal);
-    const int j = __ffs(hit) - 1;  // x.k <= x.count: some lane holds T
-    x.prefix = __shfl_sync(NSAJIT_TOPK_FULL, mine, j);
-    x.k -= __shfl_sync(NSAJIT_TOPK_FULL, greater, j);
-    x.count = __shfl_sync(NSAJIT_TOPK_FULL, equal, j);
+    __syncthreads();
+    x.prefix = sh.digit;
+    x.k -= sh.greater;
+    x.count = sh.count;
     x.mask = 0xffffffffu;
     x.bits = 32;
   }
