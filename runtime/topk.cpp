@@ -196,8 +196,13 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
     const int rank = int(ceil_div(5LL * topk * plan.slice, 4LL * width)) + 16;
     const int capacity = (5 * rank / 2 + 64 + 3) / 4 * 4;
     const int message = kMessageHeaderWords + capacity;
+    // A warp's list in index order (for the output): 1.5 times a warp's even share of a message
+    // (1 and 8 rows of 131072: ~12-40 keys a warp), at least 64 (what lets topk 4096 at 8 CTAs
+    // of 1024 threads fit).
+    const int warps = plan.threads / 32;
+    const int warp_capacity = std::max(64, (3 * capacity / (2 * warps) + 15) / 16 * 16);
     const int offset = (plan.hist_offset + fixed.end + 3) / 4 * 4;
-    const int inbox = offset + message + capacity;
+    const int inbox = offset + message + 2 * warps * warp_capacity;
     const int end = inbox + c * message;
     if (4LL * end <= kMaxDynamicBytes) {
       plan.cluster_lists = g_override.strict_cluster_lists ? 2 : 1;
@@ -205,6 +210,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
       plan.cluster_list_offset = offset;
       plan.cluster_list_capacity = capacity;
       plan.cluster_inbox_offset = inbox;
+      plan.cluster_warp_capacity = warp_capacity;
       plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * end));
     }
   }
@@ -321,6 +327,7 @@ void topk(const TopkArgs& args, CUstream stream) {
   params.cluster_list_offset = plan.cluster_list_offset;
   params.cluster_list_capacity = plan.cluster_list_capacity;
   params.cluster_inbox_offset = plan.cluster_inbox_offset;
+  params.cluster_warp_capacity = plan.cluster_warp_capacity;
   params.phase = 0;
   if (args.fused_transform) detail::set_transform_parameters(params, args, table_stride);
 

@@ -63,8 +63,10 @@ struct TopkParams {
   // cannot hold the row's selection.
   int cluster_lists;           // 0; 1; 2: test hook, a row that would fall back gets -2 in slot 0
   int cluster_list_offset;     // this CTA's message (36 + capacity words, 16-byte aligned), then
-                               // its list's positions (capacity words)
-  int cluster_list_capacity;   // keys a list may hold, a multiple of 4
+                               // each warp's list: keys, then positions (warps * warp capacity
+                               // words each)
+  int cluster_list_capacity;   // keys a message may hold, a multiple of 4
+  int cluster_warp_capacity;   // keys a warp's list may hold
   int cluster_inbox_offset;    // C messages of 36 + capacity words, 16-byte aligned
   // Fused transform (NSAJIT_FUSED): see IndexTransformParams.
   const int* page_table;            // [num_requests, page_table_row_stride]

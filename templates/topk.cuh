@@ -295,15 +295,20 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       // compiled at 256 threads (the many short rows' kernel, which it would make spill; the plan
       // never asks for it there).
       if (p.cluster_lists != 0) {
+        // Words from cluster_list_offset: the message, then the warps' lists' keys and positions.
+        const int message_words = NSAJIT_TOPK_MSG_KEYS + p.cluster_list_capacity;
+        uint32_t* const warp_lists = words + p.cluster_list_offset + message_words;
         const TopkClusterLists lists{words + p.cluster_list_offset,
-                                     reinterpret_cast<int*>(words + p.cluster_list_offset + NSAJIT_TOPK_MSG_KEYS +
-                                                            p.cluster_list_capacity),
+                                     warp_lists,
+                                     reinterpret_cast<int*>(warp_lists + NSAJIT_TOPK_WARPS * p.cluster_warp_capacity),
                                      words + p.cluster_inbox_offset,
                                      p.cluster_list_capacity,
-                                     NSAJIT_TOPK_MSG_KEYS + p.cluster_list_capacity};
-        topk_cluster_exchange(s, b, keys, resident_vecs, hist0, hi_local, topk_cluster_list_rank(s.n, len), C, rank, lists,
-                              round_begin, round_end, sh);
-        if (topk_cluster_select(C, rank, lists, t, apply, out, p.cluster_lists == 2, sh)) return;
+                                     message_words,
+                                     p.cluster_warp_capacity};
+        const int warp_n = topk_cluster_exchange(s, b, keys, resident_vecs, hist0, hi_local,
+                                                 topk_cluster_list_rank(s.n, len), C, rank, lists, round_begin,
+                                                 round_end, sh);
+        if (topk_cluster_select(C, rank, lists, warp_n, t, apply, out, p.cluster_lists == 2, sh)) return;
       }
 #endif
       if (warp == 0) {

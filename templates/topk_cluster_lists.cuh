@@ -29,11 +29,13 @@
 #define NSAJIT_TOPK_MSG_KEYS (NSAJIT_TOPK_MSG_HEADER + NSAJIT_TOPK_MSG_BINS)
 
 struct TopkClusterLists {
-  uint32_t* outbox;   // this CTA's message (msg_words words)
-  int* positions;     // the positions of its listed keys (capacity words)
-  uint32_t* inbox;    // C messages, CTA q's at q * msg_words
-  int capacity;       // keys a list may hold (a multiple of 4)
-  int msg_words;      // NSAJIT_TOPK_MSG_KEYS + capacity
+  uint32_t* outbox;     // this CTA's message (msg_words words)
+  uint32_t* warp_keys;  // warp w's listed keys in index order at w * warp_capacity
+  int* warp_positions;  // and their positions in the row
+  uint32_t* inbox;      // C messages, CTA q's at q * msg_words
+  int capacity;         // keys a message may hold (a multiple of 4)
+  int msg_words;        // NSAJIT_TOPK_MSG_KEYS + capacity
+  int warp_capacity;    // keys a warp's list may hold
 };
 
 // The rank whose first-digit bin a CTA lists down to: 1.25 times its share of topk (its n of the
@@ -56,11 +58,11 @@ NSAJIT_DEVICE void topk_cluster_lists_init(int C, TopkShared& sh) {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 
-// After pass 0 (whole block): warp 1 finds the cut, the list is written (a count pass, a block
-// scan of the warps' counts, a write pass; warp w lists its rounds [round_begin, round_end),
-// contiguous, so the warps' lists concatenate in index order), then the message is sent to every
-// CTA (lane q of warp 0 to CTA q), and the CTA waits for the C messages of its inbox.
-NSAJIT_DEVICE void topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* keys, int resident_vecs,
+// After pass 0 (whole block): warp 1 finds the cut, one pass lists the keys (each warp its rounds
+// [round_begin, round_end), contiguous, so the warps' lists concatenate in index order), then the
+// message goes to every CTA (lane q of warp 0 to CTA q) and the CTA waits for the C messages of
+// its inbox. Returns the size of the warp's list.
+NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* keys, int resident_vecs,
                                          const uint32_t* hist0, int hi_local, int list_rank, int C, uint32_t rank,
                                          const TopkClusterLists& l, int round_begin, int round_end, TopkShared& sh) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -73,48 +75,57 @@ NSAJIT_DEVICE void topk_cluster_exchange(const TopkSlice& s, int b, const u32x4*
     const int bin = hi_local - lane;
     l.outbox[NSAJIT_TOPK_MSG_HEADER + lane] = bin >= int(cut) ? hist0[bin] : 0u;
   }
+  if (tid == 0) sh.message_n = 0;
   __syncthreads();
   const uint32_t cut = l.outbox[1];
   auto listed = [&](uint32_t key) { return key != 0u && (key >> NSAJIT_TOPK_SHIFT0) >= cut; };
-  int mine = 0;
+  // One pass: each warp lists its keys (and positions) in index order in its own list of
+  // warp_capacity, and adds them to the message at a range reserved by one atomic a round (the
+  // message's order does not matter: only its multiset is used).
+  uint32_t* const message = l.outbox + NSAJIT_TOPK_MSG_KEYS;
+  uint32_t* const warp_keys = l.warp_keys + warp * l.warp_capacity;
+  int* const warp_positions = l.warp_positions + warp * l.warp_capacity;
+  int warp_n = 0;
   for (int q = round_begin; q < round_end; ++q) {
-    const u32x4 kv = topk_slice_keys(s, keys, resident_vecs, q * 32 + lane);
-    mine += int(listed(kv.x)) + int(listed(kv.y)) + int(listed(kv.z)) + int(listed(kv.w));
-  }
-  const int warp_count = __reduce_add_sync(NSAJIT_TOPK_FULL, mine);
-  if (lane == 0) sh.warp_sum[warp] = warp_count;
-  __syncthreads();
-  const int w = lane < NSAJIT_TOPK_WARPS ? sh.warp_sum[lane] : 0;
-  const int w_inclusive = warp_inclusive_scan(w);
-  const int total = __shfl_sync(NSAJIT_TOPK_FULL, w_inclusive, 31);
-  const bool fits = total <= l.capacity;  // uniform; else only the header goes out
-  if (fits) {
-    uint32_t* const list = l.outbox + NSAJIT_TOPK_MSG_KEYS;
-    int at = __shfl_sync(NSAJIT_TOPK_FULL, w_inclusive - w, warp);
-    for (int q = round_begin; q < round_end; ++q) {
-      const int v = q * 32 + lane;
-      const u32x4 kv = topk_slice_keys(s, keys, resident_vecs, v);
-      const int c = int(listed(kv.x)) + int(listed(kv.y)) + int(listed(kv.z)) + int(listed(kv.w));
-      const int inclusive = warp_inclusive_scan(c);
-      int o = at + inclusive - c;
+    const int v = q * 32 + lane;
+    const u32x4 kv = topk_slice_keys(s, keys, resident_vecs, v);
+    const int c = int(listed(kv.x)) + int(listed(kv.y)) + int(listed(kv.z)) + int(listed(kv.w));
+    const int inclusive = warp_inclusive_scan(c);
+    const int round_n = __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
+    if (round_n == 0) continue;  // warp-uniform
+    int at = 0;
+    if (lane == 31) at = atomicAdd(&sh.message_n, round_n);
+    at = __shfl_sync(NSAJIT_TOPK_FULL, at, 31) + inclusive - c;
+    int o = warp_n + inclusive - c;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t key = topk_lane(kv, j);
-        if (listed(key)) {
-          list[o] = key;
-          l.positions[o] = b + 4 * v + j - s.head;
-          ++o;
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t key = topk_lane(kv, j);
+      if (listed(key)) {
+        if (o < l.warp_capacity) {
+          warp_keys[o] = key;
+          warp_positions[o] = b + 4 * v + j - s.head;
         }
+        if (at < l.capacity) message[at] = key;
+        ++o;
+        ++at;
       }
-      at += __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
     }
+    warp_n += round_n;
   }
+  if (lane == 0) sh.warp_sum[warp] = warp_n;
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the message, for the bulk copies
+  __syncthreads();
+  // The header: the list's size, or capacity + 1 when the message or a warp's list overflowed
+  // (then only the header goes out).
+  const int total = sh.message_n;
+  const bool fits = total <= l.capacity &&
+                    !__any_sync(NSAJIT_TOPK_FULL, lane < NSAJIT_TOPK_WARPS && sh.warp_sum[lane] > l.warp_capacity);
   if (tid == 0) {
     l.outbox[0] = fits ? uint32_t(total) : uint32_t(l.capacity + 1);
     l.outbox[2] = uint32_t(hi_local);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the message, for the bulk copies
-  __syncthreads();
+  __syncwarp();
   asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every inbox mbarrier is initialised
   if (warp == 0 && lane < C) {
     const uint32_t bytes = 4u * uint32_t(NSAJIT_TOPK_MSG_KEYS + (fits ? (total + 3) & ~3 : 0));
@@ -133,16 +144,17 @@ NSAJIT_DEVICE void topk_cluster_exchange(const TopkSlice& s, int b, const u32x4*
                  : "=r"(done)
                  : "r"(bar)
                  : "memory");
+  return warp_n;
 }
 
-// After the exchange (whole block; every warp reads the C headers itself). Returns true when the
+// After the exchange (whole block; warp_n: the warp's list size). Returns true when the
 // row is done: its output written (each CTA its own list's selected keys) and the cluster barrier
 // waited on that lets the CTA exit (every CTA has received all its messages, so no copy still
 // reads this CTA's outbox). False: the row takes the exact path (its first cluster barrier also
 // keeps this CTA until every copy is done); nothing written. strict (a test hook): a row that
 // would take the exact path gets -2 in its first slot instead.
-NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLists& l, const KvSlotRow& t,
-                                       bool apply, int* out, bool strict, TopkShared& sh) {
+NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLists& l, int warp_n,
+                                       const KvSlotRow& t, bool apply, int* out, bool strict, TopkShared& sh) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // Warp 0 alone finds the union's first digit (work that every warp repeats costs its issue
   // slots four times over on each scheduler); the others wait at the barrier.
@@ -237,30 +249,39 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
   const bool lower = lane < int(rank) * per_list;  // warp `lane` reads a list of lower rank
   int next_greater = __reduce_add_sync(NSAJIT_TOPK_FULL, lower ? sh.warp_greater[lane] : 0);
   int next_equal = __reduce_add_sync(NSAJIT_TOPK_FULL, lower ? sh.warp_equal[lane] : 0);
-  const uint32_t* const own_keys = l.outbox + NSAJIT_TOPK_MSG_KEYS;
-  const int own = int(l.outbox[0]);
+  // This CTA's selected keys: warp w's list (in index order, after those of warps 0 .. w - 1),
+  // 32 at a time, ranked by ballots.
+  const uint32_t* const warp_keys = l.warp_keys + warp * l.warp_capacity;
+  const int* const warp_positions = l.warp_positions + warp * l.warp_capacity;
   const uint32_t lanes_below = (1u << lane) - 1u;
-  for (int i0 = 0; i0 < own; i0 += NSAJIT_THREADS) {  // uniform
-    __syncthreads();  // warp_greater / warp_equal read
-    const int i = i0 + tid;
-    const uint32_t key = i < own ? own_keys[i] : 0u;  // 0: never > or == T (T >= 1)
+  g = e = 0;
+  for (int i = lane; i - lane < warp_n; i += 32) {
+    const uint32_t key = i < warp_n ? warp_keys[i] : 0u;  // 0: never > or == T (T >= 1)
+    g += __popc(__ballot_sync(NSAJIT_TOPK_FULL, key > threshold));
+    e += __popc(__ballot_sync(NSAJIT_TOPK_FULL, key == threshold));
+  }
+  __syncthreads();  // every warp has read warp_greater / warp_equal
+  if (lane == 0) {
+    sh.warp_greater[warp] = g;
+    sh.warp_equal[warp] = e;
+  }
+  __syncthreads();
+  {
+    const int wg = lane < warp ? sh.warp_greater[lane] : 0;  // the warps before this one
+    const int we = lane < warp ? sh.warp_equal[lane] : 0;
+    next_greater += __reduce_add_sync(NSAJIT_TOPK_FULL, wg);
+    next_equal += __reduce_add_sync(NSAJIT_TOPK_FULL, we);
+  }
+  for (int i = lane; i - lane < warp_n; i += 32) {
+    const uint32_t key = i < warp_n ? warp_keys[i] : 0u;
     const uint32_t gb = __ballot_sync(NSAJIT_TOPK_FULL, key > threshold);
     const uint32_t eb = __ballot_sync(NSAJIT_TOPK_FULL, key == threshold);
-    if (lane == 0) {
-      sh.warp_greater[warp] = __popc(gb);
-      sh.warp_equal[warp] = __popc(eb);
-    }
-    __syncthreads();
-    const int wg = lane < NSAJIT_TOPK_WARPS ? sh.warp_greater[lane] : 0;
-    const int we = lane < NSAJIT_TOPK_WARPS ? sh.warp_equal[lane] : 0;
-    const int wg_inclusive = warp_inclusive_scan(wg);
-    const int we_inclusive = warp_inclusive_scan(we);
-    const int pg = next_greater + __shfl_sync(NSAJIT_TOPK_FULL, wg_inclusive - wg, warp) + __popc(gb & lanes_below);
-    const int pe = next_equal + __shfl_sync(NSAJIT_TOPK_FULL, we_inclusive - we, warp) + __popc(eb & lanes_below);
-    if (key > threshold) out[pg] = topk_emit(t, l.positions[i], apply);
-    else if (key == threshold && pe < take_equal) out[total_greater + pe] = topk_emit(t, l.positions[i], apply);
-    next_greater += __shfl_sync(NSAJIT_TOPK_FULL, wg_inclusive, 31);
-    next_equal += __shfl_sync(NSAJIT_TOPK_FULL, we_inclusive, 31);
+    const int pg = next_greater + __popc(gb & lanes_below);
+    const int pe = next_equal + __popc(eb & lanes_below);
+    if (key > threshold) out[pg] = topk_emit(t, warp_positions[i], apply);
+    else if (key == threshold && pe < take_equal) out[total_greater + pe] = topk_emit(t, warp_positions[i], apply);
+    next_greater += __popc(gb);
+    next_equal += __popc(eb);
   }
   topk_cluster_wait();  // no CTA leaves while a copy may still read its outbox
   return true;
