@@ -70,18 +70,28 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
     int greater, count;
     // A slice with fewer than list_rank keys: bin 0, every key listed.
     const uint32_t cut = topk_warp_find_bin_down(hist0, hi_local, 0, list_rank, greater, count);
-    if (lane == 0) l.outbox[1] = cut;
-    // The counts of the 32 bins under the top one that the list holds (all of it when narrow).
+    // The counts of the 32 bins under the top one that the list holds (all of it when narrow),
+    // and where each bin's keys start in the message (bins in decreasing order).
     const int bin = hi_local - lane;
-    l.outbox[NSAJIT_TOPK_MSG_HEADER + lane] = bin >= int(cut) ? hist0[bin] : 0u;
+    const int c = bin >= int(cut) ? int(hist0[bin]) : 0;
+    const int inclusive = warp_inclusive_scan(c);
+    l.outbox[NSAJIT_TOPK_MSG_HEADER + lane] = uint32_t(c);
+    sh.message_fill[lane] = inclusive - c;
+    if (lane == 31) {
+      // Narrow (covered by the counts) and within capacity, or only the header goes out.
+      const bool fits = hi_local - int(cut) < NSAJIT_TOPK_MSG_BINS && inclusive <= l.capacity;
+      l.outbox[0] = fits ? uint32_t(inclusive) : uint32_t(l.capacity + 1);
+      l.outbox[1] = cut;
+      l.outbox[2] = uint32_t(hi_local);
+    }
   }
-  if (tid == 0) sh.message_n = 0;
   __syncthreads();
   const uint32_t cut = l.outbox[1];
+  const bool fits = int(l.outbox[0]) <= l.capacity;
   auto listed = [&](uint32_t key) { return key != 0u && (key >> NSAJIT_TOPK_SHIFT0) >= cut; };
   // One pass: each warp lists its keys (and positions) in index order in its own list of
-  // warp_capacity, and adds them to the message at a range reserved by one atomic a round (the
-  // message's order does not matter: only its multiset is used).
+  // warp_capacity, and puts each into the message in its bin's range (the order inside a bin
+  // does not matter: only the multiset of each bin is used).
   uint32_t* const message = l.outbox + NSAJIT_TOPK_MSG_KEYS;
   uint32_t* const warp_keys = l.warp_keys + warp * l.warp_capacity;
   int* const warp_positions = l.warp_positions + warp * l.warp_capacity;
@@ -91,11 +101,6 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
     const u32x4 kv = topk_slice_keys(s, keys, resident_vecs, v);
     const int c = int(listed(kv.x)) + int(listed(kv.y)) + int(listed(kv.z)) + int(listed(kv.w));
     const int inclusive = warp_inclusive_scan(c);
-    const int round_n = __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
-    if (round_n == 0) continue;  // warp-uniform
-    int at = 0;
-    if (lane == 31) at = atomicAdd(&sh.message_n, round_n);
-    at = __shfl_sync(NSAJIT_TOPK_FULL, at, 31) + inclusive - c;
     int o = warp_n + inclusive - c;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -105,30 +110,25 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
           warp_keys[o] = key;
           warp_positions[o] = b + 4 * v + j - s.head;
         }
-        if (at < l.capacity) message[at] = key;
+        if (fits) message[atomicAdd(&sh.message_fill[hi_local - int(key >> NSAJIT_TOPK_SHIFT0)], 1)] = key;
         ++o;
-        ++at;
       }
     }
-    warp_n += round_n;
+    warp_n += __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
   }
   if (lane == 0) sh.warp_sum[warp] = warp_n;
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the message, for the bulk copies
   __syncthreads();
-  // The header: the list's size, or capacity + 1 when the message or a warp's list overflowed
-  // (then only the header goes out).
-  const int total = sh.message_n;
-  const bool fits = total <= l.capacity &&
-                    !__any_sync(NSAJIT_TOPK_FULL, lane < NSAJIT_TOPK_WARPS && sh.warp_sum[lane] > l.warp_capacity);
-  if (tid == 0) {
-    l.outbox[0] = fits ? uint32_t(total) : uint32_t(l.capacity + 1);
-    l.outbox[2] = uint32_t(hi_local);
+  // A warp's list that overflowed: only the header goes out (the row takes the exact path).
+  if (warp == 0 && __any_sync(NSAJIT_TOPK_FULL, lane < NSAJIT_TOPK_WARPS && sh.warp_sum[lane] > l.warp_capacity)) {
+    if (lane == 0) l.outbox[0] = uint32_t(l.capacity + 1);
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncwarp();
   }
-  __syncwarp();
+  const int total = int(l.outbox[0]);  // warp 0 (which sends): as it goes out
   asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every inbox mbarrier is initialised
   if (warp == 0 && lane < C) {
-    const uint32_t bytes = 4u * uint32_t(NSAJIT_TOPK_MSG_KEYS + (fits ? (total + 3) & ~3 : 0));
+    const uint32_t bytes = 4u * uint32_t(NSAJIT_TOPK_MSG_KEYS + (total <= l.capacity ? (total + 3) & ~3 : 0));
     const uint32_t bar = topk_cluster_address(&sh.inbox_full, uint32_t(lane));
     const uint32_t dst = topk_cluster_address(l.inbox + rank * uint32_t(l.msg_words), uint32_t(lane));
     asm volatile("mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
@@ -220,16 +220,21 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
   }
   topk_cluster_arrive();  // every message received (waited for before exit)
 
-  // The union's topk-th largest key: the first digit d, then its refinement over the C lists. The
-  // warps of list q (WARPS / C of them, the plan allows no fewer than one) read its keys
-  // first, first + stride, ... (a few a thread: normal scores at 16 CTAs, ~200 keys a list).
+  // The union's topk-th largest key: the first digit d, then its refinement over the keys of bin d.
+  // The warps of list q (WARPS / C of them, the plan allows no fewer than one) read its bin d, a
+  // range of its message (bins in decreasing order): keys begin + first, begin + first + stride,
+  // ... (a few a thread: normal scores at 16 CTAs, ~90 keys a list).
   TopkRadix x{0u, 0u, NSAJIT_TOPK, 0, 0};
   topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, sh.greater, sh.count);
   const int per_list = NSAJIT_TOPK_WARPS / C;
   const uint32_t* const mine = l.inbox + (warp / per_list) * l.msg_words;
   const int first = (warp % per_list) * 32 + lane, stride = 32 * per_list;
-  const int n_mine = max(0, int(mine[0]) - first + stride - 1) / stride;
-  auto candidate = [&](int j) -> uint32_t { return mine[NSAJIT_TOPK_MSG_KEYS + first + j * stride]; };
+  const int d_index = int(mine[2]) - int(d);  // bin d's count in the message (when in [0, 32))
+  const int lane_count = lane < d_index ? int(mine[NSAJIT_TOPK_MSG_HEADER + lane]) : 0;
+  const int begin = __reduce_add_sync(NSAJIT_TOPK_FULL, lane_count);  // the list's keys above bin d
+  const int in_bin = d_index >= 0 && d_index < NSAJIT_TOPK_MSG_BINS ? int(mine[NSAJIT_TOPK_MSG_HEADER + d_index]) : 0;
+  const int n_mine = max(0, in_bin - first + stride - 1) / stride;
+  auto candidate = [&](int j) -> uint32_t { return mine[NSAJIT_TOPK_MSG_KEYS + begin + first + j * stride]; };
   topk_refine_candidates(x, sh, n_mine, candidate);
   const uint32_t threshold = x.prefix;
   const int take_equal = x.k;
@@ -237,8 +242,9 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
 
   // Output (the exact path's order): the keys > T at slots [0, G) in index order, then the first
   // take_equal keys == T. First the selected keys of the lists of lower rank: each warp counts its
-  // part of its list, then every warp sums those of the warps of lists 0 .. rank - 1.
-  int g = 0, e = 0;
+  // part of its list's bin d (the first warp of a list adds the keys above bin d), then every warp
+  // sums those of the warps of lists 0 .. rank - 1.
+  int g = lane == 0 && first == 0 ? begin : 0, e = 0;
   for (int j = 0; j < n_mine; ++j) {
     const uint32_t key = candidate(j);
     g += int(key > threshold);

@@ -31,7 +31,7 @@ struct TopkShared {
   uint32_t slice_max;   // C > 1: this slice's largest key (0 when empty)
   uint32_t slice_lo;    // C > 1: the first-digit bin of this slice's topk-th largest key (0: fewer keys)
   unsigned long long inbox_full;  // cluster lists: the mbarrier of the C messages (topk_cluster_lists.cuh)
-  int message_n;                  // cluster lists: this CTA's message's fill level
+  int message_fill[32];           // cluster lists: the next free key of each bin's range in the message
 };
 
 // One radix step, whole block: the bin d of h[0, nbins) with greater(d) < k <= greater(d) + h[d],
