@@ -40,6 +40,14 @@
 // batchmates. Dense rows (more than 1/8 of the keys selected) and fused rows stage their slots in
 // shared memory and write them to `out` coalesced.
 //
+// Cluster lists (C > 1 CTAs, when the plan sets `cluster_lists`; templates/topk_cluster_lists.cuh):
+// after pass 0 each CTA lists its keys down to the first-digit bin of its ~1.25 topk / C-th
+// largest and bulk-copies the list (with its bins' counts) to every CTA; each CTA selects from
+// the C lists, which hold the row's selection whenever every list's lowest bin is at or below
+// T's, and writes its own keys. One exchange instead of the steps above; when the lists cannot
+// hold the selection (scores crowded into a few slices, plateaus, lists over capacity) the row
+// takes the exact path, with nothing to undo.
+//
 // Speculative single sweep (one CTA per row, when the plan sets `speculate`: slices of at least
 // 12 topk positions): a sample of up to 2 scores a thread, from the sweep's first loads, bounds
 // the topk-th largest key from below, one sweep lists every score at or above the bound per warp
