@@ -176,33 +176,23 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
     const bool fits =
         !__any_sync(NSAJIT_TOPK_FULL, lane < C && (n_q > l.capacity || top_q - cut_q >= NSAJIT_TOPK_MSG_BINS)) &&
         listed >= NSAJIT_TOPK;
-    bool holds = false;
+    // The union's first digit, from the counts: bin b's is the sum over the C messages of their
+    // count at top_q - b (0 outside a message's 32 counts, which hold all of its keys). No
+    // shuffles in count_of: lanes under `bottom` skip it.
     int greater = 0, count = 0;
-    uint32_t d = 0u;
-    // The union's first digit, from the counts: lane i sums bin first - i over the C messages
-    // (their top bins first, lane q holding CTA q's).
-    int above = 0;
-    for (int first = top; fits && first >= bottom; first -= 32) {  // uniform; normal scores: one step
-      const int bin = first - lane;
-      int c = 0;
+    const uint32_t d =
+        !fits ? 0u : topk_warp_find_bin_down_by(top, bottom, NSAJIT_TOPK, greater, count, [&](int bin) {
+          int c = 0;
 #pragma unroll 4
-      for (int q = 0; q < C; ++q) {  // several messages' loads in flight together
-        const int i = __shfl_sync(NSAJIT_TOPK_FULL, top_q, q) - bin;
-        if (i >= 0 && i < NSAJIT_TOPK_MSG_BINS)  // 0 under the cut
-          c += int(l.inbox[q * l.msg_words + NSAJIT_TOPK_MSG_HEADER + i]);
-      }
-      const int inclusive = warp_inclusive_scan(c);
-      const uint32_t reached = __ballot_sync(NSAJIT_TOPK_FULL, above + inclusive >= NSAJIT_TOPK);
-      if (reached) {
-        const int j = __ffs(reached) - 1;
-        greater = above + __shfl_sync(NSAJIT_TOPK_FULL, inclusive - c, j);
-        count = __shfl_sync(NSAJIT_TOPK_FULL, c, j);
-        d = uint32_t(first - j);
-        holds = int(d) >= max_cut && d >= 1u;  // d = 0 would let the lists' padding (key 0) match
-        break;
-      }
-      above += __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
-    }
+          for (int q = 0; q < C; ++q) {  // several messages' loads in flight together
+            const uint32_t* const m = l.inbox + q * l.msg_words;
+            const int i = int(m[2]) - bin;
+            if (i >= 0 && i < NSAJIT_TOPK_MSG_BINS) c += int(m[NSAJIT_TOPK_MSG_HEADER + i]);
+          }
+          return c;
+        });
+    // count 0: not found; d = 0 would let the lists' padding (key 0) match.
+    const bool holds = count > 0 && int(d) >= max_cut && d >= 1u;
     if (lane == 0) {
       sh.digit = holds ? d : 0u;  // 0: the lists do not hold the row's selection
       sh.greater = greater;

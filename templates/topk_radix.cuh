@@ -78,16 +78,17 @@ NSAJIT_DEVICE uint32_t topk_find_bin(const uint32_t* h, int nbins, int k, TopkSh
   return sh.digit;
 }
 
-// One warp (every lane returns the same): the bin d of h[bottom, top] counted from the top with
-// greater(d) < k <= greater(d) + h[d], reading 32 bins a step; no barrier. The caller knows that
-// h[bottom, top] holds at least k keys (else: bottom, with count 0).
-NSAJIT_DEVICE uint32_t topk_warp_find_bin_down(const uint32_t* h, int top, int bottom, int k, int& greater,
-                                               int& count) {
+// One warp (every lane returns the same): the bin d of [bottom, top] counted from the top with
+// greater(d) < k <= greater(d) + count_of(d), 32 bins a step (count_of(bin) for bin >= bottom);
+// no barrier. When [bottom, top] holds fewer than k keys: bottom, with count 0.
+template <class CountOf>
+NSAJIT_DEVICE uint32_t topk_warp_find_bin_down_by(int top, int bottom, int k, int& greater, int& count,
+                                                  CountOf count_of) {
   const int lane = threadIdx.x & 31;
   int above = 0;  // keys in the bins above this step's
   for (int first = top; first >= bottom; first -= 32) {
     const int bin = first - lane;
-    const int c = bin >= bottom ? int(h[bin]) : 0;
+    const int c = bin >= bottom ? count_of(bin) : 0;
     const int inclusive = warp_inclusive_scan(c);
     const uint32_t reached = __ballot_sync(NSAJIT_TOPK_FULL, above + inclusive >= k);
     if (reached) {
@@ -101,6 +102,13 @@ NSAJIT_DEVICE uint32_t topk_warp_find_bin_down(const uint32_t* h, int top, int b
   greater = above;
   count = 0;
   return uint32_t(bottom);
+}
+
+// topk_warp_find_bin_down_by over the histogram h. The caller knows that h[bottom, top] holds at
+// least k keys (else: bottom, with count 0).
+NSAJIT_DEVICE uint32_t topk_warp_find_bin_down(const uint32_t* h, int top, int bottom, int k, int& greater,
+                                               int& count) {
+  return topk_warp_find_bin_down_by(top, bottom, k, greater, count, [&](int bin) { return int(h[bin]); });
 }
 
 // topk_warp_find_bin_down over all of h[0, 256) in one step instead of up to eight: lane i sums the
