@@ -30,8 +30,8 @@
 //   3. classify sweep: per warp, the keys above the prefix (all selected) and the keys matching it,
 //      which go to a candidate list (C > 1: every CTA gets the whole cluster's list); both also
 //      recorded as per-position bitmaps (1 bit per key).
-//   4. refinement on the list alone: an 8-bit digit, then the <= 32 keys left ranked by every
-//      warp (else 10-bit digits down to bit 0) give T and the ties to take.
+//   4. refinement on the list alone: an 8-bit digit, then the <= 32 keys left ranked by warp 0
+//      (else 10-bit digits down to bit 0) give T and the ties to take.
 // Output (ordered compaction): the keys > T in increasing index order at slots [0, G), then the
 // first topk - G keys == T in increasing index order (ties go to the lower index). Slot of an
 // element = number of selected elements of lower index (per-warp contiguous segments, warp scans

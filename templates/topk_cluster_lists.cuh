@@ -7,19 +7,22 @@
 // each CTA, by bulk copy (a few large transfers instead of hundreds of remote loads: 3 remote
 // loads a lane from every warp took 2.8 us, docs/notes/topk.md session 17).
 //
-// How: after pass 0 each CTA lists, in index order, the keys of its slice in the first-digit bins
-// at or above its `cut`, the bin of its list_rank-th largest key (list_rank ~ 1.25 topk / C + 16:
-// a slice of a row whose largest scores are spread over it holds about topk / C of the row's
-// selected keys), with their positions. Its message: a header (list size, cut, the slice's top
-// bin), the 32 first-digit counts under the top bin, the list's keys; bulk-copied into slot
-// `rank` of every CTA's inbox, completing on that CTA's mbarrier. Every CTA then finds the
-// union's topk-th largest key T from the counts and the lists. When T's first digit is at least
-// every cut, every key of the row >= T is listed (a list holds whole bins), so T is the row's
-// threshold and the inbox, in rank order, holds the row's selected keys in index order: each CTA
-// writes its own at their slots (the exact path's order). Else (a list longer than its capacity or
-// spanning more than 32 bins, fewer than topk keys listed, a cut above T: the largest scores
-// crowded into a few slices, plateaus, ascending rows) the row takes the exact path, which has
-// nothing to undo: nothing was written and the exact path uses none of this file's memory.
+// How: after pass 0 each CTA lists the keys of its slice in the first-digit bins at or above its
+// `cut`: the bin of its list_rank-th largest key (list_rank ~ 1.25 times its share of topk + 16:
+// a slice of a row whose largest scores are spread over it holds about that share of the row's
+// selected keys), but at most 31 bins under its top bin. Each warp keeps its part in index order
+// with the positions (for the output). The message: a header (list size, cut, the slice's top
+// bin), the counts of the 32 bins under the top bin, the listed keys in decreasing bin order;
+// bulk-copied into slot `rank` of every CTA's inbox, completing on that CTA's mbarrier. Every CTA
+// then finds the union's first digit d from the counts and refines T over bin d of each message.
+// When d is at least every cut, every key of the row >= T is listed (a list holds whole bins),
+// so T is the row's threshold, and each CTA writes its own selected keys from its warps' lists,
+// after the selected keys of the lower ranks (counted from the messages): the exact path's order.
+// Else (a list longer than its capacity, fewer than topk keys listed, a cut above d: the largest
+// scores crowded into a few slices, plateaus, ascending rows) the row takes the exact path, which
+// has nothing to undo: nothing was written, the exact path uses none of this file's dynamic
+// shared memory, and the TopkShared fields used here (digit, greater, count, warp_sum) it writes
+// after a cluster barrier before reading them.
 #pragma once
 
 // A message: header words, then the counts of the 32 first-digit bins top, top - 1, ..., then
@@ -68,8 +71,10 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (warp == 1) {
     int greater, count;
-    // A slice with fewer than list_rank keys: bin 0, every key listed.
-    const uint32_t cut = topk_warp_find_bin_down(hist0, hi_local, 0, list_rank, greater, count);
+    // A slice with fewer than list_rank keys: bin 0, every key listed. At most 32 bins (those the
+    // counts cover): a higher cut lists whole bins too, and d >= cut still decides.
+    const uint32_t cut = max(topk_warp_find_bin_down(hist0, hi_local, 0, list_rank, greater, count),
+                             uint32_t(max(hi_local - (NSAJIT_TOPK_MSG_BINS - 1), 0)));
     // The counts of the 32 bins under the top one that the list holds (all of it when narrow),
     // and where each bin's keys start in the message (bins in decreasing order).
     const int bin = hi_local - lane;
@@ -78,11 +83,13 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
     l.outbox[NSAJIT_TOPK_MSG_HEADER + lane] = uint32_t(c);
     sh.message_fill[lane] = inclusive - c;
     if (lane == 31) {
-      // Narrow (covered by the counts) and within capacity, or only the header goes out.
-      const bool fits = hi_local - int(cut) < NSAJIT_TOPK_MSG_BINS && inclusive <= l.capacity;
+      // Within capacity, or only the header goes out. The up to 3 words after the keys (sent:
+      // whole 16-byte units) zeroed, never read.
+      const bool fits = inclusive <= l.capacity;
       l.outbox[0] = fits ? uint32_t(inclusive) : uint32_t(l.capacity + 1);
       l.outbox[1] = cut;
       l.outbox[2] = uint32_t(hi_local);
+      for (int i = inclusive; fits && (i & 3) != 0; ++i) l.outbox[NSAJIT_TOPK_MSG_KEYS + i] = 0u;
     }
   }
   __syncthreads();
@@ -125,9 +132,9 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncwarp();
   }
-  const int total = int(l.outbox[0]);  // warp 0 (which sends): as it goes out
   asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every inbox mbarrier is initialised
   if (warp == 0 && lane < C) {
+    const int total = int(l.outbox[0]);  // as it goes out (warp 0 wrote it last)
     const uint32_t bytes = 4u * uint32_t(NSAJIT_TOPK_MSG_KEYS + (total <= l.capacity ? (total + 3) & ~3 : 0));
     const uint32_t bar = topk_cluster_address(&sh.inbox_full, uint32_t(lane));
     const uint32_t dst = topk_cluster_address(l.inbox + rank * uint32_t(l.msg_words), uint32_t(lane));
@@ -191,7 +198,8 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
           }
           return c;
         });
-    // count 0: not found; d = 0 would let the lists' padding (key 0) match.
+    // count 0: not found. d = 0 (the threshold among NaN and -inf keys) is left to the exact
+    // path: sh.digit = 0 says "does not hold" below.
     const bool holds = count > 0 && int(d) >= max_cut && d >= 1u;
     if (lane == 0) {
       sh.digit = holds ? d : 0u;  // 0: the lists do not hold the row's selection
