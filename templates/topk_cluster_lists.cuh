@@ -163,8 +163,8 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
 NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLists& l, int warp_n,
                                        const KvSlotRow& t, bool apply, int* out, bool strict, TopkShared& sh) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // Warp 0 alone finds the union's first digit (work that every warp repeats costs its issue
-  // slots four times over on each scheduler); the others wait at the barrier.
+  // Warp 0 alone finds the union's first digit, the others wait at the barrier (every warp
+  // repeating it was ~0.2 us slower at 1 x 131072, docs/notes/topk.md session 17).
   if (warp == 0) {
     // Lane q: CTA q's header.
     int n_q = 0;
@@ -179,7 +179,8 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
     const int max_cut = __reduce_max_sync(NSAJIT_TOPK_FULL, uint32_t(cut_q));
     const int top = __reduce_max_sync(NSAJIT_TOPK_FULL, uint32_t(max(top_q, 0)));
     const int bottom = __reduce_min_sync(NSAJIT_TOPK_FULL, uint32_t(lane < C ? cut_q : 4095));
-    // Every list fits and is covered by its 32 counts (a list spanning more bins: e.g. +inf scores).
+    // Every list fits and is covered by its 32 counts (the sender's cut guarantees the latter;
+    // checked again here, as the search below relies on it).
     const bool fits =
         !__any_sync(NSAJIT_TOPK_FULL, lane < C && (n_q > l.capacity || top_q - cut_q >= NSAJIT_TOPK_MSG_BINS)) &&
         listed >= NSAJIT_TOPK;
