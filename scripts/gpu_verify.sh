@@ -36,7 +36,9 @@ for shape in "decode h128 b8 n1 bf16" "decode h64 b8 n2 fp8" "prefill h64 sq4096
   grep -E "ERROR SUMMARY" "$logs/memcheck_${shape// /_}.log"
 done
 # racecheck of a 16-CTA cluster took over 50 s on the H200 (did not finish): 2-CTA clusters only.
-for check in "racecheck 64x65536" "synccheck 64x65536" "synccheck 1x131072"; do
+# The 8- and 16-CTA rows take the cluster lists, whose bulk copies memcheck reports (and aborts)
+# although they are correct (docs/notes/topk.md, session 17): synccheck only there.
+for check in "racecheck 64x65536" "synccheck 64x65536" "synccheck 1x131072" "synccheck 8x131072"; do
   set -- $check
   step "${1}_topk_$2" 90 "$sanitizer" --tool "$1" --error-exitcode 9 \
     "$build/nsajit" bench topk --only "$2" --iters 1 --no-baseline --out /tmp/nsajit-sanitizer.json
