@@ -2,7 +2,7 @@
 # Full verification on a machine with an NVIDIA GPU, from a build folder made elsewhere (nothing is
 # built here): every test, both benchmarks against the PyTorch baseline (results JSON),
 # compute-sanitizer memcheck of sparse-MLA decode and prefill shapes, racecheck (2-CTA clusters)
-# and synccheck (2- and 16-CTA clusters) of top-k, memcheck of its dense rows, memcheck and
+# and synccheck (2-, 8- and 16-CTA clusters) of top-k, memcheck of its dense rows, memcheck and
 # racecheck of its speculative path, and `nsajit run`.
 # Results (topk.json, sparse_mla.json), gpu.txt and logs.tgz (every step's log) go to $OUT
 # (default ./out): few files, because the device tool returns at most eight files from $OUT.
