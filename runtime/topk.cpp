@@ -191,14 +191,13 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // (each list is read by threads / 32c warps).
   if (c > 1 && g_override.speculate != 0 && plan.threads >= 512 && plan.threads >= 32 * c &&
       plan.resident_vecs >= slice_vecs) {
-    constexpr int kMessageHeaderWords = 36;
     // templates/topk_cluster_lists.cuh, topk_cluster_list_rank at len = width.
     const int rank = int(ceil_div(5LL * topk * plan.slice, 4LL * width)) + 16;
     const int capacity = (5 * rank / 2 + 64 + 3) / 4 * 4;
-    const int message = kMessageHeaderWords + capacity;
+    const int message = NSAJIT_TOPK_MSG_KEYS + capacity;
     // A warp's list in index order (for the output): 1.5 times a warp's even share of a message
-    // (1 and 8 rows of 131072: ~12-40 keys a warp), at least 64 (what lets topk 4096 at 8 CTAs
-    // of 1024 threads fit).
+    // (1 and 8 rows of 131072: ~12-40 keys a warp; twice would not let topk 4096 at 8 CTAs of 1024
+    // threads fit), and at least 64.
     const int warps = plan.threads / 32;
     const int warp_capacity = std::max(64, (3 * capacity / (2 * warps) + 15) / 16 * 16);
     const int offset = (plan.hist_offset + fixed.end + 3) / 4 * 4;

@@ -30,9 +30,11 @@ struct TopkLaunchPlan {
   int cluster_lists = 0;  // 0, 1; 2 (the override's strict_cluster_lists): fallbacks write -2
   int cluster_list_rank = 0;  // each CTA lists its first-digit bins down to that of this largest key
                               // (rows of len = width; the kernel: topk_cluster_list_rank)
-  int cluster_list_offset = 0, cluster_list_capacity = 0;  // the message (36 + capacity words), the
-  int cluster_warp_capacity = 0;  // warps' lists (keys, positions: threads / 32 * this words each)
-  int cluster_inbox_offset = 0;  // c messages
+  // From cluster_list_offset: the message (NSAJIT_TOPK_MSG_KEYS + capacity words), then the warps'
+  // lists (keys, then positions: threads / 32 * cluster_warp_capacity words each); the inbox of c
+  // messages at cluster_inbox_offset.
+  int cluster_list_offset = 0, cluster_list_capacity = 0, cluster_warp_capacity = 0;
+  int cluster_inbox_offset = 0;
   unsigned dynamic_smem = 0;  // bytes
 };
 

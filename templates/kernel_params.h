@@ -23,6 +23,13 @@ struct IndexTransformParams {
 // memory from word 0 (the host plans both).
 #define NSAJIT_TOPK_DENSE_VECS 9
 
+// A cluster-lists message (TopkParams::cluster_lists, templates/topk_cluster_lists.cuh): header
+// words, then the counts of the 32 first-digit bins top, top - 1, ..., then the keys (a multiple
+// of 4 words in all, so messages stay 16-byte aligned; the host plans cluster_list_capacity + this).
+#define NSAJIT_TOPK_MSG_HEADER 4  // listed (capacity + 1: did not fit), cut, top bin, unused
+#define NSAJIT_TOPK_MSG_BINS 32
+#define NSAJIT_TOPK_MSG_KEYS (NSAJIT_TOPK_MSG_HEADER + NSAJIT_TOPK_MSG_BINS)
+
 struct TopkParams {
   const float* scores;         // [rows, width]
   long long score_row_stride;  // elements

@@ -25,11 +25,7 @@
 // after a cluster barrier before reading them.
 #pragma once
 
-// A message: header words, then the counts of the 32 first-digit bins top, top - 1, ..., then
-// the keys (a multiple of 4 words in all, so messages stay 16-byte aligned).
-#define NSAJIT_TOPK_MSG_HEADER 4  // listed (capacity + 1: did not fit), cut, top bin, unused
-#define NSAJIT_TOPK_MSG_BINS 32
-#define NSAJIT_TOPK_MSG_KEYS (NSAJIT_TOPK_MSG_HEADER + NSAJIT_TOPK_MSG_BINS)
+// A message's layout: NSAJIT_TOPK_MSG_* in templates/kernel_params.h (the host plans it).
 
 struct TopkClusterLists {
   uint32_t* outbox;     // this CTA's message (msg_words words)

@@ -321,7 +321,8 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
         CHECK(q.cluster_list_capacity % 4 == 0);
         CHECK(q.cluster_list_capacity >= q.cluster_list_rank);
         CHECK(q.threads >= 32 * q.ctas_per_row);  // a warp or more reads each list
-        const int message = 36 + q.cluster_list_capacity;  // header, 32 bin counts, keys
+        const int message = NSAJIT_TOPK_MSG_KEYS + q.cluster_list_capacity;  // header, 32 bin counts, keys
+        CHECK(NSAJIT_TOPK_MSG_KEYS % 4 == 0);
         CHECK(q.cluster_warp_capacity >= 64);
         CHECK(q.cluster_inbox_offset == q.cluster_list_offset + message + 2 * q.threads / 32 * q.cluster_warp_capacity);
         CHECK(q.cluster_inbox_offset % 4 == 0);
