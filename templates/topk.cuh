@@ -163,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     sh.short_n = 0;
   }
 #if NSAJIT_THREADS >= 512
-  if (C > 1 && p.cluster_lists != 0) topk_cluster_lists_init(C, sh);  // uniform in the cluster
+  if (topk_uses_cluster_lists(p)) topk_cluster_lists_init(C, sh);
 #endif
   __syncthreads();
 
@@ -302,7 +302,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       // CTA to each, the exact path below when the lists cannot hold the row's selection. Not
       // compiled at 256 threads (the many short rows' kernel, which it would make spill; the plan
       // never asks for it there).
-      if (p.cluster_lists != 0) {
+      if (topk_uses_cluster_lists(p)) {
         // Words from cluster_list_offset: the message, then the warps' lists' keys and positions.
         const int message_words = NSAJIT_TOPK_MSG_KEYS + p.cluster_list_capacity;
         uint32_t* const warp_lists = words + p.cluster_list_offset + message_words;
@@ -313,7 +313,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
                                      p.cluster_list_capacity,
                                      message_words,
                                      p.cluster_warp_capacity};
-        const int warp_n = topk_cluster_exchange(s, b, keys, resident_vecs, hist0, hi_local,
+        const int warp_n = topk_cluster_exchange(s, b, keys, hist0, hi_local,
                                                  topk_cluster_list_rank(s.n, len), C, rank, lists, round_begin,
                                                  round_end, sh);
         if (topk_cluster_select(C, rank, lists, warp_n, t, apply, out, p.cluster_lists == 2, sh)) return;

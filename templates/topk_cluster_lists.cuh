@@ -45,6 +45,15 @@ NSAJIT_DEVICE int topk_cluster_list_rank(int n, int len) {
   return int((5LL * NSAJIT_TOPK * n + 4LL * len - 1) / (4LL * len)) + 16;
 }
 
+// Whether a row over a cluster takes the speculative selection first: the plan asks for it, and
+// every vector of a slice is kept (the plan's rule, checked again: the listing reads the keys
+// from shared memory). From the launch's parameters alone: uniform in the cluster, and
+// recomputed where needed rather than held in a register (a flag held from the prologue made the
+// 512-thread fused kernel spill).
+NSAJIT_DEVICE bool topk_uses_cluster_lists(const TopkParams& p) {
+  return p.ctas_per_row > 1 && p.cluster_lists != 0 && p.resident_vecs >= (p.slice + 6) / 4;
+}
+
 // At kernel start of a row that will list (whole block, before any CTA may send): the inbox's
 // mbarrier expects one arrival (with its bytes) per CTA; the cluster barrier's arrive here is
 // waited on just before sending, so that every mbarrier is initialised when the first message
@@ -61,7 +70,7 @@ NSAJIT_DEVICE void topk_cluster_lists_init(int C, TopkShared& sh) {
 // [round_begin, round_end), contiguous, so the warps' lists concatenate in index order), then the
 // message goes to every CTA (lane q of warp 0 to CTA q) and the CTA waits for the C messages of
 // its inbox. Returns the size of the warp's list.
-NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* keys, int resident_vecs,
+NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* keys,
                                          const uint32_t* hist0, int hi_local, int list_rank, int C, uint32_t rank,
                                          const TopkClusterLists& l, int round_begin, int round_end, TopkShared& sh) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -93,31 +102,58 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
   const bool fits = int(l.outbox[0]) <= l.capacity;
   auto listed = [&](uint32_t key) { return key != 0u && (key >> NSAJIT_TOPK_SHIFT0) >= cut; };
   // One pass: each warp lists its keys (and positions) in index order in its own list of
-  // warp_capacity, and puts each into the message in its bin's range (the order inside a bin
-  // does not matter: only the multiset of each bin is used).
-  uint32_t* const message = l.outbox + NSAJIT_TOPK_MSG_KEYS;
+  // warp_capacity. Four rounds at a time: their loads in flight together and one scan of their
+  // counts packed in bytes (a round's warp total is at most 128), instead of a load, a scan and
+  // the stores one round after the other (1 x 131072: 2.3 us for four rounds, docs/notes/topk.md
+  // session 18).
   uint32_t* const warp_keys = l.warp_keys + warp * l.warp_capacity;
   int* const warp_positions = l.warp_positions + warp * l.warp_capacity;
   int warp_n = 0;
-  for (int q = round_begin; q < round_end; ++q) {
-    const int v = q * 32 + lane;
-    const u32x4 kv = topk_slice_keys(s, keys, resident_vecs, v);
-    const int c = int(listed(kv.x)) + int(listed(kv.y)) + int(listed(kv.z)) + int(listed(kv.w));
-    const int inclusive = warp_inclusive_scan(c);
-    int o = warp_n + inclusive - c;
+  const int position0 = b + 4 * lane - s.head;  // of key 0 of this lane's vector in round 0
+  for (int q0 = round_begin; q0 < round_end; q0 += 4) {
+    auto round_keys = [&](int u) {  // every vector is kept (topk.cuh checks); 0: never listed
+      u32x4 z;
+      z.x = z.y = z.z = z.w = 0u;
+      const int v = (q0 + u) * 32 + lane;
+      return q0 + u < round_end && v < s.nvec ? keys[v] : z;
+    };
+    int packed = 0;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t key = topk_lane(kv, j);
-      if (listed(key)) {
-        if (o < l.warp_capacity) {
-          warp_keys[o] = key;
-          warp_positions[o] = b + 4 * v + j - s.head;
-        }
-        if (fits) message[atomicAdd(&sh.message_fill[hi_local - int(key >> NSAJIT_TOPK_SHIFT0)], 1)] = key;
-        ++o;
-      }
+    for (int u = 0; u < 4; ++u) {
+      const u32x4 kv = round_keys(u);
+      packed |= (int(listed(kv.x)) + int(listed(kv.y)) + int(listed(kv.z)) + int(listed(kv.w))) << (8 * u);
     }
-    warp_n += __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
+    const int inclusive = warp_inclusive_scan(packed);
+    int exclusive = inclusive - packed;  // per byte: the lanes below this one
+    int totals = __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
+    // The keys read again (not held across the scan: 16 more registers spill at 512 threads).
+#pragma unroll 1
+    for (int u = 0; u < 4; ++u) {
+      const u32x4 kv = round_keys(u);
+      int o = warp_n + (exclusive & 0xff);
+      exclusive >>= 8;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t key = topk_lane(kv, j);
+        if (listed(key)) {
+          if (o < l.warp_capacity) {
+            warp_keys[o] = key;
+            warp_positions[o] = position0 + 128 * (q0 + u) + j;
+          }
+          ++o;
+        }
+      }
+      warp_n += totals & 0xff;
+      totals >>= 8;
+    }
+  }
+  // The message: each listed key into its bin's range (the order inside a bin does not matter:
+  // only the multiset of each bin is used), the warp's keys 32 at a time.
+  __syncwarp();
+  uint32_t* const message = l.outbox + NSAJIT_TOPK_MSG_KEYS;
+  for (int i = lane; fits && i < min(warp_n, l.warp_capacity); i += 32) {
+    const uint32_t key = warp_keys[i];
+    message[atomicAdd(&sh.message_fill[hi_local - int(key >> NSAJIT_TOPK_SHIFT0)], 1)] = key;
   }
   if (lane == 0) sh.warp_sum[warp] = warp_n;
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the message, for the bulk copies
@@ -213,7 +249,9 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
     if (rank == 0 && tid == 0) out[0] = -2;
     return true;
   }
-  topk_cluster_arrive();  // every message received (waited for before exit)
+  // Every message received (waited for before exit). Relaxed: it orders no data (a release arrive
+  // cost thread 0 0.25 us, docs/notes/topk.md session 18).
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
   // The union's topk-th largest key: the first digit d, then its refinement over the keys of bin d.
   // The warps of list q (WARPS / C of them, the plan allows no fewer than one) read its bin d, a
