@@ -100,7 +100,10 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
   __syncthreads();
   const uint32_t cut = l.outbox[1];
   const bool fits = int(l.outbox[0]) <= l.capacity;
-  auto listed = [&](uint32_t key) { return key != 0u && (key >> NSAJIT_TOPK_SHIFT0) >= cut; };
+  // key >> SHIFT0 >= cut and key != 0 (padding), in one compare (the listing is bound by integer
+  // instruction issue: 16 warps a SM).
+  const uint32_t cut_key = max(cut << NSAJIT_TOPK_SHIFT0, 1u);
+  auto listed = [&](uint32_t key) { return key >= cut_key; };
   // One pass: each warp lists its keys (and positions) in index order in its own list of
   // warp_capacity. Four rounds at a time: their loads in flight together and one scan of their
   // counts packed in bytes (a round's warp total is at most 128), instead of a load, a scan and
