@@ -156,6 +156,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) list[i] = 0u;  // the sample's histogram
   for (int i = tid; i < 2 << NSAJIT_TOPK_REFINE_BITS; i += NSAJIT_THREADS) (&sh.refine_hist[0][0])[i] = 0u;
   for (int i = tid; i < 1 << NSAJIT_TOPK_FIRST_REFINE_BITS; i += NSAJIT_THREADS) sh.first_refine_hist[i] = 0u;
+  if (tid < 32) sh.union_count[tid] = 0u;
   if (tid == 0) {
     sh.cand_local = 0;
     sh.cand_reserved = 0;

@@ -198,54 +198,45 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
 NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLists& l, int warp_n,
                                        const KvSlotRow& t, bool apply, int* out, bool strict, TopkShared& sh) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // Warp 0 alone finds the union's first digit, the others wait at the barrier (every warp
-  // repeating it was ~0.2 us slower at 1 x 131072, docs/notes/topk.md session 17).
-  if (warp == 0) {
-    // Lane q: CTA q's header.
-    int n_q = 0;
-    int cut_q = 0, top_q = -1;
-    if (lane < C) {
-      const u32x4 h = *reinterpret_cast<const u32x4*>(l.inbox + lane * l.msg_words);
-      n_q = int(h.x);
-      cut_q = int(h.y);
-      top_q = int(h.z);
-    }
-    const int listed = __reduce_add_sync(NSAJIT_TOPK_FULL, n_q);
-    const int max_cut = __reduce_max_sync(NSAJIT_TOPK_FULL, uint32_t(cut_q));
-    const int top = __reduce_max_sync(NSAJIT_TOPK_FULL, uint32_t(max(top_q, 0)));
-    const int bottom = __reduce_min_sync(NSAJIT_TOPK_FULL, uint32_t(lane < C ? cut_q : 4095));
-    // Every list fits and is covered by its 32 counts (the sender's cut guarantees the latter;
-    // checked again here, as the search below relies on it).
-    const bool fits =
-        !__any_sync(NSAJIT_TOPK_FULL, lane < C && (n_q > l.capacity || top_q - cut_q >= NSAJIT_TOPK_MSG_BINS)) &&
-        listed >= NSAJIT_TOPK;
-    // The union's first digit, from the counts: bin b's is the sum over the C messages of their
-    // count at top_q - b (0 outside a message's 32 counts, which hold all of its keys). No
-    // shuffles in count_of: lanes under `bottom` skip it.
-    int greater = 0, count = 0;
-    const uint32_t d =
-        !fits ? 0u : topk_warp_find_bin_down_by(top, bottom, NSAJIT_TOPK, greater, count, [&](int bin) {
-          int c = 0;
-#pragma unroll 4
-          for (int q = 0; q < C; ++q) {  // several messages' loads in flight together
-            const uint32_t* const m = l.inbox + q * l.msg_words;
-            const int i = int(m[2]) - bin;
-            if (i >= 0 && i < NSAJIT_TOPK_MSG_BINS) c += int(m[NSAJIT_TOPK_MSG_HEADER + i]);
-          }
-          return c;
-        });
-    // count 0: not found. d = 0 (the threshold among NaN and -inf keys) is left to the exact
-    // path: sh.digit = 0 says "does not hold" below.
-    const bool holds = count > 0 && int(d) >= max_cut && d >= 1u;
-    if (lane == 0) {
-      sh.digit = holds ? d : 0u;  // 0: the lists do not hold the row's selection
-      sh.greater = greater;
-      sh.count = count;
-    }
+  // Every warp reads the C headers (lane q: CTA q's) and its list's 32 counts: no barrier and no
+  // serial search by one warp while the others wait.
+  int n_q = 0, cut_q = 0, top_q = -1;
+  if (lane < C) {
+    const u32x4 h = *reinterpret_cast<const u32x4*>(l.inbox + lane * l.msg_words);
+    n_q = int(h.x);
+    cut_q = int(h.y);
+    top_q = int(h.z);
   }
+  const int listed = __reduce_add_sync(NSAJIT_TOPK_FULL, n_q);
+  const int max_cut = int(__reduce_max_sync(NSAJIT_TOPK_FULL, uint32_t(cut_q)));
+  const int top = int(__reduce_max_sync(NSAJIT_TOPK_FULL, uint32_t(max(top_q, 0))));
+  // Every list fits and is covered by its 32 counts (the sender's cut guarantees the latter;
+  // checked again here, as the window below relies on it).
+  const bool fits =
+      !__any_sync(NSAJIT_TOPK_FULL, lane < C && (n_q > l.capacity || top_q - cut_q >= NSAJIT_TOPK_MSG_BINS)) &&
+      listed >= NSAJIT_TOPK;
+  // The warps of list q (WARPS / C of them, the plan allows no fewer than one) read its message.
+  const int per_list = NSAJIT_TOPK_WARPS / C;
+  const int list = warp / per_list;
+  const uint32_t* const mine = l.inbox + list * l.msg_words;
+  const int mine_top = __shfl_sync(NSAJIT_TOPK_FULL, top_q, list);
+  const int mine_count = int(mine[NSAJIT_TOPK_MSG_HEADER + lane]);  // its bin mine_top - lane
+  // The union's counts of the 32 bins under the row's top bin, summed by the lists' first warps.
+  // That window is enough: T's first digit d must be at least every list's cut for the lists to
+  // hold the selection, and the cut of the list with the row's top bin is at most 31 bins under
+  // it (a deeper d fails that test whatever the counts below the window).
+  const int window_index = top - mine_top + lane;  // 0: the row's top bin
+  if (warp % per_list == 0 && mine_count != 0 && window_index < NSAJIT_TOPK_MSG_BINS)
+    atomicAdd(&sh.union_count[window_index], uint32_t(mine_count));
   __syncthreads();
-  const uint32_t d = sh.digit;
-  const bool holds = d != 0u;  // uniform in the cluster
+  // Every warp: d, the first bin of the window (from the top) where the union reaches topk keys.
+  const int c = int(sh.union_count[lane]);
+  const int inclusive = warp_inclusive_scan(c);
+  const uint32_t reached = __ballot_sync(NSAJIT_TOPK_FULL, top - lane >= 0 && inclusive >= NSAJIT_TOPK);
+  const int d_lane = reached ? __ffs(reached) - 1 : 0;
+  const int d = top - d_lane;
+  // d = 0 (the threshold among NaN and -inf keys) is left to the exact path.
+  const bool holds = fits && reached != 0u && d >= max_cut && d >= 1;  // uniform in the cluster
   if (!holds) {
     if (!strict) return false;
     topk_cluster_sync();  // no CTA leaves while a copy may still read its outbox
@@ -261,14 +252,13 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
   // range of its message (bins in decreasing order): keys begin + first, begin + first + stride,
   // ... (a few a thread: normal scores at 16 CTAs, ~90 keys a list).
   TopkRadix x{0u, 0u, NSAJIT_TOPK, 0, 0};
-  topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, sh.greater, sh.count);
-  const int per_list = NSAJIT_TOPK_WARPS / C;
-  const uint32_t* const mine = l.inbox + (warp / per_list) * l.msg_words;
+  topk_radix_step(x, uint32_t(d), 32 - NSAJIT_TOPK_SHIFT0, __shfl_sync(NSAJIT_TOPK_FULL, inclusive - c, d_lane),
+                  __shfl_sync(NSAJIT_TOPK_FULL, c, d_lane));
   const int first = (warp % per_list) * 32 + lane, stride = 32 * per_list;
-  const int d_index = int(mine[2]) - int(d);  // bin d's count in the message (when in [0, 32))
-  const int lane_count = lane < d_index ? int(mine[NSAJIT_TOPK_MSG_HEADER + lane]) : 0;
-  const int begin = __reduce_add_sync(NSAJIT_TOPK_FULL, lane_count);  // the list's keys above bin d
-  const int in_bin = d_index >= 0 && d_index < NSAJIT_TOPK_MSG_BINS ? int(mine[NSAJIT_TOPK_MSG_HEADER + d_index]) : 0;
+  const int d_index = mine_top - d;  // bin d's count in the message (when in [0, 32))
+  const int begin = __reduce_add_sync(NSAJIT_TOPK_FULL, lane < d_index ? mine_count : 0);  // keys above bin d
+  const int in_bin_count = __shfl_sync(NSAJIT_TOPK_FULL, mine_count, d_index & 31);
+  const int in_bin = d_index >= 0 && d_index < NSAJIT_TOPK_MSG_BINS ? in_bin_count : 0;
   const int n_mine = max(0, in_bin - first + stride - 1) / stride;
   auto candidate = [&](int j) -> uint32_t { return mine[NSAJIT_TOPK_MSG_KEYS + begin + first + j * stride]; };
   topk_refine_candidates(x, sh, n_mine, candidate);
@@ -287,12 +277,8 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
     e += int(key == threshold);
   }
   topk_store_warp_counts(sh, warp, g, e);
-  __syncthreads();
-  const bool lower = lane < int(rank) * per_list;  // warp `lane` reads a list of lower rank
-  int next_greater = __reduce_add_sync(NSAJIT_TOPK_FULL, lower ? sh.warp_greater[lane] : 0);
-  int next_equal = __reduce_add_sync(NSAJIT_TOPK_FULL, lower ? sh.warp_equal[lane] : 0);
   // This CTA's selected keys: warp w's list (in index order, after those of warps 0 .. w - 1),
-  // 32 at a time, ranked by ballots.
+  // 32 at a time, ranked by ballots; its counts published beside the lists' (one barrier).
   const uint32_t* const warp_keys = l.warp_keys + warp * l.warp_capacity;
   const int* const warp_positions = l.warp_positions + warp * l.warp_capacity;
   const uint32_t lanes_below = (1u << lane) - 1u;
@@ -302,18 +288,18 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
     g += __popc(__ballot_sync(NSAJIT_TOPK_FULL, key > threshold));
     e += __popc(__ballot_sync(NSAJIT_TOPK_FULL, key == threshold));
   }
-  __syncthreads();  // every warp has read warp_greater / warp_equal
   if (lane == 0) {
-    sh.warp_greater[warp] = g;
-    sh.warp_equal[warp] = e;
+    sh.own_greater[warp] = g;
+    sh.own_equal[warp] = e;
   }
   __syncthreads();
-  {
-    const int wg = lane < warp ? sh.warp_greater[lane] : 0;  // the warps before this one
-    const int we = lane < warp ? sh.warp_equal[lane] : 0;
-    next_greater += __reduce_add_sync(NSAJIT_TOPK_FULL, wg);
-    next_equal += __reduce_add_sync(NSAJIT_TOPK_FULL, we);
-  }
+  // The lists of lower rank (warp `lane` reads one when lane < rank * per_list), then the warps
+  // before this one.
+  const bool lower = lane < int(rank) * per_list;
+  int next_greater = __reduce_add_sync(NSAJIT_TOPK_FULL, lower ? sh.warp_greater[lane] : 0);
+  int next_equal = __reduce_add_sync(NSAJIT_TOPK_FULL, lower ? sh.warp_equal[lane] : 0);
+  next_greater += __reduce_add_sync(NSAJIT_TOPK_FULL, lane < warp ? sh.own_greater[lane] : 0);
+  next_equal += __reduce_add_sync(NSAJIT_TOPK_FULL, lane < warp ? sh.own_equal[lane] : 0);
   for (int i = lane; i - lane < warp_n; i += 32) {
     const uint32_t key = i < warp_n ? warp_keys[i] : 0u;
     const uint32_t gb = __ballot_sync(NSAJIT_TOPK_FULL, key > threshold);

@@ -30,6 +30,9 @@ struct TopkShared {
   uint32_t unique_key;  // speculative refinement: the one key left with the prefix
   uint32_t slice_max;   // C > 1: this slice's largest key (0 when empty)
   uint32_t slice_lo;    // C > 1: the first-digit bin of this slice's topk-th largest key (0: fewer keys)
+  uint32_t union_count[32];  // cluster lists: the union's counts of the 32 bins under the row's top
+  int own_greater[NSAJIT_TOPK_WARPS];  // cluster lists: each warp's selected keys of its own list
+  int own_equal[NSAJIT_TOPK_WARPS];
   unsigned long long inbox_full;  // cluster lists: the mbarrier of the C messages (topk_cluster_lists.cuh)
   int message_fill[32];           // cluster lists: the next free key of each bin's range in the message
 };
