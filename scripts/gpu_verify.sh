@@ -26,7 +26,7 @@ step() {  # step NAME SECONDS COMMAND... : runs with a time limit, logs to $logs
   [ "$rc" -eq 0 ] || status=1
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
-step tests 240 "$build/nsajit_tests" --duration=true
+step tests 330 "$build/nsajit_tests" --duration=true
 grep -E "test cases|assertions" "$logs/tests.log"
 step bench_topk 120 "$build/nsajit" bench topk --out "$out/topk.json"
 step bench_sparse_mla 240 "$build/nsajit" bench sparse-mla --out "$out/sparse_mla.json"
