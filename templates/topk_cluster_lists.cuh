@@ -21,8 +21,9 @@
 // Else (a list longer than its capacity, fewer than topk keys listed, a cut above d: the largest
 // scores crowded into a few slices, plateaus, ascending rows) the row takes the exact path, which
 // has nothing to undo: nothing was written, the exact path uses none of this file's dynamic
-// shared memory, and the TopkShared fields used here (digit, greater, count, warp_sum) it writes
-// after a cluster barrier before reading them.
+// shared memory, and of the TopkShared fields written here before that decision (warp_sum,
+// message_fill, union_count, inbox_full) it uses only warp_sum, which it writes after a cluster
+// barrier before reading it (union_count is left as it is: a CTA serves one row).
 #pragma once
 
 // A message's layout: NSAJIT_TOPK_MSG_* in templates/kernel_params.h (the host plans it).
@@ -107,14 +108,14 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
   // One pass: each warp lists its keys (and positions) in index order in its own list of
   // warp_capacity. Four rounds at a time: their loads in flight together and one scan of their
   // counts packed in bytes (a round's warp total is at most 128), instead of a load, a scan and
-  // the stores one round after the other (1 x 131072: 2.3 us for four rounds, docs/notes/topk.md
-  // session 18).
+  // the stores one round after the other (1 x 131072: the listing 2.3 -> 1.9 us; it is bound by
+  // integer instruction issue, docs/notes/topk.md session 18).
   uint32_t* const warp_keys = l.warp_keys + warp * l.warp_capacity;
   int* const warp_positions = l.warp_positions + warp * l.warp_capacity;
   int warp_n = 0;
   const int position0 = b + 4 * lane - s.head;  // of key 0 of this lane's vector in round 0
   for (int q0 = round_begin; q0 < round_end; q0 += 4) {
-    auto round_keys = [&](int u) {  // every vector is kept (topk.cuh checks); 0: never listed
+    auto round_keys = [&](int u) {  // every vector is kept (topk_uses_cluster_lists); 0: never listed
       u32x4 z;
       z.x = z.y = z.z = z.w = 0u;
       const int v = (q0 + u) * 32 + lane;
@@ -198,8 +199,8 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
 NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLists& l, int warp_n,
                                        const KvSlotRow& t, bool apply, int* out, bool strict, TopkShared& sh) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // Every warp reads the C headers (lane q: CTA q's) and its list's 32 counts: no barrier and no
-  // serial search by one warp while the others wait.
+  // Every warp reads the C headers (lane q: CTA q's) and its list's 32 counts: one barrier (the
+  // window's sums below) and no serial search by one warp while the others wait.
   int n_q = 0, cut_q = 0, top_q = -1;
   if (lane < C) {
     const u32x4 h = *reinterpret_cast<const u32x4*>(l.inbox + lane * l.msg_words);
@@ -248,9 +249,9 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
   // The union's topk-th largest key: the first digit d, then its refinement over the keys of bin d.
-  // The warps of list q (WARPS / C of them, the plan allows no fewer than one) read its bin d, a
-  // range of its message (bins in decreasing order): keys begin + first, begin + first + stride,
-  // ... (a few a thread: normal scores at 16 CTAs, ~90 keys a list).
+  // The warps of list q read its bin d, a range of its message (bins in decreasing order): keys
+  // begin + first, begin + first + stride, ... (a few a thread: normal scores at 16 CTAs, ~90
+  // keys a list).
   TopkRadix x{0u, 0u, NSAJIT_TOPK, 0, 0};
   topk_radix_step(x, uint32_t(d), 32 - NSAJIT_TOPK_SHIFT0, __shfl_sync(NSAJIT_TOPK_FULL, inclusive - c, d_lane),
                   __shfl_sync(NSAJIT_TOPK_FULL, c, d_lane));
