@@ -57,11 +57,13 @@ NSAJIT_DEVICE float warp_max(float v) {
   return v;
 }
 
-NSAJIT_DEVICE int warp_inclusive_scan(int v) {
+// int, or uint32_t where sums may pass INT_MAX (packed counts: unsigned wrap is defined).
+template <class T>
+NSAJIT_DEVICE T warp_inclusive_scan(T v) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
-    const int n = __shfl_up_sync(0xffffffffu, v, o);
+    const T n = __shfl_up_sync(0xffffffffu, v, o);
     if (lane >= o) v += n;
   }
   return v;

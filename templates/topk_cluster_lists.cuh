@@ -121,20 +121,21 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
       const int v = (q0 + u) * 32 + lane;
       return q0 + u < round_end && v < s.nvec ? keys[v] : z;
     };
-    int packed = 0;
+    uint32_t packed = 0u;  // unsigned: a last round of 128 listed keys sets bit 31
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const u32x4 kv = round_keys(u);
-      packed |= (int(listed(kv.x)) + int(listed(kv.y)) + int(listed(kv.z)) + int(listed(kv.w))) << (8 * u);
+      packed |= (uint32_t(listed(kv.x)) + uint32_t(listed(kv.y)) + uint32_t(listed(kv.z)) + uint32_t(listed(kv.w)))
+                << (8 * u);
     }
-    const int inclusive = warp_inclusive_scan(packed);
-    int exclusive = inclusive - packed;  // per byte: the lanes below this one
-    int totals = __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
+    const uint32_t inclusive = warp_inclusive_scan(packed);
+    uint32_t exclusive = inclusive - packed;  // per byte: the lanes below this one
+    uint32_t totals = __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
     // The keys read again (not held across the scan: 16 more registers spill at 512 threads).
 #pragma unroll 1
     for (int u = 0; u < 4; ++u) {
       const u32x4 kv = round_keys(u);
-      int o = warp_n + (exclusive & 0xff);
+      int o = warp_n + int(exclusive & 0xffu);
       exclusive >>= 8;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -147,7 +148,7 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
           ++o;
         }
       }
-      warp_n += totals & 0xff;
+      warp_n += int(totals & 0xffu);
       totals >>= 8;
     }
   }
