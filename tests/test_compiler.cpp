@@ -1,17 +1,15 @@
 // test_compiler.cpp — NVRTC compiles every spec of the matrix for sm_90a; failures carry the log.
 #include <doctest/doctest.h>
 
-#include <atomic>
-#include <mutex>
 #include <regex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "compiler/nvrtc_compiler.hpp"
 #include "generator/generator.hpp"
 #include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
+#include "tests/parallel.hpp"
 #include "tests/spec_matrix.hpp"
 
 using namespace nsajit;
@@ -30,29 +28,14 @@ TEST_CASE("NVRTC's version is reported") {
 
 TEST_CASE("every spec of the DeepSeek-V3.2 matrix compiles under NVRTC for sm_90a") {
   const std::vector<KernelSpec> specs = test::deepseek_v32_matrix();
-  std::atomic<std::size_t> next{0};
-  std::mutex mutex;
-  std::vector<std::string> failures;
-  std::size_t compiled = 0;
-  auto worker = [&] {
-    for (std::size_t i; (i = next++) < specs.size();) {
-      const KernelSpec& spec = specs[i];
-      try {
-        const CompileResult r = compile_cubin(readable_name(spec), render_source(spec), nvrtc_options(spec.arch));
-        std::lock_guard lock(mutex);
-        if (!is_elf(r.cubin)) failures.push_back(readable_name(spec) + ": not an ELF cubin");
-        ++compiled;
-      } catch (const std::exception& e) {
-        std::lock_guard lock(mutex);
-        failures.push_back(e.what());
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t) threads.emplace_back(worker);
-  for (auto& t : threads) t.join();
-  for (const auto& f : failures) FAIL_CHECK(f);
-  CHECK(compiled == specs.size());
+  const auto outcomes = test::run_in_parallel<CompileResult>(specs.size(), [&](std::size_t i) {
+    return compile_cubin(readable_name(specs[i]), render_source(specs[i]), nvrtc_options(specs[i].arch));
+  });
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    INFO(readable_name(specs[i]));
+    CHECK(outcomes[i].error == "");
+    if (outcomes[i].error.empty()) CHECK(is_elf(outcomes[i].value.cubin));
+  }
 }
 
 TEST_CASE("a compile error names the kernel, the options and carries NVRTC's log") {
@@ -122,8 +105,12 @@ TEST_CASE("tight-register kernels compile without serialised wgmma, spills or st
     spec.arch = {90, 'a'};
     spec = with_default_tile(spec);
     if (spec.family == Family::sparse_mla_decode) REQUIRE(spec.tile.threads == 384);  // the wgmma kernel
-    const CompileResult r = compile_verbose(spec);
-    INFO(readable_name(spec) << "\n" << r.log);
-    check_ptxas_log_clean(r.log);
+  }
+  const auto outcomes =
+      test::run_in_parallel<CompileResult>(specs.size(), [&](std::size_t i) { return compile_verbose(specs[i]); });
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    INFO(readable_name(specs[i]) << "\n" << outcomes[i].value.log);
+    REQUIRE(outcomes[i].error == "");
+    check_ptxas_log_clean(outcomes[i].value.log);
   }
 }

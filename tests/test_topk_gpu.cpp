@@ -27,6 +27,7 @@
 #include "runtime/topk_launch.hpp"
 #include "templates/kernel_params.h"
 #include "tests/gpu_support.hpp"
+#include "tests/parallel.hpp"
 
 namespace ref = nsajit::reference;
 using nsajit::IndexMode;
@@ -164,9 +165,11 @@ TEST_CASE("topk specs: plain, fused (every mode, page sizes, MTP), sorted, every
     s.tile.threads = threads;
     specs.push_back(s);
   }
-  for (auto s : specs) {
-    INFO(nsajit::readable_name(s));
-    CHECK_NOTHROW(nsajit::precompile(s));
+  const auto outcomes = nsajit::test::run_in_parallel<nsajit::KernelRecord>(
+      specs.size(), [&](std::size_t i) { return nsajit::precompile(specs[i]); });
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    INFO(nsajit::readable_name(specs[i]));
+    CHECK(outcomes[i].error == "");
   }
   CHECK(nsajit::readable_name(S{.family = nsajit::Family::topk, .page_size = 64, .next_n = 2,
                                 .fused_transform = true, .sorted = true}) ==
