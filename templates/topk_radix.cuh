@@ -203,9 +203,9 @@ NSAJIT_DEVICE void topk_refine_finish(const TopkRefineDigit& r, TopkRadix& x, To
 // at most 32 keys are left with the prefix (normal scores: ~6 of ~1,400), they are listed and
 // ranked; else digits of up to 10 bits down to bit 0, found by the whole block. The 8-bit digit's
 // bin and the ranking are found by warp 0 alone, the others waiting at a barrier (every warp
-// doing them was slower: docs/notes/topk.md sessions 17 and 18). Whole block; x.bits < 32 on entry, 32 on
-// return (x.prefix = T, x.k = the keys == T to take). Uses sh.first_refine_hist and sh.short_n as
-// zeroed by the kernel's prologue: at most once per row.
+// doing them was slower: docs/notes/topk.md sessions 17 and 18). Whole block; x.bits < 32 on
+// entry, 32 on return (x.prefix = T, x.k = the keys == T to take). Uses sh.first_refine_hist and
+// sh.short_n as zeroed by the kernel's prologue: at most once per row.
 template <class Candidate>
 NSAJIT_DEVICE void topk_refine_candidates(TopkRadix& x, TopkShared& sh, int mine_n, Candidate candidate) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
