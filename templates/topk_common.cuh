@@ -33,12 +33,14 @@ static_assert(NSAJIT_SORT_N >= NSAJIT_TOPK && (NSAJIT_SORT_N & (NSAJIT_SORT_N - 
 // Order-preserving key: a > b as floats (NaN lowest, -0 == +0) iff key(a) > key(b) as uint32.
 // Keys of real scores are >= 1 (NaN 1, -inf 0x007fffff); 0 marks padding.
 NSAJIT_DEVICE uint32_t topk_key(float f) {
-  // Branch-free (this runs once per score): 6 instructions.
-  const uint32_t u = __float_as_uint(f);
-  const uint32_t magnitude = u & 0x7fffffffu;
-  uint32_t key = u ^ (uint32_t(int(u) >> 31) | 0x80000000u);  // negatives reversed, below positives
-  key = magnitude == 0u ? 0x80000000u : key;                   // -0.0 gets +0.0's key
-  return magnitude > 0x7f800000u ? 1u : key;                   // NaN: below -inf
+  // Branch-free (this runs once per score), and mostly off the integer pipe, which the cluster
+  // rows' passes are short of (docs/notes/topk.md, session 18): -0.0 + 0.0 is +0.0 (round to
+  // nearest; NVRTC runs without fast math or flush-to-zero, so subnormals stay), NaN tested as a
+  // float.
+  const float g = f + 0.0f;
+  const uint32_t u = __float_as_uint(g);
+  const uint32_t key = u ^ (uint32_t(int(u) >> 31) | 0x80000000u);  // negatives reversed, below positives
+  return g != g ? 1u : key;                                          // NaN: below -inf
 }
 
 // --- thread-block cluster helpers (sm_90 PTX) -----------------------------------------------------

@@ -845,6 +845,51 @@ TEST_CASE("topk gpu: cluster lists hold the selection of spread rows and fall ba
   }
 }
 
+TEST_CASE("topk gpu: cluster lists with T's 20-bit bin crowded (ties ranked, the short list, 10-bit digits)") {
+  NSAJIT_REQUIRE_GPU();
+  const unsigned seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  const int width = 131072, topk = 2048;
+  // Normal rows (T's bin of the refinement's 8-bit digit holds ~6 keys) with extra keys that
+  // share T's first 20 key bits at random positions (so the lists still hold the selection):
+  // `extra` exact copies of T's value (ties at the threshold), or values differing from it in
+  // the low 12 bits. Row order: 6 copies (ties in the short list), 16 variants (a longer short
+  // list), 40 copies (over the short list's 32: 10-bit digits), 12 variants, 3 copies, plain,
+  // 24 variants, 9 copies; at 8 rows (8 CTAs of 1024 threads) and each alone (16 CTAs of 512).
+  struct Crowd {
+    int extra;
+    bool ties;
+  };
+  const std::vector<Crowd> crowds = {{6, true}, {16, false}, {40, true}, {12, false}, {3, true}, {0, true},
+                                     {24, false}, {9, true}};
+  auto p = make_problem(8, width, topk, [&] { return normal(rng); });
+  for (int r = 0; r < 8; ++r) {
+    float* row = p.scores.data() + std::size_t(r) * width;
+    std::vector<float> sorted(row, row + width);
+    std::nth_element(sorted.begin(), sorted.begin() + (topk - 1), sorted.end(), std::greater<float>());
+    const float t = sorted[topk - 1];
+    const uint32_t t_bits = std::bit_cast<uint32_t>(t);
+    for (int i = 0; i < crowds[std::size_t(r)].extra; ++i) {
+      const uint32_t bits = crowds[std::size_t(r)].ties ? t_bits : (t_bits & ~0xfffu) | (rng() & 0xfffu);
+      row[rng() % width] = std::bit_cast<float>(bits);
+    }
+  }
+  const I expected = ref::topk_index_order(p);
+  LaunchOverride strict({.strict_cluster_lists = true});  // -2 in a row's first slot if it fell back
+  const I got = DeviceTopk(p).run();
+  for (int r = 0; r < 8; ++r) {
+    INFO("row " << r << ", " << crowds[std::size_t(r)].extra << (crowds[std::size_t(r)].ties ? " ties" : " variants"));
+    CHECK(std::equal(got.begin() + std::ptrdiff_t(r) * topk, got.begin() + std::ptrdiff_t(r + 1) * topk,
+                     expected.begin() + std::ptrdiff_t(r) * topk));
+    ref::TopkProblem one = make_problem(1, width, topk, [] { return 0.f; });
+    std::copy_n(p.scores.begin() + std::ptrdiff_t(r) * width, width, one.scores.begin());
+    const I alone = DeviceTopk(one).run();
+    CHECK(std::equal(alone.begin(), alone.end(), expected.begin() + std::ptrdiff_t(r) * topk));
+  }
+}
+
 TEST_CASE("topk gpu: keys in registers (dense rows): topk 512..4096, sorted, fused modes, batchmates, 20 launches") {
   NSAJIT_REQUIRE_GPU();
   const unsigned seed = fresh_seed();
