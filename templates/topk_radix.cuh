@@ -213,6 +213,7 @@ NSAJIT_DEVICE void topk_refine_candidates(TopkRadix& x, TopkShared& sh, int mine
     const int width = min(NSAJIT_TOPK_FIRST_REFINE_BITS, 32 - x.bits);
     const int shift = 32 - x.bits - width;
     const uint32_t digit_mask = (1u << width) - 1u;
+#pragma unroll 1  // a few candidates a thread: the unrolled code cost more to fetch than it saved
     for (int j = 0; j < mine_n; ++j) {
       const uint32_t key = candidate(j);
       if ((key & x.mask) == x.prefix) atomicAdd(&sh.first_refine_hist[(key >> shift) & digit_mask], 1u);
@@ -232,6 +233,7 @@ NSAJIT_DEVICE void topk_refine_candidates(TopkRadix& x, TopkShared& sh, int mine
     topk_radix_step(x, sh.digit, width, sh.greater, sh.count);
   }
   if (x.bits < 32 && x.count <= 32) {  // uniform
+#pragma unroll 1  // as above
     for (int j = 0; j < mine_n; ++j) {
       const uint32_t key = candidate(j);
       if ((key & x.mask) == x.prefix) sh.short_list[atomicAdd(&sh.short_n, 1)] = key;
