@@ -286,6 +286,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       st_shared_16(dst + kvo(g_tok, 64 + g_sub + TPT * r), *reinterpret_cast<const u32x4*>(src + 528 + 16 * (g_sub + TPT * r)));
   };
   auto tile_index = [&](int tile) { return tile < te ? load_index(idx_row, tile * BT + g_tok, n, p.num_slots) : -1; };
+  // The same, unchecked (valid_index where it is used): the loads a tile ahead.
+  auto tile_index_raw = [&](int tile) { return tile < te ? load_index_raw(idx_row, tile * BT + g_tok, n) : -1; };
 
   // ---- prologue. bf16: tile tb into buffer 0, indices of tb + 1 in a register. fp8: tiles
   // tb .. tb + NSTAGE - 1 into the staging buffers, indices of tb + NSTAGE in a register.
@@ -302,12 +304,12 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     }
     __syncthreads();
   }
-  int idx_next;  // bf16: token g_tok of tile t + 1; fp8: of tile t + NSTAGE
+  int idx_next;  // unchecked: bf16: token g_tok of tile t + 1; fp8: of tile t + NSTAGE
   if constexpr (FP8) {
 #pragma unroll
     for (int st = 0; st < NSTAGE; ++st)
       if (tb + st < te) fp8_issue(st, tile_index(tb + st));
-    idx_next = tile_index(tb + NSTAGE);
+    idx_next = tile_index_raw(tb + NSTAGE);
     __syncthreads();  // the staging validity flags written above are read by every part of a token
   } else {
     if (tb < te) {
@@ -315,7 +317,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       if (g_sub == 0) valid_flag(0, g_tok) = i0 >= 0;
       gather_bf16(0, i0);
     }
-    idx_next = tile_index(tb + 1);
+    idx_next = tile_index_raw(tb + 1);
   }
   cp_async_commit();
 
@@ -347,16 +349,17 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       // The staging buffer was read through the generic proxy; the bulk copy below refills it.
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       __syncthreads();
-      if (t + NSTAGE < te) fp8_issue(st, idx_next);
-      idx_next = tile_index(t + NSTAGE + 1);
+      if (t + NSTAGE < te) fp8_issue(st, valid_index(idx_next, p.num_slots));
+      idx_next = tile_index_raw(t + NSTAGE + 1);
     } else {
       // ---- issue tile t+1
       if (t + 1 < te) {
-        if (g_sub == 0) valid_flag(buf ^ 1, g_tok) = idx_next >= 0;
-        gather_bf16(buf ^ 1, idx_next);
+        const int idx = valid_index(idx_next, p.num_slots);
+        if (g_sub == 0) valid_flag(buf ^ 1, g_tok) = idx >= 0;
+        gather_bf16(buf ^ 1, idx);
       }
       cp_async_commit();
-      idx_next = tile_index(t + 2);
+      idx_next = tile_index_raw(t + 2);
       cp_async_wait_1();
       if constexpr (BULK) mbar_wait(mbar(buf), uint32_t(((t - tb) >> 1) & 1));
       __syncthreads();

@@ -245,8 +245,10 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     };
     // L2 prefetch, two tiles ahead of the copies into shared memory: only two tiles fit in shared
     // memory, so without it a tile's copies wait a full DRAM latency.
-    auto prefetch_tile = [&](int tile) {
+    // `raw`: the token's index entry, loaded a tile earlier (load_index_raw), checked here.
+    auto prefetch_tile = [&](int tile, int raw) {
       if (tile >= te) return;
+      const int idx = valid_index(raw, p.num_slots);
       if constexpr (FP8) {
         // Thread pair (token pt / 2, h = pt % 2): the lines holding the token's bytes at offsets
         // 128 k (h = 0: k even, h = 1: k odd), every line of the token: the token starts 16-byte
@@ -254,20 +256,21 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         // Per-thread line prefetches: a bulk prefetch takes a warp-uniform address, so the
         // compiler runs one per lane in a serial loop. The loop is not unrolled: unrolled, ptxas
         // keeps the addresses live and the producer spills.
-        const int idx = load_index(idx_row, tile * BT + (pt >> 1), n, p.num_slots);
         if (idx < 0) return;
         const unsigned char* base = token_bytes(idx);
 #pragma unroll 1
         for (int o = 128 * (pt & 1); o < kFp8Bytes; o += 256) prefetch_l2_line(base + o);
       } else {  // the same pairs over the 1152-byte row
-        const int idx = load_index(idx_row, tile * BT + (pt >> 1), n, p.num_slots);
         if (idx < 0) return;
         const char* base = reinterpret_cast<const char*>(p.kv + (long long)idx * p.kv_row_stride);
 #pragma unroll 1
         for (int o = 128 * (pt & 1); o < 2 * kDimQK + 127; o += 256) prefetch_l2_line(base + min(o, 2 * kDimQK - 1));
       }
     };
-    prefetch_tile(tb + 1);
+    // The prefetches' index entries one tile ahead of them (pf: tile t + 2's at tile t).
+    auto prefetch_raw = [&](int tile) { return tile < te ? load_index_raw(idx_row, tile * BT + (pt >> 1), n) : -1; };
+    prefetch_tile(tb + 1, prefetch_raw(tb + 1));
+    int pf = prefetch_raw(tb + 2);
     bool q_pending = true;
     if constexpr (!FP8) {
       // bf16: the same (group, chunk) mapping: rows grp + 16 i (one swizzle phase per thread),
@@ -278,22 +281,24 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       for (int i = 0; i < 4; ++i) cur[i] = tb < te ? load_index(idx_row, tb * BT + grp + 16 * i, n, p.num_slots) : -1;
       for (int t = tb; t < te; ++t) {
         const int k = t - tb, b = k & 1;
-        prefetch_tile(t + 2);
+        prefetch_tile(t + 2, pf);
+        pf = prefetch_raw(t + 3);
         if (k >= 2) mbar_wait(bar_empty + 8 * b, uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + uint32_t(b) * TILE;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r = grp + 16 * i;
-          const bool ok = cur[i] >= 0;
+          const int idx = valid_index(cur[i], p.num_slots);
+          const bool ok = idx >= 0;
           if (ch == 0) valid_s[b * BT + r] = ok;
-          const bf16_t* src = ok ? p.kv + (long long)cur[i] * p.kv_row_stride + ch * 8 : p.q;
+          const bf16_t* src = ok ? p.kv + (long long)idx * p.kv_row_stride + ch * 8 : p.q;
           const uint32_t bytes = ok ? 16u : 0u;
 #pragma unroll
           for (int s = 0; s < 9; ++s) cp_async_16_zfill(dst + s * SUB + swz(r, ch), ok ? src + s * 64 : src, bytes);
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          cur[i] = t + 1 < te ? load_index(idx_row, (t + 1) * BT + grp + 16 * i, n, p.num_slots) : -1;
+          cur[i] = t + 1 < te ? load_index_raw(idx_row, (t + 1) * BT + grp + 16 * i, n) : -1;  // checked at use
         cp_async_wait_all();
         fence_proxy_async();  // cp.async writes -> read by wgmma (async proxy)
         if (q_pending) {
@@ -308,19 +313,22 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       // rope (bf16 already) goes by cp.async straight into the tile: no registers, which the
       // dequantisation uses for instruction-level parallelism instead.
       const int tok = pt >> 1, h = pt & 1;
-      int cur = tb < te ? load_index(idx_row, tb * BT + tok, n, p.num_slots) : -1;
+      int cur = tb < te ? load_index_raw(idx_row, tb * BT + tok, n) : -1;  // checked at use
       for (int t = tb; t < te; ++t) {
         const int k = t - tb, b = k & 1;
-        prefetch_tile(t + 2);
-        const bool ok = cur >= 0;
+        const int idx = valid_index(cur, p.num_slots);
+        const bool ok = idx >= 0;
         u32x4 f[16], sc = {0u, 0u, 0u, 0u};
-        const unsigned char* base = ok ? token_bytes(cur) : nullptr;
+        const unsigned char* base = ok ? token_bytes(idx) : nullptr;
         if (ok) {
 #pragma unroll
           for (int j = 0; j < 16; ++j) f[j] = ld_global_nc_16(base + 16 * (2 * j + h));
           sc = ld_global_nc_16(base + 512);
         }
-        cur = t + 1 < te ? load_index(idx_row, (t + 1) * BT + tok, n, p.num_slots) : -1;
+        // The prefetch after this tile's loads: they are in flight while it runs.
+        prefetch_tile(t + 2, pf);
+        pf = prefetch_raw(t + 3);
+        cur = t + 1 < te ? load_index_raw(idx_row, (t + 1) * BT + tok, n) : -1;
         if (k >= 2) mbar_wait(bar_empty + 8 * b, uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + uint32_t(b) * TILE;
         if (h == 0) valid_s[b * BT + tok] = ok;
