@@ -99,8 +99,14 @@ std::string readable_name(const KernelSpec& spec) {
   const KernelSpec s = with_default_tile(spec);
   std::string name = traits(s.family).readable_stem(s);
   // A non-default tile config is part of the kernel's identity; defaults stay out of the name.
-  // (The default may depend on the arch: sparse MLA's wgmma kernel is sm_90a only.)
-  const KernelSpec d = with_default_tile(KernelSpec{.family = s.family, .h_q = s.h_q, .arch = s.arch});
+  // (The default may depend on the arch: sparse MLA's wgmma kernel is sm_90a only; and on the KV
+  // dtype: its producer warps issue bf16 copies only.)
+  KernelSpec base;
+  base.family = s.family;
+  base.h_q = s.h_q;
+  base.kv_dtype = s.kv_dtype;
+  base.arch = s.arch;
+  const KernelSpec d = with_default_tile(base);
   if (!(s.tile == d.tile)) {
     name += fmt::format(".t{}", s.tile.threads);
     if (s.tile.block_tokens || s.tile.heads_per_cta)

@@ -34,6 +34,12 @@
 // dequantised smem -> smem into one swizzled bf16 tile at the start of each tile:
 // bf16(float(e4m3) * scale), rope copied. Invalid tokens are never read: their rows are zeroed.
 // Indices are prefetched one tile ahead of their gather. Slot offsets are 64-bit.
+// Producer warps (bf16 BULK at 320 threads, up to 32 heads): warps 8 and 9 issue the tiles' copies
+// (thread p: token p of every tile), each buffer refilled once the 8 MMA warps released it (an
+// "empty" mbarrier of 256 arrivals in the padding of the buffer's row 1); the MMA warps only wait
+// and compute. At 256 threads every thread issues its token's copy at the top of each tile, and
+// each warp's copies go out one lane at a time (16 % of the stall samples: docs/notes/sparse_mla.md
+// session 19).
 // The math runs in base 2 (scores pre-multiplied by sm_scale * log2 e).
 //
 // Constants (FamilyTraits::constants): NSAJIT_H_Q, NSAJIT_TOPK, NSAJIT_HEADS_PER_CTA,
@@ -56,20 +62,22 @@ constexpr int TOPK = NSAJIT_TOPK;
 constexpr int HB = NSAJIT_HEADS_PER_CTA;  // real heads of one CTA
 constexpr bool FP8 = NSAJIT_KV_FP8 != 0;
 constexpr int THREADS = NSAJIT_THREADS;
+constexpr bool PRODUCERS = THREADS == 320;  // 2 producer warps beside the 8 MMA warps (bf16 BULK)
+constexpr int CTHREADS = 256;               // the MMA warps' threads
 constexpr int BT = NSAJIT_BLOCK_TOKENS;   // tokens per tile
 
 constexpr int MROWS = HB < 16 ? 16 : HB;  // MMA rows (heads, padded to 16)
 constexpr int MW = MROWS >= 32 ? 32 : 16; // heads per warp
 constexpr int MT = MW / 16;               // m16 tiles per warp
 constexpr int G = MROWS / MW;             // m-groups
-constexpr int WARPS = THREADS / 32;
+constexpr int WARPS = CTHREADS / 32;
 constexpr int NCS = WARPS / G;            // column splits (warps per m-group)
 constexpr int TW = BT / NCS;              // tokens per warp in QK
 constexpr int NT = TW / 8;                // n8 tiles per warp in QK
 constexpr int DW = kDimV / NCS;           // output dims per warp in PV
 constexpr int NDT = DW / 8;               // n8 tiles per warp in PV
 
-static_assert(THREADS == 256 && BT == 64, "the tile schedule assumes 256 threads and 64-token tiles");
+static_assert((THREADS == 256 || PRODUCERS) && BT == 64, "the tile schedule assumes 8 MMA warps and 64-token tiles");
 static_assert(HB == 8 || HB == 16 || HB == 32 || HB == 64, "HEADS_PER_CTA: 8, 16, 32 or 64");
 static_assert(H_Q % HB == 0, "H_Q: multiple of HEADS_PER_CTA");
 static_assert(TOPK % BT == 0, "TOPK: multiple of 64");
@@ -91,6 +99,7 @@ constexpr unsigned STAGE_BYTES = BT * kFp8Bytes;          // 41984
 // completing on the buffer's mbarrier; rows are padded to 1168 bytes instead of swizzled, and the
 // padding holds the token's validity flag (and, in row 0, the buffer's mbarrier).
 constexpr bool BULK = !FP8 && (NSAJIT_KV_BULK != 0);
+static_assert(!PRODUCERS || (BULK && MROWS <= 32), "producer warps: bf16 bulk copies, up to 32 heads (registers)");
 constexpr unsigned KV_ROW = BULK ? 1168u : 1152u;
 constexpr unsigned TILE_BYTES = BT * KV_ROW;               // 73728 (74752 with BULK)
 constexpr unsigned OFF_KV = 0;                             // KV_BUFS tiles
@@ -132,6 +141,9 @@ NSAJIT_DEVICE void cp_async_16(uint32_t saddr, const void* gmem) {
 }
 NSAJIT_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 NSAJIT_DEVICE void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+NSAJIT_DEVICE void mbar_arrive_plain(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
 NSAJIT_DEVICE void mbar_arrive_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
@@ -142,6 +154,11 @@ NSAJIT_DEVICE void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint
 }
 NSAJIT_DEVICE void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+// A barrier of the MMA warps (the producer warps never join one after the prologue).
+NSAJIT_DEVICE void mma_sync_threads() {
+  if constexpr (PRODUCERS) named_barrier(15, CTHREADS);
+  else __syncthreads();
 }
 
 NSAJIT_DEVICE void ldsm_x4(uint32_t a, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
@@ -182,6 +199,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     else return valid_s[buf * BT + tok];
   };
   auto mbar = [&](int buf) { return s_base + OFF_KV + buf * TILE_BYTES + 1160; };
+  // PRODUCERS: buffer `buf` released by the MMA warps (in the padding of its row 1).
+  auto empty_mbar = [&](int buf) { return s_base + OFF_KV + buf * TILE_BYTES + KV_ROW + 1160; };
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -206,7 +225,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   // ---- q of this CTA's heads -> smem (rows >= HB zero).
   {
     const bf16_t* q_g = p.q + (row * H_Q + head0) * kDimQK;
-    for (int c = tid; c < MROWS * kChunksQK; c += THREADS) {
+    for (int c = tid; c < MROWS * kChunksQK && tid < CTHREADS; c += CTHREADS) {
       const int r = c / kChunksQK, k = c % kChunksQK;
       if (r < HB) cp_async_16(s_q + sw576(r, k), q_g + r * kDimQK + k * 8);
       else st_shared_16(s_q + sw576(r, k), u32x4{0u, 0u, 0u, 0u});
@@ -296,6 +315,10 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       if constexpr (BULK) {
         mbar_init(mbar(0), BT);  // one arrival per token
         mbar_init(mbar(1), BT);
+        if constexpr (PRODUCERS) {
+          mbar_init(empty_mbar(0), CTHREADS);  // every MMA thread, after its last read of the tile
+          mbar_init(empty_mbar(1), CTHREADS);
+        }
       } else {
 #pragma unroll
         for (int st = 0; st < NSTAGE; ++st) mbar_init(fp8_mbar(st), BT);
@@ -304,6 +327,33 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     }
     __syncthreads();
   }
+  if constexpr (PRODUCERS) {
+    if (tid >= CTHREADS) {
+      // ---- producer thread pt: token pt of every tile of the split, into buffer k & 1 once the
+      // MMA warps released it (tile k - 2); the index entry loaded a tile ahead, checked here.
+      const int pt = tid - CTHREADS;
+      int raw = tb < te ? load_index_raw(idx_row, tb * BT + pt, n) : -1;
+      for (int t = tb; t < te; ++t) {
+        const int k = t - tb, b = k & 1;
+        const int idx = valid_index(raw, p.num_slots);
+        raw = t + 1 < te ? load_index_raw(idx_row, (t + 1) * BT + pt, n) : -1;
+        if (k >= 2) mbar_wait(empty_mbar(b), uint32_t(((k >> 1) - 1) & 1));
+        const uint32_t row = s_base + OFF_KV + b * TILE_BYTES + pt * KV_ROW;
+        *reinterpret_cast<int*>(smem + OFF_KV + b * TILE_BYTES + pt * KV_ROW + 1152) = idx >= 0;
+        if (idx >= 0) {
+          // This thread's zero row of an earlier tile (generic stores) before the copy (async proxy).
+          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+          mbar_arrive_tx(mbar(b), 1152u);
+          bulk_copy(row, p.kv + (long long)idx * p.kv_row_stride, 1152u, mbar(b));
+        } else {
+#pragma unroll 1
+          for (int c = 0; c < kChunksQK; ++c) st_shared_16(row + 16u * unsigned(c), u32x4{0u, 0u, 0u, 0u});
+          mbar_arrive_tx(mbar(b), 0u);  // releases the zeros and the flag to the MMA warps
+        }
+      }
+      return;
+    }
+  }
   int idx_next;  // unchecked: bf16: token g_tok of tile t + 1; fp8: of tile t + NSTAGE
   if constexpr (FP8) {
 #pragma unroll
@@ -311,7 +361,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       if (tb + st < te) fp8_issue(st, tile_index(tb + st));
     idx_next = tile_index_raw(tb + NSTAGE);
     __syncthreads();  // the staging validity flags written above are read by every part of a token
-  } else {
+  } else if constexpr (!PRODUCERS) {
     if (tb < te) {
       const int i0 = tile_index(tb);
       if (g_sub == 0) valid_flag(0, g_tok) = i0 >= 0;
@@ -348,9 +398,13 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       fp8_dequant(st);
       // The staging buffer was read through the generic proxy; the bulk copy below refills it.
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      __syncthreads();
+      mma_sync_threads();
       if (t + NSTAGE < te) fp8_issue(st, valid_index(idx_next, p.num_slots));
       idx_next = tile_index_raw(t + NSTAGE + 1);
+    } else if constexpr (PRODUCERS) {
+      asm volatile("cp.async.wait_group 0;" ::: "memory");  // q
+      mbar_wait(mbar(buf), uint32_t(((t - tb) >> 1) & 1));
+      mma_sync_threads();  // every MMA thread's part of q
     } else {
       // ---- issue tile t+1
       if (t + 1 < te) {
@@ -362,7 +416,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       idx_next = tile_index_raw(t + 2);
       cp_async_wait_1();
       if constexpr (BULK) mbar_wait(mbar(buf), uint32_t(((t - tb) >> 1) & 1));
-      __syncthreads();
+      mma_sync_threads();
     }
 
     // ---- S = q . K^T for this warp's MW heads x TW tokens
@@ -433,7 +487,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         }
       }
       // CTA-wide: after it every warp has finished QK, so the tile's rope columns are free for P_lo.
-      __syncthreads();
+      mma_sync_threads();
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         float a0 = neg_inf(), a1 = neg_inf();
@@ -520,7 +574,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 
     // Generic-proxy writes to `buf` (zero rows, P_lo) before the bulk copies that refill it.
     if constexpr (BULK) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    __syncthreads();  // buffer `buf`, P and red are rewritten next
+    if constexpr (PRODUCERS) mbar_arrive_plain(empty_mbar(buf));  // the producers may refill it
+    mma_sync_threads();  // buffer `buf`, P and red are rewritten next
   }
 
   // ---- epilogue: total row sums l (over t4 lanes, then over the NCS warps of the m-group)
@@ -539,7 +594,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         red[cs * MROWS + mrow0 + mt * 16 + g + 8] = l_run[mt][1];
       }
     }
-    __syncthreads();
+    mma_sync_threads();
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       float a0 = 0.f, a1 = 0.f;

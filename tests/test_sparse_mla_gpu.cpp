@@ -780,11 +780,24 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   CHECK(spec(8).tile.heads_per_cta == 8);
   CHECK(spec(32).tile.heads_per_cta == 32);
   CHECK(spec(128).tile.heads_per_cta == 64);
-  // 256 = the mma.sync kernel, 384 = the wgmma kernel (sm_90a only; the default there once
-  // kWgmmaMinHeads is set); 8 heads always default to mma.sync.
+  // 256 = the mma.sync kernel, 320 = it with two producer warps (the bf16 default up to 32 heads
+  // per CTA), 384 = the wgmma kernel (sm_90a only; the default there once kWgmmaMinHeads is set);
+  // 8 heads always default to mma.sync.
   CHECK((spec(128).tile.threads == 256 || spec(128).tile.threads == 384));
-  CHECK((spec(16).tile.threads == 256 || spec(16).tile.threads == 384));
-  CHECK(spec(8).tile.threads == 256);
+  CHECK((spec(16).tile.threads == 320 || spec(16).tile.threads == 384));
+  CHECK(spec(8).tile.threads == 320);
+  for (int h_q : {8, 16, 32}) {
+    KernelSpec t = spec(h_q);
+    t.tile.threads = 320;
+    CHECK(message(t) == "(valid)");
+    t.kv_dtype = nsajit::KvDtype::fp8_e4m3;  // producers issue bf16 bulk copies only
+    CHECK(message(t).find("threads = 320") != std::string::npos);
+  }
+  {
+    KernelSpec t = spec(64);
+    t.tile.threads = 320;  // 64 heads per CTA need every register of 256 threads
+    CHECK(message(t).find("threads = 320") != std::string::npos);
+  }
   for (int h_q : {16, 32, 64, 128})
     for (int threads : {256, 384}) {
       KernelSpec t = spec(h_q);
@@ -802,8 +815,12 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   }
   CHECK(spec(128).tile.block_tokens == 64);
   CHECK(message(spec(24)).find("h_q = 24: expected one of 8, 16, 32, 64, 128") != std::string::npos);
-  KernelSpec s = spec(16);
+  KernelSpec s;
+  s.family = Family::sparse_mla_decode;
+  s.h_q = 16;
   s.kv_dtype = nsajit::KvDtype::fp8_e4m3;
+  s = nsajit::with_default_tile(s);
+  CHECK(s.tile.threads == 256);
   CHECK(message(s) == "(valid)");
   CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.sm_90a");
   s = spec(16);
@@ -829,6 +846,9 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
 
   s = spec(16);
   CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_bf16.sm_90a");
+  s.tile = {};  // the default tile depends on the KV dtype (producer warps: bf16 only)
   s.kv_dtype = nsajit::KvDtype::fp8_e4m3;
+  CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.sm_90a");
+  s.tile.threads = 256;  // fp8's default, given explicitly: the same kernel, the same name
   CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.sm_90a");
 }

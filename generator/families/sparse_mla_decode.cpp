@@ -32,6 +32,10 @@ bool kv_bulk(const KernelSpec& spec) { return spec.kv_dtype == KvDtype::bf16; }
 // override it at run time (runtime/sparse_mla_decode.cpp).
 constexpr int kWgmmaMinHeads = 64;
 constexpr int kWgmmaThreads = 384;
+// 320 threads = the mma.sync kernel with two producer warps issuing the bf16 tiles' bulk copies
+// (its default for bf16 up to 32 heads per CTA; 64 heads need every register of 256 threads).
+constexpr int kProducerThreads = 320;
+constexpr int kMaxProducerHeads = 32;
 bool is_sm90a(const Arch& a) { return a.sm == 90 && a.suffix == 'a'; }
 bool wgmma(const KernelSpec& spec) { return spec.tile.threads == kWgmmaThreads; }
 // Mirrors the layout of templates/sparse_mla_wgmma.cuh (Q + two KV tiles of nine 8 KB swizzled
@@ -42,7 +46,8 @@ constexpr unsigned kWgmmaSmem = 3u * 9u * 8192u + 8192u + 512u + 256u + 256u + 6
 unsigned smem_bytes(int block_tokens, int heads_per_cta, int threads, bool bulk, bool fp8) {
   const unsigned mrows = heads_per_cta < 16 ? 16u : unsigned(heads_per_cta);  // MMA rows
   const unsigned mw = mrows >= 32 ? 32u : 16u;                                // heads per warp
-  const unsigned ncs = unsigned(threads / 32) / (mrows / mw);                 // warps per m-group
+  const unsigned mma_warps = threads == kProducerThreads ? 8u : unsigned(threads / 32);
+  const unsigned ncs = mma_warps / (mrows / mw);                               // warps per m-group
   // bf16: two KV tiles; fp8: one bf16 tile + raw staging (1 tile for 64 heads, else 2).
   const unsigned nstage = fp8 ? (heads_per_cta == 64 ? 1u : 2u) : 0u;
   const unsigned kv = (fp8 ? 1u : 2u) * unsigned(block_tokens) * (bulk ? 1168u : 1152u) +
@@ -62,7 +67,8 @@ void fill_default_tile(KernelSpec& spec) {
     spec.tile.threads = kWgmmaMinHeads > 0 && spec.tile.heads_per_cta >= kWgmmaMinHeads && spec.tile.heads_per_cta >= 16 &&
                                 spec.tile.block_tokens == 64 && is_sm90a(spec.arch)
                             ? kWgmmaThreads
-                            : 256;
+                        : kv_bulk(spec) && spec.tile.heads_per_cta <= kMaxProducerHeads ? kProducerThreads
+                                                                                        : 256;
 }
 
 void validate_spec(const KernelSpec& spec) {
@@ -75,14 +81,18 @@ void validate_spec(const KernelSpec& spec) {
     throw_bad_field(spec, "kv_dtype", static_cast<long long>(spec.kv_dtype), "bf16 or fp8");
 
   const TileConfig& t = spec.tile;
-  if (t.threads != 256 && t.threads != kWgmmaThreads)
-    throw_bad_field(spec, "threads", t.threads, "256 (mma.sync, 8 warps) or 384 (wgmma, 3 warpgroups)");
+  if (t.threads != 256 && t.threads != kProducerThreads && t.threads != kWgmmaThreads)
+    throw_bad_field(spec, "threads", t.threads,
+                    "256 (mma.sync, 8 warps), 320 (mma.sync + 2 producer warps: bf16, <= 32 heads per CTA) or 384 "
+                    "(wgmma, 3 warpgroups)");
   if (t.block_tokens != 64) throw_bad_field(spec, "block_tokens", t.block_tokens, "64");
   const int hpc = t.heads_per_cta;
   if (hpc != 8 && hpc != 16 && hpc != 32 && hpc != 64)
     throw_bad_field(spec, "heads_per_cta", hpc, "one of 8, 16, 32, 64");
   if (h % hpc != 0)
     throw_bad_field(spec, "heads_per_cta", hpc, "a divisor of h_q (" + std::to_string(h) + ")");
+  if (t.threads == kProducerThreads && (!kv_bulk(spec) || t.heads_per_cta > kMaxProducerHeads))
+    throw_bad_field(spec, "threads", t.threads, "256 or 384 for this spec (320: bf16 KV, <= 32 heads per CTA)");
   if (wgmma(spec) && !is_sm90a(spec.arch))
     throw_bad_field(spec, "threads", t.threads, "256 for " + to_string(spec.arch) + " (384 = wgmma, sm_90a only)");
   if (!wgmma(spec) && smem_bytes(t.block_tokens, hpc, t.threads, kv_bulk(spec), spec.kv_dtype == KvDtype::fp8_e4m3) > kMaxSmem)
