@@ -175,9 +175,9 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
     const uint32_t bytes = 4u * uint32_t(NSAJIT_TOPK_MSG_KEYS + (total <= l.capacity ? (total + 3) & ~3 : 0));
     const uint32_t bar = topk_cluster_address(&sh.inbox_full, uint32_t(lane));
     const uint32_t dst = topk_cluster_address(l.inbox + rank * uint32_t(l.msg_words), uint32_t(lane));
-    // Relaxed: the arrival publishes no data (the copy's bytes complete the barrier themselves);
-    // a release here fenced every earlier memory access of the thread at GPU scope (1 x 131072:
-    // -3 %, docs/notes/topk.md session 19).
+    // Relaxed (PTX ISA 8.6): the arrival publishes no data (the copy's bytes complete the barrier
+    // themselves); the release form compiled to a MEMBAR.ALL.GPU before the remote arrive
+    // (1 x 131072: -3 %, docs/notes/topk.md session 19).
     asm volatile("mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                  : "memory");
     asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
