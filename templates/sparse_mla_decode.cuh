@@ -43,7 +43,7 @@
 // The math runs in base 2 (scores pre-multiplied by sm_scale * log2 e).
 //
 // Constants (FamilyTraits::constants): NSAJIT_H_Q, NSAJIT_TOPK, NSAJIT_HEADS_PER_CTA,
-// NSAJIT_KV_FP8 (0/1), NSAJIT_KV_BULK (0/1), NSAJIT_THREADS (256), NSAJIT_BLOCK_TOKENS (64),
+// NSAJIT_KV_FP8 (0/1), NSAJIT_KV_BULK (0/1), NSAJIT_THREADS (256, or 320 with producer warps), NSAJIT_BLOCK_TOKENS (64),
 // NSAJIT_DYNAMIC_SMEM (the host's byte count; checked below against this file's layout),
 // NSAJIT_WGMMA (1: this file is skipped and templates/sparse_mla_wgmma.cuh, rendered just before
 // it, is the kernel: 16..64 heads per CTA on sm_90a, 384 threads).
@@ -97,7 +97,8 @@ constexpr unsigned STAGE_BYTES = BT * kFp8Bytes;          // 41984
 // Shared memory layout (bytes).
 // bf16 KV with BULK: each valid token row (1152 contiguous bytes) is one cp.async.bulk copy
 // completing on the buffer's mbarrier; rows are padded to 1168 bytes instead of swizzled, and the
-// padding holds the token's validity flag (and, in row 0, the buffer's mbarrier).
+// padding holds the token's validity flag (and, in row 0, the buffer's mbarrier; in row 1, with
+// producer warps, its "empty" mbarrier).
 constexpr bool BULK = !FP8 && (NSAJIT_KV_BULK != 0);
 static_assert(!PRODUCERS || (BULK && MROWS <= 32), "producer warps: bf16 bulk copies, up to 32 heads (registers)");
 constexpr unsigned KV_ROW = BULK ? 1168u : 1152u;
@@ -338,16 +339,16 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         const int idx = valid_index(raw, p.num_slots);
         raw = t + 1 < te ? load_index_raw(idx_row, (t + 1) * BT + pt, n) : -1;
         if (k >= 2) mbar_wait(empty_mbar(b), uint32_t(((k >> 1) - 1) & 1));
-        const uint32_t row = s_base + OFF_KV + b * TILE_BYTES + pt * KV_ROW;
+        const uint32_t dst = s_base + OFF_KV + b * TILE_BYTES + pt * KV_ROW;
         *reinterpret_cast<int*>(smem + OFF_KV + b * TILE_BYTES + pt * KV_ROW + 1152) = idx >= 0;
         if (idx >= 0) {
           // This thread's zero row of an earlier tile (generic stores) before the copy (async proxy).
           asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
           mbar_arrive_tx(mbar(b), 1152u);
-          bulk_copy(row, p.kv + (long long)idx * p.kv_row_stride, 1152u, mbar(b));
+          bulk_copy(dst, p.kv + (long long)idx * p.kv_row_stride, 1152u, mbar(b));
         } else {
 #pragma unroll 1
-          for (int c = 0; c < kChunksQK; ++c) st_shared_16(row + 16u * unsigned(c), u32x4{0u, 0u, 0u, 0u});
+          for (int c = 0; c < kChunksQK; ++c) st_shared_16(dst + 16u * unsigned(c), u32x4{0u, 0u, 0u, 0u});
           mbar_arrive_tx(mbar(b), 0u);  // releases the zeros and the flag to the MMA warps
         }
       }
@@ -486,7 +487,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
           red[cs * MROWS + mrow0 + mt * 16 + g + 8] = mx[mt][1];
         }
       }
-      // CTA-wide: after it every warp has finished QK, so the tile's rope columns are free for P_lo.
+      // All MMA warps: after it every one has finished QK, so the tile's rope columns are free for P_lo.
       mma_sync_threads();
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
