@@ -43,10 +43,10 @@
 // The math runs in base 2 (scores pre-multiplied by sm_scale * log2 e).
 //
 // Constants (FamilyTraits::constants): NSAJIT_H_Q, NSAJIT_TOPK, NSAJIT_HEADS_PER_CTA,
-// NSAJIT_KV_FP8 (0/1), NSAJIT_KV_BULK (0/1), NSAJIT_THREADS (256, or 320 with producer warps), NSAJIT_BLOCK_TOKENS (64),
-// NSAJIT_DYNAMIC_SMEM (the host's byte count; checked below against this file's layout),
-// NSAJIT_WGMMA (1: this file is skipped and templates/sparse_mla_wgmma.cuh, rendered just before
-// it, is the kernel: 16..64 heads per CTA on sm_90a, 384 threads).
+// NSAJIT_KV_FP8 (0/1), NSAJIT_KV_BULK (0/1), NSAJIT_THREADS (256, or 320 with producer warps),
+// NSAJIT_BLOCK_TOKENS (64), NSAJIT_DYNAMIC_SMEM (the host's byte count; checked below against
+// this file's layout), NSAJIT_WGMMA (1: this file is skipped and templates/sparse_mla_wgmma.cuh,
+// rendered just before it, is the kernel: 16..64 heads per CTA on sm_90a, 384 threads).
 #pragma once
 
 #if !NSAJIT_WGMMA  // else templates/sparse_mla_wgmma.cuh
@@ -340,6 +340,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         raw = t + 1 < te ? load_index_raw(idx_row, (t + 1) * BT + pt, n) : -1;
         if (k >= 2) mbar_wait(empty_mbar(b), uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + b * TILE_BYTES + pt * KV_ROW;
+        // valid_flag(b, pt), written out: through the lambda ptxas emits different (unmeasured) code.
         *reinterpret_cast<int*>(smem + OFF_KV + b * TILE_BYTES + pt * KV_ROW + 1152) = idx >= 0;
         if (idx >= 0) {
           // This thread's zero row of an earlier tile (generic stores) before the copy (async proxy).
