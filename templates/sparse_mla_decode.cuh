@@ -404,9 +404,11 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       if (t + NSTAGE < te) fp8_issue(st, valid_index(idx_next, p.num_slots));
       idx_next = tile_index_raw(t + NSTAGE + 1);
     } else if constexpr (PRODUCERS) {
-      asm volatile("cp.async.wait_group 0;" ::: "memory");  // q
+      // q at the first tile (every MMA thread's part of it); the tile's rows and flags come with
+      // the full barrier each thread waits on itself.
+      if (t == tb) asm volatile("cp.async.wait_group 0;" ::: "memory");
       mbar_wait(mbar(buf), uint32_t(((t - tb) >> 1) & 1));
-      mma_sync_threads();  // every MMA thread's part of q
+      if (t == tb) mma_sync_threads();
     } else {
       // ---- issue tile t+1
       if (t + 1 < te) {
