@@ -13,6 +13,7 @@
 #include "runtime/argument_checks.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/runtime.hpp"
+#include "runtime/sparse_mla_launch.hpp"
 #include "templates/kernel_params.h"
 
 namespace nsajit {
@@ -31,6 +32,8 @@ void check_pointer(const char* name, const void* p, unsigned alignment) {
 constexpr int kMaxSplits = 64;
 
 int heads_per_cta(int h_q) { return h_q < 64 ? h_q : 64; }
+
+int g_threads_override = 0;  // detail::set_sparse_mla_threads_override
 
 // NSAJIT_PDL=0 launches the split-KV combine as an ordinary kernel (no programmatic dependent
 // launch), e.g. for a driver or a graph-capture setup that rejects PDL. Read once.
@@ -136,6 +139,10 @@ void check_args(const SparseMlaDecodeArgs& a) {
 
 }  // namespace
 
+namespace detail {
+void set_sparse_mla_threads_override(int threads) { g_threads_override = threads; }
+}  // namespace detail
+
 int sparse_mla_num_splits(int rows, int h_q, int topk, int num_splits) {
   if (rows <= 0 || h_q <= 0 || topk < 64) return 1;
   return resolve_splits(rows, h_q, topk, num_splits);
@@ -166,6 +173,7 @@ void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
     const driver::ContextInfo& device = driver::current_context_info();
     if (device.major == 9 && device.minor == 0) spec.tile.threads = 384;
   }
+  if (g_threads_override > 0) spec.tile.threads = g_threads_override;
   // next_n stays 1: rows are already flattened (b * next_n), and the kernel does not depend on
   // next_n, so every MTP depth shares one compiled kernel.
   spec = spec_for_current_device(spec);

@@ -25,6 +25,7 @@
 #include "reference/bf16.hpp"
 #include "reference/fp8_kv_cache.hpp"
 #include "reference/sparse_mla.hpp"
+#include "runtime/sparse_mla_launch.hpp"
 #include "tests/gpu_support.hpp"
 
 namespace ref = nsajit::reference;
@@ -267,6 +268,27 @@ TEST_CASE("sparse_mla gpu: every h_q at topk 2048, both sm_scales, every mode") 
         finalize(p, m);
         check(p, "random valid slots", m);
       }
+    }
+  }
+}
+
+// The mma.sync kernel without producer warps (256 threads): no longer the bf16 default up to 32
+// heads, still reached through NSAJIT_MLA_WGMMA=0 or an explicit spec.
+TEST_CASE("sparse_mla gpu: the 256-thread mma.sync kernel for bf16 up to 32 heads, splits, invalid entries") {
+  NSAJIT_REQUIRE_GPU();
+  struct ThreadsOverride {
+    ThreadsOverride() { nsajit::detail::set_sparse_mla_threads_override(256); }
+    ~ThreadsOverride() { nsajit::detail::set_sparse_mla_threads_override(0); }
+  } force256;
+  for (const Mode& m : {Mode{}, Mode{.splits = 3}, Mode{.splits = 0}}) {
+    for (int h_q : {8, 16, 32}) {
+      Problem p = make_problem(4, h_q, 2048, 5000, std::uint32_t(700 + h_q));
+      set_range(p, 1, 1000, 1100, -1);  // a gap mid-row
+      set_range(p, 2, 0, 2048, -1);     // every entry invalid
+      for (int j = 0; j < 2048; j += 3) p.indices[3 * 2048 + j] = -1;
+      finalize(p, m);
+      const Result r = check(p, "256 threads, h_q " + std::to_string(h_q), m);
+      check_empty_row(r, p, 2);
     }
   }
 }
