@@ -62,7 +62,7 @@ constexpr int TOPK = NSAJIT_TOPK;
 constexpr int HB = NSAJIT_HEADS_PER_CTA;  // real heads of one CTA
 constexpr bool FP8 = NSAJIT_KV_FP8 != 0;
 constexpr int THREADS = NSAJIT_THREADS;
-constexpr bool PRODUCERS = THREADS == 320;  // 2 producer warps beside the 8 MMA warps (bf16 BULK)
+constexpr bool PRODUCERS = THREADS == 320;  // 2 producer warps beside the 8 MMA warps
 constexpr int CTHREADS = 256;               // the MMA warps' threads
 constexpr int BT = NSAJIT_BLOCK_TOKENS;   // tokens per tile
 
@@ -84,11 +84,15 @@ static_assert(TOPK % BT == 0, "TOPK: multiple of 64");
 static_assert(NT == 1 || NT == 2, "QK n-tiles per warp");
 static_assert(NDT % 2 == 0, "PV n-tiles per warp come in pairs");
 
-// FP8: the raw 656-byte tokens of a tile are bulk-copied (one cp.async.bulk per token, completing
-// on the stage's mbarrier) into NSTAGE staging buffers, then dequantized smem -> smem into the one
-// bf16 tile. 4 threads per token: thread part q dequantizes fp8 chunks q + 4c and rope chunks q, q + 4.
-constexpr int NSTAGE = FP8 ? (HB == 64 ? 1 : 2) : 0;
-constexpr int KV_BUFS = FP8 ? 1 : 2;
+// FP8 at 256 threads: the raw 656-byte tokens of a tile are bulk-copied (one cp.async.bulk per
+// token, completing on the stage's mbarrier) into NSTAGE staging buffers, then dequantized
+// smem -> smem into the one bf16 tile. 4 threads per token: thread part q dequantizes fp8 chunks
+// q + 4c and rope chunks q, q + 4.
+// FP8 with producer warps: one staging tile, each producer warp's 32 rows its own; the warp copies
+// its tokens with 16-byte cp.async (a warp instruction = 2 tokens' 256 contiguous bytes) and
+// dequantizes them (lane = token) into two bf16 tiles that the MMA warps consume in turn.
+constexpr int NSTAGE = FP8 ? (PRODUCERS || HB == 64 ? 1 : 2) : 0;
+constexpr int KV_BUFS = FP8 && !PRODUCERS ? 1 : 2;
 constexpr int TPT = 4;
 constexpr int F8_CHUNKS = 8;
 constexpr int ROPE_CHUNKS = 2;
@@ -100,7 +104,7 @@ constexpr unsigned STAGE_BYTES = BT * kFp8Bytes;          // 41984
 // padding holds the token's validity flag (and, in row 0, the buffer's mbarrier; in row 1, with
 // producer warps, its "empty" mbarrier).
 constexpr bool BULK = !FP8 && (NSAJIT_KV_BULK != 0);
-static_assert(!PRODUCERS || (BULK && MROWS <= 32), "producer warps: bf16 bulk copies, up to 32 heads (registers)");
+static_assert(!PRODUCERS || ((BULK || FP8) && MROWS <= 32), "producer warps: bf16 bulk copies or FP8, up to 32 heads");
 constexpr unsigned KV_ROW = BULK ? 1168u : 1152u;
 constexpr unsigned TILE_BYTES = BT * KV_ROW;               // 73728 (74752 with BULK)
 constexpr unsigned OFF_KV = 0;                             // KV_BUFS tiles
@@ -108,10 +112,12 @@ constexpr unsigned OFF_STAGE = OFF_KV + KV_BUFS * TILE_BYTES;  // fp8: NSTAGE ra
 constexpr unsigned OFF_Q = OFF_STAGE + NSTAGE * STAGE_BYTES;   // [MROWS][576]
 constexpr unsigned OFF_P = OFF_Q + MROWS * kDimQK * 2;     // [MROWS][64] bf16
 constexpr unsigned OFF_RED = OFF_P + MROWS * BT * 2;       // [NCS][MROWS] fp32
-constexpr unsigned OFF_VALID = OFF_RED + NCS * MROWS * 4;  // bf16: [2][64] int (not with BULK); fp8: [1 + NSTAGE][64]
-constexpr unsigned VALID_BYTES = BULK ? 0u : (FP8 ? (1u + NSTAGE) * BT * 4 : 2u * BT * 4);
-constexpr unsigned OFF_MBAR = OFF_VALID + VALID_BYTES;     // fp8: NSTAGE mbarriers
-constexpr unsigned SMEM_BYTES = OFF_MBAR + (FP8 ? 8u * NSTAGE : 0u);
+// Validity flags: bf16 [2][64] int (not with BULK); fp8 [1 + NSTAGE][64] (with producers [2][64]).
+constexpr unsigned OFF_VALID = OFF_RED + NCS * MROWS * 4;
+constexpr unsigned VALID_BYTES = BULK ? 0u : (FP8 && !PRODUCERS ? (1u + NSTAGE) * BT * 4 : 2u * BT * 4);
+// fp8 mbarriers: NSTAGE staging ones; with producers full[2], empty[2].
+constexpr unsigned OFF_MBAR = OFF_VALID + VALID_BYTES;
+constexpr unsigned SMEM_BYTES = OFF_MBAR + (FP8 ? (PRODUCERS ? 32u : 8u * NSTAGE) : 0u);
 // Must match generator/families/sparse_mla_decode.cpp (smem_bytes).
 static_assert(SMEM_BYTES == NSAJIT_DYNAMIC_SMEM, "host and kernel disagree on shared memory size");
 
@@ -199,9 +205,16 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     if constexpr (BULK) return *reinterpret_cast<int*>(smem + OFF_KV + buf * TILE_BYTES + tok * KV_ROW + 1152);
     else return valid_s[buf * BT + tok];
   };
-  auto mbar = [&](int buf) { return s_base + OFF_KV + buf * TILE_BYTES + 1160; };
-  // PRODUCERS: buffer `buf` released by the MMA warps (in the padding of its row 1).
-  auto empty_mbar = [&](int buf) { return s_base + OFF_KV + buf * TILE_BYTES + KV_ROW + 1160; };
+  // Buffer `buf` filled (bf16: in the padding of its row 0); PRODUCERS: released by the MMA warps
+  // (bf16: in the padding of its row 1).
+  auto mbar = [&](int buf) -> uint32_t {
+    if constexpr (FP8) return s_base + OFF_MBAR + 8 * buf;
+    else return s_base + OFF_KV + buf * TILE_BYTES + 1160;
+  };
+  auto empty_mbar = [&](int buf) -> uint32_t {
+    if constexpr (FP8) return s_base + OFF_MBAR + 16 + 8 * buf;
+    else return s_base + OFF_KV + buf * TILE_BYTES + KV_ROW + 1160;
+  };
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -313,8 +326,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   // tb .. tb + NSTAGE - 1 into the staging buffers, indices of tb + NSTAGE in a register.
   if constexpr (BULK || FP8) {
     if (tid == 0) {
-      if constexpr (BULK) {
-        mbar_init(mbar(0), BT);  // one arrival per token
+      if constexpr (BULK || PRODUCERS) {
+        mbar_init(mbar(0), BT);  // one arrival per token (bf16: with its bytes; fp8: once dequantized)
         mbar_init(mbar(1), BT);
         if constexpr (PRODUCERS) {
           mbar_init(empty_mbar(0), CTHREADS);  // every MMA thread, after its last read of the tile
@@ -328,7 +341,103 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     }
     __syncthreads();
   }
-  if constexpr (PRODUCERS) {
+  if constexpr (PRODUCERS && FP8) {
+    if (tid >= CTHREADS) {
+      // ---- FP8 producer warp pw: tokens [32 pw, 32 pw + 32) of every tile, lane = token. Each
+      // tile's raw bytes come in two cp.async groups (A: fp8 bytes 0..255 and the scales; B: fp8
+      // bytes 256..511 and the rope), so that the next tile's A is in flight while B is
+      // dequantized; buffer k & 1 is written once the MMA warps released it (tile k - 2).
+      const int pt = tid - CTHREADS;
+      const uint32_t stg = s_base + OFF_STAGE + uint32_t(pt - lane) * kFp8Bytes;  // the warp's row 0
+      const unsigned char* stg_mine = smem + OFF_STAGE + pt * kFp8Bytes;
+      // The token's bytes in the pool, or null (invalid: nothing copied, its row zeroed).
+      auto token_src = [&](int idx) -> const unsigned char* {
+        if (idx < 0) return nullptr;
+        const unsigned ps = (unsigned)p.page_size;
+        return p.kv_fp8 + (long long)((unsigned)idx / ps) * p.kv_page_stride + (long long)((unsigned)idx % ps) * kFp8Bytes;
+      };
+      // Group A or B of the warp's 32 tokens (src: this lane's token) into the staging rows.
+      auto issue = [&](int half, const unsigned char* src) {
+        const unsigned long long mine = reinterpret_cast<unsigned long long>(src);
+#pragma unroll
+        for (int j = 0; j < 32; j += 2) {  // fp8 chunks 16 half .. + 15: lanes 0-15 token j, 16-31 token j + 1
+          const int tok = j + (lane >> 4);
+          const unsigned long long s = __shfl_sync(0xffffffffu, mine, tok);
+          const int c = 16 * half + (lane & 15);
+          if (s != 0ull) cp_async_16(stg + tok * kFp8Bytes + 16 * c, reinterpret_cast<const unsigned char*>(s) + 16 * c);
+        }
+        if (half == 0) {  // the scales: lane = token
+          if (src != nullptr) cp_async_16(stg + lane * kFp8Bytes + 512, src + 512);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 32; j += 4) {  // the rope's 8 chunks: lanes 8i..8i+7 token j + i
+            const int tok = j + (lane >> 3);
+            const unsigned long long s = __shfl_sync(0xffffffffu, mine, tok);
+            const int off = 528 + 16 * (lane & 7);
+            if (s != 0ull) cp_async_16(stg + tok * kFp8Bytes + off, reinterpret_cast<const unsigned char*>(s) + off);
+          }
+        }
+        cp_async_commit();  // also when empty: every tile is two groups
+      };
+      const unsigned char* src = nullptr;
+      int raw = -1;
+      if (tb < te) {
+        src = token_src(load_index(idx_row, tb * BT + pt, n, p.num_slots));
+        issue(0, src);
+        issue(1, src);
+        raw = load_index_raw(idx_row, (tb + 1) * BT + pt, n);
+      }
+      float sc[4];
+      for (int t = tb; t < te; ++t) {
+        const int k = t - tb, b = k & 1;
+        const bool ok = src != nullptr;
+        const unsigned char* src_next = t + 1 < te ? token_src(valid_index(raw, p.num_slots)) : nullptr;
+        raw = t + 2 < te ? load_index_raw(idx_row, (t + 2) * BT + pt, n) : -1;
+        if (k >= 2) mbar_wait(empty_mbar(b), uint32_t(((k >> 1) - 1) & 1));
+        const uint32_t dst = s_base + OFF_KV + b * TILE_BYTES;
+        valid_s[b * BT + pt] = ok;
+        asm volatile("cp.async.wait_group 1;" ::: "memory");  // group A of tile t (this lane's copies)
+        __syncwarp();                                         // ... and every lane's
+        if (ok) {
+          const u32x4 scv = *reinterpret_cast<const u32x4*>(stg_mine + 512);
+          sc[0] = __uint_as_float(scv.x), sc[1] = __uint_as_float(scv.y);
+          sc[2] = __uint_as_float(scv.z), sc[3] = __uint_as_float(scv.w);
+        }
+        auto dequant = [&](int half) {
+          if (!ok) {
+#pragma unroll
+            for (int c = 0; c < 32; ++c) st_shared_16(dst + kvo(pt, 32 * half + c), u32x4{0u, 0u, 0u, 0u});
+            if (half == 1)
+#pragma unroll
+              for (int r = 0; r < 8; ++r) st_shared_16(dst + kvo(pt, 64 + r), u32x4{0u, 0u, 0u, 0u});
+            return;
+          }
+#pragma unroll
+          for (int c = 16 * half; c < 16 * half + 16; ++c) {  // fp8 chunk c: dims [16c, 16c + 16)
+            u32x4 lo, hi;
+            dequant_e4m3x16(*reinterpret_cast<const u32x4*>(stg_mine + 16 * c), sc[c >> 3], lo, hi);
+            st_shared_16(dst + kvo(pt, 2 * c), lo);
+            st_shared_16(dst + kvo(pt, 2 * c + 1), hi);
+          }
+          if (half == 1)
+#pragma unroll
+            for (int r = 0; r < 8; ++r) st_shared_16(dst + kvo(pt, 64 + r), *reinterpret_cast<const u32x4*>(stg_mine + 528 + 16 * r));
+        };
+        dequant(0);
+        __syncwarp();  // every lane's reads of group A's bytes, before the copies that refill them
+        issue(0, src_next);
+        asm volatile("cp.async.wait_group 1;" ::: "memory");  // group B of tile t
+        __syncwarp();
+        dequant(1);
+        __syncwarp();
+        issue(1, src_next);
+        mbar_arrive_plain(mbar(b));  // the row and its flag, to the MMA warps
+        src = src_next;
+      }
+      return;
+    }
+  }
+  if constexpr (PRODUCERS && BULK) {
     if (tid >= CTHREADS) {
       // ---- producer thread pt: token pt of every tile of the split, into buffer k & 1 once the
       // MMA warps released it (tile k - 2); the index entry loaded a tile ahead, checked here.
@@ -357,7 +466,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     }
   }
   int idx_next;  // unchecked: bf16: token g_tok of tile t + 1; fp8: of tile t + NSTAGE
-  if constexpr (FP8) {
+  if constexpr (FP8 && !PRODUCERS) {
 #pragma unroll
     for (int st = 0; st < NSTAGE; ++st)
       if (tb + st < te) fp8_issue(st, tile_index(tb + st));
@@ -391,9 +500,9 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   const int dim0 = cs * DW;   // first output dim of this warp in PV
 
   for (int t = tb; t < te; ++t) {
-    const int buf = FP8 ? 0 : (t - tb) & 1;
+    const int buf = KV_BUFS == 1 ? 0 : (t - tb) & 1;
     const uint32_t s_kv = s_base + OFF_KV + buf * TILE_BYTES;
-    if constexpr (FP8) {
+    if constexpr (FP8 && !PRODUCERS) {
       const int k = t - tb, st = k % NSTAGE;
       asm volatile("cp.async.wait_group 0;" ::: "memory");  // q
       mbar_wait(fp8_mbar(st), uint32_t((k / NSTAGE) & 1));

@@ -272,15 +272,16 @@ TEST_CASE("sparse_mla gpu: every h_q at topk 2048, both sm_scales, every mode") 
   }
 }
 
-// The mma.sync kernel without producer warps (256 threads): no longer the bf16 default up to 32
-// heads, still reached through NSAJIT_MLA_WGMMA=0 or an explicit spec.
-TEST_CASE("sparse_mla gpu: the 256-thread mma.sync kernel for bf16 up to 32 heads, splits, invalid entries") {
+// The mma.sync kernel without producer warps (256 threads): no longer the default up to 32 heads
+// (bf16 or FP8), still reached through NSAJIT_MLA_WGMMA=0 or an explicit spec.
+TEST_CASE("sparse_mla gpu: the 256-thread mma.sync kernel up to 32 heads, bf16 and FP8, splits, invalid entries") {
   NSAJIT_REQUIRE_GPU();
   struct ThreadsOverride {
     ThreadsOverride() { nsajit::detail::set_sparse_mla_threads_override(256); }
     ~ThreadsOverride() { nsajit::detail::set_sparse_mla_threads_override(0); }
   } force256;
-  for (const Mode& m : {Mode{}, Mode{.splits = 3}, Mode{.splits = 0}}) {
+  for (const Mode& m : {Mode{}, Mode{.splits = 3}, Mode{.splits = 0}, Mode{.fp8 = true}, Mode{.fp8 = true, .page_size = 1, .splits = 3},
+                        Mode{.fp8 = true, .splits = 0}}) {
     for (int h_q : {8, 16, 32}) {
       Problem p = make_problem(4, h_q, 2048, 5000, std::uint32_t(700 + h_q));
       set_range(p, 1, 1000, 1100, -1);  // a gap mid-row
@@ -806,9 +807,9 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   CHECK(spec(8).tile.heads_per_cta == 8);
   CHECK(spec(32).tile.heads_per_cta == 32);
   CHECK(spec(128).tile.heads_per_cta == 64);
-  // 256 = the mma.sync kernel, 320 = it with two producer warps (the bf16 default up to 32 heads
-  // per CTA), 384 = the wgmma kernel (sm_90a only; the default there once kWgmmaMinHeads is set);
-  // 8 heads always default to mma.sync.
+  // 256 = the mma.sync kernel, 320 = it with two producer warps (the default up to 32 heads per
+  // CTA, bf16 and FP8), 384 = the wgmma kernel (sm_90a only; the default there once
+  // kWgmmaMinHeads is set); 8 heads always default to mma.sync.
   CHECK((spec(128).tile.threads == 256 || spec(128).tile.threads == 384));
   CHECK((spec(16).tile.threads == 320 || spec(16).tile.threads == 384));
   CHECK(spec(8).tile.threads == 320);
@@ -816,8 +817,10 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
     KernelSpec t = spec(h_q);
     t.tile.threads = 320;
     CHECK(message(t) == "(valid)");
-    t.kv_dtype = nsajit::KvDtype::fp8_e4m3;  // producers issue bf16 bulk copies only
-    CHECK(message(t).find("threads = 320") != std::string::npos);
+    t.kv_dtype = nsajit::KvDtype::fp8_e4m3;  // FP8: the producers copy and dequantize
+    CHECK(message(t) == "(valid)");
+    t.tile.threads = 0;
+    CHECK(nsajit::with_default_tile(t).tile.threads == 320);
   }
   {
     KernelSpec t = spec(64);
@@ -846,7 +849,7 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   s.h_q = 16;
   s.kv_dtype = nsajit::KvDtype::fp8_e4m3;
   s = nsajit::with_default_tile(s);
-  CHECK(s.tile.threads == 256);
+  CHECK(s.tile.threads == 320);
   CHECK(message(s) == "(valid)");
   CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.sm_90a");
   s = spec(16);
@@ -872,9 +875,11 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
 
   s = spec(16);
   CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_bf16.sm_90a");
-  s.tile = {};  // the default tile depends on the KV dtype (producer warps: bf16 only)
+  s.tile = {};
   s.kv_dtype = nsajit::KvDtype::fp8_e4m3;
   CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.sm_90a");
-  s.tile.threads = 256;  // fp8's default, given explicitly: the same kernel, the same name
+  s.tile.threads = 320;  // the default, given explicitly: the same kernel, the same name
   CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.sm_90a");
+  s.tile.threads = 256;  // another kernel, another name
+  CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.t256x64x16.sm_90a");
 }

@@ -32,8 +32,9 @@ bool kv_bulk(const KernelSpec& spec) { return spec.kv_dtype == KvDtype::bf16; }
 // override it at run time (runtime/sparse_mla_decode.cpp).
 constexpr int kWgmmaMinHeads = 64;
 constexpr int kWgmmaThreads = 384;
-// 320 threads = the mma.sync kernel with two producer warps issuing the bf16 tiles' bulk copies
-// (its default for bf16 up to 32 heads per CTA; 64 heads need every register of 256 threads).
+// 320 threads = the mma.sync kernel with two producer warps (bf16: they issue the tiles' bulk
+// copies; FP8: they copy and dequantize the tiles), its default up to 32 heads per CTA (64 heads
+// need every register of 256 threads).
 constexpr int kProducerThreads = 320;
 constexpr int kMaxProducerHeads = 32;
 bool is_sm90a(const Arch& a) { return a.sm == 90 && a.suffix == 'a'; }
@@ -46,18 +47,21 @@ constexpr unsigned kWgmmaSmem = 3u * 9u * 8192u + 8192u + 512u + 256u + 256u + 6
 unsigned smem_bytes(int block_tokens, int heads_per_cta, int threads, bool bulk, bool fp8) {
   const unsigned mrows = heads_per_cta < 16 ? 16u : unsigned(heads_per_cta);  // MMA rows
   const unsigned mw = mrows >= 32 ? 32u : 16u;                                // heads per warp
-  const unsigned mma_warps = threads == kProducerThreads ? 8u : unsigned(threads / 32);
+  const bool producers = threads == kProducerThreads;
+  const unsigned mma_warps = producers ? 8u : unsigned(threads / 32);
   const unsigned ncs = mma_warps / (mrows / mw);                               // warps per m-group
-  // bf16: two KV tiles; fp8: one bf16 tile + raw staging (1 tile for 64 heads, else 2).
-  const unsigned nstage = fp8 ? (heads_per_cta == 64 ? 1u : 2u) : 0u;
-  const unsigned kv = (fp8 ? 1u : 2u) * unsigned(block_tokens) * (bulk ? 1168u : 1152u) +
+  // bf16: two KV tiles; fp8: one bf16 tile + raw staging (1 tile for 64 heads, else 2), with
+  // producer warps two bf16 tiles + 1 staging tile.
+  const unsigned nstage = fp8 ? (producers || heads_per_cta == 64 ? 1u : 2u) : 0u;
+  const unsigned kv = (fp8 && !producers ? 1u : 2u) * unsigned(block_tokens) * (bulk ? 1168u : 1152u) +
                       nstage * unsigned(block_tokens) * 656u;
   const unsigned q = mrows * kDimQK * 2;                         // bf16 q
   const unsigned p = mrows * unsigned(block_tokens) * 2;         // bf16 probabilities
   const unsigned red = ncs * mrows * 4;                          // row max / sum exchange
-  // validity flags (bf16 BULK: in the row padding), fp8 mbarriers
-  const unsigned valid = bulk ? 0u : (fp8 ? (1u + nstage) : 2u) * unsigned(block_tokens) * 4;
-  return kv + q + p + red + valid + 8u * nstage;
+  // validity flags (bf16 BULK: in the row padding), fp8 mbarriers (with producers full[2], empty[2])
+  const unsigned valid = bulk ? 0u : (fp8 && !producers ? (1u + nstage) : 2u) * unsigned(block_tokens) * 4;
+  const unsigned mbars = fp8 ? (producers ? 32u : 8u * nstage) : 0u;
+  return kv + q + p + red + valid + mbars;
 }
 
 void fill_default_tile(KernelSpec& spec) {
@@ -67,8 +71,8 @@ void fill_default_tile(KernelSpec& spec) {
     spec.tile.threads = kWgmmaMinHeads > 0 && spec.tile.heads_per_cta >= kWgmmaMinHeads && spec.tile.heads_per_cta >= 16 &&
                                 spec.tile.block_tokens == 64 && is_sm90a(spec.arch)
                             ? kWgmmaThreads
-                        : kv_bulk(spec) && spec.tile.heads_per_cta <= kMaxProducerHeads ? kProducerThreads
-                                                                                        : 256;
+                        : spec.tile.heads_per_cta <= kMaxProducerHeads ? kProducerThreads
+                                                                        : 256;
 }
 
 void validate_spec(const KernelSpec& spec) {
@@ -83,7 +87,7 @@ void validate_spec(const KernelSpec& spec) {
   const TileConfig& t = spec.tile;
   if (t.threads != 256 && t.threads != kProducerThreads && t.threads != kWgmmaThreads)
     throw_bad_field(spec, "threads", t.threads,
-                    "256 (mma.sync, 8 warps), 320 (mma.sync + 2 producer warps: bf16, <= 32 heads per CTA) or 384 "
+                    "256 (mma.sync, 8 warps), 320 (mma.sync + 2 producer warps, <= 32 heads per CTA) or 384 "
                     "(wgmma, 3 warpgroups)");
   if (t.block_tokens != 64) throw_bad_field(spec, "block_tokens", t.block_tokens, "64");
   const int hpc = t.heads_per_cta;
@@ -91,8 +95,8 @@ void validate_spec(const KernelSpec& spec) {
     throw_bad_field(spec, "heads_per_cta", hpc, "one of 8, 16, 32, 64");
   if (h % hpc != 0)
     throw_bad_field(spec, "heads_per_cta", hpc, "a divisor of h_q (" + std::to_string(h) + ")");
-  if (t.threads == kProducerThreads && (!kv_bulk(spec) || t.heads_per_cta > kMaxProducerHeads))
-    throw_bad_field(spec, "threads", t.threads, "256 or 384 for this spec (320: bf16 KV, <= 32 heads per CTA)");
+  if (t.threads == kProducerThreads && t.heads_per_cta > kMaxProducerHeads)
+    throw_bad_field(spec, "threads", t.threads, "256 or 384 for this spec (320: <= 32 heads per CTA)");
   if (wgmma(spec) && !is_sm90a(spec.arch))
     throw_bad_field(spec, "threads", t.threads, "256 for " + to_string(spec.arch) + " (384 = wgmma, sm_90a only)");
   if (!wgmma(spec) && smem_bytes(t.block_tokens, hpc, t.threads, kv_bulk(spec), spec.kv_dtype == KvDtype::fp8_e4m3) > kMaxSmem)
