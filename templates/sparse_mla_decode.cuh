@@ -62,8 +62,11 @@ constexpr int TOPK = NSAJIT_TOPK;
 constexpr int HB = NSAJIT_HEADS_PER_CTA;  // real heads of one CTA
 constexpr bool FP8 = NSAJIT_KV_FP8 != 0;
 constexpr int THREADS = NSAJIT_THREADS;
-constexpr bool PRODUCERS = THREADS == 320;  // 2 producer warps beside the 8 MMA warps
+// Producer warps beside the 8 MMA warps: 2 for bf16 (320 threads: they issue the bulk copies), 8
+// for FP8 (512 threads: they copy and dequantize).
+constexpr bool PRODUCERS = THREADS == 320 || THREADS == 512;
 constexpr int CTHREADS = 256;               // the MMA warps' threads
+constexpr int PTHREADS = THREADS - CTHREADS;  // the producer warps' threads
 constexpr int BT = NSAJIT_BLOCK_TOKENS;   // tokens per tile
 
 constexpr int MROWS = HB < 16 ? 16 : HB;  // MMA rows (heads, padded to 16)
@@ -88,9 +91,10 @@ static_assert(NDT % 2 == 0, "PV n-tiles per warp come in pairs");
 // token, completing on the stage's mbarrier) into NSTAGE staging buffers, then dequantized
 // smem -> smem into the one bf16 tile. 4 threads per token: thread part q dequantizes fp8 chunks
 // q + 4c and rope chunks q, q + 4.
-// FP8 with producer warps: one staging tile, each producer warp's 32 rows its own; the warp copies
-// its tokens with 16-byte cp.async (a warp instruction = 2 tokens' 256 contiguous bytes) and
-// dequantizes them (lane = token) into two bf16 tiles that the MMA warps consume in turn.
+// FP8 with producer warps: one staging tile; producer thread (token pt / 4, part pt % 4) copies
+// with 16-byte cp.async exactly the chunks it dequantizes (fp8 chunks q + 4c, rope chunks q, q + 4)
+// and loads the token's scales into registers, so no producer thread waits for another; the
+// dequantized tokens go to two bf16 tiles that the MMA warps consume in turn.
 constexpr int NSTAGE = FP8 ? (PRODUCERS || HB == 64 ? 1 : 2) : 0;
 constexpr int KV_BUFS = FP8 && !PRODUCERS ? 1 : 2;
 constexpr int TPT = 4;
@@ -104,7 +108,8 @@ constexpr unsigned STAGE_BYTES = BT * kFp8Bytes;          // 41984
 // padding holds the token's validity flag (and, in row 0, the buffer's mbarrier; in row 1, with
 // producer warps, its "empty" mbarrier).
 constexpr bool BULK = !FP8 && (NSAJIT_KV_BULK != 0);
-static_assert(!PRODUCERS || ((BULK || FP8) && MROWS <= 32), "producer warps: bf16 bulk copies or FP8, up to 32 heads");
+static_assert(THREADS != 320 || (BULK && MROWS <= 32), "320 threads: bf16 bulk copies, up to 32 heads (registers)");
+static_assert(THREADS != 512 || (FP8 && MROWS <= 16), "512 threads: FP8, up to 16 heads (128 registers a thread)");
 constexpr unsigned KV_ROW = BULK ? 1168u : 1152u;
 constexpr unsigned TILE_BYTES = BT * KV_ROW;               // 73728 (74752 with BULK)
 constexpr unsigned OFF_KV = 0;                             // KV_BUFS tiles
@@ -327,8 +332,9 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   if constexpr (BULK || FP8) {
     if (tid == 0) {
       if constexpr (BULK || PRODUCERS) {
-        mbar_init(mbar(0), BT);  // one arrival per token (bf16: with its bytes; fp8: once dequantized)
-        mbar_init(mbar(1), BT);
+        // bf16: one arrival per token, with its bytes; fp8: every producer thread, once its part is stored
+        mbar_init(mbar(0), FP8 ? PTHREADS : BT);
+        mbar_init(mbar(1), FP8 ? PTHREADS : BT);
         if constexpr (PRODUCERS) {
           mbar_init(empty_mbar(0), CTHREADS);  // every MMA thread, after its last read of the tile
           mbar_init(empty_mbar(1), CTHREADS);
@@ -343,95 +349,83 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   }
   if constexpr (PRODUCERS && FP8) {
     if (tid >= CTHREADS) {
-      // ---- FP8 producer warp pw: tokens [32 pw, 32 pw + 32) of every tile, lane = token. Each
-      // tile's raw bytes come in two cp.async groups (A: fp8 bytes 0..255 and the scales; B: fp8
-      // bytes 256..511 and the rope), so that the next tile's A is in flight while B is
-      // dequantized; buffer k & 1 is written once the MMA warps released it (tile k - 2).
+      // ---- FP8 producer thread: token pt / 4, part q = pt % 4, of every tile. A tile's chunks come
+      // in two cp.async groups (A: fp8 chunks q, q + 4, q + 8, q + 12; B: fp8 chunks 16 + those and
+      // rope chunks q, q + 4), so that the next tile's A is in flight while B is dequantized; the
+      // scales come by a register load a tile ahead. Buffer k & 1 is written once the MMA warps
+      // released it (tile k - 2).
       const int pt = tid - CTHREADS;
-      const uint32_t stg = s_base + OFF_STAGE + uint32_t(pt - lane) * kFp8Bytes;  // the warp's row 0
-      const unsigned char* stg_mine = smem + OFF_STAGE + pt * kFp8Bytes;
+      const int tok = pt >> 2, q = pt & 3;
+      const uint32_t stg = s_base + OFF_STAGE + uint32_t(tok) * kFp8Bytes;
+      const unsigned char* stg_g = smem + OFF_STAGE + tok * kFp8Bytes;
       // The token's bytes in the pool, or null (invalid: nothing copied, its row zeroed).
       auto token_src = [&](int idx) -> const unsigned char* {
         if (idx < 0) return nullptr;
         const unsigned ps = (unsigned)p.page_size;
         return p.kv_fp8 + (long long)((unsigned)idx / ps) * p.kv_page_stride + (long long)((unsigned)idx % ps) * kFp8Bytes;
       };
-      // Group A or B of the warp's 32 tokens (src: this lane's token) into the staging rows.
       auto issue = [&](int half, const unsigned char* src) {
-        const unsigned long long mine = reinterpret_cast<unsigned long long>(src);
+        if (src != nullptr) {
 #pragma unroll
-        for (int j = 0; j < 32; j += 2) {  // fp8 chunks 16 half .. + 15: lanes 0-15 token j, 16-31 token j + 1
-          const int tok = j + (lane >> 4);
-          const unsigned long long s = __shfl_sync(0xffffffffu, mine, tok);
-          const int c = 16 * half + (lane & 15);
-          if (s != 0ull) cp_async_16(stg + tok * kFp8Bytes + 16 * c, reinterpret_cast<const unsigned char*>(s) + 16 * c);
-        }
-        if (half == 0) {  // the scales: lane = token
-          if (src != nullptr) cp_async_16(stg + lane * kFp8Bytes + 512, src + 512);
-        } else {
-#pragma unroll
-          for (int j = 0; j < 32; j += 4) {  // the rope's 8 chunks: lanes 8i..8i+7 token j + i
-            const int tok = j + (lane >> 3);
-            const unsigned long long s = __shfl_sync(0xffffffffu, mine, tok);
-            const int off = 528 + 16 * (lane & 7);
-            if (s != 0ull) cp_async_16(stg + tok * kFp8Bytes + off, reinterpret_cast<const unsigned char*>(s) + off);
+          for (int c = 0; c < 4; ++c) {
+            const int k = 16 * half + q + 4 * c;
+            cp_async_16(stg + 16 * k, src + 16 * k);
+          }
+          if (half == 1) {
+            cp_async_16(stg + 528 + 16 * q, src + 528 + 16 * q);
+            cp_async_16(stg + 528 + 16 * (q + 4), src + 528 + 16 * (q + 4));
           }
         }
         cp_async_commit();  // also when empty: every tile is two groups
       };
+      auto load_scales = [&](const unsigned char* src) {
+        return src != nullptr ? load_global_nc_16(src + 512) : u32x4{0u, 0u, 0u, 0u};
+      };
       const unsigned char* src = nullptr;
+      u32x4 scv{0u, 0u, 0u, 0u};
       int raw = -1;
       if (tb < te) {
-        src = token_src(load_index(idx_row, tb * BT + pt, n, p.num_slots));
+        src = token_src(load_index(idx_row, tb * BT + tok, n, p.num_slots));
         issue(0, src);
         issue(1, src);
-        raw = load_index_raw(idx_row, (tb + 1) * BT + pt, n);
+        scv = load_scales(src);
+        raw = load_index_raw(idx_row, (tb + 1) * BT + tok, n);
       }
-      float sc[4];
       for (int t = tb; t < te; ++t) {
         const int k = t - tb, b = k & 1;
         const bool ok = src != nullptr;
+        const float sc[4] = {__uint_as_float(scv.x), __uint_as_float(scv.y), __uint_as_float(scv.z), __uint_as_float(scv.w)};
         const unsigned char* src_next = t + 1 < te ? token_src(valid_index(raw, p.num_slots)) : nullptr;
-        raw = t + 2 < te ? load_index_raw(idx_row, (t + 2) * BT + pt, n) : -1;
+        raw = t + 2 < te ? load_index_raw(idx_row, (t + 2) * BT + tok, n) : -1;
         if (k >= 2) mbar_wait(empty_mbar(b), uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + b * TILE_BYTES;
-        valid_s[b * BT + pt] = ok;
-        asm volatile("cp.async.wait_group 1;" ::: "memory");  // group A of tile t (this lane's copies)
-        __syncwarp();                                         // ... and every lane's
-        if (ok) {
-          const u32x4 scv = *reinterpret_cast<const u32x4*>(stg_mine + 512);
-          sc[0] = __uint_as_float(scv.x), sc[1] = __uint_as_float(scv.y);
-          sc[2] = __uint_as_float(scv.z), sc[3] = __uint_as_float(scv.w);
-        }
+        if (q == 0) valid_s[b * BT + tok] = ok;
         auto dequant = [&](int half) {
-          if (!ok) {
 #pragma unroll
-            for (int c = 0; c < 32; ++c) st_shared_16(dst + kvo(pt, 32 * half + c), u32x4{0u, 0u, 0u, 0u});
-            if (half == 1)
-#pragma unroll
-              for (int r = 0; r < 8; ++r) st_shared_16(dst + kvo(pt, 64 + r), u32x4{0u, 0u, 0u, 0u});
-            return;
+          for (int c = 0; c < 4; ++c) {
+            const int kc = 16 * half + q + 4 * c;  // fp8 chunk: dims [16 kc, 16 kc + 16)
+            u32x4 lo{0u, 0u, 0u, 0u}, hi{0u, 0u, 0u, 0u};
+            if (ok) dequant_e4m3x16(*reinterpret_cast<const u32x4*>(stg_g + 16 * kc), sc[kc >> 3], lo, hi);
+            st_shared_16(dst + kvo(tok, 2 * kc), lo);
+            st_shared_16(dst + kvo(tok, 2 * kc + 1), hi);
           }
+          if (half == 1) {
 #pragma unroll
-          for (int c = 16 * half; c < 16 * half + 16; ++c) {  // fp8 chunk c: dims [16c, 16c + 16)
-            u32x4 lo, hi;
-            dequant_e4m3x16(*reinterpret_cast<const u32x4*>(stg_mine + 16 * c), sc[c >> 3], lo, hi);
-            st_shared_16(dst + kvo(pt, 2 * c), lo);
-            st_shared_16(dst + kvo(pt, 2 * c + 1), hi);
+            for (int r = 0; r < 2; ++r) {
+              const int rc = q + 4 * r;
+              const u32x4 v = ok ? *reinterpret_cast<const u32x4*>(stg_g + 528 + 16 * rc) : u32x4{0u, 0u, 0u, 0u};
+              st_shared_16(dst + kvo(tok, 64 + rc), v);
+            }
           }
-          if (half == 1)
-#pragma unroll
-            for (int r = 0; r < 8; ++r) st_shared_16(dst + kvo(pt, 64 + r), *reinterpret_cast<const u32x4*>(stg_mine + 528 + 16 * r));
         };
+        asm volatile("cp.async.wait_group 1;" ::: "memory");  // group A of tile t
         dequant(0);
-        __syncwarp();  // every lane's reads of group A's bytes, before the copies that refill them
-        issue(0, src_next);
+        issue(0, src_next);  // this thread's reads of those bytes are done (program order)
         asm volatile("cp.async.wait_group 1;" ::: "memory");  // group B of tile t
-        __syncwarp();
         dequant(1);
-        __syncwarp();
         issue(1, src_next);
-        mbar_arrive_plain(mbar(b));  // the row and its flag, to the MMA warps
+        scv = load_scales(src_next);
+        mbar_arrive_plain(mbar(b));  // this thread's part of the tile and its flag, to the MMA warps
         src = src_next;
       }
       return;

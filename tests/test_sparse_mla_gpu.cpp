@@ -807,9 +807,10 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   CHECK(spec(8).tile.heads_per_cta == 8);
   CHECK(spec(32).tile.heads_per_cta == 32);
   CHECK(spec(128).tile.heads_per_cta == 64);
-  // 256 = the mma.sync kernel, 320 = it with two producer warps (the default up to 32 heads per
-  // CTA, bf16 and FP8), 384 = the wgmma kernel (sm_90a only; the default there once
-  // kWgmmaMinHeads is set); 8 heads always default to mma.sync.
+  // 256 = the mma.sync kernel, 320 = it with two producer warps (the bf16 default up to 32 heads
+  // per CTA), 512 = it with eight FP8 producer warps (the FP8 default up to 16 heads per CTA),
+  // 384 = the wgmma kernel (sm_90a only; the default there once kWgmmaMinHeads is set); 8 heads
+  // always default to mma.sync.
   CHECK((spec(128).tile.threads == 256 || spec(128).tile.threads == 384));
   CHECK((spec(16).tile.threads == 320 || spec(16).tile.threads == 384));
   CHECK(spec(8).tile.threads == 320);
@@ -817,10 +818,16 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
     KernelSpec t = spec(h_q);
     t.tile.threads = 320;
     CHECK(message(t) == "(valid)");
-    t.kv_dtype = nsajit::KvDtype::fp8_e4m3;  // FP8: the producers copy and dequantize
-    CHECK(message(t) == "(valid)");
+    t.kv_dtype = nsajit::KvDtype::fp8_e4m3;  // the 2 producer warps issue bf16 bulk copies only
+    CHECK(message(t).find("threads = 320") != std::string::npos);
+    t.tile.threads = 512;
+    CHECK(message(t) == (h_q <= 16 ? "(valid)" : message(t)));
+    if (h_q > 16) CHECK(message(t).find("threads = 512") != std::string::npos);
     t.tile.threads = 0;
-    CHECK(nsajit::with_default_tile(t).tile.threads == 320);
+    CHECK(nsajit::with_default_tile(t).tile.threads == (h_q <= 16 ? 512 : 256));
+    t = spec(h_q);
+    t.tile.threads = 512;  // the 8 producer warps dequantize FP8 only
+    CHECK(message(t).find("threads = 512") != std::string::npos);
   }
   {
     KernelSpec t = spec(64);
@@ -849,7 +856,7 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   s.h_q = 16;
   s.kv_dtype = nsajit::KvDtype::fp8_e4m3;
   s = nsajit::with_default_tile(s);
-  CHECK(s.tile.threads == 320);
+  CHECK(s.tile.threads == 512);
   CHECK(message(s) == "(valid)");
   CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.sm_90a");
   s = spec(16);
@@ -878,7 +885,7 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   s.tile = {};
   s.kv_dtype = nsajit::KvDtype::fp8_e4m3;
   CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.sm_90a");
-  s.tile.threads = 320;  // the default, given explicitly: the same kernel, the same name
+  s.tile.threads = 512;  // the default, given explicitly: the same kernel, the same name
   CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.sm_90a");
   s.tile.threads = 256;  // another kernel, another name
   CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.t256x64x16.sm_90a");

@@ -32,11 +32,14 @@ bool kv_bulk(const KernelSpec& spec) { return spec.kv_dtype == KvDtype::bf16; }
 // override it at run time (runtime/sparse_mla_decode.cpp).
 constexpr int kWgmmaMinHeads = 64;
 constexpr int kWgmmaThreads = 384;
-// 320 threads = the mma.sync kernel with two producer warps (bf16: they issue the tiles' bulk
-// copies; FP8: they copy and dequantize the tiles), its default up to 32 heads per CTA (64 heads
-// need every register of 256 threads).
+// 320 threads = the mma.sync kernel with two producer warps issuing the bf16 tiles' bulk copies
+// (its default for bf16 up to 32 heads per CTA; 64 heads need every register of 256 threads).
+// 512 threads = the mma.sync kernel with eight producer warps that copy and dequantize the FP8
+// tiles (its default for FP8 up to 16 heads per CTA: 128 registers a thread).
 constexpr int kProducerThreads = 320;
 constexpr int kMaxProducerHeads = 32;
+constexpr int kFp8ProducerThreads = 512;
+constexpr int kMaxFp8ProducerHeads = 16;
 bool is_sm90a(const Arch& a) { return a.sm == 90 && a.suffix == 'a'; }
 bool wgmma(const KernelSpec& spec) { return spec.tile.threads == kWgmmaThreads; }
 // Mirrors the layout of templates/sparse_mla_wgmma.cuh (Q + two KV tiles of nine 8 KB swizzled
@@ -47,7 +50,7 @@ constexpr unsigned kWgmmaSmem = 3u * 9u * 8192u + 8192u + 512u + 256u + 256u + 6
 unsigned smem_bytes(int block_tokens, int heads_per_cta, int threads, bool bulk, bool fp8) {
   const unsigned mrows = heads_per_cta < 16 ? 16u : unsigned(heads_per_cta);  // MMA rows
   const unsigned mw = mrows >= 32 ? 32u : 16u;                                // heads per warp
-  const bool producers = threads == kProducerThreads;
+  const bool producers = threads == kProducerThreads || threads == kFp8ProducerThreads;
   const unsigned mma_warps = producers ? 8u : unsigned(threads / 32);
   const unsigned ncs = mma_warps / (mrows / mw);                               // warps per m-group
   // bf16: two KV tiles; fp8: one bf16 tile + raw staging (1 tile for 64 heads, else 2), with
@@ -71,8 +74,9 @@ void fill_default_tile(KernelSpec& spec) {
     spec.tile.threads = kWgmmaMinHeads > 0 && spec.tile.heads_per_cta >= kWgmmaMinHeads && spec.tile.heads_per_cta >= 16 &&
                                 spec.tile.block_tokens == 64 && is_sm90a(spec.arch)
                             ? kWgmmaThreads
-                        : spec.tile.heads_per_cta <= kMaxProducerHeads ? kProducerThreads
-                                                                        : 256;
+                        : kv_bulk(spec) && spec.tile.heads_per_cta <= kMaxProducerHeads ? kProducerThreads
+                        : !kv_bulk(spec) && spec.tile.heads_per_cta <= kMaxFp8ProducerHeads ? kFp8ProducerThreads
+                                                                                            : 256;
 }
 
 void validate_spec(const KernelSpec& spec) {
@@ -85,18 +89,20 @@ void validate_spec(const KernelSpec& spec) {
     throw_bad_field(spec, "kv_dtype", static_cast<long long>(spec.kv_dtype), "bf16 or fp8");
 
   const TileConfig& t = spec.tile;
-  if (t.threads != 256 && t.threads != kProducerThreads && t.threads != kWgmmaThreads)
+  if (t.threads != 256 && t.threads != kProducerThreads && t.threads != kWgmmaThreads && t.threads != kFp8ProducerThreads)
     throw_bad_field(spec, "threads", t.threads,
-                    "256 (mma.sync, 8 warps), 320 (mma.sync + 2 producer warps, <= 32 heads per CTA) or 384 "
-                    "(wgmma, 3 warpgroups)");
+                    "256 (mma.sync, 8 warps), 320 (mma.sync + 2 producer warps: bf16, <= 32 heads per CTA), 384 "
+                    "(wgmma, 3 warpgroups) or 512 (mma.sync + 8 producer warps: FP8, <= 16 heads per CTA)");
   if (t.block_tokens != 64) throw_bad_field(spec, "block_tokens", t.block_tokens, "64");
   const int hpc = t.heads_per_cta;
   if (hpc != 8 && hpc != 16 && hpc != 32 && hpc != 64)
     throw_bad_field(spec, "heads_per_cta", hpc, "one of 8, 16, 32, 64");
   if (h % hpc != 0)
     throw_bad_field(spec, "heads_per_cta", hpc, "a divisor of h_q (" + std::to_string(h) + ")");
-  if (t.threads == kProducerThreads && t.heads_per_cta > kMaxProducerHeads)
-    throw_bad_field(spec, "threads", t.threads, "256 or 384 for this spec (320: <= 32 heads per CTA)");
+  if (t.threads == kProducerThreads && (!kv_bulk(spec) || t.heads_per_cta > kMaxProducerHeads))
+    throw_bad_field(spec, "threads", t.threads, "256 or 384 for this spec (320: bf16 KV, <= 32 heads per CTA)");
+  if (t.threads == kFp8ProducerThreads && (kv_bulk(spec) || t.heads_per_cta > kMaxFp8ProducerHeads))
+    throw_bad_field(spec, "threads", t.threads, "256 or 384 for this spec (512: FP8 KV, <= 16 heads per CTA)");
   if (wgmma(spec) && !is_sm90a(spec.arch))
     throw_bad_field(spec, "threads", t.threads, "256 for " + to_string(spec.arch) + " (384 = wgmma, sm_90a only)");
   if (!wgmma(spec) && smem_bytes(t.block_tokens, hpc, t.threads, kv_bulk(spec), spec.kv_dtype == KvDtype::fp8_e4m3) > kMaxSmem)
