@@ -36,11 +36,6 @@ struct alignas(16) u32x4 {
   uint32_t x, y, z, w;
 };
 
-// Asks L2 for the 128-byte line holding `gmem` (per thread; no completion).
-NSAJIT_DEVICE void prefetch_l2_line(const void* gmem) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(gmem));
-}
-
 // 16-byte global load that bypasses L1 allocation (streamed data).
 NSAJIT_DEVICE u32x4 load_global_nc_16(const void* ptr) {
   u32x4 v;

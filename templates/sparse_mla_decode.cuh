@@ -353,8 +353,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       // in two cp.async groups (A: fp8 chunks q, q + 4, q + 8, q + 12; B: fp8 chunks 16 + those and
       // rope chunks q, q + 4), so that the next tile's A is in flight while B is dequantized; the
       // scales come by a register load a tile ahead. Buffer k & 1 is written once the MMA warps
-      // released it (tile k - 2). The one staging tile lets a tile's copies start only once the
-      // tile before is dequantized, so each token's lines are asked of L2 a tile earlier still.
+      // released it (tile k - 2).
       const int pt = tid - CTHREADS;
       const int tok = pt >> 2, q = pt & 3;
       const uint32_t stg = s_base + OFF_STAGE + uint32_t(tok) * kFp8Bytes;
@@ -382,33 +381,22 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       auto load_scales = [&](const unsigned char* src) {
         return src != nullptr ? load_global_nc_16(src + 512) : u32x4{0u, 0u, 0u, 0u};
       };
-      // The lines of a token's 656 bytes, 4 threads a token: offsets 128 j (j = q, q + 4) and its
-      // last byte cover every line it touches.
-      auto prefetch_token = [&](const unsigned char* src) {
-        if (src == nullptr) return;
-        prefetch_l2_line(src + min(128 * q, kFp8Bytes - 1));
-        prefetch_l2_line(src + min(128 * (q + 4), kFp8Bytes - 1));
-      };
-      auto raw_index = [&](int tile) { return tile < te ? load_index_raw(idx_row, tile * BT + tok, n) : -1; };
       const unsigned char* src = nullptr;
       u32x4 scv{0u, 0u, 0u, 0u};
-      int raw1 = -1, raw2 = -1;  // unchecked entries of tiles t + 1 and t + 2
+      int raw = -1;
       if (tb < te) {
         src = token_src(load_index(idx_row, tb * BT + tok, n, p.num_slots));
         issue(0, src);
         issue(1, src);
         scv = load_scales(src);
-        raw1 = raw_index(tb + 1);
-        raw2 = raw_index(tb + 2);
+        raw = load_index_raw(idx_row, (tb + 1) * BT + tok, n);
       }
       for (int t = tb; t < te; ++t) {
         const int k = t - tb, b = k & 1;
         const bool ok = src != nullptr;
         const float sc[4] = {__uint_as_float(scv.x), __uint_as_float(scv.y), __uint_as_float(scv.z), __uint_as_float(scv.w)};
-        const unsigned char* src_next = token_src(valid_index(raw1, p.num_slots));
-        prefetch_token(token_src(valid_index(raw2, p.num_slots)));  // tile t + 2
-        raw1 = raw2;
-        raw2 = raw_index(t + 3);
+        const unsigned char* src_next = t + 1 < te ? token_src(valid_index(raw, p.num_slots)) : nullptr;
+        raw = t + 2 < te ? load_index_raw(idx_row, (t + 2) * BT + tok, n) : -1;
         if (k >= 2) mbar_wait(empty_mbar(b), uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + b * TILE_BYTES;
         if (q == 0) valid_s[b * BT + tok] = ok;

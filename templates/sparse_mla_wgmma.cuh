@@ -90,6 +90,10 @@ NSAJIT_DEVICE void cp_async_16_zfill(uint32_t saddr, const void* gmem, uint32_t 
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(saddr), "l"(gmem), "r"(src_bytes)
                : "memory");
 }
+// Asks L2 for the 128-byte line holding `gmem` (per thread; no completion).
+NSAJIT_DEVICE void prefetch_l2_line(const void* gmem) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(gmem));
+}
 NSAJIT_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 NSAJIT_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 NSAJIT_DEVICE u32x4 ld_global_nc_16(const void* ptr) {
