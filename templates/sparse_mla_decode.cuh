@@ -349,13 +349,15 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   }
   if constexpr (PRODUCERS && FP8) {
     if (tid >= CTHREADS) {
-      // ---- FP8 producer thread: token pt / 4, part q = pt % 4, of every tile. A tile's chunks come
+      // ---- FP8 producer thread: token 8 w + (lane & 7) of producer warp w, part q = lane >> 3, of
+      // every tile (a quarter warp = 8 tokens of one part: its 16-byte loads of the staging rows,
+      // 656 bytes apart, fall in 8 distinct bank groups). A tile's chunks come
       // in two cp.async groups (A: fp8 chunks q, q + 4, q + 8, q + 12; B: fp8 chunks 16 + those and
       // rope chunks q, q + 4), so that the next tile's A is in flight while B is dequantized; the
       // scales come by a register load a tile ahead. Buffer k & 1 is written once the MMA warps
       // released it (tile k - 2).
       const int pt = tid - CTHREADS;
-      const int tok = pt >> 2, q = pt & 3;
+      const int tok = 8 * (pt >> 5) + (lane & 7), q = lane >> 3;
       const uint32_t stg = s_base + OFF_STAGE + uint32_t(tok) * kFp8Bytes;
       const unsigned char* stg_g = smem + OFF_STAGE + tok * kFp8Bytes;
       // The token's bytes in the pool, or null (invalid: nothing copied, its row zeroed).
