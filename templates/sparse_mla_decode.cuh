@@ -120,9 +120,9 @@ constexpr unsigned OFF_RED = OFF_P + MROWS * BT * 2;       // [NCS][MROWS] fp32
 // Validity flags: bf16 [2][64] int (not with BULK); fp8 [1 + NSTAGE][64] (with producers [2][64]).
 constexpr unsigned OFF_VALID = OFF_RED + NCS * MROWS * 4;
 constexpr unsigned VALID_BYTES = BULK ? 0u : (FP8 && !PRODUCERS ? (1u + NSTAGE) * BT * 4 : 2u * BT * 4);
-// fp8 mbarriers: NSTAGE staging ones; with producers full[2], empty[2].
+// fp8 mbarriers: NSTAGE staging ones; with producers full[2], empty[2], staging[8] (one a producer warp).
 constexpr unsigned OFF_MBAR = OFF_VALID + VALID_BYTES;
-constexpr unsigned SMEM_BYTES = OFF_MBAR + (FP8 ? (PRODUCERS ? 32u : 8u * NSTAGE) : 0u);
+constexpr unsigned SMEM_BYTES = OFF_MBAR + (FP8 ? (PRODUCERS ? 96u : 8u * NSTAGE) : 0u);
 // Must match generator/families/sparse_mla_decode.cpp (smem_bytes).
 static_assert(SMEM_BYTES == NSAJIT_DYNAMIC_SMEM, "host and kernel disagree on shared memory size");
 
@@ -339,6 +339,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
           mbar_init(empty_mbar(0), CTHREADS);  // every MMA thread, after its last read of the tile
           mbar_init(empty_mbar(1), CTHREADS);
         }
+        if constexpr (PRODUCERS && FP8)
+          for (int w = 0; w < 8; ++w) mbar_init(s_base + OFF_MBAR + 32 + 8 * w, 8);  // a warp's 8 tokens
       } else {
 #pragma unroll
         for (int st = 0; st < NSTAGE; ++st) mbar_init(fp8_mbar(st), BT);
@@ -351,82 +353,64 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     if (tid >= CTHREADS) {
       // ---- FP8 producer thread: token 8 w + (lane & 7) of producer warp w, part q = lane >> 3, of
       // every tile (a quarter warp = 8 tokens of one part: its 16-byte loads of the staging rows,
-      // 656 bytes apart, fall in 8 distinct bank groups). A tile's chunks come
-      // in two cp.async groups (A: fp8 chunks q, q + 4, q + 8, q + 12; B: fp8 chunks 16 + those and
-      // rope chunks q, q + 4), so that the next tile's A is in flight while B is dequantized; the
-      // scales come by a register load a tile ahead. Buffer k & 1 is written once the MMA warps
-      // released it (tile k - 2).
+      // 656 bytes apart, fall in 8 distinct bank groups). Part 0 bulk-copies the token's 656 bytes
+      // into its staging row, completing on the warp's mbarrier; every part dequantizes its chunks
+      // (fp8 chunks q + 4c and 16 + q + 4c, rope chunks q, q + 4) into buffer k & 1 once the MMA
+      // warps released it (tile k - 2); the next tile's copy goes out once the warp's 4 parts have
+      // read the row.
       const int pt = tid - CTHREADS;
       const int tok = 8 * (pt >> 5) + (lane & 7), q = lane >> 3;
       const uint32_t stg = s_base + OFF_STAGE + uint32_t(tok) * kFp8Bytes;
       const unsigned char* stg_g = smem + OFF_STAGE + tok * kFp8Bytes;
+      const uint32_t stg_bar = s_base + OFF_MBAR + 32 + 8 * (pt >> 5);
       // The token's bytes in the pool, or null (invalid: nothing copied, its row zeroed).
       auto token_src = [&](int idx) -> const unsigned char* {
         if (idx < 0) return nullptr;
         const unsigned ps = (unsigned)p.page_size;
         return p.kv_fp8 + (long long)((unsigned)idx / ps) * p.kv_page_stride + (long long)((unsigned)idx % ps) * kFp8Bytes;
       };
-      auto issue = [&](int half, const unsigned char* src) {
-        if (src != nullptr) {
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const int k = 16 * half + q + 4 * c;
-            cp_async_16(stg + 16 * k, src + 16 * k);
-          }
-          if (half == 1) {
-            cp_async_16(stg + 528 + 16 * q, src + 528 + 16 * q);
-            cp_async_16(stg + 528 + 16 * (q + 4), src + 528 + 16 * (q + 4));
-          }
+      auto issue = [&](const unsigned char* src) {
+        if (q == 0) {
+          mbar_arrive_tx(stg_bar, src != nullptr ? unsigned(kFp8Bytes) : 0u);
+          if (src != nullptr) bulk_copy(stg, src, unsigned(kFp8Bytes), stg_bar);
         }
-        cp_async_commit();  // also when empty: every tile is two groups
-      };
-      auto load_scales = [&](const unsigned char* src) {
-        return src != nullptr ? load_global_nc_16(src + 512) : u32x4{0u, 0u, 0u, 0u};
       };
       const unsigned char* src = nullptr;
-      u32x4 scv{0u, 0u, 0u, 0u};
       int raw = -1;
       if (tb < te) {
         src = token_src(load_index(idx_row, tb * BT + tok, n, p.num_slots));
-        issue(0, src);
-        issue(1, src);
-        scv = load_scales(src);
+        issue(src);
         raw = load_index_raw(idx_row, (tb + 1) * BT + tok, n);
       }
       for (int t = tb; t < te; ++t) {
         const int k = t - tb, b = k & 1;
         const bool ok = src != nullptr;
-        const float sc[4] = {__uint_as_float(scv.x), __uint_as_float(scv.y), __uint_as_float(scv.z), __uint_as_float(scv.w)};
         const unsigned char* src_next = t + 1 < te ? token_src(valid_index(raw, p.num_slots)) : nullptr;
         raw = t + 2 < te ? load_index_raw(idx_row, (t + 2) * BT + tok, n) : -1;
         if (k >= 2) mbar_wait(empty_mbar(b), uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + b * TILE_BYTES;
         if (q == 0) valid_s[b * BT + tok] = ok;
-        auto dequant = [&](int half) {
+        mbar_wait(stg_bar, uint32_t(k & 1));
+        const u32x4 scv = ok ? *reinterpret_cast<const u32x4*>(stg_g + 512) : u32x4{0u, 0u, 0u, 0u};
+        const float sc[4] = {__uint_as_float(scv.x), __uint_as_float(scv.y), __uint_as_float(scv.z), __uint_as_float(scv.w)};
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const int kc = 16 * half + q + 4 * c;  // fp8 chunk: dims [16 kc, 16 kc + 16)
-            u32x4 lo{0u, 0u, 0u, 0u}, hi{0u, 0u, 0u, 0u};
-            if (ok) dequant_e4m3x16(*reinterpret_cast<const u32x4*>(stg_g + 16 * kc), sc[kc >> 3], lo, hi);
-            st_shared_16(dst + kvo(tok, 2 * kc), lo);
-            st_shared_16(dst + kvo(tok, 2 * kc + 1), hi);
-          }
-          if (half == 1) {
+        for (int c = 0; c < 8; ++c) {
+          const int kc = q + 4 * c;  // fp8 chunk: dims [16 kc, 16 kc + 16)
+          u32x4 lo{0u, 0u, 0u, 0u}, hi{0u, 0u, 0u, 0u};
+          if (ok) dequant_e4m3x16(*reinterpret_cast<const u32x4*>(stg_g + 16 * kc), sc[kc >> 3], lo, hi);
+          st_shared_16(dst + kvo(tok, 2 * kc), lo);
+          st_shared_16(dst + kvo(tok, 2 * kc + 1), hi);
+        }
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const int rc = q + 4 * r;
-              const u32x4 v = ok ? *reinterpret_cast<const u32x4*>(stg_g + 528 + 16 * rc) : u32x4{0u, 0u, 0u, 0u};
-              st_shared_16(dst + kvo(tok, 64 + rc), v);
-            }
-          }
-        };
-        asm volatile("cp.async.wait_group 1;" ::: "memory");  // group A of tile t
-        dequant(0);
-        issue(0, src_next);  // this thread's reads of those bytes are done (program order)
-        asm volatile("cp.async.wait_group 1;" ::: "memory");  // group B of tile t
-        dequant(1);
-        issue(1, src_next);
-        scv = load_scales(src_next);
+        for (int r = 0; r < 2; ++r) {
+          const int rc = q + 4 * r;
+          const u32x4 v = ok ? *reinterpret_cast<const u32x4*>(stg_g + 528 + 16 * rc) : u32x4{0u, 0u, 0u, 0u};
+          st_shared_16(dst + kvo(tok, 64 + rc), v);
+        }
+        // Every part's reads of the row (generic proxy) before the bulk copy that refills it.
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        __syncwarp();
+        if (t + 1 < te) issue(src_next);
         mbar_arrive_plain(mbar(b));  // this thread's part of the tile and its flag, to the MMA warps
         src = src_next;
       }

@@ -63,7 +63,7 @@ unsigned smem_bytes(int block_tokens, int heads_per_cta, int threads, bool bulk,
   const unsigned red = ncs * mrows * 4;                          // row max / sum exchange
   // validity flags (bf16 BULK: in the row padding), fp8 mbarriers (with producers full[2], empty[2])
   const unsigned valid = bulk ? 0u : (fp8 && !producers ? (1u + nstage) : 2u) * unsigned(block_tokens) * 4;
-  const unsigned mbars = fp8 ? (producers ? 32u : 8u * nstage) : 0u;
+  const unsigned mbars = fp8 ? (producers ? 96u : 8u * nstage) : 0u;
   return kv + q + p + red + valid + mbars;
 }
 
