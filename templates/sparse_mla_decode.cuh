@@ -75,8 +75,14 @@ constexpr int MT = MW / 16;               // m16 tiles per warp
 constexpr int G = MROWS / MW;             // m-groups
 constexpr int WARPS = CTHREADS / 32;
 constexpr int NCS = WARPS / G;            // column splits (warps per m-group)
-constexpr int TW = BT / NCS;              // tokens per warp in QK
+// QK with 8 warps per m-group (up to 32 heads): warp cs takes tokens 16 (cs % 4) .. + 16 over half
+// of the 576 dims (cs / 4), and the two halves' S are summed through shared memory: each q
+// fragment loaded then feeds two MMAs, which halves QK's shared-memory reads of q.
+constexpr bool KSPLIT = NCS == 8;
+constexpr int QK_GROUPS = KSPLIT ? 4 : NCS;  // token groups in QK
+constexpr int TW = BT / QK_GROUPS;        // tokens per warp in QK
 constexpr int NT = TW / 8;                // n8 tiles per warp in QK
+constexpr int QK_KSTEPS = (kDimQK / 16) / (KSPLIT ? 2 : 1);  // k16 steps per warp in QK
 constexpr int DW = kDimV / NCS;           // output dims per warp in PV
 constexpr int NDT = DW / 8;               // n8 tiles per warp in PV
 
@@ -117,8 +123,11 @@ constexpr unsigned OFF_STAGE = OFF_KV + KV_BUFS * TILE_BYTES;  // fp8: NSTAGE ra
 constexpr unsigned OFF_Q = OFF_STAGE + NSTAGE * STAGE_BYTES;   // [MROWS][576]
 constexpr unsigned OFF_P = OFF_Q + MROWS * kDimQK * 2;     // [MROWS][64] bf16
 constexpr unsigned OFF_RED = OFF_P + MROWS * BT * 2;       // [NCS][MROWS] fp32
+// KSPLIT: the second half's S fragments, [4 token groups][MT][NT][4][32 lanes] fp32.
+constexpr unsigned OFF_SX = OFF_RED + NCS * MROWS * 4;
+constexpr unsigned SX_BYTES = KSPLIT ? 4u * MT * NT * 4 * 32 * 4 : 0u;
 // Validity flags: bf16 [2][64] int (not with BULK); fp8 [1 + NSTAGE][64] (with producers [2][64]).
-constexpr unsigned OFF_VALID = OFF_RED + NCS * MROWS * 4;
+constexpr unsigned OFF_VALID = OFF_SX + SX_BYTES;
 constexpr unsigned VALID_BYTES = BULK ? 0u : (FP8 && !PRODUCERS ? (1u + NSTAGE) * BT * 4 : 2u * BT * 4);
 // fp8 mbarriers: NSTAGE staging ones; with producers full[2], empty[2], staging[8] (one a producer warp).
 constexpr unsigned OFF_MBAR = OFF_VALID + VALID_BYTES;
@@ -476,7 +485,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     for (int nd = 0; nd < NDT; ++nd) o[mt][nd][0] = o[mt][nd][1] = o[mt][nd][2] = o[mt][nd][3] = 0.f;
   }
   const int mrow0 = mg * MW;  // first head (smem row) of this warp
-  const int tok0 = cs * TW;   // first token of this warp in QK
+  const int tok0 = (cs % QK_GROUPS) * TW;  // first token of this warp in QK
+  const int khalf = KSPLIT ? cs / QK_GROUPS : 0;  // KSPLIT: 1 = this warp's S goes to the other half
   const int dim0 = cs * DW;   // first output dim of this warp in PV
 
   for (int t = tb; t < te; ++t) {
@@ -525,7 +535,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       const int b_tok = NT == 2 ? tok0 + ((lane >> 4) << 3) + (lane & 7) : tok0 + (lane & 7);
       const int b_cadd = (lane >> 3) & 1;
 #pragma unroll 2
-      for (int kk = 0; kk < kDimQK / 16; ++kk) {
+      for (int kk = khalf * QK_KSTEPS; kk < (khalf + 1) * QK_KSTEPS; ++kk) {
         uint32_t a[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -544,7 +554,29 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     }
 
 
-    // ---- online softmax (base 2)
+    if constexpr (KSPLIT) {  // S of the second half of the dims -> the warp of the first half
+      float* sx = reinterpret_cast<float*>(smem + OFF_SX) + (cs % QK_GROUPS) * (MT * NT * 4 * 32) + lane;
+      if (khalf == 1) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sx[((mt * NT + nt) * 4 + e) * 32] = s[mt][nt][e];
+      }
+      mma_sync_threads();
+      if (khalf == 0) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] += sx[((mt * NT + nt) * 4 + e) * 32];
+      }
+    }
+
+    // ---- online softmax (base 2); KSPLIT: the warps of the first half own the tile's S
+    const bool owns_s = khalf == 0;
     bool cval[NT][2];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -572,7 +604,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       }
     }
     if constexpr (NCS > 1) {
-      if (t4 == 0) {
+      if (t4 == 0 && owns_s) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           red[cs * MROWS + mrow0 + mt * 16 + g] = mx[mt][0];
@@ -585,7 +617,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       for (int mt = 0; mt < MT; ++mt) {
         float a0 = neg_inf(), a1 = neg_inf();
 #pragma unroll
-        for (int c2 = 0; c2 < NCS; ++c2) {
+        for (int c2 = 0; c2 < QK_GROUPS; ++c2) {
           a0 = fmaxf(a0, red[c2 * MROWS + mrow0 + mt * 16 + g]);
           a1 = fmaxf(a1, red[c2 * MROWS + mrow0 + mt * 16 + g + 8]);
         }
@@ -607,7 +639,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       }
       float rs0 = 0.f, rs1 = 0.f;
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
+      for (int nt = 0; nt < NT && owns_s; ++nt) {
         const float p0 = exp2_ftz(s[mt][nt][0] - mx[mt][0]);
         const float p1 = exp2_ftz(s[mt][nt][1] - mx[mt][0]);
         const float p2 = exp2_ftz(s[mt][nt][2] - mx[mt][1]);
