@@ -46,7 +46,7 @@ bool combine_pdl_allowed() {
 }
 
 // NSAJIT_MLA_WGMMA=1 selects the wgmma kernel (spec threads 384) for h_q >= 16 on sm_90a, =64 for
-// h_q >= 64 only, =0 the mma.sync kernel (threads 256, so also without the bf16 producer warps)
+// h_q >= 64 only, =0 the mma.sync kernel (threads 256, so also without the producer warps)
 // everywhere; unset (or anything else): the spec's default tile. Only the spec changes, so the
 // source still depends on the spec alone.
 // Returns -1 (default), 0 (mma.sync) or the smallest h_q given the wgmma kernel. Read once.

@@ -12,10 +12,13 @@
 // Schedule. One CTA = one query row x HB heads (HB = min(H_Q, 64); H_Q 8 runs the heads in one
 // 16-row MMA tile whose upper 8 rows are zero). grid = (rows, H_Q / HB, num_splits); split s
 // walks 64-token tiles [s*T/ns, (s+1)*T/ns) of the row's T = ceil(n / 64) tiles.
-// 8 warps. Warp w = (m-group mg = w % G, column split cs = w / G): G = HB / MW m-groups of MW heads
-// (MW = 32, or 16 when HB <= 16), NCS = 8 / G column splits.
+// 8 MMA warps. Warp w = (m-group mg = w % G, column split cs = w / G): G = HB / MW m-groups of MW
+// heads (MW = 32, or 16 when HB <= 16), NCS = 8 / G column splits.
 //   QK:  warp (mg, cs) computes S for its MW heads x the tile's tokens [cs*TW, cs*TW + TW)
 //        (TW = 64 / NCS) over 576 dims: A = q (ldmatrix from smem), B = K (ldmatrix from the tile).
+//        With NCS = 8 (up to 32 heads, KSPLIT) warp cs takes 16 tokens (cs % 4) over half of the
+//        dims (cs / 4) instead, and the second half's S reaches the first through smem: each q
+//        fragment then feeds two MMAs (h16 -3 to -7 % bf16, -6 to -12 % FP8: notes, session 20).
 //   softmax: row maxima are exchanged between the NCS warps of an m-group through smem (a CTA
 //        barrier, after which the tile's rope columns are free for P_lo); every warp of the group
 //        then holds the same running max m; P is published with a named barrier per m-group; each
@@ -30,20 +33,22 @@
 // cp.async.bulk completing on the tile's mbarrier, issued one tile ahead; rows padded to 1168
 // bytes (conflict-free ldmatrix), validity flag and mbarrier in the padding. (NSAJIT_KV_BULK 0:
 // 16-byte cp.async into 1152-byte rows XOR-swizzled by chunk ^ (row & 7).) FP8 KV: the raw
-// 656-byte tokens are bulk-copied into NSTAGE staging buffers (2, or 1 for 64 heads) and
-// dequantised smem -> smem into one swizzled bf16 tile at the start of each tile:
-// bf16(float(e4m3) * scale), rope copied. Invalid tokens are never read: their rows are zeroed.
+// 656-byte tokens are bulk-copied into NSTAGE staging buffers (2, or 1 for 64 heads or with
+// producer warps) and dequantised smem -> smem into a swizzled bf16 tile (one at 256 threads, at
+// the start of each tile; two with producer warps): bf16(float(e4m3) * scale), rope copied.
+// Invalid tokens are never read: their rows are zeroed.
 // Indices are prefetched one tile ahead of their gather. Slot offsets are 64-bit.
 // Producer warps (bf16 BULK at 320 threads, up to 32 heads): warps 8 and 9 issue the tiles' copies
 // (thread p: token p of every tile), each buffer refilled once the 8 MMA warps released it (an
 // "empty" mbarrier of 256 arrivals in the padding of the buffer's row 1); the MMA warps only wait
-// and compute. At 256 threads every thread issues its token's copy at the top of each tile, and
+// and compute. FP8 at 512 threads (up to 16 heads): warps 8..15 bulk-copy the raw tokens into one
+// staging tile and dequantize them into two bf16 tiles, the same full / empty handshake. At 256 threads every thread issues its token's copy at the top of each tile, and
 // each warp's copies go out one lane at a time (16 % of the stall samples: docs/notes/sparse_mla.md
 // session 19).
 // The math runs in base 2 (scores pre-multiplied by sm_scale * log2 e).
 //
 // Constants (FamilyTraits::constants): NSAJIT_H_Q, NSAJIT_TOPK, NSAJIT_HEADS_PER_CTA,
-// NSAJIT_KV_FP8 (0/1), NSAJIT_KV_BULK (0/1), NSAJIT_THREADS (256, or 320 with producer warps),
+// NSAJIT_KV_FP8 (0/1), NSAJIT_KV_BULK (0/1), NSAJIT_THREADS (256; 320 or 512 with producer warps),
 // NSAJIT_BLOCK_TOKENS (64), NSAJIT_DYNAMIC_SMEM (the host's byte count; checked below against
 // this file's layout), NSAJIT_WGMMA (1: this file is skipped and templates/sparse_mla_wgmma.cuh,
 // rendered just before it, is the kernel: 16..64 heads per CTA on sm_90a, 384 threads).
@@ -97,10 +102,9 @@ static_assert(NDT % 2 == 0, "PV n-tiles per warp come in pairs");
 // token, completing on the stage's mbarrier) into NSTAGE staging buffers, then dequantized
 // smem -> smem into the one bf16 tile. 4 threads per token: thread part q dequantizes fp8 chunks
 // q + 4c and rope chunks q, q + 4.
-// FP8 with producer warps: one staging tile; producer thread (token pt / 4, part pt % 4) copies
-// with 16-byte cp.async exactly the chunks it dequantizes (fp8 chunks q + 4c, rope chunks q, q + 4)
-// and loads the token's scales into registers, so no producer thread waits for another; the
-// dequantized tokens go to two bf16 tiles that the MMA warps consume in turn.
+// FP8 with producer warps (512 threads): one staging tile, each producer warp's 8 tokens
+// bulk-copied into it on the warp's own mbarrier and dequantized by the warp (4 parts a token, as
+// above) into two bf16 tiles that the MMA warps consume in turn.
 constexpr int NSTAGE = FP8 ? (PRODUCERS || HB == 64 ? 1 : 2) : 0;
 constexpr int KV_BUFS = FP8 && !PRODUCERS ? 1 : 2;
 constexpr int TPT = 4;
