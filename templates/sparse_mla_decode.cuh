@@ -19,11 +19,11 @@
 //        With NCS = 8 (up to 32 heads, KSPLIT) warp cs takes 16 tokens (cs % 4) over half of the
 //        dims (cs / 4) instead, and the second half's S reaches the first through smem: each q
 //        fragment then feeds two MMAs (h16 -3 to -7 % bf16, -6 to -12 % FP8: notes, session 20).
-//   softmax: row maxima are exchanged between the NCS warps of an m-group through smem (a CTA
-//        barrier, after which the tile's rope columns are free for P_lo); every warp of the group
-//        then holds the same running max m; P is published with a named barrier per m-group; each
-//        thread keeps a partial row sum l of its own columns (summed once, in the epilogue).
-//        P (bf16) goes to smem [heads][64].
+//   softmax: row maxima are exchanged between the warps of an m-group that own S (all NCS, or
+//        with KSPLIT the 4 of the first half) through smem (a CTA barrier, after which the tile's
+//        rope columns are free for P_lo); every warp of the group then holds the same running max
+//        m; P is published with a named barrier per m-group; each owning thread keeps a partial row
+//        sum l of its own columns (summed once, in the epilogue). P (bf16) goes to smem [heads][64].
 //   PV:  warp (mg, cs) owns O[MW heads][dims cs*DW .. +DW) (DW = 512 / NCS) in fp32 registers:
 //        A = P (ldmatrix), B = V (ldmatrix.trans from the same KV tile).
 //   P is split into bf16 P_hi + P_lo (P_lo over the tile's rope columns, free after QK) and both
@@ -41,10 +41,12 @@
 // Producer warps (bf16 BULK at 320 threads, up to 32 heads): warps 8 and 9 issue the tiles' copies
 // (thread p: token p of every tile), each buffer refilled once the 8 MMA warps released it (an
 // "empty" mbarrier of 256 arrivals in the padding of the buffer's row 1); the MMA warps only wait
-// and compute. FP8 at 512 threads (up to 16 heads): warps 8..15 bulk-copy the raw tokens into one
-// staging tile and dequantize them into two bf16 tiles, the same full / empty handshake. At 256 threads every thread issues its token's copy at the top of each tile, and
+// and compute. At 256 threads every thread issues its token's copy at the top of each tile, and
 // each warp's copies go out one lane at a time (16 % of the stall samples: docs/notes/sparse_mla.md
 // session 19).
+// FP8 producer warps (512 threads, up to 16 heads): warps 8..15 bulk-copy the raw tokens into one
+// staging tile (one mbarrier a warp) and dequantize them into two bf16 tiles; full (256 producer
+// arrivals, no bytes) and empty (256 MMA arrivals) mbarriers at OFF_MBAR pass the tiles.
 // The math runs in base 2 (scores pre-multiplied by sm_scale * log2 e).
 //
 // Constants (FamilyTraits::constants): NSAJIT_H_Q, NSAJIT_TOPK, NSAJIT_HEADS_PER_CTA,
@@ -341,7 +343,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   auto tile_index_raw = [&](int tile) { return tile < te ? load_index_raw(idx_row, tile * BT + g_tok, n) : -1; };
 
   // ---- prologue. bf16: tile tb into buffer 0, indices of tb + 1 in a register. fp8: tiles
-  // tb .. tb + NSTAGE - 1 into the staging buffers, indices of tb + NSTAGE in a register.
+  // tb .. tb + NSTAGE - 1 into the staging buffers, indices of tb + NSTAGE in a register. With
+  // producer warps, they do this in their own loop below.
   if constexpr (BULK || FP8) {
     if (tid == 0) {
       if constexpr (BULK || PRODUCERS) {
@@ -368,7 +371,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       // every tile (a quarter warp = 8 tokens of one part: its 16-byte loads of the staging rows,
       // 656 bytes apart, fall in 8 distinct bank groups). Part 0 bulk-copies the token's 656 bytes
       // into its staging row, completing on the warp's mbarrier; every part dequantizes its chunks
-      // (fp8 chunks q + 4c and 16 + q + 4c, rope chunks q, q + 4) into buffer k & 1 once the MMA
+      // (fp8 chunks q + 4c, c < 8, rope chunks q, q + 4) into buffer k & 1 once the MMA
       // warps released it (tile k - 2); the next tile's copy goes out once the warp's 4 parts have
       // read the row.
       const int pt = tid - CTHREADS;
@@ -393,7 +396,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       if (tb < te) {
         src = token_src(load_index(idx_row, tb * BT + tok, n, p.num_slots));
         issue(src);
-        raw = load_index_raw(idx_row, (tb + 1) * BT + tok, n);
+        raw = tb + 1 < te ? load_index_raw(idx_row, (tb + 1) * BT + tok, n) : -1;
       }
       for (int t = tb; t < te; ++t) {
         const int k = t - tb, b = k & 1;
@@ -706,6 +709,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     if constexpr (PRODUCERS) mbar_arrive_plain(empty_mbar(buf));  // the producers may refill it
     mma_sync_threads();  // buffer `buf`, P and red are rewritten next
   }
+  // A split without tiles never waited for q: no copy may outlive the CTA (else a no-op).
+  asm volatile("cp.async.wait_all;" ::: "memory");
 
   // ---- epilogue: total row sums l (over t4 lanes, then over the NCS warps of the m-group)
 #pragma unroll

@@ -61,8 +61,10 @@ unsigned smem_bytes(int block_tokens, int heads_per_cta, int threads, bool bulk,
   const unsigned q = mrows * kDimQK * 2;                         // bf16 q
   const unsigned p = mrows * unsigned(block_tokens) * 2;         // bf16 probabilities
   const unsigned red = ncs * mrows * 4;                          // row max / sum exchange
-  const unsigned sx = ncs == 8 ? 4u * (mw / 16) * 2 * 4 * 32 * 4 : 0u;  // QK split over the dims: S halves
-  // validity flags (bf16 BULK: in the row padding), fp8 mbarriers (with producers full[2], empty[2])
+  // QK split over the dims (ncs 8): the second half's S, [4 token groups][m16 tiles][2 n8 tiles][4][32] fp32
+  const unsigned sx = ncs == 8 ? 4u * (mw / 16) * 2 * 4 * 32 * 4 : 0u;
+  // validity flags (bf16 BULK: in the row padding), fp8 mbarriers (with producers full[2],
+  // empty[2] and one staging mbarrier per producer warp)
   const unsigned valid = bulk ? 0u : (fp8 && !producers ? (1u + nstage) : 2u) * unsigned(block_tokens) * 4;
   const unsigned mbars = fp8 ? (producers ? 96u : 8u * nstage) : 0u;
   return kv + q + p + red + sx + valid + mbars;
