@@ -100,7 +100,7 @@ std::string readable_name(const KernelSpec& spec) {
   std::string name = traits(s.family).readable_stem(s);
   // A non-default tile config is part of the kernel's identity; defaults stay out of the name.
   // (The default may depend on the arch: sparse MLA's wgmma kernel is sm_90a only; and on the KV
-  // dtype: its producer warps issue bf16 copies only.)
+  // dtype: its mma.sync kernel's producer warps differ for bf16 and FP8.)
   KernelSpec base;
   base.family = s.family;
   base.h_q = s.h_q;

@@ -235,6 +235,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     if constexpr (FP8) return s_base + OFF_MBAR + 16 + 8 * buf;
     else return s_base + OFF_KV + buf * TILE_BYTES + KV_ROW + 1160;
   };
+  // FP8 producers: producer warp w's staging rows filled (8 tokens, one arrival each).
+  auto stage_mbar = [&](int w) -> uint32_t { return s_base + OFF_MBAR + 32 + 8 * w; };
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -297,18 +299,21 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         st_shared_16(dst + kvo(g_tok, g_sub + 4 * i), u32x4{0u, 0u, 0u, 0u});
     }
   };
+  // fp8: the first byte of valid slot idx's 656-byte token in the paged pool (32-bit division:
+  // idx < 2^31).
+  auto fp8_token = [&](int idx) -> const unsigned char* {
+    const unsigned ps = (unsigned)p.page_size;
+    return p.kv_fp8 + (long long)((unsigned)idx / ps) * p.kv_page_stride + (long long)((unsigned)idx % ps) * kFp8Bytes;
+  };
   // fp8: bulk-copy token g_tok of a tile into staging buffer `st` (invalid: nothing copied).
   auto fp8_mbar = [&](int st) { return s_base + OFF_MBAR + 8 * st; };
   auto fp8_issue = [&](int st, int idx) {
     if (g_sub == 0) {
       valid_s[BT * (1 + st) + g_tok] = idx >= 0;
       mbar_arrive_tx(fp8_mbar(st), idx >= 0 ? unsigned(kFp8Bytes) : 0u);
-      if (idx >= 0) {
-        const unsigned ps = (unsigned)p.page_size;
-        const unsigned char* src = p.kv_fp8 + (long long)((unsigned)idx / ps) * p.kv_page_stride +
-                                   (long long)((unsigned)idx % ps) * kFp8Bytes;
-        bulk_copy(s_base + OFF_STAGE + st * STAGE_BYTES + g_tok * kFp8Bytes, src, unsigned(kFp8Bytes), fp8_mbar(st));
-      }
+      if (idx >= 0)
+        bulk_copy(s_base + OFF_STAGE + st * STAGE_BYTES + g_tok * kFp8Bytes, fp8_token(idx), unsigned(kFp8Bytes),
+                  fp8_mbar(st));
     }
   };
   // fp8: staging buffer `st` -> bf16 tile 0 (token g_tok, this thread's part); validity -> valid_s[0..63].
@@ -356,7 +361,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
           mbar_init(empty_mbar(1), CTHREADS);
         }
         if constexpr (PRODUCERS && FP8)
-          for (int w = 0; w < 8; ++w) mbar_init(s_base + OFF_MBAR + 32 + 8 * w, 8);  // a warp's 8 tokens
+          for (int w = 0; w < 8; ++w) mbar_init(stage_mbar(w), 8);
       } else {
 #pragma unroll
         for (int st = 0; st < NSTAGE; ++st) mbar_init(fp8_mbar(st), BT);
@@ -378,13 +383,9 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       const int tok = 8 * (pt >> 5) + (lane & 7), q = lane >> 3;
       const uint32_t stg = s_base + OFF_STAGE + uint32_t(tok) * kFp8Bytes;
       const unsigned char* stg_g = smem + OFF_STAGE + tok * kFp8Bytes;
-      const uint32_t stg_bar = s_base + OFF_MBAR + 32 + 8 * (pt >> 5);
+      const uint32_t stg_bar = stage_mbar(pt >> 5);
       // The token's bytes in the pool, or null (invalid: nothing copied, its row zeroed).
-      auto token_src = [&](int idx) -> const unsigned char* {
-        if (idx < 0) return nullptr;
-        const unsigned ps = (unsigned)p.page_size;
-        return p.kv_fp8 + (long long)((unsigned)idx / ps) * p.kv_page_stride + (long long)((unsigned)idx % ps) * kFp8Bytes;
-      };
+      auto token_src = [&](int idx) -> const unsigned char* { return idx < 0 ? nullptr : fp8_token(idx); };
       auto issue = [&](const unsigned char* src) {
         if (q == 0) {
           mbar_arrive_tx(stg_bar, src != nullptr ? unsigned(kFp8Bytes) : 0u);
