@@ -15,7 +15,9 @@
 //   WG1 (warps 4-7): O[:, 256:512] += P_hi V + P_lo V (SS: P_hi over the tile's rope columns, which
 //        QK no longer needs; P_lo in its own 8 KB buffer), after rescaling by WG0's alpha.
 //   WG2 (warps 8-11, 56 / 120 registers): producer. bf16: 16-byte cp.async gathers (zero-filled for
-//        invalid tokens) of each token row into the 128-byte-swizzled KV tile; FP8: register loads
+//        invalid tokens) of each token row into the 128-byte-swizzled KV tile, not waiting for
+//        them (they arrive on the tile's full barrier when they land, cp.async.mbarrier.arrive),
+//        so both tiles' copies can be in flight; FP8: register loads
 //        of the 656-byte tokens' fp8 part, dequantised bf16(float(e4m3) * scale) and stored
 //        swizzled, the bf16 rope by cp.async (no registers).
 // Why P_lo: bf16 P alone (2^-9 relative) misses the 1e-3 absolute tolerance where a few dominant
@@ -24,7 +26,9 @@
 // with the 128-byte swizzle (16-byte chunk c of row r at c ^ (r & 7)), which wgmma reads K-major
 // (Q, K, P) and MN-major (V = the same tile, transposed view). Two tiles in flight: full[b]
 // (producer -> consumers) and empty[b] (consumers -> producer) mbarriers; named barriers pass P
-// from WG0 to WG1 (P_READY) and the P_lo / alpha buffers back (P_FREE).
+// from WG0 to WG1 (P_READY) and the P_lo / alpha buffers back (P_FREE). WG0 releases a tile once
+// its PV is done: before waiting for the next tile if that has not landed, else after issuing
+// the next tile's QK (which then queues behind the PV).
 #pragma once
 
 #if NSAJIT_WGMMA
@@ -68,7 +72,7 @@ constexpr int REG_WG0 = FP8 ? 224 : 240;
 constexpr int REG_WG1 = FP8 ? 160 : 208;
 static_assert(REG_PRODUCER + REG_WG0 + REG_WG1 == 3 * REG_LAUNCH, "setmaxnreg budgets must balance");
 
-enum : int { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPILOGUE = 3 };
+enum : int { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPILOGUE = 3, BAR_WG0_VOTE = 4 };
 
 NSAJIT_DEVICE float neg_inf() { return __uint_as_float(0xff800000u); }
 NSAJIT_DEVICE float pos_inf() { return __uint_as_float(0x7f800000u); }
@@ -94,6 +98,11 @@ NSAJIT_DEVICE void cp_async_16_zfill(uint32_t saddr, const void* gmem, uint32_t 
 NSAJIT_DEVICE void prefetch_l2_line(const void* gmem) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(gmem));
 }
+// An arrival on `bar` once every cp.async this thread issued so far has landed; .noinc: the
+// barrier's expected count includes it (no wait here: the producer runs ahead to the next tile).
+NSAJIT_DEVICE void cp_async_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
 NSAJIT_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 NSAJIT_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 NSAJIT_DEVICE u32x4 ld_global_nc_16(const void* ptr) {
@@ -110,6 +119,24 @@ NSAJIT_DEVICE void set_max_regs() {
   else if constexpr (REGS < REG_LAUNCH) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));
 }
 NSAJIT_DEVICE void bar_sync(int id, int threads) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory"); }
+// Non-blocking: has the phase of parity `parity` completed?
+NSAJIT_DEVICE bool mbar_test(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+               : "=r"(done)
+               : "r"(bar), "r"(parity)
+               : "memory");
+  return done != 0;
+}
+// Named barrier over `threads` threads that also returns whether `pred` held for all of them.
+NSAJIT_DEVICE bool bar_and(int id, int threads, bool pred) {
+  uint32_t all;
+  asm volatile("{ .reg .pred p, q; setp.ne.u32 q, %3, 0; bar.red.and.pred p, %1, %2, q; selp.u32 %0, 1, 0, p; }"
+               : "=r"(all)
+               : "r"(id), "r"(threads), "r"(uint32_t(pred))
+               : "memory");
+  return all != 0;
+}
 NSAJIT_DEVICE void bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
@@ -214,8 +241,9 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   const int* idx_row = p.indices + row * TOPK;
 
   if (tid == 0) {
-    mbar_init(bar_full, 128);  // one arrival per producer thread
-    mbar_init(bar_full + 8, 128);
+    // FP8: one arrival per producer thread; bf16: also one when its copies land (cp.async arrive)
+    mbar_init(bar_full, FP8 ? 128 : 256);
+    mbar_init(bar_full + 8, FP8 ? 128 : 256);
     mbar_init(bar_empty, 256);  // one arrival per consumer thread
     mbar_init(bar_empty + 8, 256);
     mbar_init(bar_q, 128);
@@ -274,6 +302,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       // bf16: the same (group, chunk) mapping: rows grp + 16 i (one swizzle phase per thread),
       // 16-byte chunk ch of each of the nine 128-byte column blocks.
       const int grp = pt >> 3, ch = pt & 7;
+      cp_async_arrive_noinc(bar_q);  // q landed (the copies above)
+      q_pending = false;
       int cur[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) cur[i] = tb < te ? load_index(idx_row, tb * BT + grp + 16 * i, n, p.num_slots) : -1;
@@ -297,14 +327,12 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           cur[i] = t + 1 < te ? load_index(idx_row, (t + 1) * BT + grp + 16 * i, n, p.num_slots) : -1;
-        cp_async_wait_all();
-        fence_proxy_async();  // cp.async writes -> read by wgmma (async proxy)
-        if (q_pending) {
-          mbar_arrive(bar_q);
-          q_pending = false;
-        }
-        mbar_arrive(bar_full + 8 * b);
+        // Not waiting for the copies: the next tile's are issued as soon as its buffer is free,
+        // so two tiles can be in flight. The consumers fence the async proxy after their wait.
+        cp_async_arrive_noinc(bar_full + 8 * b);
+        mbar_arrive(bar_full + 8 * b);  // releases valid_s
       }
+      cp_async_wait_all();  // no copy may outlive the CTA
     } else {
       // FP8: thread = (token pt / 2, half h = pt % 2); half h handles the 16-byte fp8 chunks 2j + h
       // (j < 16) and rope chunks 2j + h (j < 4), so a thread pair reads 32 contiguous bytes. The
@@ -402,10 +430,21 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       for (int e = 0; e < 4; ++e) ph[kk][e] = pl[kk][e] = 0u;
     const uint64_t dq = smem_desc(s_q, 16, 1024);
     if (te > tb) mbar_wait(bar_q, 0);
+    if constexpr (!FP8) fence_proxy_async();  // q by cp.async (generic proxy) -> wgmma
     for (int t = tb; t < te; ++t) {
       const int k = t - tb, b = k & 1;
       const uint32_t kvb = s_base + OFF_KV + uint32_t(b) * TILE;
+      // Tile t not there yet: finish PV of tile t - 1 and release its buffer before waiting, so
+      // the producer can refill it now rather than after tile t has landed and QK(t) is issued.
+      // (The vote keeps the warpgroup's wgmma.wait_group uniform.)
+      bool released = false;
+      if (k > 0 && !bar_and(BAR_WG0_VOTE, 128, mbar_test(bar_full + 8 * b, uint32_t((k >> 1) & 1)))) {
+        wgmma_wait<0>();
+        mbar_arrive(bar_empty + 8 * (b ^ 1));
+        released = true;
+      }
       mbar_wait(bar_full + 8 * b, uint32_t((k >> 1) & 1));
+      if constexpr (!FP8) fence_proxy_async();  // the tile by cp.async (generic proxy) -> wgmma
       // ---- S = Q K^T: 36 k16 steps over 576 dims
       float s[32];
       const uint64_t dk = smem_desc(kvb, 16, 1024);
@@ -416,7 +455,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         wgmma_m64n64k16_ss(s, dq + off, dk + off, kk > 0 ? 1 : 0);
       }
       wgmma_commit();
-      if (k > 0) {
+      if (k > 0 && !released) {
         wgmma_wait<1>();  // PV of the previous tile is done: release its buffer
         mbar_arrive(bar_empty + 8 * (b ^ 1));
       }
@@ -545,6 +584,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       const int k = t - tb, b = k & 1;
       const uint32_t kvb = s_base + OFF_KV + uint32_t(b) * TILE;
       mbar_wait(bar_full + 8 * b, uint32_t((k >> 1) & 1));
+      if constexpr (!FP8) fence_proxy_async();  // the tile by cp.async (generic proxy) -> wgmma
       bar_sync(BAR_P_READY, 256);
       const float a0 = alpha_s[r0], a1 = alpha_s[r1];
       if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) scale_o_rows(o, a0, a1);
