@@ -246,7 +246,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     mbar_init(bar_full + 8, FP8 ? 128 : 256);
     mbar_init(bar_empty, 256);  // one arrival per consumer thread
     mbar_init(bar_empty + 8, 256);
-    mbar_init(bar_q, 128);
+    mbar_init(bar_q, 128);  // one arrival per producer thread (bf16: when its q copies land, noinc)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -396,7 +396,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         mbar_arrive(bar_full + 8 * b);
       }
     }
-    if (q_pending) cp_async_wait_all();  // no tile: nobody waits for q, but no copy may outlive the CTA
+    // FP8 without a tile: nobody waits for q, but no copy may outlive the CTA (bf16 waited above)
+    if (q_pending) cp_async_wait_all();
     return;
   }
 
