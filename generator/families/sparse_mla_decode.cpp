@@ -46,6 +46,7 @@ bool wgmma(const KernelSpec& spec) { return spec.tile.threads == kWgmmaThreads; 
 // subtiles, P_lo 8 KB, validity flags 512 B, alpha and 1/l 256 B each, 64 B of mbarriers) plus
 // 1024 bytes to align the base to the 128-byte swizzle's 1024-byte period.
 constexpr unsigned kWgmmaSmem = 3u * 9u * 8192u + 8192u + 512u + 256u + 256u + 64u + 1024u;
+static_assert(kWgmmaSmem <= kMaxSmem, "the wgmma kernel's layout must fit the 227 KiB opt-in limit");
 
 unsigned smem_bytes(int block_tokens, int heads_per_cta, int threads, bool bulk, bool fp8) {
   const unsigned mrows = heads_per_cta < 16 ? 16u : unsigned(heads_per_cta);  // MMA rows
