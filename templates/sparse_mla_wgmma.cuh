@@ -297,13 +297,11 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     };
     auto prefetch_raw = [&](int tile) { return tile < te ? load_index_raw(idx_row, tile * BT + (pt >> 1), n) : -1; };
     prefetch_tile(tb + 1, prefetch_raw(tb + 1));
-    bool q_pending = true;
     if constexpr (!FP8) {
       // bf16: the same (group, chunk) mapping: rows grp + 16 i (one swizzle phase per thread),
       // 16-byte chunk ch of each of the nine 128-byte column blocks.
       const int grp = pt >> 3, ch = pt & 7;
       cp_async_arrive_noinc(bar_q);  // q landed (the copies above)
-      q_pending = false;
       int cur[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) cur[i] = tb < te ? load_index(idx_row, tb * BT + grp + 16 * i, n, p.num_slots) : -1;
@@ -339,6 +337,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       // rope (bf16 already) goes by cp.async straight into the tile: no registers, which the
       // dequantisation uses for instruction-level parallelism instead.
       const int tok = pt >> 1, h = pt & 1;
+      bool q_pending = true;  // bar_q: arrived with the first tile
       // FP8: the index entries a tile ahead of their use, checked there (h64 b64 n1 fp8 -8 %).
       int cur = tb < te ? load_index_raw(idx_row, tb * BT + tok, n) : -1;
       int pf = prefetch_raw(tb + 2);  // the prefetch's, one tile ahead of it
@@ -395,9 +394,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         }
         mbar_arrive(bar_full + 8 * b);
       }
+      if (q_pending) cp_async_wait_all();  // no tile: nobody waits for q, but no copy may outlive the CTA
     }
-    // FP8 without a tile: nobody waits for q, but no copy may outlive the CTA (bf16 waited above)
-    if (q_pending) cp_async_wait_all();
     return;
   }
 
