@@ -561,7 +561,6 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       }
     }
 
-
     if constexpr (KSPLIT) {  // S of the second half of the dims -> the warp of the first half
       float* sx = reinterpret_cast<float*>(smem + OFF_SX) + (cs % QK_GROUPS) * (MT * NT * 4 * 32) + lane;
       if (khalf == 1) {
