@@ -331,6 +331,9 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         mbar_arrive(bar_full + 8 * b);  // releases valid_s
       }
       cp_async_wait_all();  // no copy may outlive the CTA
+      // Nor may an arrival they trigger: with no tile nobody waits for bar_q, and the copies having
+      // landed does not mean their arrivals on it have happened.
+      if (te == tb) mbar_wait(bar_q, 0);
     } else {
       // FP8: thread = (token pt / 2, half h = pt % 2); half h handles the 16-byte fp8 chunks 2j + h
       // (j < 16) and rope chunks 2j + h (j < 4), so a thread pair reads 32 contiguous bytes. The
