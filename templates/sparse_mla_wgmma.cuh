@@ -527,10 +527,10 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         alpha_s[r0] = al0;
         alpha_s[r1] = al1;
       }
-      fence_proxy_async();  // P written by generic stores, read by WG1's wgmma
-      bar_arrive(BAR_P_READY, 256);
 
-      // ---- O[:, 0:256] = alpha O + P_hi V + P_lo V (P from registers, V MN-major)
+      // ---- O[:, 0:256] = alpha O + P_hi V + P_lo V (P from registers, V MN-major), issued
+      // before WG1 may start its PV: WG0's wgmmas enter the tensor pipe first, and WG0 reaches
+      // the next tile's QK sooner.
       if (__any_sync(0xffffffffu, up0 || up1)) scale_o_rows(o, al0, al1);
       const uint64_t dv = smem_desc(kvb, 8192, 1024);
       wgmma_fence();
@@ -541,6 +541,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         wgmma_m64n256k16_rs_tb(o, pl[kk], dv + off, 1);
       }
       wgmma_commit();
+      fence_proxy_async();  // P written by generic stores, read by WG1's wgmma
+      bar_arrive(BAR_P_READY, 256);
     }
     wgmma_wait<0>();
     fence_regs(o);
