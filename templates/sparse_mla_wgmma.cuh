@@ -11,7 +11,7 @@
 //        576 dims), online softmax in base 2 against a reference max raised only when a tile
 //        exceeds it by more than 8 (log2 units: P <= 2^8; O is rescaled in few tiles),
 //        P = P_hi + P_lo (both bf16), O[:, 0:256] += P_hi V + P_lo V (wgmma m64n256k16 RS, P from
-//        registers).
+//        registers; issued before WG0 signals P_READY, so they queue ahead of WG1's).
 //   WG1 (warps 4-7): O[:, 256:512] += P_hi V + P_lo V (SS: P_hi over the tile's rope columns, which
 //        QK no longer needs; P_lo in its own 8 KB buffer), after rescaling by WG0's alpha.
 //   WG2 (warps 8-11, 56 / 120 registers): producer. bf16: 16-byte cp.async gathers (zero-filled for
