@@ -78,6 +78,11 @@ NSAJIT_DEVICE void st_shared_16(uint32_t saddr, const u32x4& v) {
 NSAJIT_DEVICE void st_shared_4(uint32_t saddr, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(saddr), "r"(v) : "memory");
 }
+// Waits for every cp.async this thread issued.
+NSAJIT_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+// Orders this thread's generic-proxy shared-memory accesses before later async-proxy ones (bulk
+// copies, wgmma operands) and the reverse.
+NSAJIT_DEVICE void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 NSAJIT_DEVICE void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }

@@ -425,7 +425,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
           st_shared_16(dst + kvo(tok, 64 + rc), v);
         }
         // Every part's reads of the row (generic proxy) before the bulk copy that refills it.
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        fence_proxy_async();
         __syncwarp();
         if (t + 1 < te) issue(src_next);
         mbar_arrive_plain(mbar(b));  // this thread's part of the tile and its flag, to the MMA warps
@@ -450,7 +450,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         *reinterpret_cast<int*>(smem + OFF_KV + b * TILE_BYTES + pt * KV_ROW + 1152) = idx >= 0;
         if (idx >= 0) {
           // This thread's zero row of an earlier tile (generic stores) before the copy (async proxy).
-          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+          fence_proxy_async();
           mbar_arrive_tx(mbar(b), 1152u);
           bulk_copy(dst, p.kv + (long long)idx * p.kv_row_stride, 1152u, mbar(b));
         } else {
@@ -506,7 +506,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       mbar_wait(fp8_mbar(st), uint32_t((k / NSTAGE) & 1));
       fp8_dequant(st);
       // The staging buffer was read through the generic proxy; the bulk copy below refills it.
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      fence_proxy_async();
       mma_sync_threads();
       if (t + NSTAGE < te) fp8_issue(st, valid_index(idx_next, p.num_slots));
       idx_next = tile_index_raw(t + NSTAGE + 1);
@@ -705,12 +705,12 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     }
 
     // Generic-proxy writes to `buf` (zero rows, P_lo) before the bulk copies that refill it.
-    if constexpr (BULK) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    if constexpr (BULK) fence_proxy_async();
     if constexpr (PRODUCERS) mbar_arrive_plain(empty_mbar(buf));  // the producers may refill it
     mma_sync_threads();  // buffer `buf`, P and red are rewritten next
   }
   // A split without tiles never waited for q: no copy may outlive the CTA (else a no-op).
-  asm volatile("cp.async.wait_all;" ::: "memory");
+  cp_async_wait_all();
 
   // ---- epilogue: total row sums l (over t4 lanes, then over the NCS warps of the m-group)
 #pragma unroll
