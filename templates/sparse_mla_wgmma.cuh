@@ -7,14 +7,15 @@
 // heads: the rows past HB hold zero q and are never written out; the kernels of 8-32 heads are
 // memory-bound, so the padding costs tensor time that is free there).
 // 384 threads = 3 warpgroups, 1 CTA per SM:
-//   WG0 (warps 0-3, 240 / 224 registers with bf16 / FP8 KV): S = Q K^T (64 heads x 64 tokens, wgmma m64n64k16 SS over
+//   WG0 (warps 0-3, 240 / 200 registers with bf16 / FP8 KV): S = Q K^T (64 heads x 64 tokens, wgmma m64n64k16 SS over
 //        576 dims), online softmax in base 2 against a reference max raised only when a tile
 //        exceeds it by more than 8 (log2 units: P <= 2^8; O is rescaled in few tiles),
-//        P = P_hi + P_lo (both bf16), O[:, 0:256] += P_hi V + P_lo V (wgmma m64n256k16 RS, P from
-//        registers; issued before WG0 signals P_READY, so they queue ahead of WG1's).
+//        P = P_hi + P_lo (both bf16), O[:, 0:256] += P_hi V + P_lo V (wgmma m64n256k16; bf16: RS,
+//        P from registers; FP8: SS, P from shared memory like WG1, which frees WG0's P registers
+//        for the producer; issued before WG0 signals P_READY, so they queue ahead of WG1's).
 //   WG1 (warps 4-7): O[:, 256:512] += P_hi V + P_lo V (SS: P_hi over the tile's rope columns, which
 //        QK no longer needs; P_lo in its own 8 KB buffer), after rescaling by WG0's alpha.
-//   WG2 (warps 8-11, 56 / 120 registers): producer. bf16: 16-byte cp.async gathers (zero-filled for
+//   WG2 (warps 8-11, 56 / 144 registers): producer. bf16: 16-byte cp.async gathers (zero-filled for
 //        invalid tokens) of each token row into the 128-byte-swizzled KV tile, not waiting for
 //        them (they arrive on the tile's full barrier when they land, cp.async.mbarrier.arrive),
 //        so both tiles' copies can be in flight; FP8: register loads
@@ -65,14 +66,15 @@ static_assert(SMEM_BYTES == NSAJIT_DYNAMIC_SMEM, "host and kernel disagree on sh
 // illegal instruction: FP8's WG1).
 constexpr int REG_LAUNCH = 168;
 // FP8: the producer's dequantisation is issue-latency-bound in one warp per scheduler, so its
-// registers buy instruction-level parallelism (120 vs 112: -4 % on 64-head FP8, H200); WG0 gives
-// them up, 224 being the least it holds without ptxas serialising its wgmmas (216 does).
-constexpr int REG_PRODUCER = FP8 ? 120 : 56;
-constexpr int REG_WG0 = FP8 ? 224 : 240;
+// registers buy instruction-level parallelism (H200, 64-head FP8: 120 vs 112 -4 %, 144 vs 120 -3 %);
+// WG0 gives them up: with FP8 its PV reads P from shared memory, so it holds no P registers, and
+// 200 is the least it then holds without spilling (192 spills; with P in registers 224 was).
+constexpr int REG_PRODUCER = FP8 ? 144 : 56;
+constexpr int REG_WG0 = FP8 ? 200 : 240;
 constexpr int REG_WG1 = FP8 ? 160 : 208;
 static_assert(REG_PRODUCER + REG_WG0 + REG_WG1 == 3 * REG_LAUNCH, "setmaxnreg budgets must balance");
 
-enum : int { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPILOGUE = 3, BAR_WG0_VOTE = 4 };
+enum : int { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPILOGUE = 3, BAR_WG0_VOTE = 4, BAR_WG0_P = 5 };
 
 NSAJIT_DEVICE float neg_inf() { return __uint_as_float(0xff800000u); }
 NSAJIT_DEVICE float pos_inf() { return __uint_as_float(0x7f800000u); }
@@ -201,6 +203,48 @@ NSAJIT_DEVICE void wgmma_m64n256k16_ss_tb(float (&d)[128], uint64_t da, uint64_t
       "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// O[:, half of 256 dims] += P_hi V + P_lo V, both P from shared memory (one commit group). dph:
+// P_hi over the tile's rope columns, dpl: P_lo (both [64 heads][64 tokens], K-major); dv: the
+// tile's 256 latent dims of this half, MN-major.
+NSAJIT_DEVICE void pv_half_ss(float (&o)[128], uint64_t dph, uint64_t dpl, uint64_t dv) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint64_t offp = uint64_t((uint32_t(kk) * 32u) >> 4);
+    const uint64_t offv = uint64_t((uint32_t(kk) * 2048u) >> 4);
+    wgmma_m64n256k16_ss_tb(o, dph + offp, dv + offv, 1);
+    wgmma_m64n256k16_ss_tb(o, dpl + offp, dv + offv, 1);
+  }
+  wgmma_commit();
+}
+
+// Epilogue of a consumer warpgroup: its 256 output dims [dim0, dim0 + 256) of O (rows r0, r1 of
+// this thread's fragment) times 1 / l, as bf16 out or, with splits, the fp32 partial. Called at
+// the end of each warpgroup's branch rather than after they join: joined, ptxas must give o the
+// same registers under both warpgroups' register budgets.
+NSAJIT_DEVICE void store_o(const SparseMlaDecodeParams& p, const float (&o)[128], int dim0, int r0, int r1, int t4,
+                           float inv0, float inv1, long long row, int head0, int split, bool partial) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = hh ? r1 : r0;
+    const float inv = hh ? inv1 : inv0;
+    if (r >= HB) continue;  // padding row
+    const long long head = row * H_Q + head0 + r;
+    if (!partial) {
+      unsigned short* out = p.out + head * kDimV + dim0 + 2 * t4;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<uint32_t*>(out + 8 * j) = pack_bf16x2_rn(o[4 * j + 2 * hh] * inv, o[4 * j + 2 * hh + 1] * inv);
+    } else {
+      const long long ph_ = (long long)split * p.rows * H_Q + head;
+      float* out = p.o_part + ph_ * kDimV + dim0 + 2 * t4;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<f32x2*>(out + 8 * j) = f32x2{o[4 * j + 2 * hh] * inv, o[4 * j + 2 * hh + 1] * inv};
+    }
+  }
 }
 
 }  // namespace mla
@@ -410,7 +454,6 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   const long long rows = p.rows;
 
   float o[128];  // O[64 heads][256 dims] of this warpgroup: o[4j + e] = (e < 2 ? r0 : r1, 8j + 2 t4 + (e & 1))
-  float inv0, inv1;  // 1 / row sum (0 for a row without a valid token)
 
   if (wg == 0) {
     // ================= WG0: QK, softmax, O[:, 0:256] =================
@@ -423,7 +466,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     // and l are rescaled in few tiles; mt: the true running max (max_logits, the split's max).
     constexpr float kLazyRescale = 8.f;
     float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f, mt0 = neg_inf(), mt1 = neg_inf();
-    uint32_t ph[4][4], pl[4][4];  // P_hi / P_lo A fragments of the 4 k16 steps (kept live while PV runs)
+    // bf16: P_hi / P_lo A fragments of the 4 k16 steps, kept live while WG0's PV (RS) runs
+    uint32_t ph[4][4], pl[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
@@ -462,10 +506,12 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       wgmma_wait<0>();
       fence_regs(s);
       fence_regs(o);
+      if constexpr (!FP8) {
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        fence_regs_u(ph[kk]);
-        fence_regs_u(pl[kk]);
+        for (int kk = 0; kk < 4; ++kk) {
+          fence_regs_u(ph[kk]);
+          fence_regs_u(pl[kk]);
+        }
       }
 
       // ---- online softmax (base 2); invalid tokens -> -inf
@@ -495,6 +541,12 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       const float al0 = up0 ? exp2_ftz(m0 - mu0) : 1.f, al1 = up1 ? exp2_ftz(m1 - mu1) : 1.f;
       m0 = mn0;
       m1 = mn1;
+      // ---- P = P_hi + P_lo; P_hi (over the tile's rope columns, which QK no longer needs), P_lo
+      // and alpha to shared memory for WG1. FP8 stores P as it is computed (WG0's PV reads it from
+      // shared memory too, WG0's PV(t - 1) being done); bf16 keeps it in registers for its RS PV
+      // and stores it after.
+      const uint32_t sph = kvb + 8 * SUB;
+      if (FP8 && k > 0) bar_sync(BAR_P_FREE, 256);  // WG1 is done with the previous tile's P_lo / alpha
       float rs0 = 0.f, rs1 = 0.f;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -503,51 +555,67 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         rs0 += p0 + p1;
         rs1 += p2 + p3;
         const uint32_t h01 = pack_bf16x2_rn(p0, p1), h23 = pack_bf16x2_rn(p2, p3);
-        ph[j >> 1][2 * (j & 1)] = h01;
-        ph[j >> 1][2 * (j & 1) + 1] = h23;
-        pl[j >> 1][2 * (j & 1)] = pack_bf16x2_rn(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01));
-        pl[j >> 1][2 * (j & 1) + 1] = pack_bf16x2_rn(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23));
+        if constexpr (FP8) {
+          st_shared_4(sph + swz(r0, j) + 4 * t4, h01);
+          st_shared_4(sph + swz(r1, j) + 4 * t4, h23);
+          st_shared_4(s_plo + swz(r0, j) + 4 * t4, pack_bf16x2_rn(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01)));
+          st_shared_4(s_plo + swz(r1, j) + 4 * t4, pack_bf16x2_rn(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23)));
+        } else {
+          ph[j >> 1][2 * (j & 1)] = h01;
+          ph[j >> 1][2 * (j & 1) + 1] = h23;
+          pl[j >> 1][2 * (j & 1)] = pack_bf16x2_rn(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01));
+          pl[j >> 1][2 * (j & 1) + 1] = pack_bf16x2_rn(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23));
+        }
       }
       l0 = l0 * al0 + rs0;
       l1 = l1 * al1 + rs1;
-
-      // ---- publish P_hi (over the tile's rope columns), P_lo and alpha for WG1
-      if (k > 0) bar_sync(BAR_P_FREE, 256);  // WG1 is done with the previous tile's P_lo / alpha
-      const uint32_t sph = kvb + 8 * SUB;
+      if constexpr (!FP8) {
+        if (k > 0) bar_sync(BAR_P_FREE, 256);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        st_shared_4(sph + swz(r0, j) + 4 * t4, ph[j >> 1][2 * (j & 1)]);
-        st_shared_4(sph + swz(r1, j) + 4 * t4, ph[j >> 1][2 * (j & 1) + 1]);
-        st_shared_4(s_plo + swz(r0, j) + 4 * t4, pl[j >> 1][2 * (j & 1)]);
-        st_shared_4(s_plo + swz(r1, j) + 4 * t4, pl[j >> 1][2 * (j & 1) + 1]);
+        for (int j = 0; j < 8; ++j) {
+          st_shared_4(sph + swz(r0, j) + 4 * t4, ph[j >> 1][2 * (j & 1)]);
+          st_shared_4(sph + swz(r1, j) + 4 * t4, ph[j >> 1][2 * (j & 1) + 1]);
+          st_shared_4(s_plo + swz(r0, j) + 4 * t4, pl[j >> 1][2 * (j & 1)]);
+          st_shared_4(s_plo + swz(r1, j) + 4 * t4, pl[j >> 1][2 * (j & 1) + 1]);
+        }
       }
       if (t4 == 0) {
         alpha_s[r0] = al0;
         alpha_s[r1] = al1;
       }
 
-      // ---- O[:, 0:256] = alpha O + P_hi V + P_lo V (P from registers, V MN-major), issued
-      // before WG1 may start its PV: WG0's wgmmas enter the tensor pipe first, and WG0 reaches
-      // the next tile's QK sooner.
-      if (__any_sync(0xffffffffu, up0 || up1)) scale_o_rows(o, al0, al1);
-      const uint64_t dv = smem_desc(kvb, 8192, 1024);
-      wgmma_fence();
+      // ---- O[:, 0:256] = alpha O + P_hi V + P_lo V (V MN-major), issued before WG1 may start
+      // its PV: WG0's wgmmas enter the tensor pipe first, and WG0 reaches the next tile's QK
+      // sooner. FP8: P from shared memory (SS), so that WG0 holds no P registers while its PV
+      // runs: the producer gets them (144 registers, WG0 200: FP8 -3 %; bf16 with SS +1 %).
+      if constexpr (FP8) {
+        fence_proxy_async();  // P written by generic stores, read by both warpgroups' wgmmas
+        bar_sync(BAR_WG0_P, 128);
+        if (__any_sync(0xffffffffu, up0 || up1)) scale_o_rows(o, al0, al1);
+        pv_half_ss(o, smem_desc(sph, 16, 1024), smem_desc(s_plo, 16, 1024), smem_desc(kvb, 8192, 1024));
+      } else {
+        if (__any_sync(0xffffffffu, up0 || up1)) scale_o_rows(o, al0, al1);
+        const uint64_t dv = smem_desc(kvb, 8192, 1024);
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const uint64_t off = uint64_t((uint32_t(kk) * 2048u) >> 4);
-        wgmma_m64n256k16_rs_tb(o, ph[kk], dv + off, 1);
-        wgmma_m64n256k16_rs_tb(o, pl[kk], dv + off, 1);
+        for (int kk = 0; kk < 4; ++kk) {
+          const uint64_t off = uint64_t((uint32_t(kk) * 2048u) >> 4);
+          wgmma_m64n256k16_rs_tb(o, ph[kk], dv + off, 1);
+          wgmma_m64n256k16_rs_tb(o, pl[kk], dv + off, 1);
+        }
+        wgmma_commit();
+        fence_proxy_async();  // P written by generic stores, read by WG1's wgmma
       }
-      wgmma_commit();
-      fence_proxy_async();  // P written by generic stores, read by WG1's wgmma
       bar_arrive(BAR_P_READY, 256);
     }
     wgmma_wait<0>();
     fence_regs(o);
+    if constexpr (!FP8) {
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      fence_regs_u(ph[kk]);
-      fence_regs_u(pl[kk]);
+      for (int kk = 0; kk < 4; ++kk) {
+        fence_regs_u(ph[kk]);
+        fence_regs_u(pl[kk]);
+      }
     }
 
     // ---- row sums over the 4 lanes of a row; lse / max_logits; 1/l for WG1
@@ -573,9 +641,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         }
       }
     }
-    inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
-    inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
     bar_arrive(BAR_EPILOGUE, 256);
+    store_o(p, o, 0, r0, r1, t4, l0 > 0.f ? 1.f / l0 : 0.f, l1 > 0.f ? 1.f / l1 : 0.f, row, head0, split, partial);
   } else {
     // ================= WG1: O[:, 256:512] =================
     set_max_regs<REG_WG1>();
@@ -590,47 +657,15 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       bar_sync(BAR_P_READY, 256);
       const float a0 = alpha_s[r0], a1 = alpha_s[r1];
       if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) scale_o_rows(o, a0, a1);
-      const uint64_t dph = smem_desc(kvb + 8 * SUB, 16, 1024);
-      const uint64_t dv = smem_desc(kvb + 4 * SUB, 8192, 1024);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const uint64_t offp = uint64_t((uint32_t(kk) * 32u) >> 4);
-        const uint64_t offv = uint64_t((uint32_t(kk) * 2048u) >> 4);
-        wgmma_m64n256k16_ss_tb(o, dph + offp, dv + offv, 1);
-        wgmma_m64n256k16_ss_tb(o, dpl + offp, dv + offv, 1);
-      }
-      wgmma_commit();
+      pv_half_ss(o, smem_desc(kvb + 8 * SUB, 16, 1024), dpl, smem_desc(kvb + 4 * SUB, 8192, 1024));
       wgmma_wait<0>();
       fence_regs(o);
       if (t + 1 < te) bar_arrive(BAR_P_FREE, 256);
       mbar_arrive(bar_empty + 8 * b);
     }
     bar_sync(BAR_EPILOGUE, 256);
-    inv0 = invl_s[r0];
-    inv1 = invl_s[r1];
+    store_o(p, o, 256, r0, r1, t4, invl_s[r0], invl_s[r1], row, head0, split, partial);
   }
 
-  // ---- epilogue: this warpgroup's 256 output dims
-  const int dim0 = wg == 0 ? 0 : 256;
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int r = hh ? r1 : r0;
-    const float inv = hh ? inv1 : inv0;
-    if (r >= HB) continue;  // padding row
-    const long long head = row * H_Q + head0 + r;
-    if (!partial) {
-      unsigned short* out = p.out + head * kDimV + dim0 + 2 * t4;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<uint32_t*>(out + 8 * j) = pack_bf16x2_rn(o[4 * j + 2 * hh] * inv, o[4 * j + 2 * hh + 1] * inv);
-    } else {
-      const long long ph_ = (long long)split * rows * H_Q + head;
-      float* out = p.o_part + ph_ * kDimV + dim0 + 2 * t4;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<f32x2*>(out + 8 * j) = f32x2{o[4 * j + 2 * hh] * inv, o[4 * j + 2 * hh + 1] * inv};
-    }
-  }
 }
 #endif  // NSAJIT_WGMMA
