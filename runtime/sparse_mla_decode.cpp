@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "generator/family.hpp"
+#include "generator/families/sparse_mla_kernels.hpp"
 #include "nsajit/errors.hpp"
 #include "nsajit/kernels.hpp"
 #include "runtime/argument_checks.hpp"
@@ -45,10 +46,10 @@ bool combine_pdl_allowed() {
   return allowed;
 }
 
-// NSAJIT_MLA_WGMMA=1 selects the wgmma kernel (spec threads 384) for h_q >= 16 on sm_90a, =64 for
-// h_q >= 64 only, =0 the mma.sync kernel (threads 256, so also without the producer warps)
-// everywhere; unset (or anything else): the spec's default tile. Only the spec changes, so the
-// source still depends on the spec alone.
+// NSAJIT_MLA_WGMMA=1 selects the wgmma kernel (spec threads 384; FP8 at 64 heads per CTA: 512) for
+// h_q >= 16 on sm_90a, =64 for h_q >= 64 only, =0 the mma.sync kernel (threads 256, so also without
+// the producer warps) everywhere; unset (or anything else): the spec's default tile. Only the spec
+// changes, so the source still depends on the spec alone.
 // Returns -1 (default), 0 (mma.sync) or the smallest h_q given the wgmma kernel. Read once.
 int kernel_choice() {
   static const int choice = [] {
@@ -171,7 +172,8 @@ void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
     spec.tile.threads = 256;
   } else if (choice > 0 && a.h_q >= choice) {
     const driver::ContextInfo& device = driver::current_context_info();
-    if (device.major == 9 && device.minor == 0) spec.tile.threads = 384;
+    if (device.major == 9 && device.minor == 0)  // FP8 at 64 heads per CTA: its 512-thread form
+      spec.tile.threads = a.kv_dtype == KvDtype::fp8_e4m3 && heads_per_cta(a.h_q) == 64 ? 512 : 384;
   }
   if (g_threads_override > 0) spec.tile.threads = g_threads_override;
   // next_n stays 1: rows are already flattened (b * next_n), and the kernel does not depend on
@@ -208,7 +210,7 @@ void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
 
   LaunchGeometry g;
   const unsigned groups = unsigned(a.h_q / spec.tile.heads_per_cta);
-  if (spec.tile.threads == 384) {  // wgmma kernel: x = row * groups + group (a row's CTAs adjacent)
+  if (sparse_mla_uses_wgmma(spec)) {  // x = row * groups + group (a row's CTAs adjacent)
     g.grid_x = unsigned(a.rows) * groups;
     g.grid_y = 1;
   } else {

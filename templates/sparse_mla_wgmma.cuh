@@ -1,21 +1,25 @@
 // sparse_mla_wgmma.cuh — sparse MLA attention (§3) on Hopper warpgroup MMA (wgmma, sm_90a), bf16
-// or FP8 (656-byte, §4) KV, optional split-KV. Selected by NSAJIT_WGMMA (spec tile threads 384, the
-// default on sm_90a); the mma.sync kernel in sparse_mla_decode.cuh serves the other specs. Same
-// contract and outputs as that kernel (see its header), and the same workspace format.
+// or FP8 (656-byte, §4) KV, optional split-KV. Selected by NSAJIT_WGMMA (spec tile threads 384, or
+// 512 for FP8 at 64 heads per CTA: the defaults on sm_90a); the mma.sync kernel in
+// sparse_mla_decode.cuh serves the other specs. Same contract and outputs as that kernel (see its
+// header), and the same workspace format.
 //
 // CTA = one query row x HB = min(H_Q, 64) heads; the MMA M dimension is always 64 rows (fewer
 // heads: the rows past HB hold zero q and are never written out; the kernels of 8-32 heads are
 // memory-bound, so the padding costs tensor time that is free there).
-// 384 threads = 3 warpgroups, 1 CTA per SM:
-//   WG0 (warps 0-3, 240 / 200 registers with bf16 / FP8 KV): S = Q K^T (64 heads x 64 tokens, wgmma m64n64k16 SS over
+// 384 threads = 3 warpgroups (FP8 512: 4, two producers), 1 CTA per SM:
+//   WG0 (warps 0-3, 240 / 200 / 224 registers with bf16 / FP8 at 384 / FP8 at 512 threads):
+//        S = Q K^T (64 heads x 64 tokens, wgmma m64n64k16 SS over
 //        576 dims), online softmax in base 2 against a reference max raised only when a tile
 //        exceeds it by more than 8 (log2 units: P <= 2^8; O is rescaled in few tiles),
-//        P = P_hi + P_lo (both bf16), O[:, 0:256] += P_hi V + P_lo V (wgmma m64n256k16; bf16: RS,
-//        P from registers; FP8: SS, P from shared memory like WG1, which frees WG0's P registers
-//        for the producer; issued before WG0 signals P_READY, so they queue ahead of WG1's).
+//        P = P_hi + P_lo (both bf16), O[:, 0:256] += P_hi V + P_lo V (wgmma m64n256k16, or two
+//        m64n128k16 at 512 threads; RS, P from registers; FP8 at 384 threads: SS, P from shared
+//        memory like WG1, which frees WG0's P registers for the producer; issued before WG0
+//        signals P_READY, so they queue ahead of WG1's).
 //   WG1 (warps 4-7): O[:, 256:512] += P_hi V + P_lo V (SS: P_hi over the tile's rope columns, which
 //        QK no longer needs; P_lo in its own 8 KB buffer), after rescaling by WG0's alpha.
-//   WG2 (warps 8-11, 56 / 144 registers): producer. bf16: 16-byte cp.async gathers (zero-filled for
+//   WG2 (warps 8-11, 56 / 144 registers; FP8 at 512 threads WG2 and WG3, 64 each): producer.
+//        bf16: 16-byte cp.async gathers (zero-filled for
 //        invalid tokens) of each token row into the 128-byte-swizzled KV tile, not waiting for
 //        them (they arrive on the tile's full barrier when they land, cp.async.mbarrier.arrive),
 //        so both tiles' copies can be in flight; FP8: register loads
@@ -43,7 +47,19 @@ constexpr int TOPK = NSAJIT_TOPK;
 constexpr int HB = NSAJIT_HEADS_PER_CTA;
 constexpr bool FP8 = NSAJIT_KV_FP8 != 0;
 constexpr int BT = NSAJIT_BLOCK_TOKENS;
-static_assert(NSAJIT_THREADS == 384 && BT == 64, "wgmma kernel: 384 threads, 64-token tiles");
+// Producer threads: one warpgroup, or two for FP8 at 512 threads (the default at 64 heads): the
+// dequantisation then issues from two warps per scheduler (H200: FP8 64/128-head 0 to -4 %).
+constexpr int PRODUCERS = NSAJIT_THREADS - 256;
+constexpr int TPT = PRODUCERS / 64;  // producer threads per token of a tile
+// 512 threads cap ptxas at 128 registers a thread for every instruction (setmaxnreg raises a
+// warpgroup's budget at run time, not that cap), below the ~158 one m64n256 wgmma with its 128
+// accumulators needs: the PV then runs as two m64n128 halves.
+constexpr bool PV_N128 = NSAJIT_THREADS == 512;
+// WG0's PV: SS (P from shared memory, no P registers: FP8 at 384 threads, where the producer
+// takes them) or RS (P from registers).
+constexpr bool PV0_SS = FP8 && NSAJIT_THREADS == 384;
+static_assert((NSAJIT_THREADS == 384 || (FP8 && NSAJIT_THREADS == 512)) && BT == 64,
+              "wgmma kernel: 384 threads (FP8: or 512), 64-token tiles");
 static_assert(HB == 8 || HB == 16 || HB == 32 || HB == 64, "HEADS_PER_CTA: 8, 16, 32 or 64");
 static_assert(H_Q % HB == 0 && TOPK % BT == 0, "H_Q / TOPK");
 
@@ -61,18 +77,20 @@ constexpr uint32_t SMEM_BYTES = LAYOUT_BYTES + 1024;  // slack to align the base
 static_assert(SMEM_BYTES == NSAJIT_DYNAMIC_SMEM, "host and kernel disagree on shared memory size");
 
 // Register budgets (setmaxnreg): 128 x (P + W0 + W1) = 64512 = 384 x 168, the launch allocation
-// (__launch_bounds__(384, 1) caps ptxas at 168): what the decreasing warpgroups release is what the
-// increasing ones take. A count below 168 must use setmaxnreg.dec (.inc to a lower count is an
-// illegal instruction: FP8's WG1).
-constexpr int REG_LAUNCH = 168;
-// FP8: the producer's dequantisation is issue-latency-bound in one warp per scheduler, so its
-// registers buy instruction-level parallelism (H200, 64-head FP8: 120 vs 112 -4 %, 144 vs 120 -3 %);
-// WG0 gives them up: with FP8 its PV reads P from shared memory, so it holds no P registers, and
-// 200 is the least it then holds without spilling (192 spills; with P in registers 224 was).
-constexpr int REG_PRODUCER = FP8 ? 144 : 56;
-constexpr int REG_WG0 = FP8 ? 200 : 240;
+// (__launch_bounds__(384, 1) caps ptxas at 168; at 512 threads 128 x (2 P + W0 + W1) = 512 x 128):
+// what the decreasing warpgroups release is what the increasing ones take. A count below the
+// launch cap must use setmaxnreg.dec (.inc to a lower count is an illegal instruction: FP8's WG1).
+constexpr int REG_LAUNCH = NSAJIT_THREADS == 512 ? 128 : 168;
+// FP8 at 384 threads: the producer's registers buy instruction-level parallelism (H200, 64-head
+// FP8: 120 vs 112 -4 %, 144 vs 120 -3 %); WG0 gives them up: its PV reads P from shared memory, so
+// it holds no P registers, and 200 is the least it then holds without spilling (192 spills).
+// FP8 at 512 threads: 64 a producer thread (a quarter token's 8 chunks), WG0 224 with P in
+// registers; WG1 below 160 serialises its wgmmas (C7512) in both forms.
+constexpr int REG_PRODUCER = PV_N128 ? 64 : FP8 ? 144 : 56;
+constexpr int REG_WG0 = PV_N128 ? 224 : FP8 ? 200 : 240;
 constexpr int REG_WG1 = FP8 ? 160 : 208;
-static_assert(REG_PRODUCER + REG_WG0 + REG_WG1 == 3 * REG_LAUNCH, "setmaxnreg budgets must balance");
+static_assert(PRODUCERS / 128 * REG_PRODUCER + REG_WG0 + REG_WG1 == NSAJIT_THREADS / 128 * REG_LAUNCH,
+              "setmaxnreg budgets must balance");
 
 enum : int { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPILOGUE = 3, BAR_WG0_VOTE = 4, BAR_WG0_P = 5 };
 
@@ -205,6 +223,31 @@ NSAJIT_DEVICE void wgmma_m64n256k16_ss_tb(float (&d)[128], uint64_t da, uint64_t
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
+// O[:, 128 columns] (accumulators d[B, B + 64): the m64n256 fragment's columns 128 (B / 64) on)
+// += A B, both from shared memory, B MN-major: the 512-thread FP8 kernel's PV, whose launch cap of
+// 128 registers a thread is below what one m64n256 wgmma needs (128 accumulators + operands).
+template <int B>
+NSAJIT_DEVICE void wgmma_m64n128k16_ss_tb(float (&d)[128], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[B + 0]), "+f"(d[B + 1]), "+f"(d[B + 2]), "+f"(d[B + 3]), "+f"(d[B + 4]), "+f"(d[B + 5]), "+f"(d[B + 6]), "+f"(d[B + 7]), "+f"(d[B + 8]), "+f"(d[B + 9]), "+f"(d[B + 10]), "+f"(d[B + 11]), "+f"(d[B + 12]), "+f"(d[B + 13]), "+f"(d[B + 14]), "+f"(d[B + 15]), "+f"(d[B + 16]), "+f"(d[B + 17]), "+f"(d[B + 18]), "+f"(d[B + 19]), "+f"(d[B + 20]), "+f"(d[B + 21]), "+f"(d[B + 22]), "+f"(d[B + 23]), "+f"(d[B + 24]), "+f"(d[B + 25]), "+f"(d[B + 26]), "+f"(d[B + 27]), "+f"(d[B + 28]), "+f"(d[B + 29]), "+f"(d[B + 30]), "+f"(d[B + 31]), "+f"(d[B + 32]), "+f"(d[B + 33]), "+f"(d[B + 34]), "+f"(d[B + 35]), "+f"(d[B + 36]), "+f"(d[B + 37]), "+f"(d[B + 38]), "+f"(d[B + 39]), "+f"(d[B + 40]), "+f"(d[B + 41]), "+f"(d[B + 42]), "+f"(d[B + 43]), "+f"(d[B + 44]), "+f"(d[B + 45]), "+f"(d[B + 46]), "+f"(d[B + 47]), "+f"(d[B + 48]), "+f"(d[B + 49]), "+f"(d[B + 50]), "+f"(d[B + 51]), "+f"(d[B + 52]), "+f"(d[B + 53]), "+f"(d[B + 54]), "+f"(d[B + 55]), "+f"(d[B + 56]), "+f"(d[B + 57]), "+f"(d[B + 58]), "+f"(d[B + 59]), "+f"(d[B + 60]), "+f"(d[B + 61]), "+f"(d[B + 62]), "+f"(d[B + 63])
+      : "l"(da), "l"(db), "r"(1));
+}
+
+template <int B>
+NSAJIT_DEVICE void wgmma_m64n128k16_rs_tb(float (&d)[128], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[B + 0]), "+f"(d[B + 1]), "+f"(d[B + 2]), "+f"(d[B + 3]), "+f"(d[B + 4]), "+f"(d[B + 5]), "+f"(d[B + 6]), "+f"(d[B + 7]), "+f"(d[B + 8]), "+f"(d[B + 9]), "+f"(d[B + 10]), "+f"(d[B + 11]), "+f"(d[B + 12]), "+f"(d[B + 13]), "+f"(d[B + 14]), "+f"(d[B + 15]), "+f"(d[B + 16]), "+f"(d[B + 17]), "+f"(d[B + 18]), "+f"(d[B + 19]), "+f"(d[B + 20]), "+f"(d[B + 21]), "+f"(d[B + 22]), "+f"(d[B + 23]), "+f"(d[B + 24]), "+f"(d[B + 25]), "+f"(d[B + 26]), "+f"(d[B + 27]), "+f"(d[B + 28]), "+f"(d[B + 29]), "+f"(d[B + 30]), "+f"(d[B + 31]), "+f"(d[B + 32]), "+f"(d[B + 33]), "+f"(d[B + 34]), "+f"(d[B + 35]), "+f"(d[B + 36]), "+f"(d[B + 37]), "+f"(d[B + 38]), "+f"(d[B + 39]), "+f"(d[B + 40]), "+f"(d[B + 41]), "+f"(d[B + 42]), "+f"(d[B + 43]), "+f"(d[B + 44]), "+f"(d[B + 45]), "+f"(d[B + 46]), "+f"(d[B + 47]), "+f"(d[B + 48]), "+f"(d[B + 49]), "+f"(d[B + 50]), "+f"(d[B + 51]), "+f"(d[B + 52]), "+f"(d[B + 53]), "+f"(d[B + 54]), "+f"(d[B + 55]), "+f"(d[B + 56]), "+f"(d[B + 57]), "+f"(d[B + 58]), "+f"(d[B + 59]), "+f"(d[B + 60]), "+f"(d[B + 61]), "+f"(d[B + 62]), "+f"(d[B + 63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
 // O[:, half of 256 dims] += P_hi V + P_lo V, both P from shared memory (one commit group). dph:
 // P_hi over the tile's rope columns, dpl: P_lo (both [64 heads][64 tokens], K-major); dv: the
 // tile's 256 latent dims of this half, MN-major.
@@ -214,8 +257,16 @@ NSAJIT_DEVICE void pv_half_ss(float (&o)[128], uint64_t dph, uint64_t dpl, uint6
   for (int kk = 0; kk < 4; ++kk) {
     const uint64_t offp = uint64_t((uint32_t(kk) * 32u) >> 4);
     const uint64_t offv = uint64_t((uint32_t(kk) * 2048u) >> 4);
-    wgmma_m64n256k16_ss_tb(o, dph + offp, dv + offv, 1);
-    wgmma_m64n256k16_ss_tb(o, dpl + offp, dv + offv, 1);
+    if constexpr (PV_N128) {  // 128 columns at a time; V's columns 128.. two subtiles on
+      const uint64_t offv2 = offv + uint64_t((2u * SUB) >> 4);
+      wgmma_m64n128k16_ss_tb<0>(o, dph + offp, dv + offv);
+      wgmma_m64n128k16_ss_tb<64>(o, dph + offp, dv + offv2);
+      wgmma_m64n128k16_ss_tb<0>(o, dpl + offp, dv + offv);
+      wgmma_m64n128k16_ss_tb<64>(o, dpl + offp, dv + offv2);
+    } else {
+      wgmma_m64n256k16_ss_tb(o, dph + offp, dv + offv, 1);
+      wgmma_m64n256k16_ss_tb(o, dpl + offp, dv + offv, 1);
+    }
   }
   wgmma_commit();
 }
@@ -284,34 +335,41 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 
   if (tid == 0) {
     // FP8: one arrival per producer thread; bf16: also one when its copies land (cp.async arrive)
-    mbar_init(bar_full, FP8 ? 128 : 256);
-    mbar_init(bar_full + 8, FP8 ? 128 : 256);
+    mbar_init(bar_full, FP8 ? PRODUCERS : 256);
+    mbar_init(bar_full + 8, FP8 ? PRODUCERS : 256);
     mbar_init(bar_empty, 256);  // one arrival per consumer thread
     mbar_init(bar_empty + 8, 256);
-    mbar_init(bar_q, 128);  // one arrival per producer thread (bf16: when its q copies land, noinc)
+    mbar_init(bar_q, PRODUCERS);  // one arrival per producer thread (bf16: when its q copies land, noinc)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
 
-  if (wg == 2) {
+  if (wg >= 2) {
     // ================= producer warpgroup =================
     set_max_regs<REG_PRODUCER>();
     const int pt = tid - 256;
-    // Q: thread (group pt / 8, chunk pt % 8) copies chunk pt % 8 of rows grp + 16 i of every subtile.
+    // Q: thread (group pt / 8, chunk pt % 8) copies chunk pt % 8 of rows grp + QSTEP i of every subtile.
     {
+      constexpr int QSTEP = PRODUCERS / 8;
       const int grp = pt >> 3, ch = pt & 7;
       const bf16_t* q_g = p.q + (row * H_Q + head0) * kDimQK;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = grp + 16 * i;
+      for (int i = 0; i < 64 / QSTEP; ++i) {
+        const int r = grp + QSTEP * i;
 #pragma unroll
         for (int s = 0; s < 9; ++s)  // rows past HB: zero-filled
           cp_async_16_zfill(s_q + s * SUB + swz(r, ch), r < HB ? q_g + r * kDimQK + s * 64 + ch * 8 : q_g, r < HB ? 16u : 0u);
       }
     }
+    // FP8: the first byte of slot idx's 656-byte token (page idx / page_size, row idx % page_size;
+    // by shifts for a power-of-two page size: a division is ~20 instructions on the producer's path).
     const unsigned ps = (unsigned)p.page_size;
-    auto token_bytes = [&](int idx) {  // FP8: the first byte of slot idx's 656-byte token
-      return p.kv_fp8 + (long long)((unsigned)idx / ps) * p.kv_page_stride + (long long)((unsigned)idx % ps) * kFp8Bytes;
+    const bool ps_pow2 = (ps & (ps - 1u)) == 0u;
+    const unsigned ps_shift = __ffs(int(ps)) - 1;
+    auto token_bytes = [&](int idx) {
+      const unsigned u = (unsigned)idx;
+      const unsigned page = ps_pow2 ? u >> ps_shift : u / ps;
+      return p.kv_fp8 + (long long)page * p.kv_page_stride + (long long)(u - page * ps) * kFp8Bytes;
     };
     // L2 prefetch, two tiles ahead of the copies into shared memory: only two tiles fit in shared
     // memory, so without it a tile's copies wait a full DRAM latency.
@@ -320,8 +378,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       if (tile >= te) return;
       const int idx = valid_index(raw, p.num_slots);
       if constexpr (FP8) {
-        // Thread pair (token pt / 2, h = pt % 2): the lines holding the token's bytes at offsets
-        // 128 k (h = 0: k even, h = 1: k odd), every line of the token: the token starts 16-byte
+        // Threads (token pt / TPT, h = pt % TPT): the lines holding the token's bytes at offsets
+        // 128 k, k % TPT == h, every line of the token: the token starts 16-byte
         // aligned (kv and the page stride are), so the line of offset 640 holds byte 655.
         // Per-thread line prefetches: a bulk prefetch takes a warp-uniform address, so the
         // compiler runs one per lane in a serial loop. The loop is not unrolled: unrolled, ptxas
@@ -329,7 +387,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         if (idx < 0) return;
         const unsigned char* base = token_bytes(idx);
 #pragma unroll 1
-        for (int o = 128 * (pt & 1); o < kFp8Bytes; o += 256) prefetch_l2_line(base + o);
+        for (int o = 128 * (pt % TPT); o < kFp8Bytes; o += 128 * TPT) prefetch_l2_line(base + o);
       } else {  // the same pairs over the 1152-byte row
         if (idx < 0) return;
         const char* base = reinterpret_cast<const char*>(p.kv + (long long)idx * p.kv_row_stride);
@@ -337,7 +395,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         for (int o = 128 * (pt & 1); o < 2 * kDimQK + 127; o += 256) prefetch_l2_line(base + min(o, 2 * kDimQK - 1));
       }
     };
-    auto prefetch_raw = [&](int tile) { return tile < te ? load_index_raw(idx_row, tile * BT + (pt >> 1), n) : -1; };
+    auto prefetch_raw = [&](int tile) { return tile < te ? load_index_raw(idx_row, tile * BT + pt / TPT, n) : -1; };
     prefetch_tile(tb + 1, prefetch_raw(tb + 1));
     if constexpr (!FP8) {
       // bf16: the same (group, chunk) mapping: rows grp + 16 i (one swizzle phase per thread),
@@ -377,11 +435,13 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       // landed does not mean their arrivals on it have happened.
       if (te == tb) mbar_wait(bar_q, 0);
     } else {
-      // FP8: thread = (token pt / 2, half h = pt % 2); half h handles the 16-byte fp8 chunks 2j + h
-      // (j < 16) and rope chunks 2j + h (j < 4), so a thread pair reads 32 contiguous bytes. The
-      // rope (bf16 already) goes by cp.async straight into the tile: no registers, which the
-      // dequantisation uses for instruction-level parallelism instead.
-      const int tok = pt >> 1, h = pt & 1;
+      // FP8: thread = (token pt / TPT, part h = pt % TPT), TPT = 2 (384 threads) or 4 (512); part h
+      // handles the 16-byte fp8 chunks TPT j + h (j < 32 / TPT) and rope chunks TPT j + h (j < 8 /
+      // TPT), so the TPT threads of a token read 16 TPT contiguous bytes. The rope (bf16 already)
+      // goes by cp.async straight into the tile: no registers, which the dequantisation uses for
+      // instruction-level parallelism instead.
+      constexpr int NCH = 32 / TPT;  // fp8 chunks a thread
+      const int tok = pt / TPT, h = pt % TPT;
       bool q_pending = true;  // bar_q: arrived with the first tile
       // FP8: the index entries a tile ahead of their use, checked there (h64 b64 n1 fp8 -8 %).
       int cur = tb < te ? load_index_raw(idx_row, tb * BT + tok, n) : -1;
@@ -390,11 +450,11 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         const int k = t - tb, b = k & 1;
         const int idx = valid_index(cur, p.num_slots);
         const bool ok = idx >= 0;
-        u32x4 f[16], sc = {0u, 0u, 0u, 0u};
+        u32x4 f[NCH], sc = {0u, 0u, 0u, 0u};
         const unsigned char* base = ok ? token_bytes(idx) : nullptr;
         if (ok) {
 #pragma unroll
-          for (int j = 0; j < 16; ++j) f[j] = ld_global_nc_16(base + 16 * (2 * j + h));
+          for (int j = 0; j < NCH; ++j) f[j] = ld_global_nc_16(base + 16 * (TPT * j + h));
           sc = ld_global_nc_16(base + 512);
         }
         // The prefetch after this tile's loads: they are in flight while it runs.
@@ -406,15 +466,15 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         if (h == 0) valid_s[b * BT + tok] = ok;
         // rope: an invalid token's is zero-filled (nothing read)
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-          cp_async_16_zfill(dst + 8 * SUB + swz(tok, 2 * j + h), ok ? static_cast<const void*>(base + 528 + 16 * (2 * j + h)) : p.q, ok ? 16u : 0u);
+        for (int j = 0; j < 8 / TPT; ++j)
+          cp_async_16_zfill(dst + 8 * SUB + swz(tok, TPT * j + h), ok ? static_cast<const void*>(base + 528 + 16 * (TPT * j + h)) : p.q, ok ? 16u : 0u);
         if (ok) {
           const float scf[4] = {__uint_as_float(sc.x), __uint_as_float(sc.y), __uint_as_float(sc.z), __uint_as_float(sc.w)};
 #pragma unroll
-          for (int j = 0; j < 16; ++j) {
-            const int kc = 2 * j + h;          // fp8 chunk: dims [16 kc, 16 kc + 16)
-            const float sf = scf[j >> 2];      // its 128-dim scale tile (= kc / 8)
-            const uint32_t a = dst + uint32_t(j >> 1) * SUB;  // column block kc / 4
+          for (int j = 0; j < NCH; ++j) {
+            const int kc = TPT * j + h;        // fp8 chunk: dims [16 kc, 16 kc + 16)
+            const float sf = scf[(TPT * j) >> 3];  // its 128-dim scale tile (= kc / 8)
+            const uint32_t a = dst + uint32_t(kc >> 2) * SUB;  // column block kc / 4
             const int c0 = 2 * (kc & 3);
             u32x4 lo, hi;
             dequant_e4m3x16(f[j], sf, lo, hi);
@@ -424,9 +484,9 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         } else {
           const u32x4 z = {0u, 0u, 0u, 0u};
 #pragma unroll
-          for (int j = 0; j < 16; ++j) {
-            const int kc = 2 * j + h;
-            const uint32_t a = dst + uint32_t(j >> 1) * SUB;
+          for (int j = 0; j < NCH; ++j) {
+            const int kc = TPT * j + h;
+            const uint32_t a = dst + uint32_t(kc >> 2) * SUB;
             st_shared_16(a + swz(tok, 2 * (kc & 3)), z);
             st_shared_16(a + swz(tok, 2 * (kc & 3) + 1), z);
           }
@@ -506,7 +566,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       wgmma_wait<0>();
       fence_regs(s);
       fence_regs(o);
-      if constexpr (!FP8) {
+      if constexpr (!PV0_SS) {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           fence_regs_u(ph[kk]);
@@ -542,11 +602,11 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       m0 = mn0;
       m1 = mn1;
       // ---- P = P_hi + P_lo; P_hi (over the tile's rope columns, which QK no longer needs), P_lo
-      // and alpha to shared memory for WG1. FP8 stores P as it is computed (WG0's PV reads it from
-      // shared memory too, WG0's PV(t - 1) being done); bf16 keeps it in registers for its RS PV
-      // and stores it after.
+      // and alpha to shared memory for WG1. FP8 at 384 threads stores P as it is computed (WG0's PV
+      // reads it from shared memory too, WG0's PV(t - 1) being done); otherwise WG0 keeps it in
+      // registers for its RS PV and stores it after.
       const uint32_t sph = kvb + 8 * SUB;
-      if (FP8 && k > 0) bar_sync(BAR_P_FREE, 256);  // WG1 is done with the previous tile's P_lo / alpha
+      if (PV0_SS && k > 0) bar_sync(BAR_P_FREE, 256);  // WG1 is done with the previous tile's P_lo / alpha
       float rs0 = 0.f, rs1 = 0.f;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -555,7 +615,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         rs0 += p0 + p1;
         rs1 += p2 + p3;
         const uint32_t h01 = pack_bf16x2_rn(p0, p1), h23 = pack_bf16x2_rn(p2, p3);
-        if constexpr (FP8) {
+        if constexpr (PV0_SS) {
           st_shared_4(sph + swz(r0, j) + 4 * t4, h01);
           st_shared_4(sph + swz(r1, j) + 4 * t4, h23);
           st_shared_4(s_plo + swz(r0, j) + 4 * t4, pack_bf16x2_rn(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01)));
@@ -569,7 +629,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       }
       l0 = l0 * al0 + rs0;
       l1 = l1 * al1 + rs1;
-      if constexpr (!FP8) {
+      if constexpr (!PV0_SS) {
         if (k > 0) bar_sync(BAR_P_FREE, 256);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
@@ -586,9 +646,10 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 
       // ---- O[:, 0:256] = alpha O + P_hi V + P_lo V (V MN-major), issued before WG1 may start
       // its PV: WG0's wgmmas enter the tensor pipe first, and WG0 reaches the next tile's QK
-      // sooner. FP8: P from shared memory (SS), so that WG0 holds no P registers while its PV
-      // runs: the producer gets them (144 registers, WG0 200: FP8 -3 %; bf16 with SS +1 %).
-      if constexpr (FP8) {
+      // sooner. FP8 at 384 threads: P from shared memory (SS), so that WG0 holds no P registers
+      // while its PV runs: the producer gets them (144 registers, WG0 200: FP8 -3 %; bf16 with SS
+      // +1 %).
+      if constexpr (PV0_SS) {
         fence_proxy_async();  // P written by generic stores, read by both warpgroups' wgmmas
         bar_sync(BAR_WG0_P, 128);
         if (__any_sync(0xffffffffu, up0 || up1)) scale_o_rows(o, al0, al1);
@@ -600,8 +661,16 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint64_t off = uint64_t((uint32_t(kk) * 2048u) >> 4);
-          wgmma_m64n256k16_rs_tb(o, ph[kk], dv + off, 1);
-          wgmma_m64n256k16_rs_tb(o, pl[kk], dv + off, 1);
+          if constexpr (PV_N128) {  // 128 columns at a time
+            const uint64_t off2 = off + uint64_t((2u * SUB) >> 4);
+            wgmma_m64n128k16_rs_tb<0>(o, ph[kk], dv + off);
+            wgmma_m64n128k16_rs_tb<64>(o, ph[kk], dv + off2);
+            wgmma_m64n128k16_rs_tb<0>(o, pl[kk], dv + off);
+            wgmma_m64n128k16_rs_tb<64>(o, pl[kk], dv + off2);
+          } else {
+            wgmma_m64n256k16_rs_tb(o, ph[kk], dv + off, 1);
+            wgmma_m64n256k16_rs_tb(o, pl[kk], dv + off, 1);
+          }
         }
         wgmma_commit();
         fence_proxy_async();  // P written by generic stores, read by WG1's wgmma
@@ -610,7 +679,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     }
     wgmma_wait<0>();
     fence_regs(o);
-    if constexpr (!FP8) {
+    if constexpr (!PV0_SS) {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         fence_regs_u(ph[kk]);

@@ -294,6 +294,27 @@ TEST_CASE("sparse_mla gpu: the 256-thread mma.sync kernel up to 32 heads, bf16 a
   }
 }
 
+// The FP8 wgmma kernel with one producer warpgroup (384 threads, WG0's PV from shared memory):
+// the default until the 512-thread form replaced it at 64 heads per CTA; still an explicit spec.
+TEST_CASE("sparse_mla gpu: the 384-thread FP8 wgmma kernel, 64 and 128 heads, splits, invalid entries") {
+  NSAJIT_REQUIRE_GPU();
+  struct ThreadsOverride {
+    ThreadsOverride() { nsajit::detail::set_sparse_mla_threads_override(384); }
+    ~ThreadsOverride() { nsajit::detail::set_sparse_mla_threads_override(0); }
+  } force384;
+  for (const Mode& m : {Mode{.fp8 = true}, Mode{.fp8 = true, .page_size = 1, .splits = 3}, Mode{.fp8 = true, .splits = 0}}) {
+    for (int h_q : {64, 128}) {
+      Problem p = make_problem(4, h_q, 2048, 5000, std::uint32_t(900 + h_q));
+      set_range(p, 1, 1000, 1100, -1);  // a gap mid-row
+      set_range(p, 2, 0, 2048, -1);     // every entry invalid
+      for (int j = 0; j < 2048; j += 3) p.indices[3 * 2048 + j] = -1;
+      finalize(p, m);
+      const Result r = check(p, "384 threads, h_q " + std::to_string(h_q), m);
+      check_empty_row(r, p, 2);
+    }
+  }
+}
+
 TEST_CASE("sparse_mla gpu: invalid entries at the front, middle, end, whole blocks, all") {
   NSAJIT_REQUIRE_GPU();
   for (const Mode& m : all_modes()) {
@@ -386,30 +407,32 @@ TEST_CASE("sparse_mla gpu: kv_row_stride > 576 (padding is NaN and never read)")
   }
 }
 
-TEST_CASE("sparse_mla gpu: FP8 page sizes 1 and 64, padded pages, shuffled page tables") {
+// Page size 3: the kernels' slot -> page division (a power of two goes by shifts); h_q 32 runs the
+// mma.sync kernel, 128 the wgmma one.
+TEST_CASE("sparse_mla gpu: FP8 page sizes 1, 3 and 64, padded pages, shuffled page tables") {
   NSAJIT_REQUIRE_GPU();
-  for (int page_size : {1, 64}) {
-    for (std::int64_t pad : {0, 48}) {
-      // Positions 0..len-1 of each request map to slots through a shuffled page table.
-      const int num_pages = 12000 / page_size + 2;
-      Problem p = make_problem(4, 32, 1024, std::int64_t(num_pages) * page_size, 70 + page_size);
-      std::mt19937 rng(71);
-      std::vector<std::int32_t> table(std::size_t(num_pages) - 1);  // the last page stays NaN
-      std::iota(table.begin(), table.end(), 0);
-      std::shuffle(table.begin(), table.end(), rng);
-      const int len = 3000;
-      for (int r = 0; r < p.rows; ++r)
-        for (int j = 0; j < p.topk; ++j) {
-          const int pos = std::uniform_int_distribution<int>(0, len - 1)(rng);
-          p.indices[std::size_t(r) * p.topk + j] = table[std::size_t(pos / page_size)] * page_size + pos % page_size;
-        }
-      set_range(p, 2, 512, 1024, -1);
-      p.num_slots = std::int64_t(num_pages) * page_size;
-      const Mode m{.fp8 = true, .page_size = page_size, .page_pad = pad};
-      finalize(p, m);
-      check(p, "page size " + std::to_string(page_size) + " pad " + std::to_string(pad), m);
-    }
-  }
+  for (int page_size : {1, 3, 64})
+    for (int h_q : {32, 128})
+      for (std::int64_t pad : {0, 48}) {
+        // Positions 0..len-1 of each request map to slots through a shuffled page table.
+        const int num_pages = 12000 / page_size + 2;
+        Problem p = make_problem(4, h_q, 1024, std::int64_t(num_pages) * page_size, std::uint32_t(70 + page_size + h_q));
+        std::mt19937 rng(71);
+        std::vector<std::int32_t> table(std::size_t(num_pages) - 1);  // the last page stays NaN
+        std::iota(table.begin(), table.end(), 0);
+        std::shuffle(table.begin(), table.end(), rng);
+        const int len = 3000;
+        for (int r = 0; r < p.rows; ++r)
+          for (int j = 0; j < p.topk; ++j) {
+            const int pos = std::uniform_int_distribution<int>(0, len - 1)(rng);
+            p.indices[std::size_t(r) * p.topk + j] = table[std::size_t(pos / page_size)] * page_size + pos % page_size;
+          }
+        set_range(p, 2, 512, 1024, -1);
+        p.num_slots = std::int64_t(num_pages) * page_size;
+        const Mode m{.fp8 = true, .page_size = page_size, .page_pad = pad};
+        finalize(p, m);
+        check(p, "page size " + std::to_string(page_size) + " h_q " + std::to_string(h_q) + " pad " + std::to_string(pad), m);
+      }
 }
 
 TEST_CASE("sparse_mla gpu: FP8 tiles zero, tiny, 448, huge, non-power-of-two scales") {
@@ -840,6 +863,18 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
       t.tile.threads = threads;
       CHECK(message(t) == "(valid)");
     }
+  for (int h_q : {64, 128}) {  // 512 at 64 heads per CTA: the FP8 wgmma kernel, its default on sm_90a
+    KernelSpec t = spec(h_q);
+    t.tile.threads = 512;
+    CHECK(message(t).find("threads = 512") != std::string::npos);  // bf16
+    t.kv_dtype = nsajit::KvDtype::fp8_e4m3;
+    CHECK(message(t) == "(valid)");
+    t.tile.threads = 0;
+    CHECK(nsajit::with_default_tile(t).tile.threads == 512);
+    t.tile.threads = 384;  // one producer warpgroup: still valid
+    CHECK(message(t) == "(valid)");
+    CHECK(nsajit::readable_name(t).find(".t384x64x64") != std::string::npos);
+  }
   {
     KernelSpec other = spec(64);
     other.tile.threads = 0;

@@ -4,6 +4,7 @@
 
 #include "generator/embedded_templates.hpp"
 #include "generator/family.hpp"
+#include "generator/families/sparse_mla_kernels.hpp"
 #include "nsajit/errors.hpp"
 
 namespace nsajit {
@@ -32,6 +33,9 @@ bool kv_bulk(const KernelSpec& spec) { return spec.kv_dtype == KvDtype::bf16; }
 // override it at run time (runtime/sparse_mla_decode.cpp).
 constexpr int kWgmmaMinHeads = 64;
 constexpr int kWgmmaThreads = 384;
+// FP8 at 64 heads per CTA: the wgmma kernel with two producer warpgroups (512 threads; 1-4 %
+// faster than 384 on the 64/128-head FP8 shapes, H200, docs/notes/sparse_mla.md experiment 38).
+constexpr int kWgmmaFp8Threads = 512;
 // 320 threads = the mma.sync kernel with two producer warps issuing the bf16 tiles' bulk copies
 // (its default for bf16 up to 32 heads per CTA; 64 heads need every register of 256 threads).
 // 512 threads = the mma.sync kernel with eight producer warps that copy and dequantize the FP8
@@ -41,7 +45,8 @@ constexpr int kMaxProducerHeads = 32;
 constexpr int kFp8ProducerThreads = 512;
 constexpr int kMaxFp8ProducerHeads = 16;
 bool is_sm90a(const Arch& a) { return a.sm == 90 && a.suffix == 'a'; }
-bool wgmma(const KernelSpec& spec) { return spec.tile.threads == kWgmmaThreads; }
+bool wgmma(const KernelSpec& spec) { return sparse_mla_uses_wgmma(spec); }
+
 // Mirrors the layout of templates/sparse_mla_wgmma.cuh (Q + two KV tiles of nine 8 KB swizzled
 // subtiles, P_lo 8 KB, validity flags 512 B, alpha and 1/l 256 B each, 64 B of mbarriers) plus
 // 1024 bytes to align the base to the 128-byte swizzle's 1024-byte period.
@@ -77,7 +82,8 @@ void fill_default_tile(KernelSpec& spec) {
   if (spec.tile.threads == 0)
     spec.tile.threads = kWgmmaMinHeads > 0 && spec.tile.heads_per_cta >= kWgmmaMinHeads && spec.tile.heads_per_cta >= 16 &&
                                 spec.tile.block_tokens == 64 && is_sm90a(spec.arch)
-                            ? kWgmmaThreads
+                            ? (spec.kv_dtype == KvDtype::fp8_e4m3 && spec.tile.heads_per_cta == 64 ? kWgmmaFp8Threads
+                                                                                                  : kWgmmaThreads)
                         : kv_bulk(spec) && spec.tile.heads_per_cta <= kMaxProducerHeads ? kProducerThreads
                         : !kv_bulk(spec) && spec.tile.heads_per_cta <= kMaxFp8ProducerHeads ? kFp8ProducerThreads
                                                                                             : 256;
@@ -96,7 +102,8 @@ void validate_spec(const KernelSpec& spec) {
   if (t.threads != 256 && t.threads != kProducerThreads && t.threads != kWgmmaThreads && t.threads != kFp8ProducerThreads)
     throw_bad_field(spec, "threads", t.threads,
                     "256 (mma.sync, 8 warps), 320 (mma.sync + 2 producer warps: bf16, <= 32 heads per CTA), 384 "
-                    "(wgmma, 3 warpgroups) or 512 (mma.sync + 8 producer warps: FP8, <= 16 heads per CTA)");
+                    "(wgmma, 3 warpgroups) or 512 (mma.sync + 8 producer warps: FP8, <= 16 heads per CTA; wgmma "
+                    "with 2 producer warpgroups: FP8, 64 heads per CTA)");
   if (t.block_tokens != 64) throw_bad_field(spec, "block_tokens", t.block_tokens, "64");
   const int hpc = t.heads_per_cta;
   if (hpc != 8 && hpc != 16 && hpc != 32 && hpc != 64)
@@ -105,8 +112,9 @@ void validate_spec(const KernelSpec& spec) {
     throw_bad_field(spec, "heads_per_cta", hpc, "a divisor of h_q (" + std::to_string(h) + ")");
   if (t.threads == kProducerThreads && (!kv_bulk(spec) || t.heads_per_cta > kMaxProducerHeads))
     throw_bad_field(spec, "threads", t.threads, "256 or 384 for this spec (320: bf16 KV, <= 32 heads per CTA)");
-  if (t.threads == kFp8ProducerThreads && (kv_bulk(spec) || t.heads_per_cta > kMaxFp8ProducerHeads))
-    throw_bad_field(spec, "threads", t.threads, "256 or 384 for this spec (512: FP8 KV, <= 16 heads per CTA)");
+  if (t.threads == kFp8ProducerThreads && (kv_bulk(spec) || (hpc > kMaxFp8ProducerHeads && hpc != 64)))
+    throw_bad_field(spec, "threads", t.threads,
+                    "256 or 384 for this spec (512: FP8 KV, <= 16 or 64 heads per CTA)");
   if (wgmma(spec) && !is_sm90a(spec.arch))
     throw_bad_field(spec, "threads", t.threads, "256 for " + to_string(spec.arch) + " (384 = wgmma, sm_90a only)");
   if (!wgmma(spec) && smem_bytes(t.block_tokens, hpc, t.threads, kv_bulk(spec), spec.kv_dtype == KvDtype::fp8_e4m3) > kMaxSmem)
