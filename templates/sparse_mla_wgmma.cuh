@@ -51,6 +51,7 @@ constexpr int BT = NSAJIT_BLOCK_TOKENS;
 // dequantisation then issues from two warps per scheduler (H200: FP8 64/128-head 0 to -4 %).
 constexpr int PRODUCERS = NSAJIT_THREADS - 256;
 constexpr int TPT = PRODUCERS / 64;  // producer threads per token of a tile
+constexpr int TPT_LOG2 = TPT == 4 ? 2 : 1;
 // 512 threads cap ptxas at 128 registers a thread for every instruction (setmaxnreg raises a
 // warpgroup's budget at run time, not that cap), below the ~158 one m64n256 wgmma with its 128
 // accumulators needs: the PV then runs as two m64n128 halves.
@@ -344,7 +345,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   }
   __syncthreads();
 
-  if (wg >= 2) {
+  if (wg == 2 || (PRODUCERS == 256 && wg == 3)) {
     // ================= producer warpgroup =================
     set_max_regs<REG_PRODUCER>();
     const int pt = tid - 256;
@@ -364,8 +365,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     // FP8: the first byte of slot idx's 656-byte token (page idx / page_size, row idx % page_size;
     // by shifts for a power-of-two page size: a division is ~20 instructions on the producer's path).
     const unsigned ps = (unsigned)p.page_size;
-    const bool ps_pow2 = (ps & (ps - 1u)) == 0u;
-    const unsigned ps_shift = __ffs(int(ps)) - 1;
+    const bool ps_pow2 = FP8 && (ps & (ps - 1u)) == 0u;
+    const unsigned ps_shift = FP8 ? unsigned(__ffs(int(ps)) - 1) : 0u;
     auto token_bytes = [&](int idx) {
       const unsigned u = (unsigned)idx;
       const unsigned page = ps_pow2 ? u >> ps_shift : u / ps;
@@ -387,7 +388,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         if (idx < 0) return;
         const unsigned char* base = token_bytes(idx);
 #pragma unroll 1
-        for (int o = 128 * (pt % TPT); o < kFp8Bytes; o += 128 * TPT) prefetch_l2_line(base + o);
+        for (int o = 128 * (pt & (TPT - 1)); o < kFp8Bytes; o += 128 * TPT) prefetch_l2_line(base + o);
       } else {  // the same pairs over the 1152-byte row
         if (idx < 0) return;
         const char* base = reinterpret_cast<const char*>(p.kv + (long long)idx * p.kv_row_stride);
@@ -395,7 +396,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         for (int o = 128 * (pt & 1); o < 2 * kDimQK + 127; o += 256) prefetch_l2_line(base + min(o, 2 * kDimQK - 1));
       }
     };
-    auto prefetch_raw = [&](int tile) { return tile < te ? load_index_raw(idx_row, tile * BT + pt / TPT, n) : -1; };
+    auto prefetch_raw = [&](int tile) { return tile < te ? load_index_raw(idx_row, tile * BT + (pt >> TPT_LOG2), n) : -1; };
     prefetch_tile(tb + 1, prefetch_raw(tb + 1));
     if constexpr (!FP8) {
       // bf16: the same (group, chunk) mapping: rows grp + 16 i (one swizzle phase per thread),
@@ -441,7 +442,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       // goes by cp.async straight into the tile: no registers, which the dequantisation uses for
       // instruction-level parallelism instead.
       constexpr int NCH = 32 / TPT;  // fp8 chunks a thread
-      const int tok = pt / TPT, h = pt % TPT;
+      const int tok = pt >> TPT_LOG2, h = pt & (TPT - 1);
       bool q_pending = true;  // bar_q: arrived with the first tile
       // FP8: the index entries a tile ahead of their use, checked there (h64 b64 n1 fp8 -8 %).
       int cur = tb < te ? load_index_raw(idx_row, tb * BT + tok, n) : -1;
