@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -272,47 +273,47 @@ TEST_CASE("sparse_mla gpu: every h_q at topk 2048, both sm_scales, every mode") 
   }
 }
 
-// The mma.sync kernel without producer warps (256 threads): no longer the default up to 32 heads
-// (bf16 or FP8), still reached through NSAJIT_MLA_WGMMA=0 or an explicit spec.
-TEST_CASE("sparse_mla gpu: the 256-thread mma.sync kernel up to 32 heads, bf16 and FP8, splits, invalid entries") {
-  NSAJIT_REQUIRE_GPU();
+// A kernel the defaults no longer pick, forced by the launch's thread-count test hook: 4 rows of
+// topk 2048 per (mode, h_q), seeded seed + h_q: a gap mid-row, a row with every entry invalid,
+// every third entry invalid.
+namespace {
+void check_forced_threads(int threads, std::uint32_t seed, std::initializer_list<Mode> modes,
+                          std::initializer_list<int> heads) {
   struct ThreadsOverride {
-    ThreadsOverride() { nsajit::detail::set_sparse_mla_threads_override(256); }
+    explicit ThreadsOverride(int t) { nsajit::detail::set_sparse_mla_threads_override(t); }
     ~ThreadsOverride() { nsajit::detail::set_sparse_mla_threads_override(0); }
-  } force256;
-  for (const Mode& m : {Mode{}, Mode{.splits = 3}, Mode{.splits = 0}, Mode{.fp8 = true}, Mode{.fp8 = true, .page_size = 1, .splits = 3},
-                        Mode{.fp8 = true, .splits = 0}}) {
-    for (int h_q : {8, 16, 32}) {
-      Problem p = make_problem(4, h_q, 2048, 5000, std::uint32_t(700 + h_q));
+  } force(threads);
+  for (const Mode& m : modes) {
+    for (int h_q : heads) {
+      Problem p = make_problem(4, h_q, 2048, 5000, seed + std::uint32_t(h_q));
       set_range(p, 1, 1000, 1100, -1);  // a gap mid-row
       set_range(p, 2, 0, 2048, -1);     // every entry invalid
       for (int j = 0; j < 2048; j += 3) p.indices[3 * 2048 + j] = -1;
       finalize(p, m);
-      const Result r = check(p, "256 threads, h_q " + std::to_string(h_q), m);
+      const Result r = check(p, std::to_string(threads) + " threads, h_q " + std::to_string(h_q), m);
       check_empty_row(r, p, 2);
     }
   }
+}
+}  // namespace
+
+// The mma.sync kernel without producer warps (256 threads): no longer the default up to 32 heads
+// (bf16 or FP8), still reached through NSAJIT_MLA_WGMMA=0 or an explicit spec.
+TEST_CASE("sparse_mla gpu: the 256-thread mma.sync kernel up to 32 heads, bf16 and FP8, splits, invalid entries") {
+  NSAJIT_REQUIRE_GPU();
+  check_forced_threads(256, 700,
+                       {Mode{}, Mode{.splits = 3}, Mode{.splits = 0}, Mode{.fp8 = true},
+                        Mode{.fp8 = true, .page_size = 1, .splits = 3}, Mode{.fp8 = true, .splits = 0}},
+                       {8, 16, 32});
 }
 
 // The FP8 wgmma kernel with one producer warpgroup (384 threads, WG0's PV from shared memory):
 // the default until the 512-thread form replaced it at 64 heads per CTA; still an explicit spec.
 TEST_CASE("sparse_mla gpu: the 384-thread FP8 wgmma kernel, 64 and 128 heads, splits, invalid entries") {
   NSAJIT_REQUIRE_GPU();
-  struct ThreadsOverride {
-    ThreadsOverride() { nsajit::detail::set_sparse_mla_threads_override(384); }
-    ~ThreadsOverride() { nsajit::detail::set_sparse_mla_threads_override(0); }
-  } force384;
-  for (const Mode& m : {Mode{.fp8 = true}, Mode{.fp8 = true, .page_size = 1, .splits = 3}, Mode{.fp8 = true, .splits = 0}}) {
-    for (int h_q : {64, 128}) {
-      Problem p = make_problem(4, h_q, 2048, 5000, std::uint32_t(900 + h_q));
-      set_range(p, 1, 1000, 1100, -1);  // a gap mid-row
-      set_range(p, 2, 0, 2048, -1);     // every entry invalid
-      for (int j = 0; j < 2048; j += 3) p.indices[3 * 2048 + j] = -1;
-      finalize(p, m);
-      const Result r = check(p, "384 threads, h_q " + std::to_string(h_q), m);
-      check_empty_row(r, p, 2);
-    }
-  }
+  check_forced_threads(384, 900,
+                       {Mode{.fp8 = true}, Mode{.fp8 = true, .page_size = 1, .splits = 3}, Mode{.fp8 = true, .splits = 0}},
+                       {64, 128});
 }
 
 TEST_CASE("sparse_mla gpu: invalid entries at the front, middle, end, whole blocks, all") {
