@@ -172,8 +172,8 @@ void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
     spec.tile.threads = 256;
   } else if (choice > 0 && a.h_q >= choice) {
     const driver::ContextInfo& device = driver::current_context_info();
-    if (device.major == 9 && device.minor == 0)  // FP8 at 64 heads per CTA: its 512-thread form
-      spec.tile.threads = a.kv_dtype == KvDtype::fp8_e4m3 && heads_per_cta(a.h_q) == 64 ? 512 : 384;
+    if (device.major == 9 && device.minor == 0)
+      spec.tile.threads = sparse_mla_wgmma_threads(a.kv_dtype, heads_per_cta(a.h_q));
   }
   if (g_threads_override > 0) spec.tile.threads = g_threads_override;
   // next_n stays 1: rows are already flattened (b * next_n), and the kernel does not depend on

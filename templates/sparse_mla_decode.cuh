@@ -53,7 +53,8 @@
 // NSAJIT_KV_FP8 (0/1), NSAJIT_KV_BULK (0/1), NSAJIT_THREADS (256; 320 or 512 with producer warps),
 // NSAJIT_BLOCK_TOKENS (64), NSAJIT_DYNAMIC_SMEM (the host's byte count; checked below against
 // this file's layout), NSAJIT_WGMMA (1: this file is skipped and templates/sparse_mla_wgmma.cuh,
-// rendered just before it, is the kernel: 16..64 heads per CTA on sm_90a, 384 threads).
+// rendered just before it, is the kernel: 16..64 heads per CTA on sm_90a, 384 threads, or 512 for
+// FP8 at 64 heads per CTA).
 #pragma once
 
 #if !NSAJIT_WGMMA  // else templates/sparse_mla_wgmma.cuh

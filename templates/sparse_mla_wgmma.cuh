@@ -1,6 +1,6 @@
 // sparse_mla_wgmma.cuh — sparse MLA attention (§3) on Hopper warpgroup MMA (wgmma, sm_90a), bf16
 // or FP8 (656-byte, §4) KV, optional split-KV. Selected by NSAJIT_WGMMA (spec tile threads 384, or
-// 512 for FP8 at 64 heads per CTA: the defaults on sm_90a); the mma.sync kernel in
+// 512 for FP8 at 64 heads per CTA; the default at 64 heads per CTA on sm_90a); the mma.sync kernel in
 // sparse_mla_decode.cuh serves the other specs. Same contract and outputs as that kernel (see its
 // header), and the same workspace format.
 //
@@ -80,7 +80,8 @@ static_assert(SMEM_BYTES == NSAJIT_DYNAMIC_SMEM, "host and kernel disagree on sh
 // Register budgets (setmaxnreg): 128 x (P + W0 + W1) = 64512 = 384 x 168, the launch allocation
 // (__launch_bounds__(384, 1) caps ptxas at 168; at 512 threads 128 x (2 P + W0 + W1) = 512 x 128):
 // what the decreasing warpgroups release is what the increasing ones take. A count below the
-// launch cap must use setmaxnreg.dec (.inc to a lower count is an illegal instruction: FP8's WG1).
+// launch cap must use setmaxnreg.dec (.inc to a lower count is an illegal instruction: FP8's WG1 at
+// 384 threads).
 constexpr int REG_LAUNCH = NSAJIT_THREADS == 512 ? 128 : 168;
 // FP8 at 384 threads: the producer's registers buy instruction-level parallelism (H200, 64-head
 // FP8: 120 vs 112 -4 %, 144 vs 120 -3 %); WG0 gives them up: its PV reads P from shared memory, so
@@ -224,7 +225,7 @@ NSAJIT_DEVICE void wgmma_m64n256k16_ss_tb(float (&d)[128], uint64_t da, uint64_t
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
-// O[:, 128 columns] (accumulators d[B, B + 64): the m64n256 fragment's columns 128 (B / 64) on)
+// O[:, 128 columns] (accumulators d[B, B + 64): the m64n256 fragment's columns 128 * (B / 64) onward)
 // += A B, both from shared memory, B MN-major: the 512-thread FP8 kernel's PV, whose launch cap of
 // 128 registers a thread is below what one m64n256 wgmma needs (128 accumulators + operands).
 template <int B>
@@ -527,7 +528,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     // and l are rescaled in few tiles; mt: the true running max (max_logits, the split's max).
     constexpr float kLazyRescale = 8.f;
     float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f, mt0 = neg_inf(), mt1 = neg_inf();
-    // bf16: P_hi / P_lo A fragments of the 4 k16 steps, kept live while WG0's PV (RS) runs
+    // RS PV (bf16, and FP8 at 512 threads): P_hi / P_lo A fragments of the 4 k16 steps, kept live
+    // while WG0's PV runs
     uint32_t ph[4][4], pl[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)

@@ -23,19 +23,18 @@ constexpr unsigned kMaxSmem = 232448;  // sm_90 opt-in limit per CTA (227 KiB)
 // function of the spec alone, so equal specs always give the same source.
 bool kv_bulk(const KernelSpec& spec) { return spec.kv_dtype == KvDtype::bf16; }
 
-// 384 threads = the warpgroup-MMA kernel (templates/sparse_mla_wgmma.cuh), sm_90a only (wgmma,
-// setmaxnreg), for 16..64 heads per CTA (at 8 heads ptxas serializes its MMAs and spills);
-// 256 threads = the mma.sync kernel (sparse_mla_decode.cuh).
-// kWgmmaMinHeads: 384 is the default tile on sm_90a for heads_per_cta >= this (16 or 64); 0 = never.
+// 384 threads (FP8 at 64 heads per CTA: 512) = the warpgroup-MMA kernel
+// (templates/sparse_mla_wgmma.cuh), sm_90a only (wgmma, setmaxnreg), for 16..64 heads per CTA (at
+// 8 heads ptxas serializes its MMAs and spills); 256 threads = the mma.sync kernel
+// (sparse_mla_decode.cuh). Which is which: generator/families/sparse_mla_kernels.hpp.
+// kWgmmaMinHeads: the wgmma kernel is the default tile on sm_90a for heads_per_cta >= this (16 or
+// 64); 0 = never.
 // 64: the whole sparse-MLA GPU suite passed on the wgmma kernel (H200, NSAJIT_MLA_WGMMA=1, i.e. for
 // 16..128 heads); it is 1.7-1.9x faster at 64 heads per CTA, but 4 % slower on the memory-bound
 // 16-head shapes, which keep mma.sync (docs/notes/sparse_mla.md §5). NSAJIT_MLA_WGMMA=1 / =0
 // override it at run time (runtime/sparse_mla_decode.cpp).
 constexpr int kWgmmaMinHeads = 64;
-constexpr int kWgmmaThreads = 384;
-// FP8 at 64 heads per CTA: the wgmma kernel with two producer warpgroups (512 threads; 1-4 %
-// faster than 384 on the 64/128-head FP8 shapes, H200, docs/notes/sparse_mla.md experiment 38).
-constexpr int kWgmmaFp8Threads = 512;
+constexpr int kWgmmaThreads = kSparseMlaWgmmaThreads;
 // 320 threads = the mma.sync kernel with two producer warps issuing the bf16 tiles' bulk copies
 // (its default for bf16 up to 32 heads per CTA; 64 heads need every register of 256 threads).
 // 512 threads = the mma.sync kernel with eight producer warps that copy and dequantize the FP8
@@ -82,8 +81,7 @@ void fill_default_tile(KernelSpec& spec) {
   if (spec.tile.threads == 0)
     spec.tile.threads = kWgmmaMinHeads > 0 && spec.tile.heads_per_cta >= kWgmmaMinHeads && spec.tile.heads_per_cta >= 16 &&
                                 spec.tile.block_tokens == 64 && is_sm90a(spec.arch)
-                            ? (spec.kv_dtype == KvDtype::fp8_e4m3 && spec.tile.heads_per_cta == 64 ? kWgmmaFp8Threads
-                                                                                                  : kWgmmaThreads)
+                            ? sparse_mla_wgmma_threads(spec.kv_dtype, spec.tile.heads_per_cta)
                         : kv_bulk(spec) && spec.tile.heads_per_cta <= kMaxProducerHeads ? kProducerThreads
                         : !kv_bulk(spec) && spec.tile.heads_per_cta <= kMaxFp8ProducerHeads ? kFp8ProducerThreads
                                                                                             : 256;
@@ -116,7 +114,8 @@ void validate_spec(const KernelSpec& spec) {
     throw_bad_field(spec, "threads", t.threads,
                     "256 or 384 for this spec (512: FP8 KV, <= 16 or 64 heads per CTA)");
   if (wgmma(spec) && !is_sm90a(spec.arch))
-    throw_bad_field(spec, "threads", t.threads, "256 for " + to_string(spec.arch) + " (384 = wgmma, sm_90a only)");
+    throw_bad_field(spec, "threads", t.threads,
+                    "256 for " + to_string(spec.arch) + " (384, and 512 at 64 heads per CTA = wgmma, sm_90a only)");
   if (!wgmma(spec) && smem_bytes(t.block_tokens, hpc, t.threads, kv_bulk(spec), spec.kv_dtype == KvDtype::fp8_e4m3) > kMaxSmem)
     throw_bad_field(spec, "block_tokens", t.block_tokens, "a tile within 227 KiB of shared memory");
 }
