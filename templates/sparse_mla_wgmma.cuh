@@ -250,6 +250,26 @@ NSAJIT_DEVICE void wgmma_m64n128k16_rs_tb(float (&d)[128], const uint32_t (&a)[4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
+// One k16 step of a warpgroup's PV: O[:, 256 dims] += A V, A (64 x 16 of P) from shared memory
+// (descriptor) or registers (fragment), dv: V's k16 rows of the 256 dims, MN-major. At 512 threads
+// two m64n128 halves, V's columns 128.. two subtiles on (see wgmma_m64n128k16_ss_tb).
+NSAJIT_DEVICE void pv_k16(float (&o)[128], uint64_t da, uint64_t dv) {
+  if constexpr (PV_N128) {
+    wgmma_m64n128k16_ss_tb<0>(o, da, dv);
+    wgmma_m64n128k16_ss_tb<64>(o, da, dv + uint64_t((2u * SUB) >> 4));
+  } else {
+    wgmma_m64n256k16_ss_tb(o, da, dv, 1);
+  }
+}
+NSAJIT_DEVICE void pv_k16(float (&o)[128], const uint32_t (&a)[4], uint64_t dv) {
+  if constexpr (PV_N128) {
+    wgmma_m64n128k16_rs_tb<0>(o, a, dv);
+    wgmma_m64n128k16_rs_tb<64>(o, a, dv + uint64_t((2u * SUB) >> 4));
+  } else {
+    wgmma_m64n256k16_rs_tb(o, a, dv, 1);
+  }
+}
+
 // O[:, half of 256 dims] += P_hi V + P_lo V, both P from shared memory (one commit group). dph:
 // P_hi over the tile's rope columns, dpl: P_lo (both [64 heads][64 tokens], K-major); dv: the
 // tile's 256 latent dims of this half, MN-major.
@@ -259,16 +279,8 @@ NSAJIT_DEVICE void pv_half_ss(float (&o)[128], uint64_t dph, uint64_t dpl, uint6
   for (int kk = 0; kk < 4; ++kk) {
     const uint64_t offp = uint64_t((uint32_t(kk) * 32u) >> 4);
     const uint64_t offv = uint64_t((uint32_t(kk) * 2048u) >> 4);
-    if constexpr (PV_N128) {  // 128 columns at a time; V's columns 128.. two subtiles on
-      const uint64_t offv2 = offv + uint64_t((2u * SUB) >> 4);
-      wgmma_m64n128k16_ss_tb<0>(o, dph + offp, dv + offv);
-      wgmma_m64n128k16_ss_tb<64>(o, dph + offp, dv + offv2);
-      wgmma_m64n128k16_ss_tb<0>(o, dpl + offp, dv + offv);
-      wgmma_m64n128k16_ss_tb<64>(o, dpl + offp, dv + offv2);
-    } else {
-      wgmma_m64n256k16_ss_tb(o, dph + offp, dv + offv, 1);
-      wgmma_m64n256k16_ss_tb(o, dpl + offp, dv + offv, 1);
-    }
+    pv_k16(o, dph + offp, dv + offv);
+    pv_k16(o, dpl + offp, dv + offv);
   }
   wgmma_commit();
 }
@@ -664,16 +676,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           const uint64_t off = uint64_t((uint32_t(kk) * 2048u) >> 4);
-          if constexpr (PV_N128) {  // 128 columns at a time
-            const uint64_t off2 = off + uint64_t((2u * SUB) >> 4);
-            wgmma_m64n128k16_rs_tb<0>(o, ph[kk], dv + off);
-            wgmma_m64n128k16_rs_tb<64>(o, ph[kk], dv + off2);
-            wgmma_m64n128k16_rs_tb<0>(o, pl[kk], dv + off);
-            wgmma_m64n128k16_rs_tb<64>(o, pl[kk], dv + off2);
-          } else {
-            wgmma_m64n256k16_rs_tb(o, ph[kk], dv + off, 1);
-            wgmma_m64n256k16_rs_tb(o, pl[kk], dv + off, 1);
-          }
+          pv_k16(o, ph[kk], dv + off);
+          pv_k16(o, pl[kk], dv + off);
         }
         wgmma_commit();
         fence_proxy_async();  // P written by generic stores, read by WG1's wgmma

@@ -34,7 +34,6 @@ bool kv_bulk(const KernelSpec& spec) { return spec.kv_dtype == KvDtype::bf16; }
 // 16-head shapes, which keep mma.sync (docs/notes/sparse_mla.md §5). NSAJIT_MLA_WGMMA=1 / =0
 // override it at run time (runtime/sparse_mla_decode.cpp).
 constexpr int kWgmmaMinHeads = 64;
-constexpr int kWgmmaThreads = kSparseMlaWgmmaThreads;
 // 320 threads = the mma.sync kernel with two producer warps issuing the bf16 tiles' bulk copies
 // (its default for bf16 up to 32 heads per CTA; 64 heads need every register of 256 threads).
 // 512 threads = the mma.sync kernel with eight producer warps that copy and dequantize the FP8
@@ -97,7 +96,7 @@ void validate_spec(const KernelSpec& spec) {
     throw_bad_field(spec, "kv_dtype", static_cast<long long>(spec.kv_dtype), "bf16 or fp8");
 
   const TileConfig& t = spec.tile;
-  if (t.threads != 256 && t.threads != kProducerThreads && t.threads != kWgmmaThreads && t.threads != kFp8ProducerThreads)
+  if (t.threads != 256 && t.threads != kProducerThreads && t.threads != kSparseMlaWgmmaThreads && t.threads != kFp8ProducerThreads)
     throw_bad_field(spec, "threads", t.threads,
                     "256 (mma.sync, 8 warps), 320 (mma.sync + 2 producer warps: bf16, <= 32 heads per CTA), 384 "
                     "(wgmma, 3 warpgroups) or 512 (mma.sync + 8 producer warps: FP8, <= 16 heads per CTA; wgmma "

@@ -11,7 +11,7 @@ constexpr int kSparseMlaWgmmaThreads = 384;     // 3 warpgroups: WG0, WG1, one p
 constexpr int kSparseMlaWgmmaFp8Threads = 512;  // FP8 at 64 heads per CTA: two producer warpgroups
 
 // The wgmma kernel's thread count for a CTA of `heads_per_cta` heads: 512 for FP8 at 64 heads
-// (1-4 % faster than 384 on the 64/128-head FP8 shapes, H200, docs/notes/sparse_mla.md
+// (0-3 % faster than 384 on the 64/128-head FP8 shapes, H200, docs/notes/sparse_mla.md
 // experiment 38), else 384. The default tile and the NSAJIT_MLA_WGMMA override both use it.
 inline int sparse_mla_wgmma_threads(KvDtype kv_dtype, int heads_per_cta) {
   return kv_dtype == KvDtype::fp8_e4m3 && heads_per_cta == 64 ? kSparseMlaWgmmaFp8Threads : kSparseMlaWgmmaThreads;
