@@ -162,6 +162,14 @@ NSAJIT_DEVICE void bar_arrive(int id, int threads) {
 }
 
 
+// Four 8x8 bf16 matrices to shared memory; lane L gives the address of row L % 8 of matrix L / 8,
+// and r[m] holds this lane's two elements of matrix m (the mma accumulator fragment layout).
+NSAJIT_DEVICE void stmatrix_x4(uint32_t saddr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(saddr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 // O (this thread's m64n256 accumulator fragment: rows r0, r1 alternate in pairs) *= alpha of its row.
 NSAJIT_DEVICE void scale_o_rows(float (&o)[128], float alpha_r0, float alpha_r1) {
 #pragma unroll
@@ -646,12 +654,16 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       l1 = l1 * al1 + rs1;
       if constexpr (!PV0_SS) {
         if (k > 0) bar_sync(BAR_P_FREE, 256);
+        // stmatrix.x4 kk: the 8x8 blocks (rows 16 w + [0, 8) / [8, 16), column chunks 2 kk and
+        // 2 kk + 1), each lane giving one 16-byte row: lane L writes row (L & 7) + 8 ((L >> 3) & 1)
+        // of the warp's 16, chunk 2 kk + (L >> 4). The fragment registers are ph[kk][0..3] in that
+        // order (the accumulator layout is stmatrix's).
+        const int srow = 16 * (ct >> 5) + (lane & 7) + 8 * ((lane >> 3) & 1);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          st_shared_4(sph + swz(r0, j) + 4 * t4, ph[j >> 1][2 * (j & 1)]);
-          st_shared_4(sph + swz(r1, j) + 4 * t4, ph[j >> 1][2 * (j & 1) + 1]);
-          st_shared_4(s_plo + swz(r0, j) + 4 * t4, pl[j >> 1][2 * (j & 1)]);
-          st_shared_4(s_plo + swz(r1, j) + 4 * t4, pl[j >> 1][2 * (j & 1) + 1]);
+        for (int kk = 0; kk < 4; ++kk) {
+          const int chunk = 2 * kk + (lane >> 4);
+          stmatrix_x4(sph + swz(srow, chunk), ph[kk]);
+          stmatrix_x4(s_plo + swz(srow, chunk), pl[kk]);
         }
       }
       if (t4 == 0) {
