@@ -398,6 +398,9 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     // `raw`: the token's index entry, loaded a tile earlier (load_index_raw), checked here.
     auto prefetch_tile = [&](int tile, int raw) {
       if (tile >= te) return;
+      // h_q 128: the row's two CTAs run side by side and read the same rows; each prefetches
+      // every other tile (the sibling's lines are in L2 by then).
+      if (H_Q / HB == 2 && (tile & 1) != head0 / HB) return;
       const int idx = valid_index(raw, p.num_slots);
       if constexpr (FP8) {
         // Threads (token pt / TPT, h = pt % TPT): the lines holding the token's bytes at offsets
