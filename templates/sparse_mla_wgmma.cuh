@@ -398,8 +398,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     // `raw`: the token's index entry, loaded a tile earlier (load_index_raw), checked here.
     auto prefetch_tile = [&](int tile, int raw) {
       if (tile >= te) return;
-      // h_q 128: the row's two CTAs run side by side and read the same rows; each prefetches
-      // every other tile (the sibling's lines are in L2 by then).
+      // Two CTAs a row (h_q 128 at 64 heads per CTA): they run side by side and read the same
+      // rows; each prefetches every other tile (the sibling's lines are in L2 by then).
       if (H_Q / HB == 2 && (tile & 1) != head0 / HB) return;
       const int idx = valid_index(raw, p.num_slots);
       if constexpr (FP8) {
@@ -658,9 +658,9 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       if constexpr (!PV0_SS) {
         if (k > 0) bar_sync(BAR_P_FREE, 256);
         // stmatrix.x4 kk: the 8x8 blocks (rows 16 w + [0, 8) / [8, 16), column chunks 2 kk and
-        // 2 kk + 1), each lane giving one 16-byte row: lane L writes row (L & 7) + 8 ((L >> 3) & 1)
-        // of the warp's 16, chunk 2 kk + (L >> 4). The fragment registers are ph[kk][0..3] in that
-        // order (the accumulator layout is stmatrix's).
+        // 2 kk + 1), each lane giving the address of one 16-byte row: lane L that of row (L & 7) +
+        // 8 ((L >> 3) & 1) of the warp's 16, chunk 2 kk + (L >> 4). The fragment registers are
+        // ph[kk][0..3] in that order (the accumulator layout is stmatrix's).
         const int srow = 16 * (ct >> 5) + (lane & 7) + 8 * ((lane >> 3) & 1);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
