@@ -242,7 +242,8 @@ void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
     cg.grid_y = unsigned(a.h_q);
     cg.block = unsigned(cspec.tile.threads);
     // The combine waits (griddepcontrol.wait) for the split kernel before reading its partials;
-    // launched programmatically, its launch overlaps that kernel's last CTAs.
+    // launched programmatically, it may launch once every split CTA has started (they trigger it
+    // first thing, griddepcontrol.launch_dependents), so its launch overlaps the split kernel.
     // (templates/sparse_mla_combine.cuh waits under the same condition: __CUDA_ARCH__ >= 900.)
     cg.programmatic = cspec.arch.sm >= 90 && combine_pdl_allowed();
     launch(ck, cg, &c, stream);

@@ -4,9 +4,13 @@
 // softmax sum), base-2 lse_s (-inf when the split saw no valid token) and base-2 max m_s:
 //   L = log2 sum_s 2^lse_s;  out = sum_s 2^(lse_s - L) o_s  (bf16);  lse = L * ln 2;
 //   max_logits = max_s m_s * ln 2.
-// No valid token in any split: out 0, lse +inf, max_logits -inf. The splits are summed in a fixed
-// order, so the result is deterministic for a given number of splits.
-// grid = (rows, h_q); NSAJIT_THREADS (128) threads, each owning 4 output dims.
+// No valid token in any split: out 0, lse +inf, max_logits -inf. Every sum runs in a fixed order
+// (a fixed shuffle tree for L, ascending splits for out), so the result is deterministic for a
+// given number of splits.
+// grid = (rows, h_q); NSAJIT_THREADS (128) threads, each owning 4 output dims; num_splits <= 64.
+// Latency, not bandwidth, bounds it (a CTA reads num_splits x 2 KB): every load that does not
+// depend on another is issued before the first is used. Warp 0 reads the splits' lse and max
+// (two per lane) while every thread already loads its dims of the first kPreload partials.
 // Launched as a programmatic dependent of the split kernel on sm_90+ (runtime/sparse_mla_decode.cpp):
 // it waits for that grid (griddepcontrol.wait, a no-op otherwise) before any memory access.
 #pragma once
@@ -16,23 +20,52 @@ nsajit_sparse_mla_combine(const SparseMlaCombineParams p) {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+  constexpr int kPreload = 8;  // partials in flight at once per thread
+  __shared__ float w_s[64];    // the splits' weights 2^(lse_s - L), 0 for an empty split
+  __shared__ float total_s, mmax_s;
   const long long head = (long long)blockIdx.x * p.h_q + blockIdx.y;
   const long long stride = (long long)p.rows * p.h_q;  // between splits
   const int ns = p.num_splits;
   const float ninf = __uint_as_float(0xff800000u);
-
-  float mmax = ninf;
-  for (int s = 0; s < ns; ++s) mmax = fmaxf(mmax, __ldg(p.max_part + s * stride + head));
-  // L = log2 sum_s 2^lse_s, or -inf when every split is empty
-  float lmax = ninf;
-  for (int s = 0; s < ns; ++s) lmax = fmaxf(lmax, __ldg(p.lse_part + s * stride + head));
-  float total = ninf;
-  if (lmax != ninf) {
-    float sum = 0.f;
-    for (int s = 0; s < ns; ++s) sum += exp2f(__ldg(p.lse_part + s * stride + head) - lmax);
-    total = lmax + log2f(sum);
-  }
   const int d = threadIdx.x * 4;
+  const float* o_head = p.o_part + head * 512 + d;
+
+  float4 v[kPreload];
+#pragma unroll
+  for (int s = 0; s < kPreload; ++s)
+    if (s < ns) v[s] = __ldg(reinterpret_cast<const float4*>(o_head + s * stride * 512));
+
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const bool has0 = lane < ns, has1 = lane + 32 < ns;
+    const float l0 = has0 ? __ldg(p.lse_part + lane * stride + head) : ninf;
+    const float l1 = has1 ? __ldg(p.lse_part + (lane + 32) * stride + head) : ninf;
+    float mx = fmaxf(has0 ? __ldg(p.max_part + lane * stride + head) : ninf,
+                     has1 ? __ldg(p.max_part + (lane + 32) * stride + head) : ninf);
+    float lmax = fmaxf(l0, l1);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      lmax = fmaxf(lmax, __shfl_xor_sync(0xffffffffu, lmax, o));
+    }
+    // L = log2 sum_s 2^lse_s, or -inf when every split is empty (exp2f(-inf) = 0)
+    float total = ninf;
+    if (lmax != ninf) {
+      float sum = exp2f(l0 - lmax) + exp2f(l1 - lmax);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      total = lmax + log2f(sum);
+    }
+    w_s[lane] = total == ninf ? 0.f : exp2f(l0 - total);
+    w_s[lane + 32] = total == ninf ? 0.f : exp2f(l1 - total);
+    if (lane == 0) {
+      total_s = total;
+      mmax_s = mx;
+    }
+  }
+  __syncthreads();
+
+  const float total = total_s;
   unsigned short* out = p.out + head * 512 + d;
   if (total == ninf) {  // no valid token anywhere
     *reinterpret_cast<uint2*>(out) = make_uint2(0u, 0u);
@@ -43,20 +76,27 @@ nsajit_sparse_mla_combine(const SparseMlaCombineParams p) {
     return;
   }
   float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
-  for (int s = 0; s < ns; ++s) {
-    const float w = exp2f(__ldg(p.lse_part + s * stride + head) - total);  // 0 for an empty split
-    if (w == 0.f) continue;  // whose partial is not read
-    const float4 v = __ldg(reinterpret_cast<const float4*>(p.o_part + (s * stride + head) * 512 + d));
-    acc0 += w * v.x;
-    acc1 += w * v.y;
-    acc2 += w * v.z;
-    acc3 += w * v.w;
+  for (int s0 = 0; s0 < ns; s0 += kPreload) {
+    if (s0 > 0) {
+#pragma unroll
+      for (int s = 0; s < kPreload; ++s)
+        if (s0 + s < ns) v[s] = __ldg(reinterpret_cast<const float4*>(o_head + (s0 + s) * stride * 512));
+    }
+#pragma unroll
+    for (int s = 0; s < kPreload; ++s) {
+      const float w = s0 + s < ns ? w_s[s0 + s] : 0.f;
+      if (w == 0.f) continue;  // an empty split: its partial (0 x 0) is not used
+      acc0 += w * v[s].x;
+      acc1 += w * v[s].y;
+      acc2 += w * v[s].z;
+      acc3 += w * v[s].w;
+    }
   }
   const uint32_t lo = uint32_t(float_to_bf16(acc0)) | (uint32_t(float_to_bf16(acc1)) << 16);
   const uint32_t hi = uint32_t(float_to_bf16(acc2)) | (uint32_t(float_to_bf16(acc3)) << 16);
   *reinterpret_cast<uint2*>(out) = make_uint2(lo, hi);
   if (threadIdx.x == 0) {
     p.lse[head] = total * 0.6931471805599453f;
-    if (p.max_logits != nullptr) p.max_logits[head] = mmax * 0.6931471805599453f;
+    if (p.max_logits != nullptr) p.max_logits[head] = mmax_s * 0.6931471805599453f;
   }
 }

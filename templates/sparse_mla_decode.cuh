@@ -216,6 +216,10 @@ NSAJIT_DEVICE void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, 
 extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1)
 nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   using namespace mla;
+#if __CUDA_ARCH__ >= 900
+  // Lets the split-KV combine (a programmatic dependent) launch now; it waits for this grid.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t s_base = smem_u32(smem);
   const uint32_t s_q = s_base + OFF_Q;

@@ -325,6 +325,10 @@ NSAJIT_DEVICE void store_o(const SparseMlaDecodeParams& p, const float (&o)[128]
 extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1)
 nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   using namespace mla;
+  // A split-KV launch is followed by the combine, launched as a programmatic dependent: allow it
+  // to launch now rather than when the last CTA exits (it waits for this grid's completion and
+  // memory, griddepcontrol.wait, before it reads anything). A no-op without such a dependent.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t s_base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
@@ -383,6 +387,21 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
           cp_async_16_zfill(s_q + s * SUB + swz(r, ch), r < HB ? q_g + r * kDimQK + s * 64 + ch * 8 : q_g, r < HB ? 16u : 0u);
       }
     }
+    auto prefetch_raw = [&](int tile) { return tile < te ? load_index_raw(idx_row, tile * BT + (pt >> TPT_LOG2), n) : -1; };
+    // The index entries of tile tb and of the first two prefetches, all loaded (after the q
+    // copies, which wait for nothing) before anything waits for one: after a launch they come
+    // from DRAM, and loaded one after another they put three round trips before the first tile's
+    // copies (a split-KV CTA runs 2-8 tiles).
+    const int raw1 = prefetch_raw(tb + 1), raw2 = prefetch_raw(tb + 2);
+    // Raw entries of tile tb (bf16: this thread's four rows; FP8: its token), checked at use.
+    [[maybe_unused]] int first_raw[4] = {-1, -1, -1, -1};
+    if constexpr (!FP8) {
+      const int grp = pt >> 3;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) first_raw[i] = tb < te ? load_index_raw(idx_row, tb * BT + grp + 16 * i, n) : -1;
+    } else {
+      first_raw[0] = tb < te ? load_index_raw(idx_row, tb * BT + (pt >> TPT_LOG2), n) : -1;
+    }
     // FP8: the first byte of slot idx's 656-byte token (page idx / page_size, row idx % page_size;
     // by shifts for a power-of-two page size: a division is ~20 instructions on the producer's path).
     const unsigned ps = (unsigned)p.page_size;
@@ -420,8 +439,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         for (int o = 128 * (pt & 1); o < 2 * kDimQK + 127; o += 256) prefetch_l2_line(base + min(o, 2 * kDimQK - 1));
       }
     };
-    auto prefetch_raw = [&](int tile) { return tile < te ? load_index_raw(idx_row, tile * BT + (pt >> TPT_LOG2), n) : -1; };
-    prefetch_tile(tb + 1, prefetch_raw(tb + 1));
+    prefetch_tile(tb + 1, raw1);
     if constexpr (!FP8) {
       // bf16: the same (group, chunk) mapping: rows grp + 16 i (one swizzle phase per thread),
       // 16-byte chunk ch of each of the nine 128-byte column blocks.
@@ -429,12 +447,12 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       cp_async_arrive_noinc(bar_q);  // q landed (the copies above)
       int cur[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) cur[i] = tb < te ? load_index(idx_row, tb * BT + grp + 16 * i, n, p.num_slots) : -1;
+      for (int i = 0; i < 4; ++i) cur[i] = valid_index(first_raw[i], p.num_slots);
       for (int t = tb; t < te; ++t) {
         const int k = t - tb, b = k & 1;
         // bf16: the prefetch's index loaded and checked here (loaded a tile ahead and checked at
         // use, as FP8 does below, the 64-head bf16 shapes ran 0.3-1.6 % slower: session 19).
-        prefetch_tile(t + 2, prefetch_raw(t + 2));
+        prefetch_tile(t + 2, k == 0 ? raw2 : prefetch_raw(t + 2));
         if (k >= 2) mbar_wait(bar_empty + 8 * b, uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + uint32_t(b) * TILE;
 #pragma unroll
@@ -469,8 +487,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       const int tok = pt >> TPT_LOG2, h = pt & (TPT - 1);
       bool q_pending = true;  // bar_q: arrived with the first tile
       // FP8: the index entries a tile ahead of their use, checked there (h64 b64 n1 fp8 -8 %).
-      int cur = tb < te ? load_index_raw(idx_row, tb * BT + tok, n) : -1;
-      int pf = prefetch_raw(tb + 2);  // the prefetch's, one tile ahead of it
+      int cur = first_raw[0];
+      int pf = raw2;  // the prefetch's, one tile ahead of it
       for (int t = tb; t < te; ++t) {
         const int k = t - tb, b = k & 1;
         const int idx = valid_index(cur, p.num_slots);
