@@ -400,7 +400,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) first_raw[i] = tb < te ? load_index_raw(idx_row, tb * BT + grp + 16 * i, n) : -1;
     } else {
-      first_raw[0] = tb < te ? load_index_raw(idx_row, tb * BT + (pt >> TPT_LOG2), n) : -1;
+      first_raw[0] = prefetch_raw(tb);
     }
     // FP8: the first byte of slot idx's 656-byte token (page idx / page_size, row idx % page_size;
     // by shifts for a power-of-two page size: a division is ~20 instructions on the producer's path).
