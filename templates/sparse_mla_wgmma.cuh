@@ -112,8 +112,9 @@ NSAJIT_DEVICE uint32_t smem_u32(const void* p) {
 NSAJIT_DEVICE uint32_t swz(int r, int c) { return uint32_t(r) * 128u + (uint32_t(c ^ (r & 7)) << 4); }
 
 // 16-byte cp.async; src_bytes 0 zero-fills the destination and reads nothing. No L2::256B
-// prefetch-size hint: the rows are gathered at random, so the hint's other half line is never
-// used (H200, prefill and decode b128: 3 % fewer DRAM bytes without it, docs/notes experiment 48).
+// prefetch-size hint: the rows are gathered at random, so the other half of a hinted 256-byte
+// block is a line of some other row, seldom read (H200, prefill and decode b128: 3 % fewer DRAM
+// bytes without the hint, docs/notes/sparse_mla.md experiment 48).
 NSAJIT_DEVICE void cp_async_16_zfill(uint32_t saddr, const void* gmem, uint32_t src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(saddr), "l"(gmem), "r"(src_bytes)
                : "memory");
