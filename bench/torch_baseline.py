@@ -3,7 +3,8 @@
 
 Usage: torch_baseline.py <family> <cases.json>
 cases.json lists {"name", "params", "input"}; "input" is a folder of raw blobs the bench wrote.
-Prints progress to stderr and, as the last line of stdout, {"<case name>": median microseconds}.
+Prints progress to stderr and, as the last line of stdout, {"<case name>": median microseconds}, or
+{"<case name>": {"us": median microseconds, "params": {extra figures recorded with the case}}}.
 Timing: CUDA events, warm-up, 50 timed runs, the L2 flushed (256 MB written) before each, median.
 """
 import json
@@ -61,7 +62,7 @@ def main():
     out = {}
     for case in cases:
         out[case["name"]] = FAMILIES[fam](case)
-        print(f"torch baseline {case['name']}: {out[case['name']]:.1f} us", file=sys.stderr, flush=True)
+        print(f"torch baseline {case['name']}: {out[case['name']]}", file=sys.stderr, flush=True)
         torch.cuda.empty_cache()
     print(json.dumps(out))
 
@@ -95,32 +96,66 @@ def topk_baseline(case):
 _pools = {}
 
 
+def _pool(path, dtype, shape):
+    """A pool (bf16 rows or FP8 tokens) from the bench's blobs; the last two stay loaded, which is
+    what an FP8 case uses (its cache and its dequantized pool)."""
+    if path not in _pools:
+        if len(_pools) >= 2:
+            _pools.clear()
+        torch.cuda.empty_cache()
+        folder, name = os.path.split(path)
+        _pools[path] = load(folder, name, dtype, shape)
+    return _pools[path]
+
+
+def _dequant_tokens(tok):
+    """656-byte FP8 tokens [..., 656] uint8 -> bf16 [..., 576] (nsa-semantics.md §4):
+    bf16(float(e4m3) * scale[d / 128]) for the 512 latent dims, the 64 rope dims as stored."""
+    lead = tok.shape[:-1]
+    lat = tok[..., :512].view(torch.float8_e4m3fn).float().view(*lead, 4, 128)
+    scale = tok[..., 512:528].view(torch.float32)
+    lat = (lat * scale.unsqueeze(-1)).view(*lead, 512).to(torch.bfloat16)
+    return torch.cat([lat, tok[..., 528:656].view(torch.bfloat16)], dim=-1)
+
+
 @family("sparse_mla")
 def sparse_mla_baseline(case):
     """ref_sparse_bf16 of shared/baselines/torch_baselines.py: gather the top-k KV rows, bf16 einsum
-    for the scores, fp32 softmax (invalid -> -inf), bf16 einsum with V. FP8 cases run on the
-    dequantized bf16 pool (params.pool). q [rows, h_q, 576], indices [rows, topk]."""
+    for the scores, fp32 softmax (invalid -> -inf), bf16 einsum with V. FP8 cases run it on the
+    dequantized bf16 pool (params.pool): torch pays no dequantisation, the stricter comparison, and
+    the one the case's baseline_us reports. They also time, as params.torch_fp8_cache_us, the same
+    reference reading the FP8 cache itself (params.fp8_cache): gather the 656-byte tokens, dequantize
+    them in torch, then the same einsums (timed only if its output equals the pool version's bit for
+    bit: params.torch_fp8_cache_check).
+    q [rows, h_q, 576], indices [rows, topk]."""
     p = case["params"]
     rows, h, k, n = p["rows"], p["h_q"], p["topk"], p["num_slots"]
-    if p["pool"] not in _pools:
-        _pools.clear()
-        torch.cuda.empty_cache()
-        folder, name = os.path.split(p["pool"])
-        _pools[p["pool"]] = load(folder, name, torch.bfloat16, (n, 576))
-    kv = _pools[p["pool"]]
     q = load(case["input"], "q.bf16", torch.bfloat16, (rows, h, 576))
     idx = load(case["input"], "idx.i32", torch.int32, (rows, k))
     scale = 0.13524
 
-    def fn():
-        kg = kv[idx.clamp(min=0)]
+    def attend(kg):
         s = torch.einsum("thd,tkd->thk", q, kg).float() * scale
         s = s.masked_fill((idx < 0)[:, None, :], float("-inf"))
         pr = torch.softmax(s, dim=-1).to(q.dtype)
         return torch.einsum("thk,tkd->thd", pr, kg[..., :512])
-    us = median_us(fn)
+
+    kv = _pool(p["pool"], torch.bfloat16, (n, 576))
+
+    def fn():
+        return attend(kv[idx.clamp(min=0)])
+    us = median_us(fn)  # the case's baseline_us, timed before the FP8-cache variant
+    result = {}
+    if "fp8_cache" in p:
+        cache = _pool(p["fp8_cache"], torch.uint8, (n, 656))
+
+        def fn_fp8():
+            return attend(_dequant_tokens(cache[idx.clamp(min=0)]))
+        same = torch.equal(fn_fp8(), fn())
+        result["torch_fp8_cache_check"] = "equal" if same else "differs from the dequantized-pool reference"
+        result["torch_fp8_cache_us"] = median_us(fn_fp8) if same else None
     del q, idx
-    return us
+    return {"us": us, "params": result} if result else us
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 step tests 330 "$build/nsajit_tests" --duration=true
 grep -E "test cases|assertions" "$logs/tests.log"
 step bench_topk 120 "$build/nsajit" bench topk --out "$out/topk.json"
-step bench_sparse_mla 240 "$build/nsajit" bench sparse-mla --out "$out/sparse_mla.json"
+step bench_sparse_mla 360 "$build/nsajit" bench sparse-mla --out "$out/sparse_mla.json"
 for shape in "decode h128 b8 n1 bf16" "decode h64 b8 n2 fp8" "prefill h64 sq4096 skv262144 bf16"; do
   step "memcheck_${shape// /_}" 90 "$sanitizer" --tool memcheck --error-exitcode 9 \
     "$build/nsajit" bench sparse-mla --only "$shape" --iters 1 --no-baseline --out /tmp/nsajit-memcheck.json

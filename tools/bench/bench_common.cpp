@@ -107,8 +107,16 @@ std::string run_python_baseline(const std::string& script, const std::string& fa
   } catch (const std::exception& e) {
     return fmt::format("cannot parse the baseline's output ({})", e.what());
   }
-  for (Case& c : cases)
-    if (times.contains(c.name) && times[c.name].is_number()) c.baseline_us = times[c.name].get<double>();
+  for (Case& c : cases) {
+    if (!times.contains(c.name)) continue;
+    const nlohmann::json& t = times[c.name];
+    if (t.is_number()) c.baseline_us = t.get<double>();
+    if (!t.is_object()) continue;
+    // {"us": ..., "params": {...}}: the baseline's time and extra figures recorded with the case
+    if (t.contains("us") && t["us"].is_number()) c.baseline_us = t["us"].get<double>();
+    if (t.contains("params") && t["params"].is_object())
+      for (const auto& [key, value] : t["params"].items()) c.params[key] = value;
+  }
   return "";
 }
 

@@ -50,8 +50,9 @@ struct Case {
 };
 
 // Runs `python3 <script> <family> <cases.json>` where cases.json lists each case's name, params
-// and baseline_input folder; reads back {"<case name>": baseline_us, ...}. Fills baseline_us of
-// every case it timed. Returns "" or why no baseline was measured.
+// and baseline_input folder; reads back {"<case name>": baseline_us, ...}, where a value may also
+// be {"us": baseline_us, "params": {...}} (extra figures, added to the case's params). Fills
+// baseline_us of every case it timed. Returns "" or why no baseline was measured.
 std::string run_python_baseline(const std::string& script, const std::string& family, std::vector<Case>& cases,
                                 const std::string& work_dir);
 

@@ -6,7 +6,9 @@
 //   prefill s_q 4096 x h_q {64, 128} x KV {bf16, fp8}
 // nsajit runs with a workspace (split-KV where the batch cannot fill the GPU; params.num_splits)
 // and, for comparison, batch-invariant (params.batch_invariant_us). The torch reference of an
-// FP8 case runs on the dequantized bf16 pool. FLOPs = 2 rows h_q topk (576 + 512); bytes = q +
+// FP8 case runs on the dequantized bf16 pool (baseline_us: torch pays no dequantisation); the same
+// reference reading the FP8 cache itself (gather + dequantize in torch) is recorded beside it as
+// params.torch_fp8_cache_us. FLOPs = 2 rows h_q topk (576 + 512); bytes = q +
 // gathered KV (rows x topk x 1152 or 656) + indices + out + lse; gbps is on gathered KV bytes.
 // Each case's output is checked against the fp64 reference on its first and last row.
 #include <fmt/format.h>
@@ -103,6 +105,7 @@ int bench_sparse_mla(const BenchOptions& options) {
   if (baseline) {
     write_blob(dir, "pool_bf16.bf16", pool.data(), pool.size() * 2);
     write_blob(dir, "pool_fp8_dequant.bf16", dequant.data(), dequant.size() * 2);
+    write_blob(dir, "cache_fp8.u8", cache.data(), cache.size());
   }
 
   std::vector<Case> cases;
@@ -203,6 +206,7 @@ int bench_sparse_mla(const BenchOptions& options) {
       }
       c.baseline_input = in_dir;
       c.params["pool"] = dir + (sh.fp8 ? "/pool_fp8_dequant.bf16" : "/pool_bf16.bf16");
+      if (sh.fp8) c.params["fp8_cache"] = dir + "/cache_fp8.u8";
     }
     fmt::print(stderr, "{:<32} {:>9.1f} us (batch-invariant {:.1f}, splits {})  {:6.1f} TFLOP/s  {:6.0f} GB/s  floor {:.1f}  {}\n",
                c.name, us, invariant_us, splits, *c.tflops, c.gbps, c.floor_us, check);
@@ -212,6 +216,12 @@ int bench_sparse_mla(const BenchOptions& options) {
   if (baseline) {
     const std::string why = run_python_baseline(options.baseline_script, "sparse_mla", cases, options.work_dir);
     if (!why.empty()) fmt::print(stderr, "baseline not measured: {}\n", why);
+    for (const Case& c : cases)
+      if (c.params.contains("torch_fp8_cache_us") && c.params["torch_fp8_cache_us"].is_number()) {
+        const double fp8_us = c.params["torch_fp8_cache_us"].get<double>();
+        fmt::print(stderr, "{:<32} torch reading the FP8 cache itself: {:.1f} us ({:.2f}x)\n", c.name, fp8_us,
+                   fp8_us / c.nsajit_us);
+      }
   }
   write_results({.family = "sparse_mla", .command = options.command}, cases, options.out);
   return failures == 0 ? 0 : 1;
