@@ -151,9 +151,13 @@ def sparse_mla_baseline(case):
 
         def fn_fp8():
             return attend(_dequant_tokens(cache[idx.clamp(min=0)]))
-        same = torch.equal(fn_fp8(), fn())
-        result["torch_fp8_cache_check"] = "equal" if same else "differs from the dequantized-pool reference"
-        result["torch_fp8_cache_us"] = median_us(fn_fp8) if same else None
+        try:  # its fp32 intermediates are several times the gathered rows: a side figure, never the run's end
+            same = torch.equal(fn_fp8(), fn())
+            result["torch_fp8_cache_check"] = "equal" if same else "differs from the dequantized-pool reference"
+            result["torch_fp8_cache_us"] = median_us(fn_fp8) if same else None
+        except torch.cuda.OutOfMemoryError:
+            result["torch_fp8_cache_check"] = "not measured: out of GPU memory"
+            result["torch_fp8_cache_us"] = None
     del q, idx
     return {"us": us, "params": result} if result else us
 
