@@ -97,8 +97,8 @@ _pools = {}
 
 
 def _pool(path, dtype, shape):
-    """A pool (bf16 rows or FP8 tokens) from the bench's blobs; the last two stay loaded, which is
-    what an FP8 case uses (its cache and its dequantized pool)."""
+    """A pool (bf16 rows or FP8 tokens) from the bench's blobs, kept loaded; a third pool unloads the
+    other two (an FP8 case uses two: its dequantized pool and its cache)."""
     if path not in _pools:
         if len(_pools) >= 2:
             _pools.clear()
