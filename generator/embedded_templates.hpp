@@ -16,7 +16,7 @@ std::string_view topk_cluster_lists(); // templates/topk_cluster_lists.cuh
 std::string_view topk_sort();          // templates/topk_sort.cuh
 std::string_view topk_dense();         // templates/topk_dense.cuh
 std::string_view topk();               // templates/topk.cuh (the kernel; the parts above come first)
-std::string_view sparse_mla_decode();  // templates/sparse_mla_decode.cuh
+std::string_view sparse_mla_mma_sync(); // templates/sparse_mla_mma_sync.cuh
 std::string_view sparse_mla_wgmma();   // templates/sparse_mla_wgmma.cuh
 std::string_view sparse_mla_combine(); // templates/sparse_mla_combine.cuh
 std::string_view fp8_kv_quantize();    // templates/fp8_kv_quantize.cuh

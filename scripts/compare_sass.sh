@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CUOBJDUMP=${CUOBJDUMP:-$(command -v cuobjdump || python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13/bin/cuobjdump"))')}
+export PATH="$(dirname "$CUOBJDUMP"):$PATH"  # cuobjdump runs nvdisasm (PyPI: nvidia-cuda-nvdisasm)
 case "${1:-}" in
   record)
     out=$2
@@ -15,13 +16,20 @@ case "${1:-}" in
     exe=build/sass_specs
     g++ -std=c++20 -O1 -DFMT_HEADER_ONLY -I. -Iinclude -I/usr/local/cuda/include scripts/sass_specs.cpp \
         build/libnsajit.a -L/usr/local/cuda/lib64 -lnvrtc -lcrypto -ldl -lpthread -o "$exe"
-    LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$exe" "$out" "${3:-}" "${JOBS:-2}"
+    status=0
+    LD_LIBRARY_PATH=/usr/local/cuda/lib64 "$exe" "$out" "${3:-}" "${JOBS:-2}" || status=$?
     for c in "$out"/*.cubin; do
       # Symbol names aside: the kernel entry and its parameter symbol may be renamed.
       "$CUOBJDUMP" --dump-sass "$c" | grep -v '^\s*$' | grep -v 'Function :' | grep -v 'code for sm_' |
         sed -E 's/nsajit_[A-Za-z0-9_]+/SYM/g; s@/\*[0-9a-f]{4,}\*/@@' > "${c%.cubin}.sass"
     done
-    ls "$out"/*.sass | wc -l ;;
+    echo "$(ls "$out"/*.sass | wc -l) kernels disassembled"
+    exit $status ;;
+  disasm)
+    for c in "$2"/*.cubin; do
+      "$CUOBJDUMP" --dump-sass "$c" | grep -v '^\s*$' | grep -v 'Function :' | grep -v 'code for sm_' |
+        sed -E 's/nsajit_[A-Za-z0-9_]+/SYM/g; s@/\*[0-9a-f]{4,}\*/@@' > "${c%.cubin}.sass"
+    done ;;
   diff)
     before=$2 after=$3 changed=0
     for b in "$before"/*.sass; do

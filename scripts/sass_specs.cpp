@@ -27,15 +27,15 @@ std::vector<std::pair<std::string, KernelSpec>> kernels() {
       KernelSpec s{.family = Family::sparse_mla_decode, .h_q = h, .topk = topk, .kv_dtype = kv};
       out.push_back({"mla.default.h" + std::to_string(h) + "." + d, with_default_tile(s)});
     }
-    // Variants the tests and the tuning space reach: mma.sync without producer warps, wgmma with
-    // one producer warpgroup (at 16..64 heads per CTA).
+    // Variants the tests and the tuning space reach: mma_sync without producer warps, bf16 wgmma
+    // with one producer warpgroup below 64 heads per CTA.
     for (int h : {8, 16, 32, 64, 128}) {
-      KernelSpec s = with_default_tile({.family = Family::sparse_mla_decode, .h_q = h, .topk = topk, .kv_dtype = kv});
-      s.tile.threads = 256;
-      out.push_back({"mla.variant.mma_sync.h" + std::to_string(h) + "." + d, s});
-      if (h == 8) continue;
-      s.tile.threads = 384;
-      out.push_back({"mla.variant.wgmma1.h" + std::to_string(h) + "." + d, s});
+      KernelSpec s{.family = Family::sparse_mla, .h_q = h, .topk = topk, .kv_dtype = kv,
+                   .tile = {.kernel = MlaKernel::mma_sync, .producer_warps = 0}};
+      out.push_back({"mla.variant.mma_sync.h" + std::to_string(h) + "." + d, with_default_tile(s)});
+      if (h == 8 || h >= 64 || kv != KvDtype::bf16) continue;
+      s.tile = {.kernel = MlaKernel::wgmma, .producer_warps = 4};
+      out.push_back({"mla.variant.wgmma1.h" + std::to_string(h) + "." + d, with_default_tile(s)});
     }
   }
   // Top-k: every thread count the launch plan picks, plain, sorted, fused (each transform mode).

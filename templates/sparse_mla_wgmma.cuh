@@ -56,11 +56,8 @@ constexpr int TPT_LOG2 = TPT == 4 ? 2 : 1;
 // warpgroup's budget at run time, not that cap), below the ~158 one m64n256 wgmma with its 128
 // accumulators needs: the PV then runs as two m64n128 halves.
 constexpr bool PV_N128 = NSAJIT_THREADS == 512;
-// WG0's PV: SS (P from shared memory, no P registers: FP8 at 384 threads, where the producer
-// takes them) or RS (P from registers).
-constexpr bool PV0_SS = FP8 && NSAJIT_THREADS == 384;
-static_assert((NSAJIT_THREADS == 384 || (FP8 && NSAJIT_THREADS == 512)) && BT == 64,
-              "wgmma kernel: 384 threads (FP8: or 512), 64-token tiles");
+static_assert((FP8 ? NSAJIT_THREADS == 512 : NSAJIT_THREADS == 384) && BT == 64,
+              "wgmma kernel: 384 threads (FP8: 512), 64-token tiles");
 static_assert(HB == 8 || HB == 16 || HB == 32 || HB == 64, "HEADS_PER_CTA: 8, 16, 32 or 64");
 static_assert(H_Q % HB == 0 && TOPK % BT == 0, "H_Q / TOPK");
 
@@ -75,26 +72,23 @@ constexpr uint32_t OFF_INVL = OFF_ALPHA + 256;   // [64] float
 constexpr uint32_t OFF_BAR = OFF_INVL + 256;     // full[2], empty[2], q_full
 constexpr uint32_t LAYOUT_BYTES = OFF_BAR + 64;
 constexpr uint32_t SMEM_BYTES = LAYOUT_BYTES + 1024;  // slack to align the base to 1024 bytes
+static_assert(SMEM_BYTES == sparse_mla_wgmma_smem_bytes(), "the layout must match the plan (kernel_params.h)");
 static_assert(SMEM_BYTES == NSAJIT_DYNAMIC_SMEM, "host and kernel disagree on shared memory size");
 
 // Register budgets (setmaxnreg): 128 x (P + W0 + W1) = 64512 = 384 x 168, the launch allocation
 // (__launch_bounds__(384, 1) caps ptxas at 168; at 512 threads 128 x (2 P + W0 + W1) = 512 x 128):
 // what the decreasing warpgroups release is what the increasing ones take. A count below the
-// launch cap must use setmaxnreg.dec (.inc to a lower count is an illegal instruction: FP8's WG1 at
-// 384 threads).
+// launch cap must use setmaxnreg.dec (.inc to a lower count is an illegal instruction).
 constexpr int REG_LAUNCH = NSAJIT_THREADS == 512 ? 128 : 168;
-// FP8 at 384 threads: the producer's registers buy instruction-level parallelism (H200, 64-head
-// FP8: 120 vs 112 -4 %, 144 vs 120 -3 %); WG0 gives them up: its PV reads P from shared memory, so
-// it holds no P registers, and 200 is the least it then holds without spilling (192 spills).
-// FP8 at 512 threads: 64 a producer thread (a quarter token's 8 chunks), WG0 224 with P in
-// registers; WG1 below 160 serialises its wgmmas (C7512) in both forms.
-constexpr int REG_PRODUCER = PV_N128 ? 64 : FP8 ? 144 : 56;
-constexpr int REG_WG0 = PV_N128 ? 224 : FP8 ? 200 : 240;
+// FP8 (512 threads): 64 a producer thread (a quarter token's 8 chunks), WG0 224 with P in
+// registers; WG1 below 160 serialises its wgmmas (C7512).
+constexpr int REG_PRODUCER = PV_N128 ? 64 : 56;
+constexpr int REG_WG0 = PV_N128 ? 224 : 240;
 constexpr int REG_WG1 = FP8 ? 160 : 208;
 static_assert(PRODUCERS / 128 * REG_PRODUCER + REG_WG0 + REG_WG1 == NSAJIT_THREADS / 128 * REG_LAUNCH,
               "setmaxnreg budgets must balance");
 
-enum : int { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPILOGUE = 3, BAR_WG0_VOTE = 4, BAR_WG0_P = 5 };
+enum : int { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPILOGUE = 3, BAR_WG0_VOTE = 4 };
 
 NSAJIT_DEVICE float neg_inf() { return __uint_as_float(0xff800000u); }
 NSAJIT_DEVICE float pos_inf() { return __uint_as_float(0x7f800000u); }
@@ -326,7 +320,7 @@ NSAJIT_DEVICE void store_o(const SparseMlaDecodeParams& p, const float (&o)[128]
 }  // namespace mla
 
 extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1)
-nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
+nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   using namespace mla;
   // A split-KV launch is followed by the combine, launched as a programmatic dependent: allow it
   // to launch now rather than when the last CTA exits (it waits for this grid's completion and
@@ -613,12 +607,10 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       wgmma_wait<0>();
       fence_regs(s);
       fence_regs(o);
-      if constexpr (!PV0_SS) {
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          fence_regs_u(ph[kk]);
-          fence_regs_u(pl[kk]);
-        }
+      for (int kk = 0; kk < 4; ++kk) {
+        fence_regs_u(ph[kk]);
+        fence_regs_u(pl[kk]);
       }
 
       // ---- online softmax (base 2); invalid tokens -> -inf
@@ -649,11 +641,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       m0 = mn0;
       m1 = mn1;
       // ---- P = P_hi + P_lo; P_hi (over the tile's rope columns, which QK no longer needs), P_lo
-      // and alpha to shared memory for WG1. FP8 at 384 threads stores P as it is computed (WG0's PV
-      // reads it from shared memory too, WG0's PV(t - 1) being done); otherwise WG0 keeps it in
-      // registers for its RS PV and stores it after.
+      // and alpha to shared memory for WG1; WG0 keeps P in registers for its RS PV and stores it after.
       const uint32_t sph = kvb + 8 * SUB;
-      if (PV0_SS && k > 0) bar_sync(BAR_P_FREE, 256);  // WG1 is done with the previous tile's P_lo / alpha
       float rs0 = 0.f, rs1 = 0.f;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -662,21 +651,14 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         rs0 += p0 + p1;
         rs1 += p2 + p3;
         const uint32_t h01 = pack_bf16x2_rn(p0, p1), h23 = pack_bf16x2_rn(p2, p3);
-        if constexpr (PV0_SS) {
-          st_shared_4(sph + swz(r0, j) + 4 * t4, h01);
-          st_shared_4(sph + swz(r1, j) + 4 * t4, h23);
-          st_shared_4(s_plo + swz(r0, j) + 4 * t4, pack_bf16x2_rn(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01)));
-          st_shared_4(s_plo + swz(r1, j) + 4 * t4, pack_bf16x2_rn(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23)));
-        } else {
-          ph[j >> 1][2 * (j & 1)] = h01;
-          ph[j >> 1][2 * (j & 1) + 1] = h23;
-          pl[j >> 1][2 * (j & 1)] = pack_bf16x2_rn(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01));
-          pl[j >> 1][2 * (j & 1) + 1] = pack_bf16x2_rn(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23));
-        }
+        ph[j >> 1][2 * (j & 1)] = h01;
+        ph[j >> 1][2 * (j & 1) + 1] = h23;
+        pl[j >> 1][2 * (j & 1)] = pack_bf16x2_rn(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01));
+        pl[j >> 1][2 * (j & 1) + 1] = pack_bf16x2_rn(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23));
       }
       l0 = l0 * al0 + rs0;
       l1 = l1 * al1 + rs1;
-      if constexpr (!PV0_SS) {
+      {
         if (k > 0) bar_sync(BAR_P_FREE, 256);
         // stmatrix.x4 kk: the 8x8 blocks (rows 16 w + [0, 8) / [8, 16), column chunks 2 kk and
         // 2 kk + 1), each lane giving the address of one 16-byte row: lane L that of row (L & 7) +
@@ -697,15 +679,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 
       // ---- O[:, 0:256] = alpha O + P_hi V + P_lo V (V MN-major), issued before WG1 may start
       // its PV: WG0's wgmmas enter the tensor pipe first, and WG0 reaches the next tile's QK
-      // sooner. FP8 at 384 threads: P from shared memory (SS), so that WG0 holds no P registers
-      // while its PV runs: the producer gets them (144 registers, WG0 200: FP8 -3 %; bf16 with SS
-      // +1 %).
-      if constexpr (PV0_SS) {
-        fence_proxy_async();  // P written by generic stores, read by both warpgroups' wgmmas
-        bar_sync(BAR_WG0_P, 128);
-        if (__any_sync(0xffffffffu, up0 || up1)) scale_o_rows(o, al0, al1);
-        pv_half_ss(o, smem_desc(sph, 16, 1024), smem_desc(s_plo, 16, 1024), smem_desc(kvb, 8192, 1024));
-      } else {
+      // sooner.
+      {
         if (__any_sync(0xffffffffu, up0 || up1)) scale_o_rows(o, al0, al1);
         const uint64_t dv = smem_desc(kvb, 8192, 1024);
         wgmma_fence();
@@ -722,12 +697,10 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     }
     wgmma_wait<0>();
     fence_regs(o);
-    if constexpr (!PV0_SS) {
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        fence_regs_u(ph[kk]);
-        fence_regs_u(pl[kk]);
-      }
+    for (int kk = 0; kk < 4; ++kk) {
+      fence_regs_u(ph[kk]);
+      fence_regs_u(pl[kk]);
     }
 
     // ---- row sums over the 4 lanes of a row; lse / max_logits; 1/l for WG1

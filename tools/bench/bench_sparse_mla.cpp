@@ -190,8 +190,6 @@ int bench_sparse_mla(const BenchOptions& options) {
                 {"page_size", sh.fp8 ? kPageSize : 1}, {"num_splits", splits},
                 {"batch_invariant_us", invariant_us}, {"gathered_bytes", kv_bytes}, {"bytes", bytes},
                 {"flops", flops}};
-    // Kernel selection override of the run (runtime/sparse_mla_decode.cpp), recorded with the case.
-    if (const char* wgmma = std::getenv("NSAJIT_MLA_WGMMA")) c.params["NSAJIT_MLA_WGMMA"] = wgmma;
     c.nsajit_us = us;
     c.baseline = "torch gather + bf16 einsum + softmax (ref_sparse_bf16)";
     c.floor_us = floor_us(bytes, flops);

@@ -1,23 +1,14 @@
-// runtime/topk.cpp — nsajit::topk (§2, plain and fused with §1): argument checks, spec, launch
-// plan and launch of templates/topk.cuh (and its parts, templates/topk_*.cuh).
-#include "runtime/topk_launch.hpp"
+// heuristics.cpp — the top-k launch plan (docs/design/topk.md says what was measured to choose it).
+#include "families/topk/heuristics.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
-#include "nsajit/kernels.hpp"
-#include "runtime/argument_checks.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/runtime.hpp"
-#include "runtime/transform_arguments.hpp"
 #include "templates/kernel_params.h"
 
-namespace nsajit {
-
-namespace detail {
+namespace nsajit::detail {
 namespace {
-TopkLaunchOverride g_override;
 
 constexpr int kTargetSlice = 32768;   // positions per CTA before a row is split further
 constexpr int kMinSpreadSlice = 8192; // few rows: split while slices stay at least this long
@@ -26,10 +17,9 @@ constexpr int kSlotWords = 4096;      // per-thread candidate slots (slots_per_t
 constexpr int kCandCapacity = 4096;   // candidates (<= kHistWords); normal data: ~1-3% of a row
 // Clusters first hold the window's cluster-wide totals in the slots, one word per first-digit bin.
 static_assert(kSlotWords >= kHistWords, "the slots hold a first-digit histogram (templates/topk.cuh)");
-// Dynamic shared memory of the select launch (the family allows 215040 bytes): what is left after
-// the histogram, the candidate lists and the classify's bitmaps holds the
-// kept part of the slice.
-constexpr int kMaxDynamicBytes = 215040;
+// What is left of the family's dynamic shared memory after the histogram, the candidate lists and
+// the classify's bitmaps holds the kept part of the slice.
+constexpr int kMaxDynamicBytes = int(kTopkMaxDynamicSmem);
 // Scores of a launch at most this large may be prefetched into L2 ahead of their lengths (a
 // third of the H200's 50 MB L2).
 constexpr long long kPrefetchSliceMaxBytes = 16LL << 20;
@@ -38,14 +28,13 @@ constexpr long long kPrefetchSliceMaxBytes = 16LL << 20;
 constexpr int kTwoPerSmDynamicBytes = 102400;
 }  // namespace
 
-void set_topk_launch_override(const TopkLaunchOverride& o) { g_override = o; }
-
-TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster) {
+TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster,
+                                const TopkPlanConstraints& constraints) {
   TopkLaunchPlan plan;
-  plan.threads = g_override.threads > 0 ? g_override.threads : 512;
+  plan.threads = constraints.threads > 0 ? constraints.threads : 512;
   if (width <= topk) return plan;  // no row needs a selection
   auto ceil_div = [](long long a, long long b) { return (a + b - 1) / b; };
-  plan.cand_capacity = std::min(kCandCapacity, g_override.cand_capacity > 0 ? g_override.cand_capacity : kCandCapacity);
+  plan.cand_capacity = std::min(kCandCapacity, constraints.cand_capacity > 0 ? constraints.cand_capacity : kCandCapacity);
   // The shared-memory parts after the kept keys, at c CTAs per row, in words from the first of
   // them: the first-digit histogram, the slots (c > 1: first the window's totals), the cluster-wide
   // list (c > 1), the overflow list's warps, and the classify's two bitmaps (one bit per position
@@ -65,13 +54,13 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
     return f;
   };
   int c = 1;
-  if (g_override.ctas_per_row > 0) {
-    c = g_override.ctas_per_row;
+  if (constraints.ctas_per_row > 0) {
+    c = constraints.ctas_per_row;
     if (c > 16 || (c & (c - 1)) != 0)
-      throw std::invalid_argument("topk launch override: ctas_per_row = " + std::to_string(c) +
+      throw std::invalid_argument("topk plan constraints: ctas_per_row = " + std::to_string(c) +
                                   ": expected 1, 2, 4, 8 or 16");
     if (4LL * fixed_parts_of(c).end > kMaxDynamicBytes)
-      throw std::invalid_argument("topk launch override: ctas_per_row = " + std::to_string(c) + " for width " +
+      throw std::invalid_argument("topk plan constraints: ctas_per_row = " + std::to_string(c) + " for width " +
                                   std::to_string(width) + ": the slices' bitmaps do not fit shared memory");
   } else {
     // 16-CTA clusters (non-portable) only for a single row: at one CTA per SM only ~7 of them fit
@@ -98,12 +87,12 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // rows share an SM and one's barrier phases overlap the others' sweeps (measured on the H200,
   // 4096 rows of 4097..8192: 182.4 us, against 194.9 at 512 threads with the slice kept). Longer
   // slices keep their keys (4096 rows of 28673..32768: 521 us at 1024 threads, 584 streamed at 256).
-  const bool many_short = g_override.threads <= 0 && (long long)rows * c > sm_count && plan.slice <= 8192;
+  const bool many_short = constraints.threads <= 0 && (long long)rows * c > sm_count && plan.slice <= 8192;
   // Many rows of longer slices (one CTA per row): two 512-thread CTAs per SM, each keeping as much
   // of its slice as lets both fit, the rest re-read (4096 rows of 28673..32768: 515.6 us against
   // 520.8 for one 1024-thread CTA keeping all; fused 538.2 against 550.8).
-  const bool two_per_sm = g_override.threads <= 0 && !many_short && c == 1 && (long long)rows > sm_count;
-  if (g_override.threads <= 0) {
+  const bool two_per_sm = constraints.threads <= 0 && !many_short && c == 1 && (long long)rows > sm_count;
+  if (constraints.threads <= 0) {
     int t = 256;
     while (t < 1024 && plan.slice > 16 * t) t *= 2;
     // A single row in a 16-CTA cluster of 8K slices: 512 threads (cheaper block and cluster
@@ -113,7 +102,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
     plan.threads = many_short ? 256 : two_per_sm ? 512 : t;
   }
   plan.slots_per_thread = std::min(kSlotWords / plan.threads,
-                                   g_override.slots_per_thread >= 0 ? g_override.slots_per_thread : kSlotWords);
+                                   constraints.slots_per_thread >= 0 ? constraints.slots_per_thread : kSlotWords);
   const FixedParts fixed = fixed_parts_of(c);
   // One CTA per row of slices long enough that a sample's bound lists at most ~1/8 of them: a
   // sample bounds the threshold and one sweep lists the keys above it (templates/topk_speculative.cuh), the
@@ -122,12 +111,12 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // 418.8 us keeping nothing, 468.1 keeping 3326 vectors; 128 x 131072 51.8 against 55.7).
   // Not for many short slices (four 256-thread CTAs per SM): the lists' 64 KB would leave room
   // for two, and that regime is measured only on the exact path.
-  plan.speculate = c == 1 && (g_override.speculate == 1 ||
-                              (g_override.speculate != 0 && plan.slice >= 12 * topk && !many_short));
+  plan.speculate = c == 1 && (constraints.speculate == 1 ||
+                              (constraints.speculate != 0 && plan.slice >= 12 * topk && !many_short));
   // Each warp asks L2 for its segment at row start when several rows share an SM over several
   // waves; in one wave of 128 rows of 131072 the 64 MB would not stay in L2 (60.2 against 53.1 us).
-  plan.prefetch_row = plan.speculate && (g_override.prefetch_row == 1 ||
-                                         (g_override.prefetch_row != 0 && (long long)rows * c > sm_count));
+  plan.prefetch_row = plan.speculate && (constraints.prefetch_row == 1 ||
+                                         (constraints.prefetch_row != 0 && (long long)rows * c > sm_count));
   // A handful of long rows in clusters of 8 or 16 CTAs that fill at most half the GPU (one wave,
   // latency-bound) and whose scores are a small part of L2: each CTA asks L2 for its slice
   // before it reads the row's length, so that the first score loads do not wait for two DRAM
@@ -136,14 +125,14 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // (docs/notes/topk.md, run 34): 8 x 131072 (64 CTAs) 21.2 -> 20.3 us, 1 x 131072 within noise,
   // but 64 x 65536 (2-CTA clusters, 128 CTAs) 26.6 -> 27.4; wider or more rows unmeasured.
   const bool few_long_rows = c >= 8 && 2LL * rows * c <= sm_count && 4LL * rows * width <= kPrefetchSliceMaxBytes;
-  plan.prefetch_slice = g_override.prefetch_slice == 1 || (g_override.prefetch_slice != 0 && few_long_rows);
+  plan.prefetch_slice = constraints.prefetch_slice == 1 || (constraints.prefetch_slice != 0 && few_long_rows);
   // Many short rows at 256 threads, one CTA each: the row's keys held in registers
   // (NSAJIT_TOPK_DENSE_VECS = 9 vectors a thread: slices of at most 256 * 9 - 1 vectors, as a row
   // need not be aligned), read once, the threshold found from them, one output pass
   // (templates/topk_dense.cuh, topk_dense_row).
   const bool dense_fits = c == 1 && plan.threads == 256 && plan.slice <= 4 * (256 * NSAJIT_TOPK_DENSE_VECS - 1);
-  plan.dense_registers = dense_fits && (g_override.dense_registers == 1 ||
-                                        (g_override.dense_registers != 0 && many_short));
+  plan.dense_registers = dense_fits && (constraints.dense_registers == 1 ||
+                                        (constraints.dense_registers != 0 && many_short));
   if (plan.dense_registers) plan.speculate = plan.prefetch_row = false;  // neither runs: no lists to lay out
   // The slice's vectors kept as keys in shared memory: all when they fit (one extra vector: the
   // slice need not be aligned); as many as fit when the CTA has the SM to itself anyway (1024
@@ -154,7 +143,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   const int slice_vecs = plan.slice / 4 + 1;
   const int room_vecs = std::max(0, (kMaxDynamicBytes / 4 - fixed.end) / 4);
   const int two_per_sm_room_vecs = std::max(0, (kTwoPerSmDynamicBytes / 4 - fixed.end) / 4);
-  plan.resident_vecs = g_override.force_streaming || many_short || plan.speculate ? 0
+  plan.resident_vecs = constraints.force_streaming || many_short || plan.speculate ? 0
                        : two_per_sm                              ? std::min(slice_vecs, two_per_sm_room_vecs)
                        : slice_vecs <= room_vecs                 ? slice_vecs
                        : plan.threads == 1024                    ? room_vecs
@@ -189,7 +178,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // counts) and the keys; the inbox holds c of them.
   // Not at 256 threads (templates/topk.cuh compiles it out there), and at least one warp a CTA
   // (each list is read by threads / 32c warps).
-  if (c > 1 && g_override.speculate != 0 && plan.threads >= 512 && plan.threads >= 32 * c &&
+  if (c > 1 && constraints.speculate != 0 && plan.threads >= 512 && plan.threads >= 32 * c &&
       plan.resident_vecs >= slice_vecs) {
     // templates/topk_cluster_lists.cuh, topk_cluster_list_rank at len = width.
     const int rank = int(ceil_div(5LL * topk * plan.slice, 4LL * width)) + 16;
@@ -204,7 +193,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
     const int inbox = offset + message + 2 * warps * warp_capacity;
     const int end = inbox + c * message;
     if (4LL * end <= kMaxDynamicBytes) {
-      plan.cluster_lists = g_override.strict_cluster_lists ? 2 : 1;
+      plan.cluster_lists = constraints.strict_cluster_lists ? 2 : 1;
       plan.cluster_list_rank = rank;
       plan.cluster_list_offset = offset;
       plan.cluster_list_capacity = capacity;
@@ -216,132 +205,4 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   return plan;
 }
 
-}  // namespace detail
-
-namespace {
-
-constexpr const char* kFunction = "nsajit::topk";
-
-// next_n, then the transform arguments shared with nsajit::index_transform. Returns the page-table
-// row stride (elements).
-long long check_fused(const TopkArgs& args) {
-  if (args.mode == IndexMode::decode) {
-    if (args.next_n < 1 || args.next_n > 8)
-      detail::throw_bad_argument(kFunction, "next_n", args.next_n, "an integer in [1, 8]");
-  } else if (args.next_n != 1) {
-    detail::throw_bad_argument(kFunction, "next_n", args.next_n, "1 unless mode decode (MTP rows)");
-  }
-  return detail::check_transform_arguments(kFunction, args, args.next_n);
-}
-
-}  // namespace
-
-void topk(const TopkArgs& args, CUstream stream) {
-  using detail::require_pointer;
-  using detail::throw_bad_argument;
-  // Every check comes before any driver call (spec_for_current_device queries the device).
-  // Up to 16 CTAs per row must fit the grid's 2^31 - 1 limit.
-  if (args.rows < 0 || args.rows >= (1 << 27))
-    throw_bad_argument(kFunction, "rows", args.rows, "0 <= rows < 2^27");
-  if (args.width < 0 || args.width > detail::kMaxTopkWidth)
-    throw_bad_argument(kFunction, "width", args.width, "0 <= width <= " + std::to_string(detail::kMaxTopkWidth));
-  detail::require_topk(kFunction, args.topk, 4096);
-  const long long stride = args.score_row_stride ? args.score_row_stride : args.width;
-  if (stride < args.width)
-    throw_bad_argument(kFunction, "score_row_stride", args.score_row_stride,
-                       "0 (= width) or >= width = " + std::to_string(args.width));
-  if (args.rows > 0) {
-    // With width 0 every length clamps to <= 0 and no score is read: scores may be null then.
-    if (args.width > 0) require_pointer(kFunction, "scores", args.scores);
-    detail::require_pointer_or_null(kFunction, "row_starts", args.row_starts);
-    require_pointer(kFunction, "lengths", args.lengths);
-    require_pointer(kFunction, "out", args.out);
-  }
-  const long long table_stride = args.fused_transform ? check_fused(args) : 0;
-  if (args.rows == 0) return;
-
-  KernelSpec spec;
-  spec.family = Family::topk;
-  spec.topk = args.topk;
-  spec.sorted = args.sorted;
-  if (args.fused_transform) {
-    spec.fused_transform = true;
-    spec.mode = args.mode;
-    spec.page_size = args.mode == IndexMode::ragged ? 1 : args.page_size;
-    spec.next_n = args.mode == IndexMode::decode ? args.next_n : 1;
-  }
-  const int sm_count = driver::current_context_info().sm_count;
-  detail::TopkLaunchPlan plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count);
-  const KernelSpec base_spec = spec;
-  auto load = [&](const detail::TopkLaunchPlan& p) -> const LoadedKernel& {
-    spec = base_spec;
-    spec.tile.threads = p.threads == 512 ? 0 : p.threads;  // 512 is the default tile
-    spec = spec_for_current_device(spec);
-    return kernel(spec);
-  };
-  const LoadedKernel* loaded = &load(plan);
-  auto geometry_of = [&](const detail::TopkLaunchPlan& p) {
-    LaunchGeometry g;
-    g.grid_x = unsigned(args.rows) * unsigned(p.ctas_per_row);
-    g.block = unsigned(p.threads);
-    g.dynamic_smem = p.dynamic_smem;
-    g.cluster_x = p.ctas_per_row > 1 ? unsigned(p.ctas_per_row) : 0u;
-    return g;
-  };
-  LaunchGeometry geometry = geometry_of(plan);
-  if (plan.ctas_per_row > 8 && resident_ctas(*loaded, geometry) == 0) {
-    // A non-portable cluster (> 8 CTAs) may not fit a device at all (fewer SMs per GPC, a MIG
-    // slice): then at most 8. (resident_ctas also sets the function's opt-in for it, once.)
-    plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 8);
-    loaded = &load(plan);
-    geometry = geometry_of(plan);
-  }
-
-  TopkParams params{};
-  params.scores = args.scores;
-  params.score_row_stride = stride;
-  params.lengths = args.lengths;
-  params.row_starts = args.row_starts;
-  params.out = args.out;
-  params.rows = args.rows;
-  params.width = args.width;
-  params.ctas_per_row = plan.ctas_per_row;
-  params.slice = plan.slice;
-  params.resident_vecs = plan.resident_vecs;
-  params.hist_offset = plan.hist_offset;
-  params.slots_offset = plan.slots_offset;
-  params.cand_offset = plan.cand_offset;
-  params.overflow_warp_offset = plan.overflow_warp_offset;
-  params.bitmap_offset = plan.bitmap_offset;
-  params.bitmap_words = plan.bitmap_words;
-  params.cand_capacity = plan.cand_capacity;
-  params.slots_per_thread = plan.slots_per_thread;
-  params.speculate = plan.speculate ? 1 : 0;
-  params.prefetch_row = plan.prefetch_row ? 1 : 0;
-  params.prefetch_slice = plan.prefetch_slice ? 1 : 0;
-  params.dense_registers = plan.dense_registers ? 1 : 0;
-  params.list_offset = plan.list_offset;
-  params.list_words = plan.list_words;
-  params.cluster_lists = plan.cluster_lists;
-  params.cluster_list_offset = plan.cluster_list_offset;
-  params.cluster_list_capacity = plan.cluster_list_capacity;
-  params.cluster_inbox_offset = plan.cluster_inbox_offset;
-  params.cluster_warp_capacity = plan.cluster_warp_capacity;
-  params.phase = 0;
-  if (args.fused_transform) detail::set_transform_parameters(params, args, table_stride);
-
-  launch(*loaded, geometry, &params, stream);
-
-  if (args.sorted) {  // phase 1: sort each row, then transform
-    long long n = 1;
-    while (n < args.topk) n <<= 1;
-    params.phase = 1;
-    LaunchGeometry sort_geometry;
-    sort_geometry.grid_x = unsigned(args.rows);
-    sort_geometry.block = unsigned(spec.tile.threads);
-    sort_geometry.dynamic_smem = unsigned(n * 8);
-    launch(*loaded, sort_geometry, &params, stream);
-  }
-}
-
-}  // namespace nsajit
+}  // namespace nsajit::detail

@@ -29,10 +29,9 @@
 //   P is split into bf16 P_hi + P_lo (P_lo over the tile's rope columns, free after QK) and both
 //        are multiplied with V: bf16 P alone (2^-9 relative) misses the 1e-3 tolerance when a few
 //        tokens dominate the softmax.
-// KV tiles. bf16 KV (BULK, default): two tiles; each valid token row (1152 bytes) is one
+// KV tiles. bf16 KV (BULK): two tiles; each valid token row (1152 bytes) is one
 // cp.async.bulk completing on the tile's mbarrier, issued one tile ahead; rows padded to 1168
-// bytes (conflict-free ldmatrix), validity flag and mbarrier in the padding. (NSAJIT_KV_BULK 0:
-// 16-byte cp.async into 1152-byte rows XOR-swizzled by chunk ^ (row & 7).) FP8 KV: the raw
+// bytes (conflict-free ldmatrix), validity flag and mbarrier in the padding. FP8 KV: the raw
 // 656-byte tokens are bulk-copied into NSTAGE staging buffers (2, or 1 for 64 heads or with
 // producer warps) and dequantised smem -> smem into a swizzled bf16 tile (one at 256 threads, at
 // the start of each tile; two with producer warps): bf16(float(e4m3) * scale), rope copied.
@@ -50,7 +49,7 @@
 // The math runs in base 2 (scores pre-multiplied by sm_scale * log2 e).
 //
 // Constants (FamilyTraits::constants): NSAJIT_H_Q, NSAJIT_TOPK, NSAJIT_HEADS_PER_CTA,
-// NSAJIT_KV_FP8 (0/1), NSAJIT_KV_BULK (0/1), NSAJIT_THREADS (256; 320 or 512 with producer warps),
+// NSAJIT_KV_FP8 (0/1), NSAJIT_THREADS (256; 320 or 512 with producer warps),
 // NSAJIT_BLOCK_TOKENS (64), NSAJIT_DYNAMIC_SMEM (the host's byte count; checked below against
 // this file's layout), NSAJIT_WGMMA (1: this file is skipped and templates/sparse_mla_wgmma.cuh,
 // rendered just before it, is the kernel: 16..64 heads per CTA on sm_90a, 384 threads, or 512 for
@@ -120,7 +119,7 @@ constexpr unsigned STAGE_BYTES = BT * kFp8Bytes;          // 41984
 // completing on the buffer's mbarrier; rows are padded to 1168 bytes instead of swizzled, and the
 // padding holds the token's validity flag (and, in row 0, the buffer's mbarrier; in row 1, with
 // producer warps, its "empty" mbarrier).
-constexpr bool BULK = !FP8 && (NSAJIT_KV_BULK != 0);
+constexpr bool BULK = !FP8;
 static_assert(THREADS != 320 || (BULK && MROWS <= 32), "320 threads: bf16 bulk copies, up to 32 heads (registers)");
 static_assert(THREADS != 512 || (FP8 && MROWS <= 16), "512 threads: FP8, up to 16 heads (128 registers a thread)");
 constexpr unsigned KV_ROW = BULK ? 1168u : 1152u;
@@ -139,7 +138,8 @@ constexpr unsigned VALID_BYTES = BULK ? 0u : (FP8 && !PRODUCERS ? (1u + NSTAGE) 
 // fp8 mbarriers: NSTAGE staging ones; with producers full[2], empty[2], staging[8] (one a producer warp).
 constexpr unsigned OFF_MBAR = OFF_VALID + VALID_BYTES;
 constexpr unsigned SMEM_BYTES = OFF_MBAR + (FP8 ? (PRODUCERS ? 96u : 8u * NSTAGE) : 0u);
-// Must match generator/families/sparse_mla_decode.cpp (smem_bytes).
+// The plan the host launches with (templates/kernel_params.h).
+static_assert(SMEM_BYTES == sparse_mla_mma_sync_smem_bytes(BT, HB, THREADS, FP8), "the layout must match the plan");
 static_assert(SMEM_BYTES == NSAJIT_DYNAMIC_SMEM, "host and kernel disagree on shared memory size");
 
 struct alignas(8) f32x2 {
@@ -214,7 +214,7 @@ NSAJIT_DEVICE void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, 
 }  // namespace mla
 
 extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1)
-nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
+nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   using namespace mla;
 #if __CUDA_ARCH__ >= 900
   // Lets the split-KV combine (a programmatic dependent) launch now; it waits for this grid.
@@ -280,7 +280,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   // bf16: issue the copies of one tile (token g_tok) into buffer `buf`.
   auto gather_bf16 = [&](int buf, int idx) {
     const uint32_t dst = s_base + OFF_KV + buf * TILE_BYTES;
-    if constexpr (BULK) {
+    {  // bf16 tiles are always bulk copies (BULK)
       if (g_sub == 0) {
         mbar_arrive_tx(mbar(buf), idx >= 0 ? 1152u : 0u);
         if (idx >= 0) bulk_copy(dst + g_tok * KV_ROW, p.kv + (long long)idx * p.kv_row_stride, 1152u, mbar(buf));
@@ -289,19 +289,6 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 #pragma unroll
         for (int i = 0; i < kChunksQK / 4; ++i) st_shared_16(dst + kvo(g_tok, g_sub + 4 * i), u32x4{0u, 0u, 0u, 0u});
       }
-      return;
-    }
-    if (idx >= 0) {
-      const bf16_t* src = p.kv + (long long)idx * p.kv_row_stride;
-#pragma unroll
-      for (int i = 0; i < kChunksQK / 4; ++i) {
-        const int c = g_sub + 4 * i;
-        cp_async_16(dst + kvo(g_tok, c), src + c * 8);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < kChunksQK / 4; ++i)
-        st_shared_16(dst + kvo(g_tok, g_sub + 4 * i), u32x4{0u, 0u, 0u, 0u});
     }
   };
   // fp8: the first byte of valid slot idx's 656-byte token in the paged pool (32-bit division:
