@@ -38,7 +38,8 @@ struct FamilyTraits {
   unsigned used_fields;         // SpecField bits
   const char* name;             // "topk": spec text, readable names, template file stem
   const char* kernel_entry;     // extern "C" __global__ function of the template
-  std::string_view (*template_source)();  // the embedded templates/<name>.cuh
+  // The template file of the spec's kernel (e.g. "topk.cuh"); it #includes what it uses.
+  std::string_view (*template_file)(const KernelSpec& spec);
   // Fills tile fields left at 0 with the family's defaults.
   void (*fill_default_tile)(KernelSpec& spec);
   // Throws InvalidArgument for a value of a used field (or topk/threads) the family does not

@@ -5,6 +5,7 @@
 // written out. NVRTC provides the CUDA builtins (threadIdx, __syncthreads, __shfl_*_sync,
 // atomics, math functions) without includes.
 #pragma once
+#include "kernel_params.h"
 
 typedef unsigned char uint8_t;
 typedef unsigned short uint16_t;

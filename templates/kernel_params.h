@@ -57,7 +57,7 @@ struct TopkParams {
   int resident_vecs;           // the slice's first resident_vecs 16-byte vectors are kept as keys in
                                // dynamic shared memory; the rest is re-read from global memory
   int phase;                   // 0: select (+ transform); 1 (sorted specs): sort each row, transform
-  // Dynamic shared memory of the select phase, offsets in 4-byte words (runtime/topk.cpp):
+  // Dynamic shared memory of the select phase, offsets in 4-byte words (families/topk/heuristics.cpp):
   int hist_offset;             // first-digit histogram, 4096 words; later the candidate overflow list
   int slots_offset;            // per-thread candidate slots, 4096 words
   int cand_offset;             // C > 1: the cluster-wide candidate list, cand_capacity words

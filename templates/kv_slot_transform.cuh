@@ -8,6 +8,7 @@
 // slot = page_table[b, idx / P] * P + idx % P in 64 bits, stored as int32; a negative page-table
 // entry gives -1. P = NSAJIT_PAGE_SIZE is a compile-time constant, so / and % are cheap for any P.
 #pragma once
+#include "device_common.cuh"
 
 #ifndef NSAJIT_PAGE_SIZE
 #define NSAJIT_PAGE_SIZE 1

@@ -12,9 +12,10 @@
 // the partials: ncu, session 26): every load that does not depend on another is issued before
 // the first is used. Warp 0 reads the splits' lse and max (two per lane) while every thread
 // already loads its dims of the first kPreload partials.
-// Launched as a programmatic dependent of the split kernel on sm_90+ (runtime/sparse_mla_decode.cpp):
+// Launched as a programmatic dependent of the split kernel on sm_90+ (families/sparse_mla/launch.cpp):
 // it waits for that grid (griddepcontrol.wait, a no-op otherwise) before any memory access.
 #pragma once
+#include "device_common.cuh"
 
 extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS)
 nsajit_sparse_mla_combine(const SparseMlaCombineParams p) {

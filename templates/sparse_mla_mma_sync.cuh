@@ -1,4 +1,4 @@
-// sparse_mla_decode.cuh — sparse MLA attention over the top-k KV tokens of each query row (§3),
+// sparse_mla_mma_sync.cuh — sparse MLA attention over the top-k KV tokens of each query row (§3),
 // tensor cores (mma.sync m16n8k16 bf16 -> fp32), bf16 or FP8 (656-byte, §4) KV, optional split-KV.
 //
 // For query row r and head h, over the valid entries j of indices[r, 0:n) (n = topk_length[r]
@@ -51,12 +51,11 @@
 // Constants (FamilyTraits::constants): NSAJIT_H_Q, NSAJIT_TOPK, NSAJIT_HEADS_PER_CTA,
 // NSAJIT_KV_FP8 (0/1), NSAJIT_THREADS (256; 320 or 512 with producer warps),
 // NSAJIT_BLOCK_TOKENS (64), NSAJIT_DYNAMIC_SMEM (the host's byte count; checked below against
-// this file's layout), NSAJIT_WGMMA (1: this file is skipped and templates/sparse_mla_wgmma.cuh,
-// rendered just before it, is the kernel: 16..64 heads per CTA on sm_90a, 384 threads, or 512 for
-// FP8 at 64 heads per CTA).
+// this file's layout). Spec tile.kernel = mma_sync; tile.kernel = wgmma renders
+// templates/sparse_mla_wgmma.cuh instead.
 #pragma once
+#include "device_common.cuh"
 
-#if !NSAJIT_WGMMA  // else templates/sparse_mla_wgmma.cuh
 namespace mla {
 
 constexpr int kDimQK = 576;  // 512 latent + 64 rope
@@ -772,4 +771,3 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     }
   }
 }
-#endif  // !NSAJIT_WGMMA

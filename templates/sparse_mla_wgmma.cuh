@@ -1,7 +1,7 @@
 // sparse_mla_wgmma.cuh — sparse MLA attention (§3) on Hopper warpgroup MMA (wgmma, sm_90a), bf16
-// or FP8 (656-byte, §4) KV, optional split-KV. Selected by NSAJIT_WGMMA (spec tile threads 384, or
-// 512 for FP8 at 64 heads per CTA; the default at 64 heads per CTA on sm_90a); the mma.sync kernel in
-// sparse_mla_decode.cuh serves the other specs. Same contract and outputs as that kernel (see its
+// or FP8 (656-byte, §4) KV, optional split-KV. Spec tile.kernel = wgmma (producer_warps 4, FP8: 8;
+// the default at 64 heads per CTA on sm_90a); the mma_sync kernel in sparse_mla_mma_sync.cuh
+// serves the other specs. Same contract and outputs as that kernel (see its
 // header), and the same workspace format.
 //
 // CTA = one query row x HB = min(H_Q, 64) heads; the MMA M dimension is always 64 rows (fewer
@@ -35,8 +35,8 @@
 // its PV is done: before waiting for the next tile if that has not landed, else after issuing
 // the next tile's QK (which then queues behind the PV).
 #pragma once
+#include "device_common.cuh"
 
-#if NSAJIT_WGMMA
 namespace mla {
 
 constexpr int kDimQK = 576;
@@ -753,4 +753,3 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   }
 
 }
-#endif  // NSAJIT_WGMMA

@@ -25,6 +25,7 @@
 // message_fill, union_count, inbox_full) it uses only warp_sum, which it writes after a cluster
 // barrier before reading it (union_count is left as it is: a CTA serves one row).
 #pragma once
+#include "topk_radix.cuh"
 
 // A message's layout: NSAJIT_TOPK_MSG_* in templates/kernel_params.h (the host plans it).
 
@@ -39,7 +40,7 @@ struct TopkClusterLists {
 };
 
 // The rank whose first-digit bin a CTA lists down to: 1.25 times its share of topk (its n of the
-// row's len scores), plus 16. runtime/topk.cpp sizes the lists for n = slice, len = width; a CTA
+// row's len scores), plus 16. families/topk/heuristics.cpp sizes the lists for n = slice, len = width; a CTA
 // of a shorter row lists more, and may overflow into the exact path. (A share by the slice
 // instead of n made the partial last slice of a row list far down, over more than 32 bins.)
 NSAJIT_DEVICE int topk_cluster_list_rank(int n, int len) {

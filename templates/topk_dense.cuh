@@ -1,6 +1,7 @@
 // topk_dense.cuh — the top-k family (templates/topk.cuh), part 6: dense rows with their keys in
 // registers (one 256-thread CTA per row).
 #pragma once
+#include "topk_radix.cuh"
 
 #if NSAJIT_THREADS == 256
 // Rows of at most NSAJIT_TOPK_DENSE_VECS * 256 - 1 vectors (slices <= 9212 positions) where the plan

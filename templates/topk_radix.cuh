@@ -1,6 +1,7 @@
 // topk_radix.cuh — the top-k family (templates/topk.cuh), part 2: the block's shared state and
 // the radix select's block-wide steps (bin search, digits, refinement), cluster-wide sums.
 #pragma once
+#include "topk_common.cuh"
 
 // --- shared state and block-wide steps -------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 // topk_speculative.cuh — the top-k family (templates/topk.cuh), part 3: the speculative single
 // sweep of one CTA per row (sample, bound, per-warp lists).
 #pragma once
+#include "topk_radix.cuh"
 
 // --- speculative single sweep (one CTA per row) ----------------------------------------------------
 // The exact path reads the row twice (pass 0 for the first digit, then the classify sweep). Here a

@@ -111,7 +111,7 @@ void validate_model_config(const ModelConfig& c) {
 std::vector<KernelSpec> decode_step_specs(const ModelConfig& c, Arch arch) {
   // What `nsajit run` launches: top-k, the paged transform, the FP8 cache writer, and sparse MLA
   // over bf16 and FP8 KV (decode and prefill rows share one kernel per layout). Top-k's thread
-  // count follows its launch plan (rows and width, runtime/topk.cpp), so every count it can pick
+  // count follows its launch plan (rows and width, families/topk/heuristics.cpp), so every count it can pick
   // is compiled.
   std::vector<KernelSpec> specs = {
       {.family = Family::topk, .topk = c.index_topk, .tile = {.threads = 256}},

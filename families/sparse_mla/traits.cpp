@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "families/sparse_mla/heuristics.hpp"
-#include "generator/embedded_templates.hpp"
 #include "generator/family.hpp"
 #include "nsajit/errors.hpp"
 #include "templates/kernel_params.h"
@@ -76,7 +75,6 @@ std::vector<KernelConstant> constants(const KernelSpec& spec) {
       {"BLOCK_TOKENS", spec.tile.block_tokens},
       {"HEADS_PER_CTA", spec.tile.heads_per_cta},
       {"KV_FP8", fp8(spec) ? 1 : 0},
-      {"WGMMA", wgmma(spec) ? 1 : 0},
       {"DYNAMIC_SMEM", smem_bytes(spec)},
   };
 }
@@ -90,10 +88,8 @@ std::string readable_stem(const KernelSpec& spec) {
 
 unsigned max_dynamic_smem(const KernelSpec& spec) { return smem_bytes(spec); }
 
-// Both kernels in one source; NSAJIT_WGMMA picks one (each file is wrapped in #if).
-std::string_view template_source() {
-  static const std::string text = std::string(embedded::sparse_mla_wgmma()) + std::string(embedded::sparse_mla_mma_sync());
-  return text;
+std::string_view template_file(const KernelSpec& spec) {
+  return wgmma(spec) ? "sparse_mla_wgmma.cuh" : "sparse_mla_mma_sync.cuh";
 }
 
 }  // namespace
@@ -105,7 +101,7 @@ const FamilyTraits sparse_mla_traits = {
     .used_fields = uses_h_q | uses_kv_dtype | uses_block_tokens | uses_heads_per_cta | uses_kernel_variant,
     .name = "sparse_mla",
     .kernel_entry = "nsajit_sparse_mla",
-    .template_source = &template_source,
+    .template_file = &template_file,
     .fill_default_tile = &sparse_mla::fill_default_tile,
     .validate = &validate_spec,
     .constants = &constants,

@@ -3,7 +3,6 @@
 #include <string>
 #include <vector>
 
-#include "generator/embedded_templates.hpp"
 #include "generator/family.hpp"
 #include "generator/families/transform_fields.hpp"
 #include "templates/kernel_params.h"
@@ -70,15 +69,8 @@ std::string readable_stem(const KernelSpec& spec) {
 
 unsigned max_dynamic_smem(const KernelSpec&) { return kTopkMaxDynamicSmem; }
 
-// The §1 transform, then the family's parts in dependency order, the kernel last.
-std::string_view template_source() {
-  static const std::string text = with_kv_slot_transform(
-      std::string(embedded::topk_common()) + std::string(embedded::topk_radix()) +
-      std::string(embedded::topk_speculative()) + std::string(embedded::topk_cluster_lists()) +
-      std::string(embedded::topk_sort()) +
-      std::string(embedded::topk_dense()) + std::string(embedded::topk()));
-  return text;
-}
+// The kernel; it includes the §1 transform and the family's parts.
+std::string_view template_file(const KernelSpec&) { return "topk.cuh"; }
 
 }  // namespace
 
@@ -88,7 +80,7 @@ const FamilyTraits topk_traits = {
     uses_page_size | uses_mode | uses_next_n | uses_fused_transform | uses_sorted,
     "topk",
     "nsajit_topk",
-    &template_source,
+    &template_file,
     &fill_default_tile,
     &validate_topk,
     &constants,

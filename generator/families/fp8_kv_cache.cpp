@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "generator/embedded_templates.hpp"
 #include "generator/family.hpp"
 
 namespace nsajit {
@@ -51,7 +50,7 @@ const FamilyTraits fp8_kv_quantize_traits = {
     .used_fields = uses_page_size,
     .name = "fp8_kv_quantize",
     .kernel_entry = "nsajit_fp8_kv_quantize",
-    .template_source = &embedded::fp8_kv_quantize,
+    .template_file = [](const KernelSpec&) -> std::string_view { return "fp8_kv_quantize.cuh"; },
     .fill_default_tile = &fill_default_tile,
     .validate = &validate_fp8_kv,
     .constants = &constants,
@@ -65,7 +64,7 @@ const FamilyTraits fp8_kv_gather_traits = {
     .used_fields = uses_page_size,
     .name = "fp8_kv_gather",
     .kernel_entry = "nsajit_fp8_kv_gather",
-    .template_source = &embedded::fp8_kv_gather,
+    .template_file = [](const KernelSpec&) -> std::string_view { return "fp8_kv_gather.cuh"; },
     .fill_default_tile = &fill_default_tile,
     .validate = &validate_fp8_kv,
     .constants = &constants,

@@ -2,7 +2,6 @@
 #include <string>
 #include <vector>
 
-#include "generator/embedded_templates.hpp"
 #include "generator/family.hpp"
 #include "nsajit/errors.hpp"
 
@@ -36,7 +35,7 @@ const FamilyTraits sparse_mla_combine_traits = {
     .used_fields = 0,
     .name = "sparse_mla_combine",
     .kernel_entry = "nsajit_sparse_mla_combine",
-    .template_source = &embedded::sparse_mla_combine,
+    .template_file = [](const KernelSpec&) -> std::string_view { return "sparse_mla_combine.cuh"; },
     .fill_default_tile = &fill_default_tile,
     .validate = &validate_spec,
     .constants = &constants,
