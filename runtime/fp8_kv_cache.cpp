@@ -14,8 +14,8 @@
 namespace nsajit {
 namespace {
 
-constexpr long long kTokenBytes = 656;
-constexpr long long kDims = 576;
+constexpr long long kTokenBytes = kFp8KvTokenBytes;
+constexpr long long kDims = kMlaDimQK;
 
 // Non-null and `alignment`-byte aligned.
 void check_pointer(std::string_view fn, std::string_view name, const void* p, unsigned alignment) {

@@ -12,6 +12,11 @@
 #define NSAJIT_HOST_DEVICE
 #endif
 
+// ---- DeepSeek-V3.2 MLA shapes (docs/nsa-semantics.md, "Model constants") ----
+constexpr int kMlaDimQK = 576;       // d_qk: kv_lora_rank 512 latent dims + 64 rope dims
+constexpr int kMlaDimV = 512;        // d_v = kv_lora_rank: V is the latent part of the KV row
+constexpr int kFp8KvTokenBytes = 656;  // §4: 512 e4m3 + 4 fp32 scales + 64 bf16 rope
+
 struct IndexTransformParams {
   const int* topk_indices;          // [rows, topk]
   int* out;                         // [rows, topk]

@@ -30,12 +30,12 @@ nsajit_sparse_mla_combine(const SparseMlaCombineParams p) {
   const int ns = p.num_splits;
   const float ninf = __uint_as_float(0xff800000u);
   const int d = threadIdx.x * 4;
-  const float* o_head = p.o_part + head * 512 + d;
+  const float* o_head = p.o_part + head * kMlaDimV + d;
 
   float4 v[kPreload];
 #pragma unroll
   for (int s = 0; s < kPreload; ++s)
-    if (s < ns) v[s] = __ldg(reinterpret_cast<const float4*>(o_head + s * stride * 512));
+    if (s < ns) v[s] = __ldg(reinterpret_cast<const float4*>(o_head + s * stride * kMlaDimV));
 
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
@@ -68,7 +68,7 @@ nsajit_sparse_mla_combine(const SparseMlaCombineParams p) {
   __syncthreads();
 
   const float total = total_s;
-  unsigned short* out = p.out + head * 512 + d;
+  unsigned short* out = p.out + head * kMlaDimV + d;
   if (total == ninf) {  // no valid token anywhere
     *reinterpret_cast<uint2*>(out) = make_uint2(0u, 0u);
     if (threadIdx.x == 0) {
@@ -82,7 +82,7 @@ nsajit_sparse_mla_combine(const SparseMlaCombineParams p) {
     if (s0 > 0) {
 #pragma unroll
       for (int s = 0; s < kPreload; ++s)
-        if (s0 + s < ns) v[s] = __ldg(reinterpret_cast<const float4*>(o_head + (s0 + s) * stride * 512));
+        if (s0 + s < ns) v[s] = __ldg(reinterpret_cast<const float4*>(o_head + (s0 + s) * stride * kMlaDimV));
     }
 #pragma unroll
     for (int s = 0; s < kPreload; ++s) {

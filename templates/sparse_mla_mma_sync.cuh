@@ -58,10 +58,10 @@
 
 namespace mla {
 
-constexpr int kDimQK = 576;  // 512 latent + 64 rope
-constexpr int kDimV = 512;   // V = the latent part of the KV row
+constexpr int kDimQK = kMlaDimQK;
+constexpr int kDimV = kMlaDimV;
 constexpr int kChunksQK = 72;  // 16-byte chunks of a bf16 row
-constexpr int kFp8Bytes = 656;
+constexpr int kFp8Bytes = kFp8KvTokenBytes;
 
 constexpr int H_Q = NSAJIT_H_Q;
 constexpr int TOPK = NSAJIT_TOPK;
@@ -145,14 +145,6 @@ struct alignas(8) f32x2 {
   float x, y;
 };
 
-NSAJIT_DEVICE float neg_inf() { return __uint_as_float(0xff800000u); }
-NSAJIT_DEVICE float pos_inf() { return __uint_as_float(0x7f800000u); }
-
-NSAJIT_DEVICE uint32_t smem_u32(const void* p) {
-  uint32_t a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
 
 // Byte offset of 16-byte chunk `c` of row `r` in a [rows][72 chunks] tile / a [rows][8 chunks] tile.
 NSAJIT_DEVICE uint32_t sw576(int r, int c) { return uint32_t(r) * 1152u + (uint32_t(c ^ (r & 7)) << 4); }
@@ -179,12 +171,9 @@ NSAJIT_DEVICE void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
-NSAJIT_DEVICE void named_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
 // A barrier of the MMA warps (the producer warps never join one after the prologue).
 NSAJIT_DEVICE void mma_sync_threads() {
-  if constexpr (PRODUCERS) named_barrier(15, CTHREADS);
+  if constexpr (PRODUCERS) bar_sync(15, CTHREADS);
   else __syncthreads();
 }
 
@@ -667,7 +656,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         o[mt][nd][3] *= alpha[mt][1];
       }
     }
-    if constexpr (NCS > 1) named_barrier(1 + mg, NCS * 32);
+    if constexpr (NCS > 1) bar_sync(1 + mg, NCS * 32);
     else __syncwarp();
 
     // ---- O += P . V over the tile's 64 tokens, this warp's DW dims

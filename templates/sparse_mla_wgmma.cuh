@@ -39,9 +39,9 @@
 
 namespace mla {
 
-constexpr int kDimQK = 576;
-constexpr int kDimV = 512;
-constexpr int kFp8Bytes = 656;
+constexpr int kDimQK = kMlaDimQK;
+constexpr int kDimV = kMlaDimV;
+constexpr int kFp8Bytes = kFp8KvTokenBytes;
 constexpr int H_Q = NSAJIT_H_Q;
 constexpr int TOPK = NSAJIT_TOPK;
 constexpr int HB = NSAJIT_HEADS_PER_CTA;
@@ -90,18 +90,11 @@ static_assert(PRODUCERS / 128 * REG_PRODUCER + REG_WG0 + REG_WG1 == NSAJIT_THREA
 
 enum : int { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPILOGUE = 3, BAR_WG0_VOTE = 4 };
 
-NSAJIT_DEVICE float neg_inf() { return __uint_as_float(0xff800000u); }
-NSAJIT_DEVICE float pos_inf() { return __uint_as_float(0x7f800000u); }
 
 struct alignas(8) f32x2 {
   float x, y;
 };
 
-NSAJIT_DEVICE uint32_t smem_u32(const void* p) {
-  uint32_t a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
 // Byte offset of 16-byte chunk c (0..7) of row r in a swizzled subtile.
 NSAJIT_DEVICE uint32_t swz(int r, int c) { return uint32_t(r) * 128u + (uint32_t(c ^ (r & 7)) << 4); }
 
@@ -135,7 +128,6 @@ NSAJIT_DEVICE void set_max_regs() {
   if constexpr (REGS > REG_LAUNCH) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS));
   else if constexpr (REGS < REG_LAUNCH) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));
 }
-NSAJIT_DEVICE void bar_sync(int id, int threads) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory"); }
 // Non-blocking: has the phase of parity `parity` completed?
 NSAJIT_DEVICE bool mbar_test(uint32_t bar, uint32_t parity) {
   uint32_t done;

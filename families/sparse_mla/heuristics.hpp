@@ -3,6 +3,7 @@
 #pragma once
 
 #include "nsajit/spec.hpp"
+#include "templates/kernel_params.h"
 
 namespace nsajit::sparse_mla {
 
@@ -26,7 +27,7 @@ int auto_splits(long long rows, int h_q, int topk, int sm_count);
 // Workspace bytes of `splits` partial results (0 without a split).
 inline std::size_t workspace_bytes(int rows, int h_q, int splits) {
   if (splits <= 1) return 0;
-  return std::size_t(splits) * std::size_t(rows) * std::size_t(h_q) * (512 + 2) * 4;
+  return std::size_t(splits) * std::size_t(rows) * std::size_t(h_q) * (kMlaDimV + 2) * 4;  // fp32 o, lse, max
 }
 
 }  // namespace nsajit::sparse_mla

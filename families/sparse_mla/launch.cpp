@@ -66,14 +66,14 @@ void check_args(const SparseMlaDecodeArgs& a) {
   if (a.num_slots < 0) bad("num_slots", std::to_string(a.num_slots), ">= 0");
   if (a.kv_dtype == KvDtype::bf16) {
     // Rows are copied in 16-byte chunks: the stride keeps every row 16-byte aligned.
-    if (a.kv_row_stride < 576 || a.kv_row_stride % 8 != 0)
+    if (a.kv_row_stride < kMlaDimQK || a.kv_row_stride % 8 != 0)
       bad("kv_row_stride", std::to_string(a.kv_row_stride), "a multiple of 8 elements, >= 576");
   } else if (a.kv_dtype == KvDtype::fp8_e4m3) {
     if (a.page_size < 1) bad("page_size", std::to_string(a.page_size), ">= 1");
     if (a.kv_page_stride != 0 &&
-        (a.kv_page_stride % 16 != 0 || a.kv_page_stride < std::int64_t(a.page_size) * 656))
+        (a.kv_page_stride % 16 != 0 || a.kv_page_stride < std::int64_t(a.page_size) * kFp8KvTokenBytes))
       bad("kv_page_stride", std::to_string(a.kv_page_stride),
-          "0 or a multiple of 16 bytes >= page_size * 656 (" + std::to_string(std::int64_t(a.page_size) * 656) + ")");
+          "0 or a multiple of 16 bytes >= page_size * 656 (" + std::to_string(std::int64_t(a.page_size) * kFp8KvTokenBytes) + ")");
     if (a.num_slots % a.page_size != 0)
       bad("num_slots", std::to_string(a.num_slots),
           "num_pages * page_size (a multiple of page_size " + std::to_string(a.page_size) + ")");
@@ -151,7 +151,7 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
   if (a.kv_dtype == KvDtype::fp8_e4m3) {
     p.kv_fp8 = static_cast<const unsigned char*>(a.kv);
     p.page_size = a.page_size;
-    p.kv_page_stride = a.kv_page_stride != 0 ? a.kv_page_stride : std::int64_t(a.page_size) * 656;
+    p.kv_page_stride = a.kv_page_stride != 0 ? a.kv_page_stride : std::int64_t(a.page_size) * kFp8KvTokenBytes;
   } else {
     p.kv = static_cast<const unsigned short*>(a.kv);
     p.kv_row_stride = a.kv_row_stride;
@@ -169,7 +169,7 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
   if (splits > 1) {
     char* ws = static_cast<char*>(a.workspace);
     p.o_part = reinterpret_cast<float*>(ws);
-    p.lse_part = reinterpret_cast<float*>(ws + std::size_t(splits) * heads * 512 * 4);
+    p.lse_part = reinterpret_cast<float*>(ws + std::size_t(splits) * heads * kMlaDimV * 4);
     p.max_part = p.lse_part + std::size_t(splits) * heads;
   }
 
