@@ -256,7 +256,7 @@ NSAJIT_DEVICE int find_request(const int* cu, int n, int r) {
 // not a slot in [0, num_slots) (§3: -1 and every other out-of-range value are invalid).
 // A kernel that loads an index a tile before it uses it keeps the raw entry (load_index_raw) and
 // checks it where it uses it (valid_index): checked at once, the load's latency stalls the thread
-// right there, and the load is not ahead at all (docs/notes/sparse_mla.md, session 19).
+// right there, and the load is not ahead at all.
 NSAJIT_DEVICE int load_index_raw(const int* idx_row, int j, int n) { return j < n ? __ldg(idx_row + j) : -1; }
 NSAJIT_DEVICE int valid_index(int raw, long long num_slots) {
   return (raw >= 0 && (long long)raw < num_slots) ? raw : -1;

@@ -8,8 +8,7 @@
 // (a fixed shuffle tree for L, ascending splits for out), so the result is deterministic for a
 // given number of splits.
 // grid = (rows, h_q); NSAJIT_THREADS (128) threads, each owning 4 output dims; num_splits <= 64.
-// A CTA reads only num_splits x 2 KB, so at many splits latency bounds it (at 4 splits, reading
-// the partials: ncu, session 26): every load that does not depend on another is issued before
+// A CTA reads only num_splits x 2 KB, so latency bounds it: every load that does not depend on another is issued before
 // the first is used. Warp 0 reads the splits' lse and max (two per lane) while every thread
 // already loads its dims of the first kPreload partials.
 // Launched as a programmatic dependent of the split kernel on sm_90+ (families/sparse_mla/launch.cpp):

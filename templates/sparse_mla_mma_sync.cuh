@@ -18,7 +18,7 @@
 //        (TW = 64 / NCS) over 576 dims: A = q (ldmatrix from smem), B = K (ldmatrix from the tile).
 //        With NCS = 8 (up to 32 heads, KSPLIT) warp cs takes 16 tokens (cs % 4) over half of the
 //        dims (cs / 4) instead, and the second half's S reaches the first through smem: each q
-//        fragment then feeds two MMAs (h16 -3 to -7 % bf16, -6 to -12 % FP8: notes, session 20).
+//        fragment then feeds two MMAs (faster at 16 heads: docs/design/sparse_mla.md).
 //   softmax: row maxima are exchanged between the warps of an m-group that own S (all NCS, or
 //        with KSPLIT the 4 of the first half) through smem (a CTA barrier, after which the tile's
 //        rope columns are free for P_lo); every warp of the group then holds the same running max
@@ -41,8 +41,7 @@
 // (thread p: token p of every tile), each buffer refilled once the 8 MMA warps released it (an
 // "empty" mbarrier of 256 arrivals in the padding of the buffer's row 1); the MMA warps only wait
 // and compute. At 256 threads every thread issues its token's copy at the top of each tile, and
-// each warp's copies go out one lane at a time (16 % of the stall samples: docs/notes/sparse_mla.md
-// session 19).
+// each warp's copies go out one lane at a time (a large share of the stalls).
 // FP8 producer warps (512 threads, up to 16 heads): warps 8..15 bulk-copy the raw tokens into one
 // staging tile (one mbarrier a warp) and dequantize them into two bf16 tiles; full (256 producer
 // arrivals, no bytes) and empty (256 MMA arrivals) mbarriers at OFF_MBAR pass the tiles.
@@ -426,7 +425,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         raw = t + 1 < te ? load_index_raw(idx_row, (t + 1) * BT + pt, n) : -1;
         if (k >= 2) mbar_wait(empty_mbar(b), uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + b * TILE_BYTES + pt * KV_ROW;
-        // valid_flag(b, pt), written out: through the lambda ptxas emits different (unmeasured) code.
+        // valid_flag(b, pt), written out: through the lambda ptxas emits different code.
         *reinterpret_cast<int*>(smem + OFF_KV + b * TILE_BYTES + pt * KV_ROW + 1152) = idx >= 0;
         if (idx >= 0) {
           // This thread's zero row of an earlier tile (generic stores) before the copy (async proxy).
@@ -491,8 +490,6 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       if (t + NSTAGE < te) fp8_issue(st, valid_index(idx_next, p.num_slots));
       idx_next = tile_index_raw(t + NSTAGE + 1);
     } else if constexpr (PRODUCERS) {
-      // (Waiting for q and the barrier at the first tile only measured +0.2 to +1.2 % on h16 bf16:
-      // docs/notes/sparse_mla.md, session 20.)
       asm volatile("cp.async.wait_group 0;" ::: "memory");  // q
       mbar_wait(mbar(buf), uint32_t(((t - tb) >> 1) & 1));
       mma_sync_threads();  // every MMA thread's part of q

@@ -48,7 +48,7 @@ constexpr int HB = NSAJIT_HEADS_PER_CTA;
 constexpr bool FP8 = NSAJIT_KV_FP8 != 0;
 constexpr int BT = NSAJIT_BLOCK_TOKENS;
 // Producer threads: one warpgroup, or two for FP8 at 512 threads (the default at 64 heads): the
-// dequantisation then issues from two warps per scheduler (H200: FP8 64/128-head 0 to -4 %).
+// dequantisation then issues from two warps per scheduler.
 constexpr int PRODUCERS = NSAJIT_THREADS - 256;
 constexpr int TPT = PRODUCERS / 64;  // producer threads per token of a tile
 constexpr int TPT_LOG2 = TPT == 4 ? 2 : 1;
@@ -100,8 +100,7 @@ NSAJIT_DEVICE uint32_t swz(int r, int c) { return uint32_t(r) * 128u + (uint32_t
 
 // 16-byte cp.async; src_bytes 0 zero-fills the destination and reads nothing. No L2::256B
 // prefetch-size hint: the rows are gathered at random, so the other half of a hinted 256-byte
-// block is a line of some other row, seldom read (H200, prefill and decode b128: 3 % fewer DRAM
-// bytes without the hint, docs/notes/sparse_mla.md experiment 48).
+// block is a line of some other row, seldom read.
 NSAJIT_DEVICE void cp_async_16_zfill(uint32_t saddr, const void* gmem, uint32_t src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(saddr), "l"(gmem), "r"(src_bytes)
                : "memory");
@@ -439,8 +438,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       for (int i = 0; i < 4; ++i) cur[i] = valid_index(first_raw[i], p.num_slots);
       for (int t = tb; t < te; ++t) {
         const int k = t - tb, b = k & 1;
-        // bf16: the prefetch's index loaded and checked here (loaded a tile ahead and checked at
-        // use, as FP8 does below, the 64-head bf16 shapes ran 0.3-1.6 % slower: session 19).
+        // bf16: the prefetch's index loaded and checked here (checking at use, as FP8 does, is slower).
         prefetch_tile(t + 2, k == 0 ? raw2 : prefetch_raw(t + 2));
         if (k >= 2) mbar_wait(bar_empty + 8 * b, uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + uint32_t(b) * TILE;
@@ -475,7 +473,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       constexpr int NCH = 32 / TPT;  // fp8 chunks a thread
       const int tok = pt >> TPT_LOG2, h = pt & (TPT - 1);
       bool q_pending = true;  // bar_q: arrived with the first tile
-      // FP8: the index entries a tile ahead of their use, checked there (h64 b64 n1 fp8 -8 %).
+      // FP8: the index entries a tile ahead of their use, checked there (hides the load's latency).
       int cur = first_raw[0];
       int pf = raw2;  // the prefetch's, one tile ahead of it
       for (int t = tb; t < te; ++t) {

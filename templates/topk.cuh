@@ -461,7 +461,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       // and its share of the overflow list (a block scan), and writes them into every CTA's list,
       // so that every CTA refines the same keys (their order does not matter). One atomic per
       // thread with candidates (≈ 1,400 of a normal row of 131072, on one word of rank 0,
-      // serialised) cost ≈ 1.2 us of its 20 us (H200, docs/notes/topk.md run 33).
+      // serialised) is a small part of the row's time.
       const int n_over = sh.cand_local;
       if (C > 1) {
         const int mine = nslot + topk_thread_share(n_over, tid);
@@ -574,8 +574,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   // shared memory (the candidate slots, free by now; topk <= 4096 words) and write them to `out`
   // once, coalesced (and transformed when fused): a lane's positions are consecutive output
   // slots, so in a dense row each store straight to `out` would spread over the whole warp's
-  // output range (measured: 4096 rows of 4097..8192, 205 -> 192 us staged; at 28673..32768 the
-  // extra pass costs more than it saves, 516 -> 527 us). Uniform per row, so per cluster.
+  // output range; for sparse rows the extra pass costs more than it saves. Uniform per row, so per cluster.
   const bool stage = apply || 8 * NSAJIT_TOPK > len;
   // (The speculative path stages in hist0, free since its first digit: its lists use the slots.)
   int* const dst = stage ? reinterpret_cast<int*>(speculated ? hist0 : slots) : out;

@@ -34,7 +34,7 @@ static_assert(NSAJIT_SORT_N >= NSAJIT_TOPK && (NSAJIT_SORT_N & (NSAJIT_SORT_N - 
 // Keys of real scores are >= 1 (NaN 1, -inf 0x007fffff); 0 marks padding.
 NSAJIT_DEVICE uint32_t topk_key(float f) {
   // Branch-free (this runs once per score), and mostly off the integer pipe, which the cluster
-  // rows' passes are short of (docs/notes/topk.md, session 18): -0.0 + 0.0 is +0.0 (round to
+  // rows' passes are short of: -0.0 + 0.0 is +0.0 (round to
   // nearest; NVRTC runs without fast math or flush-to-zero, so subnormals stay), NaN tested as a
   // float.
   const float g = f + 0.0f;

@@ -192,7 +192,7 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   CHECK(plan_topk_launch(4096, 2048, 2048, 132).slice == 0);  // no row needs a selection
   auto p = plan_topk_launch(1, 131072, 2048, 132);
   CHECK(p.ctas_per_row == 16);  // one long row: a 16-CTA cluster of 8K slices
-  CHECK(p.threads == 512);       // 512 threads: cheaper barriers (measured)
+  CHECK(p.threads == 512);       // 512 threads: cheaper barriers (docs/design/topk.md)
   CHECK(plan_topk_launch(8, 131072, 2048, 132).threads == 1024);  // 8-CTA clusters: 1024
   CHECK(p.resident_vecs == p.slice / 4 + 1);  // kept whole
   {

@@ -1,5 +1,4 @@
-// heuristics.cpp — default kernel variant and split count of sparse MLA (docs/design/sparse_mla.md
-// says what was measured to choose them).
+// heuristics.cpp — default kernel variant and split count of sparse MLA (why: docs/design/sparse_mla.md).
 #include "families/sparse_mla/heuristics.hpp"
 
 #include <algorithm>

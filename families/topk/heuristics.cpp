@@ -1,4 +1,4 @@
-// heuristics.cpp — the top-k launch plan (docs/design/topk.md says what was measured to choose it).
+// heuristics.cpp — the top-k launch plan (why each rule: docs/design/topk.md).
 #include "families/topk/heuristics.hpp"
 
 #include <algorithm>
@@ -63,13 +63,10 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
       throw std::invalid_argument("topk plan constraints: ctas_per_row = " + std::to_string(c) + " for width " +
                                   std::to_string(width) + ": the slices' bitmaps do not fit shared memory");
   } else {
-    // 16-CTA clusters (non-portable) only for a single row: at one CTA per SM only ~7 of them fit
-    // the GPU at once (measured on the H200), so 8 rows would take two waves.
+    // 16-CTA clusters (non-portable) only for a single row: only ~7 fit the GPU at once.
     const int limit = std::min(max_cluster, rows == 1 ? 16 : 8);
     while (c < limit && ceil_div(width, c) > kTargetSlice) c *= 2;
-    // Rows that fill at most one wave at one CTA per SM but not at c CTAs each (128 rows of
-    // 131072 at 4 CTAs would take 4 waves): the most CTAs per row that keep one wave, slices
-    // partly kept in shared memory (measured 126.5 -> 88.5 us on the H200 at 1 CTA per row).
+    // Rows that fit one wave at one CTA per SM but not at c: the most CTAs per row that keep one wave.
     if ((long long)rows * c > sm_count && rows <= sm_count) {
       c = 1;
       while (c < limit && 2LL * rows * c <= sm_count) c *= 2;
@@ -81,49 +78,31 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   }
   plan.ctas_per_row = c;
   plan.slice = slice_of(c);
-  // About 16..32 positions per thread (256..1024 threads); a grid of at most one CTA per SM gets
-  // 1024 threads to hide more latency (except a single row's 16-CTA cluster: 512, below).
-  // Many waves of short slices: 256-thread CTAs that keep nothing in shared memory, so that four
-  // rows share an SM and one's barrier phases overlap the others' sweeps (measured on the H200,
-  // 4096 rows of 4097..8192: 182.4 us, against 194.9 at 512 threads with the slice kept). Longer
-  // slices keep their keys (4096 rows of 28673..32768: 521 us at 1024 threads, 584 streamed at 256).
+  // Threads: ~16..32 positions each; 1024 when the grid is at most one CTA per SM (latency). Many
+  // waves of short slices: 256 threads keeping nothing, so four rows share an SM (docs/design/topk.md).
   const bool many_short = constraints.threads <= 0 && (long long)rows * c > sm_count && plan.slice <= 8192;
-  // Many rows of longer slices (one CTA per row): two 512-thread CTAs per SM, each keeping as much
-  // of its slice as lets both fit, the rest re-read (4096 rows of 28673..32768: 515.6 us against
-  // 520.8 for one 1024-thread CTA keeping all; fused 538.2 against 550.8).
+  // Many rows of longer slices: two 512-thread CTAs per SM, each keeping what lets both fit.
   const bool two_per_sm = constraints.threads <= 0 && !many_short && c == 1 && (long long)rows > sm_count;
   if (constraints.threads <= 0) {
     int t = 256;
     while (t < 1024 && plan.slice > 16 * t) t *= 2;
-    // A single row in a 16-CTA cluster of 8K slices: 512 threads (cheaper block and cluster
-    // barriers: 0.22 against 0.31 us each, measured on the H200; 1 x 131072 17.5 against 18.6 us,
-    // docs/notes/topk.md run 43). At 8 CTAs per row both take 19.4 us.
+    // A single row in a 16-CTA cluster of 8K slices: 512 threads, for cheaper block and cluster barriers.
     if ((long long)rows * c <= sm_count) t = c == 16 && plan.slice <= 8192 ? 512 : 1024;
     plan.threads = many_short ? 256 : two_per_sm ? 512 : t;
   }
   plan.slots_per_thread = std::min(kSlotWords / plan.threads,
                                    constraints.slots_per_thread >= 0 ? constraints.slots_per_thread : kSlotWords);
   const FixedParts fixed = fixed_parts_of(c);
-  // One CTA per row of slices long enough that a sample's bound lists at most ~1/8 of them: a
-  // sample bounds the threshold and one sweep lists the keys above it (templates/topk_speculative.cuh), the
-  // exact path is the fallback. Nothing is kept then: the sweep streams the row once, and kept
-  // keys would only serve the rare fallback (measured on the H200: 4096 rows of 28673..32768
-  // 418.8 us keeping nothing, 468.1 keeping 3326 vectors; 128 x 131072 51.8 against 55.7).
-  // Not for many short slices (four 256-thread CTAs per SM): the lists' 64 KB would leave room
-  // for two, and that regime is measured only on the exact path.
+  // Speculative single sweep (templates/topk_speculative.cuh) for one CTA per row of slices long
+  // enough that a sample's bound lists at most ~1/8 of them; not for many short slices, whose four
+  // CTAs per SM the lists' 64 KB would halve. Nothing is kept: kept keys would only serve the fallback.
   plan.speculate = c == 1 && (constraints.speculate == 1 ||
                               (constraints.speculate != 0 && plan.slice >= 12 * topk && !many_short));
-  // Each warp asks L2 for its segment at row start when several rows share an SM over several
-  // waves; in one wave of 128 rows of 131072 the 64 MB would not stay in L2 (60.2 against 53.1 us).
+  // Row prefetch into L2 only over several waves: one wave's rows would not stay in L2.
   plan.prefetch_row = plan.speculate && (constraints.prefetch_row == 1 ||
                                          (constraints.prefetch_row != 0 && (long long)rows * c > sm_count));
-  // A handful of long rows in clusters of 8 or 16 CTAs that fill at most half the GPU (one wave,
-  // latency-bound) and whose scores are a small part of L2: each CTA asks L2 for its slice
-  // before it reads the row's length, so that the first score loads do not wait for two DRAM
-  // round trips in a row (lengths[r], then the scores). A row shorter than the slices wastes at
-  // most its CTAs' slices of bandwidth, in the background. Measured on the H200
-  // (docs/notes/topk.md, run 34): 8 x 131072 (64 CTAs) 21.2 -> 20.3 us, 1 x 131072 within noise,
-  // but 64 x 65536 (2-CTA clusters, 128 CTAs) 26.6 -> 27.4; wider or more rows unmeasured.
+  // Slice prefetch for a few long rows in 8-16 CTA clusters (latency-bound, a small part of L2): the
+  // first score loads need not wait for two DRAM round trips in a row (lengths[r], then the scores).
   const bool few_long_rows = c >= 8 && 2LL * rows * c <= sm_count && 4LL * rows * width <= kPrefetchSliceMaxBytes;
   plan.prefetch_slice = constraints.prefetch_slice == 1 || (constraints.prefetch_slice != 0 && few_long_rows);
   // Many short rows at 256 threads, one CTA each: the row's keys held in registers
