@@ -9,22 +9,22 @@
 // An index is valid iff 0 <= idx < num_slots; invalid entries are never dereferenced. A row (or a
 // split) with no valid entry gives out 0, lse +inf, max_logits -inf.
 //
-// Schedule. One CTA = one query row x HB heads (HB = min(H_Q, 64); H_Q 8 runs the heads in one
-// 16-row MMA tile whose upper 8 rows are zero). grid = (rows, H_Q / HB, num_splits); split s
+// Schedule. One CTA = one query row x HEADS_PER_CTA heads (HEADS_PER_CTA = min(H_Q, 64); H_Q 8 runs the heads in one
+// 16-row MMA tile whose upper 8 rows are zero). grid = (rows, H_Q / HEADS_PER_CTA, num_splits); split s
 // walks 64-token tiles [s*T/ns, (s+1)*T/ns) of the row's T = ceil(n / 64) tiles.
-// 8 MMA warps. Warp w = (m-group mg = w % G, column split cs = w / G): G = HB / MW m-groups of MW
-// heads (MW = 32, or 16 when HB <= 16), NCS = 8 / G column splits.
-//   QK:  warp (mg, cs) computes S for its MW heads x the tile's tokens [cs*TW, cs*TW + TW)
-//        (TW = 64 / NCS) over 576 dims: A = q (ldmatrix from smem), B = K (ldmatrix from the tile).
-//        With NCS = 8 (up to 32 heads, KSPLIT) warp cs takes 16 tokens (cs % 4) over half of the
+// 8 MMA warps. Warp w = (m-group mg = w % HEAD_GROUPS, column split cs = w / HEAD_GROUPS): HEAD_GROUPS = HEADS_PER_CTA / HEADS_PER_WARP m-groups of HEADS_PER_WARP
+// heads (HEADS_PER_WARP = 32, or 16 when HEADS_PER_CTA <= 16), WARPS_PER_GROUP = 8 / HEAD_GROUPS column splits.
+//   QK:  warp (mg, cs) computes S for its HEADS_PER_WARP heads x the tile's tokens [cs*TW, cs*TW + TW)
+//        (TW = 64 / WARPS_PER_GROUP) over 576 dims: A = q (ldmatrix from smem), B = K (ldmatrix from the tile).
+//        With WARPS_PER_GROUP = 8 (up to 32 heads, KSPLIT) warp cs takes 16 tokens (cs % 4) over half of the
 //        dims (cs / 4) instead, and the second half's S reaches the first through smem: each q
 //        fragment then feeds two MMAs (faster at 16 heads: docs/design/sparse_mla.md).
-//   softmax: row maxima are exchanged between the warps of an m-group that own S (all NCS, or
+//   softmax: row maxima are exchanged between the warps of an m-group that own S (all WARPS_PER_GROUP, or
 //        with KSPLIT the 4 of the first half) through smem (a CTA barrier, after which the tile's
 //        rope columns are free for P_lo); every warp of the group then holds the same running max
 //        m; P is published with a named barrier per m-group; each owning thread keeps a partial row
 //        sum l of its own columns (summed once, in the epilogue). P (bf16) goes to smem [heads][64].
-//   PV:  warp (mg, cs) owns O[MW heads][dims cs*DW .. +DW) (DW = 512 / NCS) in fp32 registers:
+//   PV:  warp (mg, cs) owns O[HEADS_PER_WARP heads][dims cs*DW .. +DW) (DW = 512 / WARPS_PER_GROUP) in fp32 registers:
 //        A = P (ldmatrix), B = V (ldmatrix.trans from the same KV tile).
 //   P is split into bf16 P_hi + P_lo (P_lo over the tile's rope columns, free after QK) and both
 //        are multiplied with V: bf16 P alone (2^-9 relative) misses the 1e-3 tolerance when a few
@@ -64,7 +64,7 @@ constexpr int kFp8Bytes = kFp8KvTokenBytes;
 
 constexpr int H_Q = NSAJIT_H_Q;
 constexpr int TOPK = NSAJIT_TOPK;
-constexpr int HB = NSAJIT_HEADS_PER_CTA;  // real heads of one CTA
+constexpr int HEADS_PER_CTA = NSAJIT_HEADS_PER_CTA;  // real heads of one CTA
 constexpr bool FP8 = NSAJIT_KV_FP8 != 0;
 constexpr int THREADS = NSAJIT_THREADS;
 // Producer warps beside the 8 MMA warps: 2 for bf16 (320 threads: they issue the bulk copies), 8
@@ -72,29 +72,29 @@ constexpr int THREADS = NSAJIT_THREADS;
 constexpr bool PRODUCERS = THREADS == 320 || THREADS == 512;
 constexpr int CTHREADS = 256;               // the MMA warps' threads
 constexpr int PTHREADS = THREADS - CTHREADS;  // the producer warps' threads
-constexpr int BT = NSAJIT_BLOCK_TOKENS;   // tokens per tile
+constexpr int TILE_TOKENS = NSAJIT_BLOCK_TOKENS;   // tokens per tile
 
-constexpr int MROWS = HB < 16 ? 16 : HB;  // MMA rows (heads, padded to 16)
-constexpr int MW = MROWS >= 32 ? 32 : 16; // heads per warp
-constexpr int MT = MW / 16;               // m16 tiles per warp
-constexpr int G = MROWS / MW;             // m-groups
+constexpr int MROWS = HEADS_PER_CTA < 16 ? 16 : HEADS_PER_CTA;  // MMA rows (heads, padded to 16)
+constexpr int HEADS_PER_WARP = MROWS >= 32 ? 32 : 16; // heads per warp
+constexpr int MT = HEADS_PER_WARP / 16;               // m16 tiles per warp
+constexpr int HEAD_GROUPS = MROWS / HEADS_PER_WARP;             // m-groups
 constexpr int WARPS = CTHREADS / 32;
-constexpr int NCS = WARPS / G;            // column splits (warps per m-group)
+constexpr int WARPS_PER_GROUP = WARPS / HEAD_GROUPS;            // column splits (warps per m-group)
 // QK with 8 warps per m-group (up to 32 heads): warp cs takes tokens 16 (cs % 4) .. + 16 over half
 // of the 576 dims (cs / 4), and the two halves' S are summed through shared memory: each q
 // fragment loaded then feeds two MMAs, which halves QK's shared-memory reads of q.
-constexpr bool KSPLIT = NCS == 8;
-constexpr int QK_GROUPS = KSPLIT ? 4 : NCS;  // token groups in QK
-constexpr int TW = BT / QK_GROUPS;        // tokens per warp in QK
+constexpr bool KSPLIT = WARPS_PER_GROUP == 8;
+constexpr int QK_GROUPS = KSPLIT ? 4 : WARPS_PER_GROUP;  // token groups in QK
+constexpr int TW = TILE_TOKENS / QK_GROUPS;        // tokens per warp in QK
 constexpr int NT = TW / 8;                // n8 tiles per warp in QK
 constexpr int QK_KSTEPS = (kDimQK / 16) / (KSPLIT ? 2 : 1);  // k16 steps per warp in QK
-constexpr int DW = kDimV / NCS;           // output dims per warp in PV
+constexpr int DW = kDimV / WARPS_PER_GROUP;           // output dims per warp in PV
 constexpr int NDT = DW / 8;               // n8 tiles per warp in PV
 
-static_assert((THREADS == 256 || PRODUCERS) && BT == 64, "the tile schedule assumes 8 MMA warps and 64-token tiles");
-static_assert(HB == 8 || HB == 16 || HB == 32 || HB == 64, "HEADS_PER_CTA: 8, 16, 32 or 64");
-static_assert(H_Q % HB == 0, "H_Q: multiple of HEADS_PER_CTA");
-static_assert(TOPK % BT == 0, "TOPK: multiple of 64");
+static_assert((THREADS == 256 || PRODUCERS) && TILE_TOKENS == 64, "the tile schedule assumes 8 MMA warps and 64-token tiles");
+static_assert(HEADS_PER_CTA == 8 || HEADS_PER_CTA == 16 || HEADS_PER_CTA == 32 || HEADS_PER_CTA == 64, "HEADS_PER_CTA: 8, 16, 32 or 64");
+static_assert(H_Q % HEADS_PER_CTA == 0, "H_Q: multiple of HEADS_PER_CTA");
+static_assert(TOPK % TILE_TOKENS == 0, "TOPK: multiple of 64");
 static_assert(NT == 1 || NT == 2, "QK n-tiles per warp");
 static_assert(NDT % 2 == 0, "PV n-tiles per warp come in pairs");
 
@@ -105,12 +105,12 @@ static_assert(NDT % 2 == 0, "PV n-tiles per warp come in pairs");
 // FP8 with producer warps (512 threads): one staging tile, each producer warp's 8 tokens
 // bulk-copied into it on the warp's own mbarrier and dequantized by the warp (4 parts a token, as
 // above) into two bf16 tiles that the MMA warps consume in turn.
-constexpr int NSTAGE = FP8 ? (PRODUCERS || HB == 64 ? 1 : 2) : 0;
+constexpr int NSTAGE = FP8 ? (PRODUCERS || HEADS_PER_CTA == 64 ? 1 : 2) : 0;
 constexpr int KV_BUFS = FP8 && !PRODUCERS ? 1 : 2;
-constexpr int TPT = 4;
+constexpr int THREADS_PER_TOKEN = 4;
 constexpr int F8_CHUNKS = 8;
 constexpr int ROPE_CHUNKS = 2;
-constexpr unsigned STAGE_BYTES = BT * kFp8Bytes;          // 41984
+constexpr unsigned STAGE_BYTES = TILE_TOKENS * kFp8Bytes;          // 41984
 
 // Shared memory layout (bytes).
 // bf16 KV with BULK: each valid token row (1152 contiguous bytes) is one cp.async.bulk copy
@@ -121,23 +121,23 @@ constexpr bool BULK = !FP8;
 static_assert(THREADS != 320 || (BULK && MROWS <= 32), "320 threads: bf16 bulk copies, up to 32 heads (registers)");
 static_assert(THREADS != 512 || (FP8 && MROWS <= 16), "512 threads: FP8, up to 16 heads (128 registers a thread)");
 constexpr unsigned KV_ROW = BULK ? 1168u : 1152u;
-constexpr unsigned TILE_BYTES = BT * KV_ROW;               // 73728 (74752 with BULK)
+constexpr unsigned TILE_BYTES = TILE_TOKENS * KV_ROW;               // 73728 (74752 with BULK)
 constexpr unsigned OFF_KV = 0;                             // KV_BUFS tiles
 constexpr unsigned OFF_STAGE = OFF_KV + KV_BUFS * TILE_BYTES;  // fp8: NSTAGE raw tiles
 constexpr unsigned OFF_Q = OFF_STAGE + NSTAGE * STAGE_BYTES;   // [MROWS][576]
 constexpr unsigned OFF_P = OFF_Q + MROWS * kDimQK * 2;     // [MROWS][64] bf16
-constexpr unsigned OFF_RED = OFF_P + MROWS * BT * 2;       // [NCS][MROWS] fp32
+constexpr unsigned OFF_RED = OFF_P + MROWS * TILE_TOKENS * 2;       // [WARPS_PER_GROUP][MROWS] fp32
 // KSPLIT: the second half's S fragments, [4 token groups][MT][NT][4][32 lanes] fp32.
-constexpr unsigned OFF_SX = OFF_RED + NCS * MROWS * 4;
+constexpr unsigned OFF_SX = OFF_RED + WARPS_PER_GROUP * MROWS * 4;
 constexpr unsigned SX_BYTES = KSPLIT ? 4u * MT * NT * 4 * 32 * 4 : 0u;
 // Validity flags: bf16 [2][64] int (not with BULK); fp8 [1 + NSTAGE][64] (with producers [2][64]).
 constexpr unsigned OFF_VALID = OFF_SX + SX_BYTES;
-constexpr unsigned VALID_BYTES = BULK ? 0u : (FP8 && !PRODUCERS ? (1u + NSTAGE) * BT * 4 : 2u * BT * 4);
+constexpr unsigned VALID_BYTES = BULK ? 0u : (FP8 && !PRODUCERS ? (1u + NSTAGE) * TILE_TOKENS * 4 : 2u * TILE_TOKENS * 4);
 // fp8 mbarriers: NSTAGE staging ones; with producers full[2], empty[2], staging[8] (one a producer warp).
 constexpr unsigned OFF_MBAR = OFF_VALID + VALID_BYTES;
 constexpr unsigned SMEM_BYTES = OFF_MBAR + (FP8 ? (PRODUCERS ? 96u : 8u * NSTAGE) : 0u);
 // The plan the host launches with (templates/kernel_params.h).
-static_assert(SMEM_BYTES == sparse_mla_mma_sync_smem_bytes(BT, HB, THREADS, FP8), "the layout must match the plan");
+static_assert(SMEM_BYTES == sparse_mla_mma_sync_smem_bytes(TILE_TOKENS, HEADS_PER_CTA, THREADS, FP8), "the layout must match the plan");
 static_assert(SMEM_BYTES == NSAJIT_DYNAMIC_SMEM, "host and kernel disagree on shared memory size");
 
 struct alignas(8) f32x2 {
@@ -211,11 +211,11 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   const uint32_t s_base = smem_u32(smem);
   const uint32_t s_q = s_base + OFF_Q;
   const uint32_t s_p = s_base + OFF_P;
-  float* red = reinterpret_cast<float*>(smem + OFF_RED);     // [NCS][MROWS]
+  float* red = reinterpret_cast<float*>(smem + OFF_RED);     // [WARPS_PER_GROUP][MROWS]
   int* valid_s = reinterpret_cast<int*>(smem + OFF_VALID);   // [2][64] (not with BULK)
   auto valid_flag = [&](int buf, int tok) -> int& {
     if constexpr (BULK) return *reinterpret_cast<int*>(smem + OFF_KV + buf * TILE_BYTES + tok * KV_ROW + 1152);
-    else return valid_s[buf * BT + tok];
+    else return valid_s[buf * TILE_TOKENS + tok];
   };
   // Buffer `buf` filled (bf16: in the padding of its row 0); PRODUCERS: released by the MMA warps
   // (bf16: in the padding of its row 1).
@@ -235,27 +235,27 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   const int lane = tid & 31;
   const int g = lane >> 2;  // fragment row
   const int t4 = lane & 3;  // fragment column pair
-  const int mg = warp % G;
-  const int cs = warp / G;
+  const int mg = warp % HEAD_GROUPS;
+  const int cs = warp / HEAD_GROUPS;
   const long long row = blockIdx.x;
-  const int head0 = blockIdx.y * HB;
+  const int head0 = blockIdx.y * HEADS_PER_CTA;
   const int split = blockIdx.z;
   const int num_splits = gridDim.z;
 
   // ---- tile range of this split
   int n = TOPK;
   if (p.topk_length != nullptr) n = min(max(__ldg(p.topk_length + row), 0), TOPK);
-  const int tiles = (n + BT - 1) / BT;
-  const int tb = (int)((long long)tiles * split / num_splits);
-  const int te = (int)((long long)tiles * (split + 1) / num_splits);
+  const int tiles = (n + TILE_TOKENS - 1) / TILE_TOKENS;
+  const int tile_begin = (int)((long long)tiles * split / num_splits);
+  const int tile_end = (int)((long long)tiles * (split + 1) / num_splits);
   const int* idx_row = p.indices + row * TOPK;
 
-  // ---- q of this CTA's heads -> smem (rows >= HB zero).
+  // ---- q of this CTA's heads -> smem (rows >= HEADS_PER_CTA zero).
   {
     const bf16_t* q_g = p.q + (row * H_Q + head0) * kDimQK;
     for (int c = tid; c < MROWS * kChunksQK && tid < CTHREADS; c += CTHREADS) {
       const int r = c / kChunksQK, k = c % kChunksQK;
-      if (r < HB) cp_async_16(s_q + sw576(r, k), q_g + r * kDimQK + k * 8);
+      if (r < HEADS_PER_CTA) cp_async_16(s_q + sw576(r, k), q_g + r * kDimQK + k * 8);
       else st_shared_16(s_q + sw576(r, k), u32x4{0u, 0u, 0u, 0u});
     }
   }
@@ -288,7 +288,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   auto fp8_mbar = [&](int st) { return s_base + OFF_MBAR + 8 * st; };
   auto fp8_issue = [&](int st, int idx) {
     if (g_sub == 0) {
-      valid_s[BT * (1 + st) + g_tok] = idx >= 0;
+      valid_s[TILE_TOKENS * (1 + st) + g_tok] = idx >= 0;
       mbar_arrive_tx(fp8_mbar(st), idx >= 0 ? unsigned(kFp8Bytes) : 0u);
       if (idx >= 0)
         bulk_copy(s_base + OFF_STAGE + st * STAGE_BYTES + g_tok * kFp8Bytes, fp8_token(idx), unsigned(kFp8Bytes),
@@ -298,7 +298,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   // fp8: staging buffer `st` -> bf16 tile 0 (token g_tok, this thread's part); validity -> valid_s[0..63].
   auto fp8_dequant = [&](int st) {
     const uint32_t dst = s_base + OFF_KV;
-    const bool ok = valid_s[BT * (1 + st) + g_tok] != 0;
+    const bool ok = valid_s[TILE_TOKENS * (1 + st) + g_tok] != 0;
     if (g_sub == 0) valid_s[g_tok] = ok;
     const unsigned char* src = smem + OFF_STAGE + st * STAGE_BYTES + g_tok * kFp8Bytes;
     if (!ok) {
@@ -310,8 +310,8 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     const float sc[4] = {__uint_as_float(scv.x), __uint_as_float(scv.y), __uint_as_float(scv.z), __uint_as_float(scv.w)};
 #pragma unroll
     for (int c = 0; c < F8_CHUNKS; ++c) {
-      const int k = g_sub + TPT * c;       // fp8 chunk: dims [16k, 16k + 16)
-      const float sf = sc[(TPT * c) >> 3];  // its 128-dim tile (compile-time index)
+      const int k = g_sub + THREADS_PER_TOKEN * c;       // fp8 chunk: dims [16k, 16k + 16)
+      const float sf = sc[(THREADS_PER_TOKEN * c) >> 3];  // its 128-dim tile (compile-time index)
       const u32x4 f = *reinterpret_cast<const u32x4*>(src + 16 * k);
       u32x4 lo, hi;
       dequant_e4m3x16(f, sf, lo, hi);
@@ -320,21 +320,21 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     }
 #pragma unroll
     for (int r = 0; r < ROPE_CHUNKS; ++r)
-      st_shared_16(dst + kvo(g_tok, 64 + g_sub + TPT * r), *reinterpret_cast<const u32x4*>(src + 528 + 16 * (g_sub + TPT * r)));
+      st_shared_16(dst + kvo(g_tok, 64 + g_sub + THREADS_PER_TOKEN * r), *reinterpret_cast<const u32x4*>(src + 528 + 16 * (g_sub + THREADS_PER_TOKEN * r)));
   };
-  auto tile_index = [&](int tile) { return tile < te ? load_index(idx_row, tile * BT + g_tok, n, p.num_slots) : -1; };
+  auto tile_index = [&](int tile) { return tile < tile_end ? load_index(idx_row, tile * TILE_TOKENS + g_tok, n, p.num_slots) : -1; };
   // The same, unchecked (valid_index where it is used): the loads a tile ahead.
-  auto tile_index_raw = [&](int tile) { return tile < te ? load_index_raw(idx_row, tile * BT + g_tok, n) : -1; };
+  auto tile_index_raw = [&](int tile) { return tile < tile_end ? load_index_raw(idx_row, tile * TILE_TOKENS + g_tok, n) : -1; };
 
-  // ---- prologue. bf16: tile tb into buffer 0, indices of tb + 1 in a register. fp8: tiles
-  // tb .. tb + NSTAGE - 1 into the staging buffers, indices of tb + NSTAGE in a register. With
+  // ---- prologue. bf16: tile tile_begin into buffer 0, indices of tile_begin + 1 in a register. fp8: tiles
+  // tile_begin .. tile_begin + NSTAGE - 1 into the staging buffers, indices of tile_begin + NSTAGE in a register. With
   // producer warps, they do this in their own loop below.
   if constexpr (BULK || FP8) {
     if (tid == 0) {
       if constexpr (BULK || PRODUCERS) {
         // bf16: one arrival per token, with its bytes; fp8: every producer thread, once its part is stored
-        mbar_init(mbar(0), FP8 ? PTHREADS : BT);
-        mbar_init(mbar(1), FP8 ? PTHREADS : BT);
+        mbar_init(mbar(0), FP8 ? PTHREADS : TILE_TOKENS);
+        mbar_init(mbar(1), FP8 ? PTHREADS : TILE_TOKENS);
         if constexpr (PRODUCERS) {
           mbar_init(empty_mbar(0), CTHREADS);  // every MMA thread, after its last read of the tile
           mbar_init(empty_mbar(1), CTHREADS);
@@ -343,7 +343,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
           for (int w = 0; w < 8; ++w) mbar_init(stage_mbar(w), 8);
       } else {
 #pragma unroll
-        for (int st = 0; st < NSTAGE; ++st) mbar_init(fp8_mbar(st), BT);
+        for (int st = 0; st < NSTAGE; ++st) mbar_init(fp8_mbar(st), TILE_TOKENS);
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -373,19 +373,19 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       };
       const unsigned char* src = nullptr;
       int raw = -1;
-      if (tb < te) {
-        src = token_src(load_index(idx_row, tb * BT + tok, n, p.num_slots));
+      if (tile_begin < tile_end) {
+        src = token_src(load_index(idx_row, tile_begin * TILE_TOKENS + tok, n, p.num_slots));
         issue(src);
-        raw = tb + 1 < te ? load_index_raw(idx_row, (tb + 1) * BT + tok, n) : -1;
+        raw = tile_begin + 1 < tile_end ? load_index_raw(idx_row, (tile_begin + 1) * TILE_TOKENS + tok, n) : -1;
       }
-      for (int t = tb; t < te; ++t) {
-        const int k = t - tb, b = k & 1;
+      for (int t = tile_begin; t < tile_end; ++t) {
+        const int k = t - tile_begin, b = k & 1;
         const bool ok = src != nullptr;
-        const unsigned char* src_next = t + 1 < te ? token_src(valid_index(raw, p.num_slots)) : nullptr;
-        raw = t + 2 < te ? load_index_raw(idx_row, (t + 2) * BT + tok, n) : -1;
+        const unsigned char* src_next = t + 1 < tile_end ? token_src(valid_index(raw, p.num_slots)) : nullptr;
+        raw = t + 2 < tile_end ? load_index_raw(idx_row, (t + 2) * TILE_TOKENS + tok, n) : -1;
         if (k >= 2) mbar_wait(empty_mbar(b), uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + b * TILE_BYTES;
-        if (q == 0) valid_s[b * BT + tok] = ok;
+        if (q == 0) valid_s[b * TILE_TOKENS + tok] = ok;
         mbar_wait(stg_bar, uint32_t(k & 1));
         const u32x4 scv = ok ? *reinterpret_cast<const u32x4*>(stg_g + 512) : u32x4{0u, 0u, 0u, 0u};
         const float sc[4] = {__uint_as_float(scv.x), __uint_as_float(scv.y), __uint_as_float(scv.z), __uint_as_float(scv.w)};
@@ -406,7 +406,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         // Every part's reads of the row (generic proxy) before the bulk copy that refills it.
         fence_proxy_async();
         __syncwarp();
-        if (t + 1 < te) issue(src_next);
+        if (t + 1 < tile_end) issue(src_next);
         mbar_arrive_plain(mbar(b));  // this thread's part of the tile and its flag, to the MMA warps
         src = src_next;
       }
@@ -418,11 +418,11 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       // ---- producer thread pt: token pt of every tile of the split, into buffer k & 1 once the
       // MMA warps released it (tile k - 2); the index entry loaded a tile ahead, checked here.
       const int pt = tid - CTHREADS;
-      int raw = tb < te ? load_index_raw(idx_row, tb * BT + pt, n) : -1;
-      for (int t = tb; t < te; ++t) {
-        const int k = t - tb, b = k & 1;
+      int raw = tile_begin < tile_end ? load_index_raw(idx_row, tile_begin * TILE_TOKENS + pt, n) : -1;
+      for (int t = tile_begin; t < tile_end; ++t) {
+        const int k = t - tile_begin, b = k & 1;
         const int idx = valid_index(raw, p.num_slots);
-        raw = t + 1 < te ? load_index_raw(idx_row, (t + 1) * BT + pt, n) : -1;
+        raw = t + 1 < tile_end ? load_index_raw(idx_row, (t + 1) * TILE_TOKENS + pt, n) : -1;
         if (k >= 2) mbar_wait(empty_mbar(b), uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + b * TILE_BYTES + pt * KV_ROW;
         // valid_flag(b, pt), written out: through the lambda ptxas emits different code.
@@ -445,16 +445,16 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   if constexpr (FP8 && !PRODUCERS) {
 #pragma unroll
     for (int st = 0; st < NSTAGE; ++st)
-      if (tb + st < te) fp8_issue(st, tile_index(tb + st));
-    idx_next = tile_index_raw(tb + NSTAGE);
+      if (tile_begin + st < tile_end) fp8_issue(st, tile_index(tile_begin + st));
+    idx_next = tile_index_raw(tile_begin + NSTAGE);
     __syncthreads();  // the staging validity flags written above are read by every part of a token
   } else if constexpr (!PRODUCERS) {
-    if (tb < te) {
-      const int i0 = tile_index(tb);
+    if (tile_begin < tile_end) {
+      const int i0 = tile_index(tile_begin);
       if (g_sub == 0) valid_flag(0, g_tok) = i0 >= 0;
       gather_bf16(0, i0);
     }
-    idx_next = tile_index_raw(tb + 1);
+    idx_next = tile_index_raw(tile_begin + 1);
   }
   cp_async_commit();
 
@@ -471,31 +471,31 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
 #pragma unroll
     for (int nd = 0; nd < NDT; ++nd) o[mt][nd][0] = o[mt][nd][1] = o[mt][nd][2] = o[mt][nd][3] = 0.f;
   }
-  const int mrow0 = mg * MW;  // first head (smem row) of this warp
+  const int mrow0 = mg * HEADS_PER_WARP;  // first head (smem row) of this warp
   const int tok0 = (cs % QK_GROUPS) * TW;  // first token of this warp in QK
   const int khalf = KSPLIT ? cs / QK_GROUPS : 0;  // KSPLIT: 1 = this warp's S goes to the other half
   const int dim0 = cs * DW;   // first output dim of this warp in PV
 
-  for (int t = tb; t < te; ++t) {
-    const int buf = KV_BUFS == 1 ? 0 : (t - tb) & 1;
+  for (int t = tile_begin; t < tile_end; ++t) {
+    const int buf = KV_BUFS == 1 ? 0 : (t - tile_begin) & 1;
     const uint32_t s_kv = s_base + OFF_KV + buf * TILE_BYTES;
     if constexpr (FP8 && !PRODUCERS) {
-      const int k = t - tb, st = k % NSTAGE;
+      const int k = t - tile_begin, st = k % NSTAGE;
       asm volatile("cp.async.wait_group 0;" ::: "memory");  // q
       mbar_wait(fp8_mbar(st), uint32_t((k / NSTAGE) & 1));
       fp8_dequant(st);
       // The staging buffer was read through the generic proxy; the bulk copy below refills it.
       fence_proxy_async();
       mma_sync_threads();
-      if (t + NSTAGE < te) fp8_issue(st, valid_index(idx_next, p.num_slots));
+      if (t + NSTAGE < tile_end) fp8_issue(st, valid_index(idx_next, p.num_slots));
       idx_next = tile_index_raw(t + NSTAGE + 1);
     } else if constexpr (PRODUCERS) {
       asm volatile("cp.async.wait_group 0;" ::: "memory");  // q
-      mbar_wait(mbar(buf), uint32_t(((t - tb) >> 1) & 1));
+      mbar_wait(mbar(buf), uint32_t(((t - tile_begin) >> 1) & 1));
       mma_sync_threads();  // every MMA thread's part of q
     } else {
       // ---- issue tile t+1
-      if (t + 1 < te) {
+      if (t + 1 < tile_end) {
         const int idx = valid_index(idx_next, p.num_slots);
         if (g_sub == 0) valid_flag(buf ^ 1, g_tok) = idx >= 0;
         gather_bf16(buf ^ 1, idx);
@@ -503,11 +503,11 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       cp_async_commit();
       idx_next = tile_index_raw(t + 2);
       cp_async_wait_1();
-      if constexpr (BULK) mbar_wait(mbar(buf), uint32_t(((t - tb) >> 1) & 1));
+      if constexpr (BULK) mbar_wait(mbar(buf), uint32_t(((t - tile_begin) >> 1) & 1));
       mma_sync_threads();
     }
 
-    // ---- S = q . K^T for this warp's MW heads x TW tokens
+    // ---- S = q . K^T for this warp's HEADS_PER_WARP heads x TW tokens
     float s[MT][NT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -587,7 +587,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         mx[mt][h] = fmaxf(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 2));
       }
     }
-    if constexpr (NCS > 1) {
+    if constexpr (WARPS_PER_GROUP > 1) {
       if (t4 == 0 && owns_s) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -653,12 +653,12 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         o[mt][nd][3] *= alpha[mt][1];
       }
     }
-    if constexpr (NCS > 1) bar_sync(1 + mg, NCS * 32);
+    if constexpr (WARPS_PER_GROUP > 1) bar_sync(1 + mg, WARPS_PER_GROUP * 32);
     else __syncwarp();
 
     // ---- O += P . V over the tile's 64 tokens, this warp's DW dims
 #pragma unroll
-    for (int kk = 0; kk < BT / 16; ++kk) {
+    for (int kk = 0; kk < TILE_TOKENS / 16; ++kk) {
       uint32_t a[MT][4], al[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -689,7 +689,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   // A split without tiles never waited for q: no copy may outlive the CTA (else a no-op).
   cp_async_wait_all();
 
-  // ---- epilogue: total row sums l (over t4 lanes, then over the NCS warps of the m-group)
+  // ---- epilogue: total row sums l (over t4 lanes, then over the WARPS_PER_GROUP warps of the m-group)
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -697,7 +697,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       l_run[mt][h] += __shfl_xor_sync(0xffffffffu, l_run[mt][h], 1);
       l_run[mt][h] += __shfl_xor_sync(0xffffffffu, l_run[mt][h], 2);
     }
-  if constexpr (NCS > 1) {
+  if constexpr (WARPS_PER_GROUP > 1) {
     if (t4 == 0) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -710,7 +710,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     for (int mt = 0; mt < MT; ++mt) {
       float a0 = 0.f, a1 = 0.f;
 #pragma unroll
-      for (int c2 = 0; c2 < NCS; ++c2) {  // fixed order: the same sum in every warp
+      for (int c2 = 0; c2 < WARPS_PER_GROUP; ++c2) {  // fixed order: the same sum in every warp
         a0 += red[c2 * MROWS + mrow0 + mt * 16 + g];
         a1 += red[c2 * MROWS + mrow0 + mt * 16 + g + 8];
       }
@@ -726,7 +726,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int hl = mrow0 + mt * 16 + g + 8 * h;  // head within the CTA
-      if (hl >= HB) continue;
+      if (hl >= HEADS_PER_CTA) continue;
       const long long head = row * H_Q + head0 + hl;
       const float l = l_run[mt][h];
       const float inv_l = l > 0.f ? 1.f / l : 0.f;

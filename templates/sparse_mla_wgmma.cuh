@@ -4,8 +4,8 @@
 // serves the other specs. Same contract and outputs as that kernel (see its
 // header), and the same workspace format.
 //
-// CTA = one query row x HB = min(H_Q, 64) heads; the MMA M dimension is always 64 rows (fewer
-// heads: the rows past HB hold zero q and are never written out; the kernels of 8-32 heads are
+// CTA = one query row x HEADS_PER_CTA = min(H_Q, 64) heads; the MMA M dimension is always 64 rows (fewer
+// heads: the rows past HEADS_PER_CTA hold zero q and are never written out; the kernels of 8-32 heads are
 // memory-bound, so the padding costs tensor time that is free there).
 // 384 threads = 3 warpgroups (FP8 512: 4, two producers), 1 CTA per SM:
 //   WG0 (warps 0-3, 240 / 200 / 224 registers with bf16 / FP8 at 384 / FP8 at 512 threads):
@@ -44,22 +44,22 @@ constexpr int kDimV = kMlaDimV;
 constexpr int kFp8Bytes = kFp8KvTokenBytes;
 constexpr int H_Q = NSAJIT_H_Q;
 constexpr int TOPK = NSAJIT_TOPK;
-constexpr int HB = NSAJIT_HEADS_PER_CTA;
+constexpr int HEADS_PER_CTA = NSAJIT_HEADS_PER_CTA;
 constexpr bool FP8 = NSAJIT_KV_FP8 != 0;
-constexpr int BT = NSAJIT_BLOCK_TOKENS;
+constexpr int TILE_TOKENS = NSAJIT_BLOCK_TOKENS;
 // Producer threads: one warpgroup, or two for FP8 at 512 threads (the default at 64 heads): the
 // dequantisation then issues from two warps per scheduler.
 constexpr int PRODUCERS = NSAJIT_THREADS - 256;
-constexpr int TPT = PRODUCERS / 64;  // producer threads per token of a tile
-constexpr int TPT_LOG2 = TPT == 4 ? 2 : 1;
+constexpr int THREADS_PER_TOKEN = PRODUCERS / 64;  // producer threads per token of a tile
+constexpr int THREADS_PER_TOKEN_LOG2 = THREADS_PER_TOKEN == 4 ? 2 : 1;
 // 512 threads cap ptxas at 128 registers a thread for every instruction (setmaxnreg raises a
 // warpgroup's budget at run time, not that cap), below the ~158 one m64n256 wgmma with its 128
 // accumulators needs: the PV then runs as two m64n128 halves.
 constexpr bool PV_N128 = NSAJIT_THREADS == 512;
-static_assert((FP8 ? NSAJIT_THREADS == 512 : NSAJIT_THREADS == 384) && BT == 64,
+static_assert((FP8 ? NSAJIT_THREADS == 512 : NSAJIT_THREADS == 384) && TILE_TOKENS == 64,
               "wgmma kernel: 384 threads (FP8: 512), 64-token tiles");
-static_assert(HB == 8 || HB == 16 || HB == 32 || HB == 64, "HEADS_PER_CTA: 8, 16, 32 or 64");
-static_assert(H_Q % HB == 0 && TOPK % BT == 0, "H_Q / TOPK");
+static_assert(HEADS_PER_CTA == 8 || HEADS_PER_CTA == 16 || HEADS_PER_CTA == 32 || HEADS_PER_CTA == 64, "HEADS_PER_CTA: 8, 16, 32 or 64");
+static_assert(H_Q % HEADS_PER_CTA == 0 && TOPK % TILE_TOKENS == 0, "H_Q / TOPK");
 
 constexpr uint32_t SUB = 8192;                   // [64 rows][128 B] swizzled subtile
 constexpr uint32_t TILE = 9 * SUB;               // [64][576] bf16
@@ -291,7 +291,7 @@ NSAJIT_DEVICE void store_o(const SparseMlaDecodeParams& p, const float (&o)[128]
   for (int hh = 0; hh < 2; ++hh) {
     const int r = hh ? r1 : r0;
     const float inv = hh ? inv1 : inv0;
-    if (r >= HB) continue;  // padding row
+    if (r >= HEADS_PER_CTA) continue;  // padding row
     const long long head = row * H_Q + head0 + r;
     if (!partial) {
       unsigned short* out = p.out + head * kDimV + dim0 + 2 * t4;
@@ -299,8 +299,8 @@ NSAJIT_DEVICE void store_o(const SparseMlaDecodeParams& p, const float (&o)[128]
       for (int j = 0; j < 32; ++j)
         *reinterpret_cast<uint32_t*>(out + 8 * j) = pack_bf16x2_rn(o[4 * j + 2 * hh] * inv, o[4 * j + 2 * hh + 1] * inv);
     } else {
-      const long long ph_ = (long long)split * p.rows * H_Q + head;
-      float* out = p.o_part + ph_ * kDimV + dim0 + 2 * t4;
+      const long long part_row = (long long)split * p.rows * H_Q + head;
+      float* out = p.o_part + part_row * kDimV + dim0 + 2 * t4;
 #pragma unroll
       for (int j = 0; j < 32; ++j)
         *reinterpret_cast<f32x2*>(out + 8 * j) = f32x2{o[4 * j + 2 * hh] * inv, o[4 * j + 2 * hh + 1] * inv};
@@ -332,19 +332,19 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
 
   const int tid = threadIdx.x;
   const int wg = tid >> 7;
-  // blockIdx.x = row * (H_Q / HB) + head group: the CTAs of one row run side by side, so the
+  // blockIdx.x = row * (H_Q / HEADS_PER_CTA) + head group: the CTAs of one row run side by side, so the
   // second one's gathers hit L2 (grid x allows 2^31 - 1 CTAs).
-  const long long row = blockIdx.x / (H_Q / HB);
-  const int head0 = int(blockIdx.x % (H_Q / HB)) * HB;
+  const long long row = blockIdx.x / (H_Q / HEADS_PER_CTA);
+  const int head0 = int(blockIdx.x % (H_Q / HEADS_PER_CTA)) * HEADS_PER_CTA;
   const int split = blockIdx.z;
   const int num_splits = gridDim.z;
 
   // ---- tile range of this split
   int n = TOPK;
   if (p.topk_length != nullptr) n = min(max(__ldg(p.topk_length + row), 0), TOPK);
-  const int tiles = (n + BT - 1) / BT;
-  const int tb = (int)((long long)tiles * split / num_splits);
-  const int te = (int)((long long)tiles * (split + 1) / num_splits);
+  const int tiles = (n + TILE_TOKENS - 1) / TILE_TOKENS;
+  const int tile_begin = (int)((long long)tiles * split / num_splits);
+  const int tile_end = (int)((long long)tiles * (split + 1) / num_splits);
   const int* idx_row = p.indices + row * TOPK;
 
   if (tid == 0) {
@@ -371,24 +371,24 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       for (int i = 0; i < 64 / QSTEP; ++i) {
         const int r = grp + QSTEP * i;
 #pragma unroll
-        for (int s = 0; s < 9; ++s)  // rows past HB: zero-filled
-          cp_async_16_zfill(s_q + s * SUB + swz(r, ch), r < HB ? q_g + r * kDimQK + s * 64 + ch * 8 : q_g, r < HB ? 16u : 0u);
+        for (int s = 0; s < 9; ++s)  // rows past HEADS_PER_CTA: zero-filled
+          cp_async_16_zfill(s_q + s * SUB + swz(r, ch), r < HEADS_PER_CTA ? q_g + r * kDimQK + s * 64 + ch * 8 : q_g, r < HEADS_PER_CTA ? 16u : 0u);
       }
     }
-    auto prefetch_raw = [&](int tile) { return tile < te ? load_index_raw(idx_row, tile * BT + (pt >> TPT_LOG2), n) : -1; };
-    // The index entries of tile tb and of the first two prefetches, all loaded (after the q
+    auto prefetch_raw = [&](int tile) { return tile < tile_end ? load_index_raw(idx_row, tile * TILE_TOKENS + (pt >> THREADS_PER_TOKEN_LOG2), n) : -1; };
+    // The index entries of tile tile_begin and of the first two prefetches, all loaded (after the q
     // copies, which wait for nothing) before anything waits for one: after a launch they come
     // from DRAM, and loaded one after another they put three round trips before the first tile's
     // copies (a split-KV CTA runs 2-8 tiles).
-    const int raw1 = prefetch_raw(tb + 1), raw2 = prefetch_raw(tb + 2);
-    // Raw entries of tile tb (bf16: this thread's four rows; FP8: its token), checked at use.
+    const int raw1 = prefetch_raw(tile_begin + 1), raw2 = prefetch_raw(tile_begin + 2);
+    // Raw entries of tile tile_begin (bf16: this thread's four rows; FP8: its token), checked at use.
     [[maybe_unused]] int first_raw[4] = {-1, -1, -1, -1};
     if constexpr (!FP8) {
       const int grp = pt >> 3;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) first_raw[i] = tb < te ? load_index_raw(idx_row, tb * BT + grp + 16 * i, n) : -1;
+      for (int i = 0; i < 4; ++i) first_raw[i] = tile_begin < tile_end ? load_index_raw(idx_row, tile_begin * TILE_TOKENS + grp + 16 * i, n) : -1;
     } else {
-      first_raw[0] = prefetch_raw(tb);
+      first_raw[0] = prefetch_raw(tile_begin);
     }
     // FP8: the first byte of slot idx's 656-byte token (page idx / page_size, row idx % page_size;
     // by shifts for a power-of-two page size: a division is ~20 instructions on the producer's path).
@@ -404,14 +404,14 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     // memory, so without it a tile's copies wait a full DRAM latency.
     // `raw`: the token's index entry, loaded a tile earlier (load_index_raw), checked here.
     auto prefetch_tile = [&](int tile, int raw) {
-      if (tile >= te) return;
+      if (tile >= tile_end) return;
       // Two CTAs a row (h_q 128 at 64 heads per CTA): they run side by side and read the same
       // rows; each prefetches every other tile (the sibling's lines are in L2 by then).
-      if (H_Q / HB == 2 && (tile & 1) != head0 / HB) return;
+      if (H_Q / HEADS_PER_CTA == 2 && (tile & 1) != head0 / HEADS_PER_CTA) return;
       const int idx = valid_index(raw, p.num_slots);
       if constexpr (FP8) {
-        // Threads (token pt / TPT, h = pt % TPT): the lines holding the token's bytes at offsets
-        // 128 k, k % TPT == h, every line of the token: the token starts 16-byte
+        // Threads (token pt / THREADS_PER_TOKEN, h = pt % THREADS_PER_TOKEN): the lines holding the token's bytes at offsets
+        // 128 k, k % THREADS_PER_TOKEN == h, every line of the token: the token starts 16-byte
         // aligned (kv and the page stride are), so the line of offset 640 holds byte 655.
         // Per-thread line prefetches: a bulk prefetch takes a warp-uniform address, so the
         // compiler runs one per lane in a serial loop. The loop is not unrolled: unrolled, ptxas
@@ -419,7 +419,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         if (idx < 0) return;
         const unsigned char* base = token_bytes(idx);
 #pragma unroll 1
-        for (int o = 128 * (pt & (TPT - 1)); o < kFp8Bytes; o += 128 * TPT) prefetch_l2_line(base + o);
+        for (int o = 128 * (pt & (THREADS_PER_TOKEN - 1)); o < kFp8Bytes; o += 128 * THREADS_PER_TOKEN) prefetch_l2_line(base + o);
       } else {  // the same pairs over the 1152-byte row
         if (idx < 0) return;
         const char* base = reinterpret_cast<const char*>(p.kv + (long long)idx * p.kv_row_stride);
@@ -427,7 +427,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         for (int o = 128 * (pt & 1); o < 2 * kDimQK + 127; o += 256) prefetch_l2_line(base + min(o, 2 * kDimQK - 1));
       }
     };
-    prefetch_tile(tb + 1, raw1);
+    prefetch_tile(tile_begin + 1, raw1);
     if constexpr (!FP8) {
       // bf16: the same (group, chunk) mapping: rows grp + 16 i (one swizzle phase per thread),
       // 16-byte chunk ch of each of the nine 128-byte column blocks.
@@ -436,8 +436,8 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       int cur[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) cur[i] = valid_index(first_raw[i], p.num_slots);
-      for (int t = tb; t < te; ++t) {
-        const int k = t - tb, b = k & 1;
+      for (int t = tile_begin; t < tile_end; ++t) {
+        const int k = t - tile_begin, b = k & 1;
         // bf16: the prefetch's index loaded and checked here (checking at use, as FP8 does, is slower).
         prefetch_tile(t + 2, k == 0 ? raw2 : prefetch_raw(t + 2));
         if (k >= 2) mbar_wait(bar_empty + 8 * b, uint32_t(((k >> 1) - 1) & 1));
@@ -446,7 +446,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         for (int i = 0; i < 4; ++i) {
           const int r = grp + 16 * i;
           const bool ok = cur[i] >= 0;
-          if (ch == 0) valid_s[b * BT + r] = ok;
+          if (ch == 0) valid_s[b * TILE_TOKENS + r] = ok;
           const bf16_t* src = ok ? p.kv + (long long)cur[i] * p.kv_row_stride + ch * 8 : p.q;
           const uint32_t bytes = ok ? 16u : 0u;
 #pragma unroll
@@ -454,7 +454,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          cur[i] = t + 1 < te ? load_index(idx_row, (t + 1) * BT + grp + 16 * i, n, p.num_slots) : -1;
+          cur[i] = t + 1 < tile_end ? load_index(idx_row, (t + 1) * TILE_TOKENS + grp + 16 * i, n, p.num_slots) : -1;
         // Not waiting for the copies: the next tile's are issued as soon as its buffer is free,
         // so two tiles can be in flight. The consumers fence the async proxy after their wait.
         cp_async_arrive_noinc(bar_full + 8 * b);
@@ -463,47 +463,47 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       cp_async_wait_all();  // no copy may outlive the CTA
       // Nor may an arrival they trigger: with no tile nobody waits for bar_q, and the copies having
       // landed does not mean their arrivals on it have happened.
-      if (te == tb) mbar_wait(bar_q, 0);
+      if (tile_end == tile_begin) mbar_wait(bar_q, 0);
     } else {
-      // FP8: thread = (token pt / TPT, part h = pt % TPT), TPT = 2 (384 threads) or 4 (512); part h
-      // handles the 16-byte fp8 chunks TPT j + h (j < 32 / TPT) and rope chunks TPT j + h (j < 8 /
-      // TPT), so the TPT threads of a token read 16 TPT contiguous bytes. The rope (bf16 already)
+      // FP8: thread = (token pt / THREADS_PER_TOKEN, part h = pt % THREADS_PER_TOKEN), THREADS_PER_TOKEN = 2 (384 threads) or 4 (512); part h
+      // handles the 16-byte fp8 chunks THREADS_PER_TOKEN j + h (j < 32 / THREADS_PER_TOKEN) and rope chunks THREADS_PER_TOKEN j + h (j < 8 /
+      // THREADS_PER_TOKEN), so the THREADS_PER_TOKEN threads of a token read 16 THREADS_PER_TOKEN contiguous bytes. The rope (bf16 already)
       // goes by cp.async straight into the tile: no registers, which the dequantisation uses for
       // instruction-level parallelism instead.
-      constexpr int NCH = 32 / TPT;  // fp8 chunks a thread
-      const int tok = pt >> TPT_LOG2, h = pt & (TPT - 1);
+      constexpr int NCH = 32 / THREADS_PER_TOKEN;  // fp8 chunks a thread
+      const int tok = pt >> THREADS_PER_TOKEN_LOG2, h = pt & (THREADS_PER_TOKEN - 1);
       bool q_pending = true;  // bar_q: arrived with the first tile
       // FP8: the index entries a tile ahead of their use, checked there (hides the load's latency).
       int cur = first_raw[0];
       int pf = raw2;  // the prefetch's, one tile ahead of it
-      for (int t = tb; t < te; ++t) {
-        const int k = t - tb, b = k & 1;
+      for (int t = tile_begin; t < tile_end; ++t) {
+        const int k = t - tile_begin, b = k & 1;
         const int idx = valid_index(cur, p.num_slots);
         const bool ok = idx >= 0;
         u32x4 f[NCH], sc = {0u, 0u, 0u, 0u};
         const unsigned char* base = ok ? token_bytes(idx) : nullptr;
         if (ok) {
 #pragma unroll
-          for (int j = 0; j < NCH; ++j) f[j] = ld_global_nc_16(base + 16 * (TPT * j + h));
+          for (int j = 0; j < NCH; ++j) f[j] = ld_global_nc_16(base + 16 * (THREADS_PER_TOKEN * j + h));
           sc = ld_global_nc_16(base + 512);
         }
         // The prefetch after this tile's loads: they are in flight while it runs.
         prefetch_tile(t + 2, pf);
         pf = prefetch_raw(t + 3);
-        cur = t + 1 < te ? load_index_raw(idx_row, (t + 1) * BT + tok, n) : -1;
+        cur = t + 1 < tile_end ? load_index_raw(idx_row, (t + 1) * TILE_TOKENS + tok, n) : -1;
         if (k >= 2) mbar_wait(bar_empty + 8 * b, uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + uint32_t(b) * TILE;
-        if (h == 0) valid_s[b * BT + tok] = ok;
+        if (h == 0) valid_s[b * TILE_TOKENS + tok] = ok;
         // rope: an invalid token's is zero-filled (nothing read)
 #pragma unroll
-        for (int j = 0; j < 8 / TPT; ++j)
-          cp_async_16_zfill(dst + 8 * SUB + swz(tok, TPT * j + h), ok ? static_cast<const void*>(base + 528 + 16 * (TPT * j + h)) : p.q, ok ? 16u : 0u);
+        for (int j = 0; j < 8 / THREADS_PER_TOKEN; ++j)
+          cp_async_16_zfill(dst + 8 * SUB + swz(tok, THREADS_PER_TOKEN * j + h), ok ? static_cast<const void*>(base + 528 + 16 * (THREADS_PER_TOKEN * j + h)) : p.q, ok ? 16u : 0u);
         if (ok) {
           const float scf[4] = {__uint_as_float(sc.x), __uint_as_float(sc.y), __uint_as_float(sc.z), __uint_as_float(sc.w)};
 #pragma unroll
           for (int j = 0; j < NCH; ++j) {
-            const int kc = TPT * j + h;        // fp8 chunk: dims [16 kc, 16 kc + 16)
-            const float sf = scf[(TPT * j) >> 3];  // its 128-dim scale tile (= kc / 8)
+            const int kc = THREADS_PER_TOKEN * j + h;        // fp8 chunk: dims [16 kc, 16 kc + 16)
+            const float sf = scf[(THREADS_PER_TOKEN * j) >> 3];  // its 128-dim scale tile (= kc / 8)
             const uint32_t a = dst + uint32_t(kc >> 2) * SUB;  // column block kc / 4
             const int c0 = 2 * (kc & 3);
             u32x4 lo, hi;
@@ -515,7 +515,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
           const u32x4 z = {0u, 0u, 0u, 0u};
 #pragma unroll
           for (int j = 0; j < NCH; ++j) {
-            const int kc = TPT * j + h;
+            const int kc = THREADS_PER_TOKEN * j + h;
             const uint32_t a = dst + uint32_t(kc >> 2) * SUB;
             st_shared_16(a + swz(tok, 2 * (kc & 3)), z);
             st_shared_16(a + swz(tok, 2 * (kc & 3) + 1), z);
@@ -564,10 +564,10 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) ph[kk][e] = pl[kk][e] = 0u;
     const uint64_t dq = smem_desc(s_q, 16, 1024);
-    if (te > tb) mbar_wait(bar_q, 0);
+    if (tile_end > tile_begin) mbar_wait(bar_q, 0);
     if constexpr (!FP8) fence_proxy_async();  // q by cp.async (generic proxy) -> wgmma
-    for (int t = tb; t < te; ++t) {
-      const int k = t - tb, b = k & 1;
+    for (int t = tile_begin; t < tile_end; ++t) {
+      const int k = t - tile_begin, b = k & 1;
       const uint32_t kvb = s_base + OFF_KV + uint32_t(b) * TILE;
       // Tile t not there yet: finish PV of tile t - 1 and release its buffer before waiting, so
       // the producer can refill it now rather than after tile t has landed and QK(t) is issued.
@@ -604,7 +604,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       }
 
       // ---- online softmax (base 2); invalid tokens -> -inf
-      const int* vf = valid_s + b * BT;
+      const int* vf = valid_s + b * TILE_TOKENS;
       float mx0 = neg_inf(), mx1 = neg_inf();
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -704,15 +704,15 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         const int r = hh ? r1 : r0;
         const float l = hh ? l1 : l0, m = hh ? m1 : m0, mt = hh ? mt1 : mt0;
         invl_s[r] = l > 0.f ? 1.f / l : 0.f;
-        if (r >= HB) continue;  // padding row
+        if (r >= HEADS_PER_CTA) continue;  // padding row
         const long long head = row * H_Q + head0 + r;
         if (!partial) {
           p.lse[head] = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : pos_inf();
           if (p.max_logits != nullptr) p.max_logits[head] = l > 0.f ? mt * 0.6931471805599453f : neg_inf();
         } else {
-          const long long ph_ = (long long)split * rows * H_Q + head;
-          p.lse_part[ph_] = l > 0.f ? m + log2f(l) : neg_inf();
-          p.max_part[ph_] = l > 0.f ? mt : neg_inf();
+          const long long part_row = (long long)split * rows * H_Q + head;
+          p.lse_part[part_row] = l > 0.f ? m + log2f(l) : neg_inf();
+          p.max_part[part_row] = l > 0.f ? mt : neg_inf();
         }
       }
     }
@@ -724,8 +724,8 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
     const uint64_t dpl = smem_desc(s_plo, 16, 1024);
-    for (int t = tb; t < te; ++t) {
-      const int k = t - tb, b = k & 1;
+    for (int t = tile_begin; t < tile_end; ++t) {
+      const int k = t - tile_begin, b = k & 1;
       const uint32_t kvb = s_base + OFF_KV + uint32_t(b) * TILE;
       mbar_wait(bar_full + 8 * b, uint32_t((k >> 1) & 1));
       if constexpr (!FP8) fence_proxy_async();  // the tile by cp.async (generic proxy) -> wgmma
@@ -735,7 +735,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       pv_half_ss(o, smem_desc(kvb + 8 * SUB, 16, 1024), dpl, smem_desc(kvb + 4 * SUB, 8192, 1024));
       wgmma_wait<0>();
       fence_regs(o);
-      if (t + 1 < te) bar_arrive(BAR_P_FREE, 256);
+      if (t + 1 < tile_end) bar_arrive(BAR_P_FREE, 256);
       mbar_arrive(bar_empty + 8 * b);
     }
     bar_sync(BAR_EPILOGUE, 256);
