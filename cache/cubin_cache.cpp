@@ -134,8 +134,8 @@ class EntryLock {
     while (!try_lock()) {
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (waited >= double(timeout_s)) {
-        warn(fmt::format("gave up after {} s waiting for another process's lock on cache entry {}: compiling it "
-                         "without the lock (NSAJIT_CACHE_LOCK_TIMEOUT={})",
+        warn(fmt::format("gave up after {} s waiting for the lock on cache entry {}: compiling it without the "
+                         "lock (NSAJIT_CACHE_LOCK_TIMEOUT={})",
                          timeout_s, path, timeout_s));
         ::close(fd_);
         fd_ = -1;
@@ -143,9 +143,9 @@ class EntryLock {
         return;
       }
       if (!noticed && waited >= kLockNoticeSeconds) {
-        warn(fmt::format("waiting for another process that holds the lock on cache entry {} (compiling it?); "
-                         "giving up after {} s",
-                         path, timeout_s));
+        warn(fmt::format("still waiting after {} s for another process that holds the lock on cache entry {} "
+                         "(compiling it?); giving up after {} s",
+                         kLockNoticeSeconds, path, timeout_s));
         noticed = true;
       }
       std::this_thread::sleep_for(pause);
@@ -222,9 +222,15 @@ CacheEntry read_cache_entry(const std::string& path, const std::string* expected
   // O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOFOLLOW: no link leads elsewhere.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
-    if (errno == ENOENT) return e;
-    if (errno == ELOOP) return corrupt("a symbolic link");
-    return corrupt(fmt::format("cannot open it: {}", std::strerror(errno)));
+    const int error = errno;
+    if (error == ENOENT) return e;
+    struct stat link {};
+    if (::lstat(path.c_str(), &link) == 0) {  // its identity, for remove_cache_entry_if_unchanged
+      e.device = link.st_dev;
+      e.inode = link.st_ino;
+    }
+    if (error == ELOOP) return corrupt("a symbolic link");
+    return corrupt(fmt::format("cannot open it: {}", std::strerror(error)));
   }
   struct Closer {
     int fd;
