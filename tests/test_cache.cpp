@@ -252,6 +252,15 @@ mode_t mode_of(const std::string& path) {
   return st.st_mode & 07777;
 }
 
+// A cache in a fresh directory, the tiny kernel's key and its entry's path.
+struct Fixture {
+  test::TempDir dir;
+  CubinCache cache{dir.path()};
+  CacheKey key = make_cache_key(tiny_fields());
+  std::string path = cache.entry_path(kName, key);
+  explicit Fixture(const char* tag) : dir(tag) {}
+};
+
 // Runs get_or_build and returns (lookup, builds, stderr).
 struct Outcome {
   CacheLookup lookup;
@@ -343,16 +352,13 @@ TEST_CASE("directories the cache creates are 0700") {
 }
 
 TEST_CASE("a huge sparse entry is rejected from its sizes, removed and rebuilt without reading it") {
-  const test::TempDir dir("huge");
-  const CubinCache cache(dir);
-  const CacheKey key = make_cache_key(tiny_fields());
-  const std::string path = cache.entry_path(kName, key);
-  REQUIRE(cache.store(kName, key, tiny_cubin()));
-  const auto good_size = fs::file_size(path);
+  const Fixture f("huge");
+  REQUIRE(f.cache.store(kName, f.key, tiny_cubin()));
+  const auto good_size = fs::file_size(f.path);
   const std::uint64_t tib = std::uint64_t(1) << 40;
 
   SUBCASE("a valid header followed by 1 TiB") {
-    if (::truncate(path.c_str(), off_t(tib)) != 0) {
+    if (::truncate(f.path.c_str(), off_t(tib)) != 0) {
       MESSAGE("skipped: this filesystem cannot hold a 1 TiB sparse file (" << std::strerror(errno) << ")");
       return;
     }
@@ -360,7 +366,7 @@ TEST_CASE("a huge sparse entry is rejected from its sizes, removed and rebuilt w
   SUBCASE("a header claiming a 1 TiB cubin, in a file of that size") {
     // The cubin size field sits just before the 32-byte checksum, which precedes the cubin.
     const std::uint64_t size_offset = good_size - tiny_cubin().size() - 32 - 8;
-    const int fd = ::open(path.c_str(), O_WRONLY);
+    const int fd = ::open(f.path.c_str(), O_WRONLY);
     REQUIRE(fd >= 0);
     REQUIRE(::pwrite(fd, &tib, sizeof(tib), off_t(size_offset)) == sizeof(tib));
     const bool grown = ::ftruncate(fd, off_t(good_size - tiny_cubin().size() + tib)) == 0;
@@ -371,54 +377,48 @@ TEST_CASE("a huge sparse entry is rejected from its sizes, removed and rebuilt w
     }
   }
   test::Watchdog watchdog("loading a 1 TiB entry", 60);
-  const Outcome o = lookup(cache, key);
-  CHECK(test::count_of(o.messages, path) == 1);  // reported
+  const Outcome o = lookup(f.cache, f.key);
+  CHECK(test::count_of(o.messages, f.path) == 1);  // reported
   CHECK(test::count_of(o.messages, "corrupt") == 1);
   CHECK_FALSE(o.lookup.hit);
   CHECK(o.builds == 1);  // rebuilt
   CHECK(o.lookup.stored);
-  CHECK(fs::file_size(path) == good_size);  // replaced
-  CHECK(cache.load(kName, key).value() == tiny_cubin());
+  CHECK(fs::file_size(f.path) == good_size);  // replaced
+  CHECK(f.cache.load(kName, f.key).value() == tiny_cubin());
 }
 
 TEST_CASE("an entry that is a FIFO, a device or a symbolic link is reported and replaced, without hanging") {
-  const test::TempDir dir("special");
-  const CubinCache cache(dir);
-  const CacheKey key = make_cache_key(tiny_fields());
-  const std::string path = cache.entry_path(kName, key);
+  const Fixture f("special");
   std::string kind;
   SUBCASE("FIFO") {
-    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    REQUIRE(::mkfifo(f.path.c_str(), 0600) == 0);
     kind = "FIFO";
   }
   SUBCASE("character device") {
-    if (::mknod(path.c_str(), S_IFCHR | 0600, makedev(1, 5)) != 0) {  // /dev/zero's numbers
+    if (::mknod(f.path.c_str(), S_IFCHR | 0600, makedev(1, 5)) != 0) {  // /dev/zero's numbers
       MESSAGE("skipped: cannot create a device node here (" << std::strerror(errno) << ")");
       return;
     }
     kind = "character device";
   }
   SUBCASE("symbolic link to /dev/zero") {
-    REQUIRE(::symlink("/dev/zero", path.c_str()) == 0);
+    REQUIRE(::symlink("/dev/zero", f.path.c_str()) == 0);
     kind = "symbolic link";
   }
   test::Watchdog watchdog("loading a non-regular entry", 30);
-  const Outcome o = lookup(cache, key);
+  const Outcome o = lookup(f.cache, f.key);
   CHECK(test::count_of(o.messages, kind) == 1);
-  CHECK(test::count_of(o.messages, path) == 1);
+  CHECK(test::count_of(o.messages, f.path) == 1);
   CHECK(o.builds == 1);
   CHECK(o.lookup.stored);
-  CHECK(fs::is_regular_file(fs::symlink_status(path)));
-  CHECK(cache.load(kName, key).value() == tiny_cubin());
+  CHECK(fs::is_regular_file(fs::symlink_status(f.path)));
+  CHECK(f.cache.load(kName, f.key).value() == tiny_cubin());
 }
 
 TEST_CASE("a lock holder that never releases: a notice after 5 s, then the kernel is built without the lock") {
-  const test::TempDir dir("stuck");
-  const CubinCache cache(dir);
-  const CacheKey key = make_cache_key(tiny_fields());
-  const std::string path = cache.entry_path(kName, key);
+  const Fixture f("stuck");
   // The holder: an open file description of the lock file, locked and never released.
-  const int holder = ::open((path + ".lock").c_str(), O_RDWR | O_CREAT, 0600);
+  const int holder = ::open((f.path + ".lock").c_str(), O_RDWR | O_CREAT, 0600);
   REQUIRE(holder >= 0);
   REQUIRE(::flock(holder, LOCK_EX) == 0);
   const char* old = std::getenv("NSAJIT_CACHE_LOCK_TIMEOUT");
@@ -428,7 +428,7 @@ TEST_CASE("a lock holder that never releases: a notice after 5 s, then the kerne
   Outcome o;
   {
     test::Watchdog watchdog("waiting for a stuck lock holder with NSAJIT_CACHE_LOCK_TIMEOUT=6", 60);
-    o = lookup(cache, key);
+    o = lookup(f.cache, f.key);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (old) ::setenv("NSAJIT_CACHE_LOCK_TIMEOUT", saved.c_str(), 1);
@@ -438,7 +438,7 @@ TEST_CASE("a lock holder that never releases: a notice after 5 s, then the kerne
   CHECK(seconds < 30);
   CHECK(test::count_of(o.messages, "still waiting after 5 s") == 1);  // one line after 5 s...
   CHECK(test::count_of(o.messages, "gave up after 6 s") == 1);        // ...and one at the timeout
-  CHECK(test::count_of(o.messages, path) == 2);
+  CHECK(test::count_of(o.messages, f.path) == 2);
   CHECK(o.builds == 1);
   CHECK_FALSE(o.lookup.hit);
   CHECK(o.lookup.cubin == tiny_cubin());

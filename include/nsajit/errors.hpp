@@ -31,7 +31,8 @@ struct CudaError : Error {
   int result;  // the CUresult, or -1 when libcuda.so.1 or one of its symbols is missing
 };
 
-// The on-disk cache never throws: an entry that cannot be written is reported on stderr and the
-// kernel is used from memory; a corrupt entry is reported, removed and rebuilt.
+// The on-disk cache never throws: an entry that cannot be written, or a cache directory that is not
+// trusted, is reported on stderr and the kernel is used from memory; a corrupt entry is reported,
+// removed and rebuilt.
 
 }  // namespace nsajit
