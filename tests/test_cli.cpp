@@ -34,19 +34,32 @@ Result run_tool(const std::vector<std::string>& args, const std::vector<std::str
   nsajit::test::TempDir out_dir("cli");
   const std::string own_cache = out_dir.path() + "/cache";
   const std::string out_path = out_dir.path() + "/out";
+  // Everything the child needs is built here: between fork and exec only async-signal-safe calls.
+  std::vector<std::string> environment{"CUDA_VISIBLE_DEVICES=",
+                                       "NSAJIT_CACHE_DIR=" + (cache_dir.empty() ? own_cache : cache_dir)};
+  environment.insert(environment.end(), env.begin(), env.end());
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    bool replaced = false;
+    for (const std::string& mine : environment)
+      replaced = replaced || entry.substr(0, entry.find('=') + 1) == mine.substr(0, mine.find('=') + 1);
+    if (!replaced) environment.push_back(entry);
+  }
+  std::vector<char*> envp;
+  for (std::string& e : environment) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> words{NSAJIT_CLI_PATH};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     const int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
-    ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
-    ::setenv("NSAJIT_CACHE_DIR", cache_dir.empty() ? own_cache.c_str() : cache_dir.c_str(), 1);
-    for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
-    std::vector<char*> argv{const_cast<char*>(NSAJIT_CLI_PATH)};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(NSAJIT_CLI_PATH, argv.data());
+    ::execve(NSAJIT_CLI_PATH, argv.data(), envp.data());
     _exit(127);
   }
   Result r;

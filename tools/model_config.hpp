@@ -28,8 +28,8 @@ struct ModelConfig {
   int check_rows = 8;    // rows checked against the CPU reference
   int timed_iters = 50;  // timed launches per kernel (median reported)
 
-  // Where each field's value came from when not the built-in default, e.g. "tp" -> "--tp" or
-  // "tp" -> "config.json, key \"tp\"", so that errors name it.
+  // Where each field's value came from when not the built-in default ("tp" -> "the flag --tp" or
+  // "file config.json, key \"tp\""), so that errors name it.
   std::map<std::string, std::string> origins;
 
   int h_q() const { return num_attention_heads / tp; }

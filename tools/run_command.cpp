@@ -86,7 +86,8 @@ int precompile_command(const RunOptions& options) {
 
 int run_command(const RunOptions& options) {
   const Arch arch = target_arch(options.arch);  // a bad --arch is refused with or without a GPU
-  check_run_host_memory(options.config, std::uint64_t(::sysconf(_SC_PHYS_PAGES)) * std::uint64_t(::sysconf(_SC_PAGESIZE)));
+  const std::uint64_t host_bytes = std::uint64_t(::sysconf(_SC_PHYS_PAGES)) * std::uint64_t(::sysconf(_SC_PAGESIZE));
+  check_run_host_memory(options.config, host_bytes);  // before anything is allocated or compiled
   if (!driver::available()) {
     const std::string why = no_gpu_reason();
     if (options.require_gpu) {
