@@ -161,6 +161,15 @@ nsajit_status guarded_text(Body&& body) noexcept {
   return s;
 }
 
+// The sizes a sparse MLA launch accepts (the sizing queries check them the same way).
+void check_mla_sizes(const char* function, std::int32_t rows, std::int32_t h_q, std::int32_t topk,
+                     std::int32_t num_splits) {
+  if (rows < 0) bad(function, "rows", rows, ">= 0");
+  if (h_q != 8 && h_q != 16 && h_q != 32 && h_q != 64 && h_q != 128) bad(function, "h_q", h_q, "one of 8, 16, 32, 64, 128");
+  nsajit::detail::require_topk(function, topk, 16384);
+  if (num_splits < 0 || num_splits > 64) bad(function, "num_splits", num_splits, "0 (automatic) .. 64");
+}
+
 void fill_record(const nsajit::KernelRecord& r, nsajit_kernel_record* out, const char* function) {
   if (out == nullptr) nsajit::detail::throw_bad_argument(function, "record_out", "null", "a record to fill");
   if (out->struct_size < sizeof(nsajit_kernel_record))
@@ -328,7 +337,7 @@ nsajit_status nsajit_sparse_mla_num_splits(int32_t rows, int32_t h_q, int32_t to
   return guarded([&] {
     constexpr const char* fn = "nsajit_sparse_mla_num_splits";
     if (splits_out == nullptr) nsajit::detail::throw_bad_argument(fn, "splits_out", "null", "a pointer");
-    if (num_splits < 0 || num_splits > 64) bad(fn, "num_splits", num_splits, "0 (automatic) .. 64");
+    check_mla_sizes(fn, rows, h_q, topk, num_splits);
     *splits_out = nsajit::sparse_mla_num_splits(rows, h_q, topk, num_splits);
   });
 }
@@ -338,7 +347,7 @@ nsajit_status nsajit_sparse_mla_workspace_bytes(int32_t rows, int32_t h_q, int32
   return guarded([&] {
     constexpr const char* fn = "nsajit_sparse_mla_workspace_bytes";
     if (bytes_out == nullptr) nsajit::detail::throw_bad_argument(fn, "bytes_out", "null", "a pointer");
-    if (num_splits < 0 || num_splits > 64) bad(fn, "num_splits", num_splits, "0 (automatic) .. 64");
+    check_mla_sizes(fn, rows, h_q, topk, num_splits);
     *bytes_out = nsajit::sparse_mla_workspace_bytes(rows, h_q, topk, num_splits);
   });
 }
