@@ -180,6 +180,14 @@ const LoadedKernel& kernel(const KernelSpec& spec) {
   return *state().kernels.get(ContextSpec{context.id, spec}, [&] {
     const Cubin cubin = obtain_cubin(spec);
     const FamilyTraits& t = traits(spec.family);
+    // Loading a module is not a stream operation, but a global-mode capture on any stream forbids
+    // it unless this thread relaxes its capture mode; a precompiled kernel may be loaded inside one.
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    NSAJIT_CU(cuThreadExchangeStreamCaptureMode, &mode);
+    struct RestoreMode {
+      CUstreamCaptureMode mode;
+      ~RestoreMode() { driver::api().cuThreadExchangeStreamCaptureMode(&mode); }
+    } restore{mode};
     CUmodule module = nullptr;
     NSAJIT_CU(cuModuleLoadData, &module, cubin->data());  // modules live as long as the context
     auto loaded = std::make_shared<LoadedKernel>();
