@@ -123,9 +123,9 @@ def test_tensor_checks_name_the_argument():
         nsajit.topk(scores, torch.zeros(2, dtype=torch.int32))
     with pytest.raises(TypeError, match="argument scores has dtype float16"):
         nsajit.topk(scores.half(), torch.zeros(2, dtype=torch.int32))
-    with pytest.raises(TypeError, match="argument lengths is a list"):
-        from nsajit.compat.sgl_kernel import fast_topk_v2
-        fast_topk_v2(scores, [1, 2], 2048)
+    from nsajit.compat.sgl_kernel import fast_topk_v2
+    with pytest.raises(TypeError, match="argument score is a list"):
+        fast_topk_v2([[1.0]], torch.zeros(1, dtype=torch.int32), 2048)
     with pytest.raises(TypeError, match="argument q has dtype float32"):
         nsajit.sparse_mla(torch.zeros(1, 16, 576), None, None, 0.5)
     from nsajit.compat import flash_mla, sglang_nsa
