@@ -188,7 +188,9 @@ def ref_quantize(x):
     scales = torch.empty((n, 4), dtype=torch.float32, device=x.device)
     for t in range(4):
         tile = xf[:, 128 * t:128 * t + 128]
-        s = tile.abs().amax(dim=1) / 448.0
+        amax = tile.abs().amax(dim=1)
+        # A divisor tensor, not a Python scalar: torch multiplies by a scalar's reciprocal on the GPU.
+        s = amax / torch.full_like(amax, 448.0)
         scales[:, t] = s
         out[:, 128 * t:128 * t + 128] = (tile / s[:, None]).to(torch.float8_e4m3fn).view(torch.uint8)
     out[:, 512:528] = scales.view(torch.uint8).view(n, 16)
