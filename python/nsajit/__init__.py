@@ -247,30 +247,25 @@ def sparse_mla(q, kv, indices, sm_scale, *, topk_length=None, next_n=1, num_spli
     return (out, lse, max_logits) if return_max_logits else (out, lse)
 
 
+def _sizing(fn, value, rows, h_q, topk, num_splits, device):
+    args = (_int32(rows, "rows"), _int32(h_q, "h_q"), _int32(topk, "topk"), _int32(num_splits, "num_splits"))
+    if num_splits == 0:  # the automatic count depends on the device
+        with launch_on(device if device is not None else torch().cuda.current_device()):
+            _lib.check(fn(*args, ctypes.byref(value)))
+    else:
+        _lib.check(fn(*args, ctypes.byref(value)))
+    return value.value
+
+
 def sparse_mla_num_splits(rows, h_q, topk, num_splits=0, *, device=None):
     """Split count a sparse MLA launch of these sizes uses (num_splits 0: automatic for the device)."""
-    n = ctypes.c_int32(0)
-    lib = library()
-    args = (_int32(rows, "rows"), _int32(h_q, "h_q"), _int32(topk, "topk"), _int32(num_splits, "num_splits"))
-    if num_splits == 0:
-        with launch_on(device if device is not None else torch().cuda.current_device()):
-            _lib.check(lib.nsajit_sparse_mla_num_splits(*args, ctypes.byref(n)))
-    else:
-        _lib.check(lib.nsajit_sparse_mla_num_splits(*args, ctypes.byref(n)))
-    return n.value
+    return _sizing(library().nsajit_sparse_mla_num_splits, ctypes.c_int32(0), rows, h_q, topk, num_splits, device)
 
 
 def sparse_mla_workspace_bytes(rows, h_q, topk, num_splits=0, *, device=None):
     """Workspace bytes a split-KV launch needs (0 when it does not split)."""
-    n = ctypes.c_size_t(0)
-    lib = library()
-    args = (_int32(rows, "rows"), _int32(h_q, "h_q"), _int32(topk, "topk"), _int32(num_splits, "num_splits"))
-    if num_splits == 0:
-        with launch_on(device if device is not None else torch().cuda.current_device()):
-            _lib.check(lib.nsajit_sparse_mla_workspace_bytes(*args, ctypes.byref(n)))
-    else:
-        _lib.check(lib.nsajit_sparse_mla_workspace_bytes(*args, ctypes.byref(n)))
-    return n.value
+    return _sizing(library().nsajit_sparse_mla_workspace_bytes, ctypes.c_size_t(0), rows, h_q, topk, num_splits,
+                   device)
 
 
 def _cache_fields(args, cache, device, name="cache"):
