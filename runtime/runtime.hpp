@@ -58,7 +58,7 @@ int resident_ctas(const LoadedKernel& kernel, const LaunchGeometry& geometry);
 
 // While alive, kernels compiled on this thread are for a launch on `stream`: a compile while that
 // stream is capturing a CUDA graph throws CaptureError instead (NVRTC inside a capture would
-// stall it for seconds and the graph could not be replayed without it). Set by the C ABI.
+// stall it for seconds). Set by the C ABI.
 class LaunchStreamScope {
  public:
   explicit LaunchStreamScope(CUstream stream);
