@@ -87,6 +87,9 @@ int run_cli(int argc, char** argv) {
   bench->add_option("--only", bench_options.only, "run only the cases whose name contains this text");
   bench->add_option("--baseline-script", bench_options.baseline_script, "python3 script timing the PyTorch baseline");
   bench->add_flag("--no-baseline", no_baseline, "skip the PyTorch baseline");
+  bench->add_option("--anchors", bench_options.anchors,
+                    "recorded anchor figures merged by case name (anchor_us, vs_anchor); \"\" for none")
+      ->capture_default_str();
 
   std::string help_topic;
   CLI::App* help = app.add_subcommand("help", "print this help, or a subcommand's: nsajit help run");
@@ -135,6 +138,13 @@ int run_cli(int argc, char** argv) {
     if (!nsajit::driver::available()) {
       std::fprintf(stderr, "nsajit bench: no GPU (%s); nothing was measured\n", no_gpu_reason().c_str());
       return kExitNoGpu;
+    }
+    if (!bench_options.anchors.empty()) {
+      try {
+        nsajit::tools::bench::load_anchors(bench_options.anchors);  // a bad file fails before the run
+      } catch (const nsajit::Error& e) {
+        return error_exit(e.what(), kExitUsage);
+      }
     }
     return bench_family == "topk" ? nsajit::tools::bench::bench_topk(bench_options)
                                   : nsajit::tools::bench::bench_sparse_mla(bench_options);
