@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <fstream>
 #include <iterator>
-#include <set>
 #include <limits>
+#include <set>
 #include <type_traits>
 #include <nlohmann/json.hpp>
 
