@@ -204,6 +204,39 @@ TEST_CASE("reference mla: compare_sparse_mla accepts the spec's tolerance and re
   }
 }
 
+TEST_CASE("reference mla: the default tolerance's 3e-3 floor passes what the precise 1e-3 floor fails") {
+  ref::SparseMlaOutput want;
+  want.out.assign(DV, 0.0);
+  want.lse = {1.5};
+  for (int d = 0; d < DV; ++d) want.out[d] = 0.25 + d / 1024.0;
+  want.out[5] = 0.05;  // small: 2/128 |ref| = 7.8e-4 lies below both floors
+  B got(DV, 0);
+  for (int d = 0; d < DV; ++d) got[d] = bf(float(want.out[d]));
+  const std::vector<float> lse{1.5f};
+  CHECK(ref::sparse_mla_abs_tolerance(false) == 3e-3);
+  CHECK(ref::sparse_mla_abs_tolerance(true) == 1e-3);
+
+  SUBCASE("off by 2e-3 (bf16 P's error where |ref| is small): default passes, precise fails") {
+    got[5] = bf(0.052f);
+    const auto field = ref::compare_sparse_mla(got, lse, want, 1, 1);
+    CHECK_MESSAGE(field.ok, field.message);
+    const auto precise = ref::compare_sparse_mla(got, lse, want, 1, 1, true);
+    CHECK_FALSE(precise.ok);
+    CHECK(precise.out_failures == 1);
+    CHECK(precise.message.find("dim 5") != std::string::npos);
+  }
+  SUBCASE("off by 4e-3: both fail") {
+    got[5] = bf(0.054f);
+    CHECK_FALSE(ref::compare_sparse_mla(got, lse, want, 1, 1).ok);
+    CHECK_FALSE(ref::compare_sparse_mla(got, lse, want, 1, 1, true).ok);
+  }
+  SUBCASE("off by 5e-4: both pass") {
+    got[5] = bf(0.0505f);
+    CHECK(ref::compare_sparse_mla(got, lse, want, 1, 1).ok);
+    CHECK(ref::compare_sparse_mla(got, lse, want, 1, 1, true).ok);
+  }
+}
+
 TEST_CASE("reference mla bf16: round to nearest even, ties to even") {
   CHECK(bf(1.0f) == 0x3f80);
   CHECK(bf(std::bit_cast<float>(0x3f808000u)) == 0x3f80);  // tie, 0x3f80 even: down

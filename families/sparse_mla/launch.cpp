@@ -131,6 +131,7 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
   plan.spec.h_q = a.h_q;
   plan.spec.topk = a.topk;
   plan.spec.kv_dtype = a.kv_dtype;
+  plan.spec.precise = a.precise;
   if (tile.kernel != MlaKernel::automatic) plan.spec.tile = tile;
   // next_n stays 1: rows are already flattened (b * next_n), so every MTP depth shares one kernel.
   plan.spec = spec_for_current_device(plan.spec);

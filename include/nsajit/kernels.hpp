@@ -162,6 +162,11 @@ struct SparseMlaDecodeArgs {
   std::size_t workspace_bytes = 0;
   int num_splits = 0;                 // 0 = automatic (with a workspace), 1 = no split, 2..64 forced
   bool programmatic_launch = true;    // split-KV: launch the combine as a programmatic dependent (PDL)
+  // Precision (nsa-semantics.md "Tolerances"). false (default): P is rounded to bf16 before P.V,
+  // as FlashMLA and FlashAttention-3 do: |out - ref| <= max(3e-3, 2/128 |ref|). true: P is carried
+  // as bf16 hi + lo (two P.V products), max(1e-3, 2/128 |ref|); no anchor offers it, and it costs
+  // ~13-19 % of the prefill throughput (docs/notes/sparse_mla.md).
+  bool precise = false;
 };
 void sparse_mla_decode(const SparseMlaDecodeArgs& args, CUstream stream = nullptr);
 // The same kernel for prefill rows (s_q query tokens; next_n must be 1).

@@ -3,6 +3,7 @@
  * what was expected; nothing crashes. Built with -std=c99 -Wall -Wextra -Werror -pedantic. */
 #include "nsajit/nsajit.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -137,6 +138,10 @@ int main(void) {
   m.h_q = 12;
   EXPECT(nsajit_sparse_mla_decode(&m, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "argument h_q = 12", "8, 16", NULL);
   m.h_q = 16;
+  CHECK(m.precise == 0);
+  m.precise = 2;
+  EXPECT(nsajit_sparse_mla_decode(&m, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "argument precise = 2", "0 or 1", NULL);
+  m.precise = 0;
   m.kv_dtype = 5;
   EXPECT(nsajit_sparse_mla_decode(&m, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "argument kv_dtype = 5", NULL, NULL);
   m.kv_dtype = NSAJIT_KV_BF16;
@@ -213,6 +218,27 @@ int main(void) {
   EXPECT(nsajit_kernel_name(&spec, NULL, 16, &needed), NSAJIT_ERROR_INVALID_ARGUMENT, "buffer", NULL, NULL);
   EXPECT(nsajit_generate_source(&spec, text, sizeof text, &needed), NSAJIT_OK, NULL, NULL, NULL);
   CHECK(strlen(text) + 1 == needed && strlen(text) > 1000);
+  /* precise: named when set; 0 or 1; an older caller's struct (without the field) reads 0. */
+  spec = nsajit_kernel_spec_defaults();
+  spec.arch_sm = 90;
+  spec.arch_suffix = 'a';
+  spec.family = NSAJIT_FAMILY_SPARSE_MLA_DECODE;
+  spec.h_q = 128;
+  spec.kv_dtype = NSAJIT_KV_FP8_E4M3;
+  CHECK(spec.precise == 0);
+  spec.precise = 1;
+  EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_OK, NULL, NULL, NULL);
+  CHECK(strstr(text, ".precise.sm_90a") != NULL);
+  spec.struct_size = offsetof(nsajit_kernel_spec, precise);
+  EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_OK, NULL, NULL, NULL);
+  CHECK(strstr(text, "precise") == NULL && strstr(text, "sparse_mla.h128") == text);
+  spec.struct_size = offsetof(nsajit_kernel_spec, precise) - 4;
+  EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_ERROR_INVALID_ARGUMENT, "spec->struct_size",
+         "expected >=", NULL);
+  spec.struct_size = sizeof spec;
+  spec.precise = 2;
+  EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_ERROR_INVALID_ARGUMENT, "spec->precise = 2",
+         "0 or 1", NULL);
   spec.family = 9;
   EXPECT(nsajit_precompile(&spec, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "spec->family = 9", NULL, NULL);
   spec = nsajit_kernel_spec_defaults();

@@ -194,7 +194,7 @@ int bench_sparse_mla(const BenchOptions& options) {
                 {"topk", kTopk}, {"kv", sh.fp8 ? "fp8" : "bf16"}, {"num_slots", kSlots}, {"s_kv", sh.s_kv},
                 {"page_size", sh.fp8 ? kPageSize : 1}, {"num_splits", splits},
                 {"batch_invariant_us", invariant_us}, {"gathered_bytes", kv_bytes}, {"bytes", bytes},
-                {"flops", flops}};
+                {"flops", flops}, {"precise", false}};  // the default precision, checked under its tolerance
     c.nsajit_us = us;
     c.nsajit_min_us = timed.min_us;
     c.nsajit_max_us = timed.max_us;
