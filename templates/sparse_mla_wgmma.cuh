@@ -10,8 +10,9 @@
 // 384 threads = 3 warpgroups (FP8 512: 4, two producers), 1 CTA per SM:
 //   WG0 (warps 0-3, 240 / 200 / 224 registers with bf16 / FP8 at 384 / FP8 at 512 threads):
 //        S = Q K^T (64 heads x 64 tokens, wgmma m64n64k16 SS over
-//        576 dims), online softmax in base 2 against a reference max raised only when a tile
-//        exceeds it by more than 8 (log2 units: P <= 2^8; O is rescaled in few tiles),
+//        576 dims), online softmax in base 2 against the running max (PRECISE: a reference
+//        raised only when a tile exceeds it by more than 8, log2 units: P <= 2^8; O is rescaled
+//        in few tiles),
 //        P rounded to bf16 (PRECISE: P = P_hi + P_lo, both bf16), O[:, 0:256] += P V (PRECISE:
 //        P_hi V + P_lo V; wgmma m64n256k16, or two
 //        m64n128k16 at 512 threads; RS, P from registers; FP8 at 384 threads: SS, P from shared
@@ -555,9 +556,12 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
     const float scale_log2 = p.sm_scale * 1.4426950408889634f;
     // m: the reference of the exponentials (P = 2^(s - m)), raised only when a tile's max exceeds
-    // it by more than kLazyRescale (P <= 2^8 stays exact enough in bf16 hi + lo and fp32), so O
-    // and l are rescaled in few tiles; mt: the true running max (max_logits, the split's max).
-    constexpr float kLazyRescale = 8.f;
+    // it by more than kLazyRescale (PRECISE: P <= 2^8 stays exact enough in bf16 hi + lo and fp32),
+    // so O and l are rescaled in few tiles; mt: the true running max (max_logits, the split's max).
+    // Default precision: 0, the reference is the running max, so the row's largest P is exactly 1
+    // in bf16; a stale reference rounds the dominant token's P too, and bf16 P then misses the
+    // tolerance ~50x more often (docs/notes/sparse_mla.md, "Default precision").
+    constexpr float kLazyRescale = PRECISE ? 8.f : 0.f;
     float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f, mt0 = neg_inf(), mt1 = neg_inf();
     // RS PV (bf16, and FP8 at 512 threads): P_hi / P_lo (PRECISE) A fragments of the 4 k16 steps,
     // kept live while WG0's PV runs
