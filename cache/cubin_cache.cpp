@@ -37,7 +37,7 @@ void put(std::string& out, T value) {
 }
 
 template <class T>
-bool get(const std::string& in, std::size_t& pos, T& value) {
+bool get(std::string_view in, std::size_t& pos, T& value) {
   if (in.size() - pos < sizeof(T)) return false;
   std::memcpy(&value, in.data() + pos, sizeof(T));
   pos += sizeof(T);
@@ -128,6 +128,25 @@ std::string default_cache_dir() {
   return fmt::format("/tmp/nsajit-cache-{}", ::getuid());  // no HOME: a per-user folder
 }
 
+const char* parse_entry(std::string_view file, EntryContents& out) {
+  std::size_t pos = sizeof(kMagic);
+  std::uint32_t format = 0, record_size = 0;
+  std::uint64_t cubin_size = 0;
+  Sha256Digest checksum{};
+  if (file.size() < sizeof(kMagic) || std::memcmp(file.data(), kMagic, sizeof(kMagic)) != 0) return "bad magic";
+  if (!get(file, pos, format) || format != kFormatVersion) return "unknown format version";
+  if (!get(file, pos, record_size) || file.size() - pos < record_size) return "truncated key record";
+  out.record = file.substr(pos, record_size);
+  pos += record_size;
+  if (!get(file, pos, cubin_size) || file.size() - pos < checksum.size()) return "truncated header";
+  std::memcpy(checksum.data(), file.data() + pos, checksum.size());
+  pos += checksum.size();
+  if (file.size() - pos != cubin_size) return "cubin size does not match the file (truncated?)";
+  if (sha256(file.data() + pos, cubin_size) != checksum) return "cubin checksum mismatch";
+  out.cubin = file.substr(pos);
+  return nullptr;
+}
+
 CubinCache::CubinCache(std::string dir) : dir_(std::move(dir)) {}
 
 std::string CubinCache::entry_path(const std::string& name, const CacheKey& key) const {
@@ -145,27 +164,9 @@ std::optional<std::vector<char>> CubinCache::load_entry(const std::string& name,
   FileId read_id;
   if (!read_file(path, file, read_id)) return std::nullopt;
 
-  const char* why = nullptr;
-  std::size_t pos = 0;
-  std::uint32_t format = 0, record_size = 0;
-  std::uint64_t cubin_size = 0;
-  Sha256Digest checksum{};
-  if (file.size() < sizeof(kMagic) || std::memcmp(file.data(), kMagic, sizeof(kMagic)) != 0) {
-    why = "bad magic";
-  } else if (pos = sizeof(kMagic); !get(file, pos, format) || format != kFormatVersion) {
-    why = "unknown format version";
-  } else if (!get(file, pos, record_size) || file.size() - pos < record_size) {
-    why = "truncated key record";
-  } else if (file.compare(pos, record_size, key.record) != 0 || record_size != key.record.size()) {
-    why = "key record differs from the expected one";
-  } else if (pos += record_size; !get(file, pos, cubin_size) || file.size() - pos < checksum.size()) {
-    why = "truncated header";
-  } else if (std::memcpy(checksum.data(), file.data() + pos, checksum.size()), pos += checksum.size();
-             file.size() - pos != cubin_size) {
-    why = "cubin size does not match the file (truncated?)";
-  } else if (sha256(file.data() + pos, cubin_size) != checksum) {
-    why = "cubin checksum mismatch";
-  }
+  EntryContents contents;
+  const char* why = parse_entry(file, contents);
+  if (!why && contents.record != key.record) why = "key record differs from the expected one";
   if (why) {
     warn(fmt::format("cache entry {} is corrupt ({}): removing it and rebuilding", path, why));
     // Under the entry's lock, and only if the name still holds the file we read: a process that
@@ -176,7 +177,7 @@ std::optional<std::vector<char>> CubinCache::load_entry(const std::string& name,
     if (::stat(path.c_str(), &st) == 0 && FileId{st.st_dev, st.st_ino} == read_id) ::unlink(path.c_str());
     return std::nullopt;
   }
-  return std::vector<char>(file.begin() + std::ptrdiff_t(pos), file.end());
+  return std::vector<char>(contents.cubin.begin(), contents.cubin.end());
 }
 
 bool CubinCache::store(const std::string& name, const CacheKey& key, const std::vector<char>& cubin) const {

@@ -14,6 +14,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nsajit/spec.hpp"
@@ -40,6 +41,17 @@ CacheKey make_cache_key(const CacheKeyFields& fields);
 
 // The cache directory from the environment (see nsajit/jit.hpp cache_dir()).
 std::string default_cache_dir();
+
+// The parts of an entry file (views into the bytes given to parse_entry).
+struct EntryContents {
+  std::string_view record;  // the key record it was stored under
+  std::string_view cubin;
+};
+
+// Checks the bytes of an entry file: magic, format, record, sizes and the cubin's checksum.
+// Returns nullptr (and fills `out`) for an intact entry, else why it is not (e.g. "cubin checksum
+// mismatch"). Does not check which key the record is for; the caller compares it.
+const char* parse_entry(std::string_view file, EntryContents& out);
 
 struct CacheLookup {
   std::vector<char> cubin;

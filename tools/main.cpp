@@ -9,6 +9,7 @@
 #include "runtime/driver.hpp"
 #include "tools/bench/bench_common.hpp"
 #include "tools/commands.hpp"
+#include "tools/subcommands.hpp"
 
 int main(int argc, char** argv) {
   using namespace nsajit::tools;
@@ -29,8 +30,8 @@ int main(int argc, char** argv) {
   CLI::App* run = app.add_subcommand("run", "run a DeepSeek-V3.2 decode step through the JIT and check it "
                                             "(without a GPU: compile the config's kernels into the cache)");
   add_config_options(run);
-  CLI::App* pre = app.add_subcommand("precompile", "compile the config's kernels into the cache (no GPU needed)");
-  add_config_options(pre);
+  const std::vector<Subcommand> subcommands = {add_precompile_command(app), add_cache_command(app),
+                                               add_gen_command(app), add_info_command(app)};
 
   nsajit::tools::bench::BenchOptions bench_options;
   std::string bench_family;
@@ -45,6 +46,15 @@ int main(int argc, char** argv) {
   bench->add_flag("--no-baseline", no_baseline, "skip the PyTorch baseline");
 
   CLI11_PARSE(app, argc, argv);
+  for (const Subcommand& sub : subcommands) {
+    if (!sub.app->parsed()) continue;
+    try {
+      return sub.run();
+    } catch (const nsajit::Error& e) {
+      std::fprintf(stderr, "nsajit: error: %s\n", e.what());
+      return 2;
+    }
+  }
   if (bench->parsed()) {
     bench_options.command = "nsajit";
     for (int i = 1; i < argc; ++i) bench_options.command += std::string(" ") + argv[i];
@@ -67,9 +77,7 @@ int main(int argc, char** argv) {
     if (tp > 0) options.config.tp = tp;
     options.arch = arch;
     validate_model_config(options.config);
-    if (run->parsed()) return run_command(options);
-    if (!pre->parsed()) return 2;
-    return precompile_command(options);
+    return run_command(options);
   } catch (const nsajit::Error& e) {
     std::fprintf(stderr, "nsajit: error: %s\n", e.what());
     return 2;

@@ -31,6 +31,12 @@ struct CudaError : Error {
   int result;  // the CUresult, or -1 when libcuda.so.1 or one of its symbols is missing
 };
 
+// Strict mode (nsajit/jit.hpp, NSAJIT_NO_JIT=1) found no cubin for a kernel. what() names the
+// kernel's readable name, the cache directory and the `nsajit precompile` command that produces it.
+struct KernelNotPrecompiled : Error {
+  using Error::Error;
+};
+
 // The on-disk cache never throws: an entry that cannot be written is reported on stderr and the
 // kernel is used from memory; a corrupt entry is reported, removed and rebuilt.
 
