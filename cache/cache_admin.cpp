@@ -312,6 +312,11 @@ std::uint64_t cache_max_bytes_from_env() {
   return parse_byte_count(env, "environment variable NSAJIT_CACHE_MAX_BYTES");
 }
 
+void note_cache_entry_used(const std::string& path) {
+  const timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+  ::utimensat(AT_FDCWD, path.c_str(), times, 0);
+}
+
 void enforce_cache_size_bound(const std::string& dir, std::uint64_t max_bytes, const std::string& just_written) {
   if (max_bytes == 0) return;
   try {

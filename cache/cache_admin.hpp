@@ -89,6 +89,10 @@ std::uint64_t parse_byte_count(const std::string& text, const std::string& what)
 // 0 or unset = no bound. Throws InvalidArgument naming the variable for anything else.
 std::uint64_t cache_max_bytes_from_env();
 
+// Records a use of an entry for LRU eviction: sets its access time to now (mounts with noatime
+// or relatime would not). Silently does nothing where the file cannot be changed (read-only).
+void note_cache_entry_used(const std::string& path);
+
 // After a write: evicts least recently used entries (never `just_written`) until the entries
 // fit max_bytes. Never throws (a failure is reported on stderr).
 void enforce_cache_size_bound(const std::string& dir, std::uint64_t max_bytes, const std::string& just_written = "");

@@ -128,12 +128,14 @@ Cubin obtain_cubin(const KernelSpec& spec, CubinSource* source_out = nullptr) {
       if (!cached) throw KernelNotPrecompiled(not_precompiled_message(name, s.cache.dir()));
       found.cubin = std::move(*cached);
       found.hit = true;
+      note_cache_entry_used(s.cache.entry_path(name, key));
     } else {
       found = s.cache.get_or_build(name, key, [&] {
         CompileResult r = compile_cubin(name, text, options);
         compile_ms = r.compile_ms;
         return std::move(r.cubin);
       });
+      if (found.hit) note_cache_entry_used(s.cache.entry_path(name, key));
       if (found.stored && s.max_cache_bytes > 0)
         enforce_cache_size_bound(s.cache.dir(), s.max_cache_bytes, s.cache.entry_path(name, key));
     }

@@ -212,13 +212,14 @@ int run_precompile(const PrecompileOptions& o) {
   }
   for (Item& it : items) it.name = readable_name(it.fleet.spec);
 
+  const std::string dir = cache_dir();  // settles the cache's environment (a bad value is bad usage)
   // The tool's job is to compile: the environment's strict mode (NSAJIT_NO_JIT) does not apply;
   // --check is strict mode on purpose.
   set_strict_mode(o.check);
   const int jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
   if (!o.quiet)
     fmt::print("precompile: {} kernels on {} thread(s), nsajit {}, NVRTC {}, cache {}{}\n", items.size(), jobs,
-               version(), nvrtc_version(), cache_dir(), o.check ? " (check only: nothing is compiled)" : "");
+               version(), nvrtc_version(), dir, o.check ? " (check only: nothing is compiled)" : "");
   std::fflush(stdout);
 
   const auto start = Clock::now();
