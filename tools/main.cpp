@@ -38,7 +38,9 @@ int main(int argc, char** argv) {
   bool no_baseline = false;
   CLI::App* bench = app.add_subcommand("bench", "benchmark a kernel family on the GPU against the PyTorch baseline "
                                                 "and write bench/results/<family>-<date>-<commit>.json");
-  bench->add_option("family", bench_family, "topk | sparse-mla")->required()->check(CLI::IsMember({"topk", "sparse-mla"}));
+  bench->add_option("family", bench_family, "topk | sparse-mla | jit")
+      ->required()
+      ->check(CLI::IsMember({"topk", "sparse-mla", "jit"}));
   bench->add_option("--out", bench_options.out, "results file (default: bench/results/<family>-<date>-<commit>.json)");
   bench->add_option("--iters", bench_options.iters, "timed launches per case (median reported)")->check(CLI::Range(1, 100000));
   bench->add_option("--only", bench_options.only, "run only the cases whose name contains this text");
@@ -59,6 +61,14 @@ int main(int argc, char** argv) {
     bench_options.command = "nsajit";
     for (int i = 1; i < argc; ++i) bench_options.command += std::string(" ") + argv[i];
     if (no_baseline) bench_options.baseline_script.clear();
+    if (bench_family == "jit") {  // its compile and disk-cache cases need no GPU
+      try {
+        return nsajit::tools::bench::bench_jit(bench_options);
+      } catch (const nsajit::Error& e) {
+        std::fprintf(stderr, "nsajit: error: %s\n", e.what());
+        return 2;
+      }
+    }
     if (!nsajit::driver::available()) {
       std::fprintf(stderr, "nsajit bench: no GPU (libcuda.so.1 or a CUDA device is missing)\n");
       return 2;
