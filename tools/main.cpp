@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
   bench->add_option("--only", bench_options.only, "run only the cases whose name contains this text");
   bench->add_option("--baseline-script", bench_options.baseline_script, "python3 script timing the PyTorch baseline");
   bench->add_flag("--no-baseline", no_baseline, "skip the PyTorch baseline");
+  bench->add_option("--anchors", bench_options.anchors,
+                    "recorded anchor figures merged by case name (anchor_us, vs_anchor); \"\" for none")
+      ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
   for (const Subcommand& sub : subcommands) {
@@ -74,6 +77,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     try {
+      if (!bench_options.anchors.empty()) nsajit::tools::bench::load_anchors(bench_options.anchors);  // fail before the run
       return bench_family == "topk" ? nsajit::tools::bench::bench_topk(bench_options)
                                     : nsajit::tools::bench::bench_sparse_mla(bench_options);
     } catch (const nsajit::Error& e) {

@@ -37,6 +37,13 @@ struct KernelNotPrecompiled : Error {
   using Error::Error;
 };
 
+// A kernel would have to be compiled while the launch's stream is capturing a CUDA graph (raised by
+// calls through the C ABI, nsajit.h, which knows the stream before the kernel is looked up).
+// what() names the kernel and the precompile call that avoids it.
+struct CaptureError : Error {
+  using Error::Error;
+};
+
 // The on-disk cache never throws: an entry that cannot be written is reported on stderr and the
 // kernel is used from memory; a corrupt entry is reported, removed and rebuilt.
 
