@@ -109,23 +109,11 @@ bool unlink_if_same(const std::string& path, const FileStat& expected) {
 }
 
 bool read_whole(const std::string& path, std::string& out, FileStat& id) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return false;
-  struct stat st {};
-  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-  if (ok) {
-    id = FileStat{st.st_dev, st.st_ino, std::uint64_t(st.st_size), std::int64_t(st.st_atime), std::int64_t(st.st_mtime)};
-    out.resize(std::size_t(st.st_size));
-    std::size_t done = 0;
-    while (ok && done < out.size()) {
-      const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) ok = false;
-      else done += std::size_t(n);
-    }
-  }
-  ::close(fd);
-  return ok;
+  std::uint64_t dev = 0, ino = 0;
+  if (!read_entry_file(path, out, dev, ino)) return false;
+  id.dev = dev_t(dev);
+  id.ino = ino_t(ino);
+  return true;
 }
 
 EntryCheck check_bytes(const CacheEntryInfo& entry, const std::string& file) {

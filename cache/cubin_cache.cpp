@@ -147,6 +147,14 @@ const char* parse_entry(std::string_view file, EntryContents& out) {
   return nullptr;
 }
 
+bool read_entry_file(const std::string& path, std::string& out, std::uint64_t& dev, std::uint64_t& ino) {
+  FileId id;
+  const bool ok = read_file(path, out, id);
+  dev = std::uint64_t(id.dev);
+  ino = std::uint64_t(id.ino);
+  return ok;
+}
+
 CubinCache::CubinCache(std::string dir) : dir_(std::move(dir)) {}
 
 std::string CubinCache::entry_path(const std::string& name, const CacheKey& key) const {

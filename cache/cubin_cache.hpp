@@ -11,6 +11,7 @@
 // the directory cannot be written, the cache degrades to compiling without storing.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -52,6 +53,10 @@ struct EntryContents {
 // Returns nullptr (and fills `out`) for an intact entry, else why it is not (e.g. "cubin checksum
 // mismatch"). Does not check which key the record is for; the caller compares it.
 const char* parse_entry(std::string_view file, EntryContents& out);
+
+// Reads a whole entry file (a regular file) as the cache's loads do; dev and ino identify the file
+// read (to remove it later only if the name still holds it). False if it cannot be read.
+bool read_entry_file(const std::string& path, std::string& out, std::uint64_t& dev, std::uint64_t& ino);
 
 struct CacheLookup {
   std::vector<char> cubin;

@@ -67,6 +67,19 @@ CacheKey key_for(const std::string& source) {
                          .options = {"--gpu-architecture=sm_90a"}, .source = source});
 }
 
+// `n` entries of random bytes (size `bytes`, plus up to `extra`) named <tag><i>.sm_90a; their paths.
+std::vector<std::string> store_random_entries(const CubinCache& cache, const std::string& tag, int n,
+                                              std::size_t bytes, std::size_t extra, std::mt19937_64& rng) {
+  std::vector<std::string> paths;
+  for (int i = 0; i < n; ++i) {
+    const std::string name = tag + std::to_string(i) + ".sm_90a";
+    const CacheKey key = key_for(name + " " + std::to_string(rng()));
+    REQUIRE(cache.store(name, key, random_bytes(rng, bytes + (extra ? rng() % extra : 0))));
+    paths.push_back(cache.entry_path(name, key));
+  }
+  return paths;
+}
+
 void set_times(const std::string& path, std::int64_t seconds_ago) {
   const std::time_t t = std::time(nullptr) - seconds_ago;
   const timespec times[2] = {{t, 0}, {t, 0}};
@@ -199,16 +212,11 @@ TEST_CASE("fleet enumeration holds every top-k thread count the launch plan pick
 }
 
 TEST_CASE("cache verify names a flipped byte and a truncated entry; --fix removes only those") {
-  const ScopedDir dir_dir("verify");
-  const std::string& dir = dir_dir.path;
+  const ScopedDir dir_tmp("verify");
+  const std::string& dir = dir_tmp.path;
   const CubinCache cache(dir);
   std::mt19937_64 rng(std::random_device{}());
-  std::vector<std::string> paths;
-  for (int i = 0; i < 4; ++i) {
-    const CacheKey key = key_for("source " + std::to_string(i) + " " + std::to_string(rng()));
-    REQUIRE(cache.store("kernel" + std::to_string(i) + ".sm_90a", key, random_bytes(rng, 1000 + rng() % 5000)));
-    paths.push_back(cache.entry_path("kernel" + std::to_string(i) + ".sm_90a", key));
-  }
+  const std::vector<std::string> paths = store_random_entries(cache, "kernel", 4, 1000, 5000, rng);
   CHECK(verify_cache(dir, false).corrupt.empty());
   CHECK(verify_cache(dir, false).checked == 4);
   const auto size0 = fs::file_size(paths[0]);
@@ -245,17 +253,12 @@ TEST_CASE("cache verify names a flipped byte and a truncated entry; --fix remove
 }
 
 TEST_CASE("cache prune: least recently used first, entries being built kept, orphan files removed") {
-  const ScopedDir dir_dir("prune");
-  const std::string& dir = dir_dir.path;
+  const ScopedDir dir_tmp("prune");
+  const std::string& dir = dir_tmp.path;
   const CubinCache cache(dir);
   std::mt19937_64 rng(std::random_device{}());
-  std::vector<std::string> paths;
-  for (int i = 0; i < 5; ++i) {
-    const CacheKey key = key_for("prune " + std::to_string(i) + " " + std::to_string(rng()));
-    REQUIRE(cache.store("k" + std::to_string(i), key, random_bytes(rng, 4096)));
-    paths.push_back(cache.entry_path("k" + std::to_string(i), key));
-    set_times(paths.back(), 1000 * (5 - i));  // k0 the least recently used
-  }
+  const std::vector<std::string> paths = store_random_entries(cache, "k", 5, 4096, 0, rng);
+  for (int i = 0; i < 5; ++i) set_times(paths[i], 1000 * (5 - i));  // k0 the least recently used
   const std::uint64_t entry_size = fs::file_size(paths[0]);
   // k1 is being rebuilt by "another process": its lock is held (flock is per open file).
   const int held = ::open((paths[1] + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -336,8 +339,8 @@ TEST_CASE("strict mode: a missing cubin is an error naming the kernel and the pr
 
 #ifdef NSAJIT_CLI_PATH
 TEST_CASE("NSAJIT_NO_JIT=1: `nsajit run` fails naming the first kernel it lacks; bad values are named") {
-  const ScopedDir dir_dir("nojit");
-  const std::string& dir = dir_dir.path;
+  const ScopedDir dir_tmp("nojit");
+  const std::string& dir = dir_tmp.path;
   const CliResult r = run_cli("NSAJIT_NO_JIT=1 NSAJIT_CACHE_DIR='" + dir + "'", "run --arch sm_90a");
   INFO(r.output);
   CHECK(r.code != 0);
@@ -350,8 +353,8 @@ TEST_CASE("NSAJIT_NO_JIT=1: `nsajit run` fails naming the first kernel it lacks;
 }
 
 TEST_CASE("a cache directory copied to another path keeps hitting") {
-  const ScopedDir base_dir("copy");
-  const std::string& base = base_dir.path;
+  const ScopedDir base_tmp("copy");
+  const std::string& base = base_tmp.path;
   const std::string a = base + "/first/cache", b = base + "/elsewhere/deeper/copy";
   fs::create_directories(a);
   const CliResult made = run_cli("NSAJIT_CACHE_DIR='" + a + "'", std::string("precompile -q ") + kCheapSpecs);
@@ -370,16 +373,16 @@ TEST_CASE("a cache directory copied to another path keeps hitting") {
     CHECK(k["key"].get<std::string>().size() == 64);
   }
   // A cache lacking a kernel fails --check naming it.
-  const ScopedDir empty_dir("copy-empty");
-  const std::string& empty = empty_dir.path;
+  const ScopedDir empty_tmp("copy-empty");
+  const std::string& empty = empty_tmp.path;
   const CliResult missing = run_cli("NSAJIT_CACHE_DIR='" + empty + "'", "precompile --check --spec sparse_mla_combine.sm_90a");
   CHECK(missing.code == 1);
   CHECK(contains(missing.output, "missing sparse_mla_combine.sm_90a"));
 }
 
 TEST_CASE("16 processes started together on an empty cache compile each key once and all succeed") {
-  const ScopedDir base_dir("sixteen");
-  const std::string& base = base_dir.path;
+  const ScopedDir base_tmp("sixteen");
+  const std::string& base = base_tmp.path;
   const std::string dir = base + "/cache";
   std::string script;
   for (int i = 0; i < 16; ++i)
@@ -403,8 +406,8 @@ TEST_CASE("16 processes started together on an empty cache compile each key once
 }
 
 TEST_CASE("NSAJIT_CACHE_MAX_BYTES bounds the cache after each write") {
-  const ScopedDir dir_dir("bound");
-  const std::string& dir = dir_dir.path;
+  const ScopedDir dir_tmp("bound");
+  const std::string& dir = dir_tmp.path;
   // Each of these entries is 10-20 KB: a 25000-byte bound holds one or two of them, never all.
   const CliResult r = run_cli("NSAJIT_CACHE_MAX_BYTES=25000 NSAJIT_CACHE_DIR='" + dir + "'",
                               std::string("precompile -q -j 1 ") + kCheapSpecs);
