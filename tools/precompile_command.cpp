@@ -225,10 +225,19 @@ int run_precompile(const PrecompileOptions& o) {
   const auto start = Clock::now();
   {
     Progress progress(items.size(), o.quiet);
+    // Longest compiles first (top-k, then sparse MLA: seconds each; the rest ~0.1 s), so the last
+    // thread is not left with a long one at the end; the manifest keeps the enumeration's order.
+    std::vector<std::size_t> order(items.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    auto weight = [&](std::size_t i) {
+      const Family f = items[i].fleet.spec.family;
+      return f == Family::topk ? 2 : f == Family::sparse_mla_decode ? 1 : 0;
+    };
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return weight(a) > weight(b); });
     std::atomic<std::size_t> next{0};
     auto worker = [&] {
-      for (std::size_t i; (i = next++) < items.size();) {
-        Item& it = items[i];
+      for (std::size_t n; (n = next++) < items.size();) {
+        Item& it = items[order[n]];
         progress.started(it.name);
         const auto t0 = Clock::now();
         try {
