@@ -359,6 +359,17 @@ TEST_CASE("a cache directory copied to another path keeps hitting") {
   fs::create_directories(a);
   const CliResult made = run_cli("NSAJIT_CACHE_DIR='" + a + "'", std::string("precompile -q ") + kCheapSpecs);
   REQUIRE_MESSAGE(made.code == 0, made.output);
+  CHECK(made.output.empty());  // --quiet
+  // A second run compiles nothing; list and stats see the three entries.
+  const CliResult again = run_cli("NSAJIT_CACHE_DIR='" + a + "'",
+                                  std::string("precompile --manifest '") + base + "/again.json' " + kCheapSpecs);
+  CHECK(again.code == 0);
+  CHECK(read_json(base + "/again.json")["compiled"] == 0);
+  CHECK(read_json(base + "/again.json")["hits"] == 3);
+  const CliResult stats = run_cli("", "cache --dir '" + a + "' stats --json");
+  CHECK(nlohmann::json::parse(stats.output)["entries"] == 3);
+  const CliResult list = run_cli("", "cache --dir '" + a + "' list");
+  CHECK(contains(list.output, "index_transform.decode.ps64.topk2048.sm_90a"));
   fs::create_directories(fs::path(b).parent_path());
   fs::copy(a, b, fs::copy_options::recursive);
   fs::remove_all(base + "/first");  // the original path no longer exists
