@@ -108,28 +108,21 @@ bool unlink_if_same(const std::string& path, const FileStat& expected) {
   return ::unlink(path.c_str()) == 0;
 }
 
-bool read_whole(const std::string& path, std::string& out, FileStat& id) {
-  std::uint64_t dev = 0, ino = 0;
-  if (!read_entry_file(path, out, dev, ino)) return false;
-  id.dev = dev_t(dev);
-  id.ino = ino_t(ino);
-  return true;
-}
-
-EntryCheck check_bytes(const CacheEntryInfo& entry, const std::string& file) {
+// Checks a read entry: intact (read_cache_entry verified the format and checksum) and its key
+// record hashes to the key in the file name.
+EntryCheck check_read(const CacheEntryInfo& entry, const CacheEntry& read) {
   EntryCheck c;
-  EntryContents contents;
-  if (const char* why = parse_entry(file, contents)) {
-    c.problem = why;
+  if (read.status != CacheEntry::Status::ok) {
+    c.problem = read.status == CacheEntry::Status::missing ? "missing" : read.problem;
     return c;
   }
-  if (to_hex(sha256(contents.record)).substr(0, 32) != entry.key_prefix) {
+  if (to_hex(sha256(read.record)).substr(0, 32) != entry.key_prefix) {
     c.problem = "key record does not hash to the key in the file name";
     return c;
   }
-  c.nsajit_version = record_field(contents.record, "nsajit");
-  c.nvrtc_version = record_field(contents.record, "nvrtc");
-  c.arch = record_field(contents.record, "arch");
+  c.nsajit_version = record_field(read.record, "nsajit");
+  c.nvrtc_version = record_field(read.record, "nvrtc");
+  c.arch = record_field(read.record, "arch");
   c.current = c.nsajit_version == version() && c.nvrtc_version == nvrtc_version();
   return c;
 }
@@ -186,30 +179,15 @@ CacheScan scan_cache(const std::string& dir) {
   return scan;
 }
 
-EntryCheck check_entry(const CacheEntryInfo& entry) {
-  std::string file;
-  FileStat id;
-  if (!read_whole(entry.path, file, id)) {
-    EntryCheck c;
-    c.problem = fmt::format("cannot read ({})", std::strerror(errno));
-    return c;
-  }
-  return check_bytes(entry, file);
-}
+EntryCheck check_entry(const CacheEntryInfo& entry) { return check_read(entry, read_cache_entry(entry.path)); }
 
 VerifyResult verify_cache(const std::string& dir, bool fix) {
   VerifyResult result;
   for (const CacheEntryInfo& entry : scan_cache(dir).entries) {
-    std::string file;
-    FileStat id;
-    if (!read_whole(entry.path, file, id)) {
-      if (errno == ENOENT) continue;  // removed by another process since the scan
-      result.corrupt.emplace_back(entry.path, fmt::format("cannot read ({})", std::strerror(errno)));
-      ++result.checked;
-      continue;
-    }
+    const CacheEntry read = read_cache_entry(entry.path);
+    if (read.status == CacheEntry::Status::missing) continue;  // removed by another process since the scan
     ++result.checked;
-    const EntryCheck c = check_bytes(entry, file);
+    const EntryCheck c = check_read(entry, read);
     if (c.problem.empty()) {
       result.stale += !c.current;
       continue;
@@ -219,7 +197,7 @@ VerifyResult verify_cache(const std::string& dir, bool fix) {
     TryLock lock(entry.path + ".lock");
     if (!lock.held()) {
       result.in_use.push_back(entry.path);
-    } else if (unlink_if_same(entry.path, id)) {
+    } else if (remove_cache_entry_if_unchanged(entry.path, read)) {
       result.removed.push_back(entry.path);
     }
   }

@@ -13,6 +13,7 @@
 #include "nsajit/kernels.hpp"
 #include "runtime/argument_checks.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/env.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/sparse_mla_launch.hpp"
 #include "templates/kernel_params.h"
@@ -39,24 +40,19 @@ int g_threads_override = 0;  // detail::set_sparse_mla_threads_override
 // NSAJIT_PDL=0 launches the split-KV combine as an ordinary kernel (no programmatic dependent
 // launch), e.g. for a driver or a graph-capture setup that rejects PDL. Read once.
 bool combine_pdl_allowed() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("NSAJIT_PDL");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool allowed = env::read(env::kPdl) != 0;
   return allowed;
 }
 
 // NSAJIT_MLA_WGMMA=1 selects the wgmma kernel (spec threads 384; FP8 at 64 heads per CTA: 512) for
 // h_q >= 16 on sm_90a, =64 for h_q >= 64 only, =0 the mma.sync kernel (threads 256, so also without
-// the producer warps) everywhere; unset (or anything else): the spec's default tile. Only the spec
+// the producer warps) everywhere; unset (or invalid: warned once): the spec's default tile. Only the spec
 // changes, so the source still depends on the spec alone.
 // Returns -1 (default), 0 (mma.sync) or the smallest h_q given the wgmma kernel. Read once.
 int kernel_choice() {
   static const int choice = [] {
-    const char* v = std::getenv("NSAJIT_MLA_WGMMA");
-    if (v == nullptr) return -1;
-    const std::string_view s(v);
-    return s == "1" ? 16 : s == "64" ? 64 : s == "0" ? 0 : -1;
+    const std::int64_t v = env::read(env::kMlaWgmma);
+    return v == 1 ? 16 : int(v);
   }();
   return choice;
 }

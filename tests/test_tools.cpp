@@ -43,16 +43,6 @@ std::string error_of(auto&& f) {
   return "";
 }
 
-// A fresh temporary directory, removed with everything in it at the end of the test.
-struct ScopedDir {
-  std::string path;
-  explicit ScopedDir(const std::string& tag) : path(test::make_temp_dir(tag)) {}
-  ~ScopedDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // Random bytes standing in for a cubin (the cache does not look inside).
@@ -212,8 +202,8 @@ TEST_CASE("fleet enumeration holds every top-k thread count the launch plan pick
 }
 
 TEST_CASE("cache verify names a flipped byte and a truncated entry; --fix removes only those") {
-  const ScopedDir dir_tmp("verify");
-  const std::string& dir = dir_tmp.path;
+  const test::TempDir dir_tmp("verify");
+  const std::string& dir = dir_tmp.path();
   const CubinCache cache(dir);
   std::mt19937_64 rng(std::random_device{}());
   const std::vector<std::string> paths = store_random_entries(cache, "kernel", 4, 1000, 5000, rng);
@@ -253,8 +243,8 @@ TEST_CASE("cache verify names a flipped byte and a truncated entry; --fix remove
 }
 
 TEST_CASE("cache prune: least recently used first, entries being built kept, orphan files removed") {
-  const ScopedDir dir_tmp("prune");
-  const std::string& dir = dir_tmp.path;
+  const test::TempDir dir_tmp("prune");
+  const std::string& dir = dir_tmp.path();
   const CubinCache cache(dir);
   std::mt19937_64 rng(std::random_device{}());
   const std::vector<std::string> paths = store_random_entries(cache, "k", 5, 4096, 0, rng);
@@ -339,8 +329,8 @@ TEST_CASE("strict mode: a missing cubin is an error naming the kernel and the pr
 
 #ifdef NSAJIT_CLI_PATH
 TEST_CASE("NSAJIT_NO_JIT=1: `nsajit run` fails naming the first kernel it lacks; bad values are named") {
-  const ScopedDir dir_tmp("nojit");
-  const std::string& dir = dir_tmp.path;
+  const test::TempDir dir_tmp("nojit");
+  const std::string& dir = dir_tmp.path();
   const CliResult r = run_cli("NSAJIT_NO_JIT=1 NSAJIT_CACHE_DIR='" + dir + "'", "run --arch sm_90a");
   INFO(r.output);
   CHECK(r.code != 0);
@@ -353,8 +343,8 @@ TEST_CASE("NSAJIT_NO_JIT=1: `nsajit run` fails naming the first kernel it lacks;
 }
 
 TEST_CASE("a cache directory copied to another path keeps hitting") {
-  const ScopedDir base_tmp("copy");
-  const std::string& base = base_tmp.path;
+  const test::TempDir base_tmp("copy");
+  const std::string& base = base_tmp.path();
   const std::string a = base + "/first/cache", b = base + "/elsewhere/deeper/copy";
   fs::create_directories(a);
   const CliResult made = run_cli("NSAJIT_CACHE_DIR='" + a + "'", std::string("precompile -q ") + kCheapSpecs);
@@ -384,16 +374,16 @@ TEST_CASE("a cache directory copied to another path keeps hitting") {
     CHECK(k["key"].get<std::string>().size() == 64);
   }
   // A cache lacking a kernel fails --check naming it.
-  const ScopedDir empty_tmp("copy-empty");
-  const std::string& empty = empty_tmp.path;
+  const test::TempDir empty_tmp("copy-empty");
+  const std::string& empty = empty_tmp.path();
   const CliResult missing = run_cli("NSAJIT_CACHE_DIR='" + empty + "'", "precompile --check --spec sparse_mla_combine.sm_90a");
   CHECK(missing.code == 1);
   CHECK(contains(missing.output, "missing sparse_mla_combine.sm_90a"));
 }
 
 TEST_CASE("16 processes started together on an empty cache compile each key once and all succeed") {
-  const ScopedDir base_tmp("sixteen");
-  const std::string& base = base_tmp.path;
+  const test::TempDir base_tmp("sixteen");
+  const std::string& base = base_tmp.path();
   const std::string dir = base + "/cache";
   std::string script;
   for (int i = 0; i < 16; ++i)
@@ -417,8 +407,8 @@ TEST_CASE("16 processes started together on an empty cache compile each key once
 }
 
 TEST_CASE("NSAJIT_CACHE_MAX_BYTES bounds the cache after each write") {
-  const ScopedDir dir_tmp("bound");
-  const std::string& dir = dir_tmp.path;
+  const test::TempDir dir_tmp("bound");
+  const std::string& dir = dir_tmp.path();
   // Each of these entries is 10-20 KB: a 25000-byte bound holds one or two of them, never all.
   const CliResult r = run_cli("NSAJIT_CACHE_MAX_BYTES=25000 NSAJIT_CACHE_DIR='" + dir + "'",
                               std::string("precompile -q -j 1 ") + kCheapSpecs);

@@ -18,6 +18,7 @@
 
 #include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
+#include "tools/commands.hpp"
 #include "tools/fleet_specs.hpp"
 #include "tools/spec_text.hpp"
 #include "tools/subcommands.hpp"
@@ -195,10 +196,10 @@ int run_precompile(const PrecompileOptions& o) {
       throw InvalidArgument(fmt::format("--model {}: expected deepseek-v3.2 (or --config FILE)", o.model));
   }
   fleet.tps = o.tps.empty() ? std::vector<int>{fleet.model.tp} : o.tps;
-  if (!o.archs.empty()) {
-    fleet.archs.clear();
-    for (const std::string& a : o.archs) fleet.archs.push_back(parse_arch(a));
-  }
+  if (!o.tps.empty()) fleet.model.origins["tp"] = "the flag --tp";
+  fleet.archs.clear();
+  for (const std::string& a : o.archs) fleet.archs.push_back(target_arch(a));
+  if (fleet.archs.empty()) fleet.archs.push_back(target_arch(""));
   if (!o.next_ns.empty()) fleet.next_ns = o.next_ns;
   fleet.sorted_topk = o.sorted;
 
@@ -285,7 +286,7 @@ int run_precompile(const PrecompileOptions& o) {
                items.size(), elapsed_ms / 1000, hits, compiled, compile_ms / 1000, bad,
                o.manifest.empty() ? "" : "; manifest " + o.manifest);
   }
-  return bad > 0 ? 1 : 0;
+  return bad > 0 ? kExitFailed : kExitOk;
 }
 
 }  // namespace

@@ -44,7 +44,8 @@ struct CaptureError : Error {
   using Error::Error;
 };
 
-// The on-disk cache never throws: an entry that cannot be written is reported on stderr and the
-// kernel is used from memory; a corrupt entry is reported, removed and rebuilt.
+// The on-disk cache never throws: an entry that cannot be written, or a cache directory that is not
+// trusted, is reported on stderr and the kernel is used from memory; a corrupt entry is reported,
+// removed and rebuilt.
 
 }  // namespace nsajit
