@@ -1,30 +1,40 @@
-// cubin_cache.cpp — on-disk cubin entries: key, format, atomic publish, verification.
+// cubin_cache.cpp — on-disk cubin entries: key, format, trust, atomic publish, verification.
 #include "cache/cubin_cache.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
+#include <ctime>
 #include <random>
+#include <thread>
 
 #include "cache/sha256.hpp"
 #include "nsajit/errors.hpp"
+#include "runtime/env.hpp"
 
 namespace nsajit {
 namespace {
 
 constexpr char kMagic[8] = {'N', 'S', 'A', 'J', 'I', 'T', 'C', 'B'};
 constexpr std::uint32_t kFormatVersion = 1;
+constexpr std::uint32_t kMaxRecordBytes = 1 << 16;  // key records are a few hundred bytes
+constexpr std::size_t kFixedHeaderBytes = sizeof(kMagic) + 4 + 4 + 8 + 32;  // without the record
+constexpr int kLockNoticeSeconds = 5;
+constexpr int kStaleTempSeconds = 3600;
 
 void warn(const std::string& message) {
   std::fflush(stdout);  // keep the order of the tool's output when both streams go to one place
@@ -34,14 +44,6 @@ void warn(const std::string& message) {
 template <class T>
 void put(std::string& out, T value) {
   out.append(reinterpret_cast<const char*>(&value), sizeof(T));
-}
-
-template <class T>
-bool get(const std::string& in, std::size_t& pos, T& value) {
-  if (in.size() - pos < sizeof(T)) return false;
-  std::memcpy(&value, in.data() + pos, sizeof(T));
-  pos += sizeof(T);
-  return true;
 }
 
 bool write_all(int fd, const char* data, std::size_t size) {
@@ -55,32 +57,42 @@ bool write_all(int fd, const char* data, std::size_t size) {
   return true;
 }
 
-// The identity of a file (device, inode), to remove a corrupt entry only if it is still the file
-// that was read (another process may have published a good one under the name since).
-struct FileId {
-  dev_t dev = 0;
-  ino_t ino = 0;
-  friend bool operator==(const FileId&, const FileId&) = default;
-};
-
-bool read_file(const std::string& path, std::string& out, FileId& id) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  struct stat st {};
-  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-  id = {st.st_dev, st.st_ino};
-  if (ok) {
-    out.resize(std::size_t(st.st_size));
-    std::size_t done = 0;
-    while (ok && done < out.size()) {
-      const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) ok = false;
-      else done += std::size_t(n);
-    }
+// Reads exactly `size` bytes at `offset`; false on error or end of file.
+bool read_exact(int fd, void* out, std::size_t size, std::uint64_t offset) {
+  char* p = static_cast<char*>(out);
+  while (size > 0) {
+    const ssize_t n = ::pread(fd, p, size, off_t(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= std::size_t(n);
+    offset += std::uint64_t(n);
   }
-  ::close(fd);
-  return ok;
+  return true;
+}
+
+bool owned_by_us_or_root(uid_t uid) { return uid == ::geteuid() || uid == 0; }
+
+const char* file_type(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+// Creates the missing components of `dir` with mode 0700 (existing ones are left as they are).
+// Returns the errno of the last mkdir that failed other than with EEXIST, else 0.
+int make_private_dirs(const std::string& dir) {
+  int error = 0;
+  for (std::size_t slash = dir.find('/', 1);; slash = dir.find('/', slash + 1)) {
+    const std::string part = dir.substr(0, slash);
+    if (!part.empty() && ::mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) error = errno;
+    if (slash == std::string::npos) break;
+  }
+  return error;
 }
 
 // A unique temporary name next to the final one (same directory, so rename is atomic).
@@ -89,13 +101,55 @@ std::string temp_path_for(const std::string& path) {
   return fmt::format("{}.tmp.{}.{:016x}", path, ::getpid(), rng());
 }
 
-// RAII flock on "<entry>.lock": one process compiles a key while the others wait, then hit.
+// The pid in a temporary file's name "<entry>.tmp.<pid>.<16 hex digits>", or 0 if it is not one.
+pid_t temp_file_pid(const std::string& name) {
+  const std::size_t tmp = name.rfind(".tmp.");
+  if (tmp == std::string::npos) return 0;
+  const std::size_t dot = name.find('.', tmp + 5);
+  if (dot == std::string::npos || dot == tmp + 5 || name.size() - dot - 1 != 16) return 0;
+  long long pid = 0;
+  for (std::size_t i = tmp + 5; i < dot; ++i) {
+    if (name[i] < '0' || name[i] > '9' || pid > (1 << 30)) return 0;
+    pid = pid * 10 + (name[i] - '0');
+  }
+  for (std::size_t i = dot + 1; i < name.size(); ++i)
+    if (!std::isxdigit(static_cast<unsigned char>(name[i]))) return 0;
+  return pid_t(pid);
+}
+
+// RAII flock on "<entry>.lock": one process compiles a key while the others wait, then hit. A
+// waiter says after 5 s which entry it waits for and gives up after NSAJIT_CACHE_LOCK_TIMEOUT
+// seconds (a holder may be stopped or stuck; compiling again is correct, only slower).
 class EntryLock {
  public:
   explicit EntryLock(const std::string& path) {
-    fd_ = ::open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    const std::string lock_path = path + ".lock";
+    fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
     if (fd_ < 0) return;  // read-only directory: no lock, duplicate compiles are still correct
-    while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+    if (try_lock()) return;
+    const std::int64_t timeout_s = env::read(env::kCacheLockTimeout);
+    const auto start = std::chrono::steady_clock::now();
+    auto pause = std::chrono::milliseconds(5);
+    bool noticed = false;
+    while (!try_lock()) {
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited >= double(timeout_s)) {
+        warn(fmt::format("gave up after {} s waiting for the lock on cache entry {}: compiling it without the "
+                         "lock (NSAJIT_CACHE_LOCK_TIMEOUT={})",
+                         timeout_s, path, timeout_s));
+        ::close(fd_);
+        fd_ = -1;
+        timed_out_ = true;
+        return;
+      }
+      if (!noticed && waited >= kLockNoticeSeconds) {
+        warn(fmt::format("still waiting after {} s for another process that holds the lock on cache entry {} "
+                         "(compiling it?); giving up after {} s",
+                         kLockNoticeSeconds, path, timeout_s));
+        noticed = true;
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(100));
     }
   }
   ~EntryLock() {
@@ -104,8 +158,17 @@ class EntryLock {
   EntryLock(const EntryLock&) = delete;
   EntryLock& operator=(const EntryLock&) = delete;
 
+  bool timed_out() const { return timed_out_; }
+
  private:
+  bool try_lock() {
+    while (true) {
+      if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return true;
+      if (errno != EINTR) return false;
+    }
+  }
   int fd_ = -1;
+  bool timed_out_ = false;
 };
 
 }  // namespace
@@ -122,10 +185,105 @@ CacheKey make_cache_key(const CacheKeyFields& f) {
 }
 
 std::string default_cache_dir() {
-  if (const char* d = std::getenv("NSAJIT_CACHE_DIR"); d && *d) return d;
+  if (std::string d = env::read_path("NSAJIT_CACHE_DIR"); !d.empty()) return d;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/nsajit";
   if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/nsajit";
   return fmt::format("/tmp/nsajit-cache-{}", ::getuid());  // no HOME: a per-user folder
+}
+
+std::string cache_dir_distrust_reason(const std::string& dir) {
+  struct stat link {};
+  if (::lstat(dir.c_str(), &link) != 0) return "";
+  if (S_ISLNK(link.st_mode) && !owned_by_us_or_root(link.st_uid))
+    return fmt::format("it is a symbolic link owned by uid {}, not by this user (uid {}) or root", link.st_uid,
+                       ::geteuid());
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return "";
+  if (!S_ISDIR(st.st_mode)) return fmt::format("it is {}, not a directory", file_type(st.st_mode));
+  if (!owned_by_us_or_root(st.st_uid))
+    return fmt::format("it is owned by uid {}, not by this user (uid {}) or root", st.st_uid, ::geteuid());
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    return fmt::format("its mode {:04o} lets {} write it", st.st_mode & 07777,
+                       (st.st_mode & S_IWGRP) && (st.st_mode & S_IWOTH) ? "group and others"
+                       : (st.st_mode & S_IWGRP)                         ? "its group"
+                                                                        : "others");
+  return "";
+}
+
+CacheEntry read_cache_entry(const std::string& path, const std::string* expected_record) {
+  CacheEntry e;
+  auto corrupt = [&](std::string why) {
+    e.status = CacheEntry::Status::corrupt;
+    e.problem = std::move(why);
+    e.record.clear();
+    e.cubin.clear();
+    return e;
+  };
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOFOLLOW: no link leads elsewhere.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    const int error = errno;
+    if (error == ENOENT) return e;
+    struct stat link {};
+    if (::lstat(path.c_str(), &link) == 0) {  // its identity, for remove_cache_entry_if_unchanged
+      e.device = link.st_dev;
+      e.inode = link.st_ino;
+    }
+    if (error == ELOOP) return corrupt("a symbolic link");
+    return corrupt(fmt::format("cannot open it: {}", std::strerror(error)));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return corrupt(fmt::format("fstat failed: {}", std::strerror(errno)));
+  e.device = st.st_dev;
+  e.inode = st.st_ino;
+  e.file_bytes = std::uint64_t(st.st_size);
+  if (!S_ISREG(st.st_mode)) return corrupt(fmt::format("not a regular file ({})", file_type(st.st_mode)));
+  if (!owned_by_us_or_root(st.st_uid))
+    return corrupt(fmt::format("owned by uid {}, not by this user (uid {}) or root", st.st_uid, ::geteuid()));
+  const std::uint64_t size = e.file_bytes;
+  if (size > kFixedHeaderBytes + kMaxRecordBytes + kMaxCubinBytes)
+    return corrupt(fmt::format("{} bytes: larger than any entry (cubins are at most {} bytes)", size, kMaxCubinBytes));
+
+  char magic[sizeof(kMagic)];
+  std::uint32_t format = 0, record_size = 0;
+  if (size < kFixedHeaderBytes || !read_exact(fd, magic, sizeof(magic), 0))
+    return corrupt(fmt::format("{} bytes: shorter than a header (truncated?)", size));
+  if (std::memcmp(magic, kMagic, sizeof(kMagic)) != 0) return corrupt("bad magic");
+  if (!read_exact(fd, &format, 4, 8) || format != kFormatVersion) return corrupt("unknown format version");
+  if (!read_exact(fd, &record_size, 4, 12)) return corrupt("truncated header");
+  if (record_size > kMaxRecordBytes)
+    return corrupt(fmt::format("key record of {} bytes in the header (at most {})", record_size, kMaxRecordBytes));
+  if (expected_record && record_size != expected_record->size())
+    return corrupt("key record differs from the expected one");
+  if (size < kFixedHeaderBytes + record_size) return corrupt("truncated key record");
+  e.record.resize(record_size);
+  std::uint64_t cubin_size = 0;
+  Sha256Digest checksum{};
+  const std::uint64_t after_record = 16 + std::uint64_t(record_size);
+  if (!read_exact(fd, e.record.data(), record_size, 16) || !read_exact(fd, &cubin_size, 8, after_record) ||
+      !read_exact(fd, checksum.data(), checksum.size(), after_record + 8))
+    return corrupt("truncated header");
+  if (expected_record && e.record != *expected_record) return corrupt("key record differs from the expected one");
+  if (cubin_size > kMaxCubinBytes)
+    return corrupt(fmt::format("the header claims a cubin of {} bytes (at most {})", cubin_size, kMaxCubinBytes));
+  const std::uint64_t header_bytes = kFixedHeaderBytes + record_size;
+  if (size != header_bytes + cubin_size)
+    return corrupt(fmt::format("{} bytes, but the header says {} (truncated?)", size, header_bytes + cubin_size));
+  e.cubin.resize(std::size_t(cubin_size));
+  if (!read_exact(fd, e.cubin.data(), e.cubin.size(), header_bytes)) return corrupt("cubin truncated while reading");
+  if (sha256(e.cubin.data(), e.cubin.size()) != checksum) return corrupt("cubin checksum mismatch");
+  e.status = CacheEntry::Status::ok;
+  return e;
+}
+
+bool remove_cache_entry_if_unchanged(const std::string& path, const CacheEntry& entry) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || st.st_dev != entry.device || st.st_ino != entry.inode) return false;
+  return ::unlink(path.c_str()) == 0;
 }
 
 CubinCache::CubinCache(std::string dir) : dir_(std::move(dir)) {}
@@ -134,54 +292,69 @@ std::string CubinCache::entry_path(const std::string& name, const CacheKey& key)
   return fmt::format("{}/{}.{}.cubin", dir_, name, key.digest.substr(0, 32));
 }
 
+bool CubinCache::usable(bool create, int* create_errno) const {
+  if (untrusted_.load()) return false;
+  struct stat st {};
+  if (::stat(dir_.c_str(), &st) != 0) {
+    if (!create || errno != ENOENT) return false;
+    const int error = make_private_dirs(dir_);  // whoever created it, the check below decides
+    if (create_errno) *create_errno = error ? error : ENOENT;
+  }
+  if (std::string why = cache_dir_distrust_reason(dir_); !why.empty()) {
+    if (!untrusted_.exchange(true))
+      warn(fmt::format("not using the cache directory {}: {}; kernels are compiled in memory only", dir_, why));
+    return false;
+  }
+  return ::stat(dir_.c_str(), &st) == 0;
+}
+
 std::optional<std::vector<char>> CubinCache::load(const std::string& name, const CacheKey& key) const {
   return load_entry(name, key, false);
 }
 
 std::optional<std::vector<char>> CubinCache::load_entry(const std::string& name, const CacheKey& key,
                                                         bool lock_held) const {
+  if (!usable(false)) return std::nullopt;
   const std::string path = entry_path(name, key);
-  std::string file;
-  FileId read_id;
-  if (!read_file(path, file, read_id)) return std::nullopt;
-
-  const char* why = nullptr;
-  std::size_t pos = 0;
-  std::uint32_t format = 0, record_size = 0;
-  std::uint64_t cubin_size = 0;
-  Sha256Digest checksum{};
-  if (file.size() < sizeof(kMagic) || std::memcmp(file.data(), kMagic, sizeof(kMagic)) != 0) {
-    why = "bad magic";
-  } else if (pos = sizeof(kMagic); !get(file, pos, format) || format != kFormatVersion) {
-    why = "unknown format version";
-  } else if (!get(file, pos, record_size) || file.size() - pos < record_size) {
-    why = "truncated key record";
-  } else if (file.compare(pos, record_size, key.record) != 0 || record_size != key.record.size()) {
-    why = "key record differs from the expected one";
-  } else if (pos += record_size; !get(file, pos, cubin_size) || file.size() - pos < checksum.size()) {
-    why = "truncated header";
-  } else if (std::memcpy(checksum.data(), file.data() + pos, checksum.size()), pos += checksum.size();
-             file.size() - pos != cubin_size) {
-    why = "cubin size does not match the file (truncated?)";
-  } else if (sha256(file.data() + pos, cubin_size) != checksum) {
-    why = "cubin checksum mismatch";
-  }
-  if (why) {
-    warn(fmt::format("cache entry {} is corrupt ({}): removing it and rebuilding", path, why));
+  CacheEntry entry = read_cache_entry(path, &key.record);
+  if (entry.status == CacheEntry::Status::ok) return std::move(entry.cubin);
+  if (entry.status == CacheEntry::Status::corrupt) {
+    warn(fmt::format("cache entry {} is corrupt ({}): removing it and rebuilding", path, entry.problem));
     // Under the entry's lock, and only if the name still holds the file we read: a process that
     // holds the lock may have published a good entry in its place meanwhile.
     std::optional<EntryLock> lock;
     if (!lock_held) lock.emplace(path);
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && FileId{st.st_dev, st.st_ino} == read_id) ::unlink(path.c_str());
-    return std::nullopt;
+    if (!lock || !lock->timed_out()) remove_cache_entry_if_unchanged(path, entry);
   }
-  return std::vector<char>(file.begin() + std::ptrdiff_t(pos), file.end());
+  return std::nullopt;
+}
+
+void CubinCache::sweep_stale_temps() const {
+  DIR* d = ::opendir(dir_.c_str());
+  if (!d) return;
+  const std::time_t now = std::time(nullptr);
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    const pid_t pid = temp_file_pid(name);
+    if (pid <= 0 || pid == ::getpid()) continue;
+    const std::string path = dir_ + "/" + name;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || now - st.st_mtime < kStaleTempSeconds) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // its writer may still be running
+    ::unlink(path.c_str());
+  }
+  ::closedir(d);
 }
 
 bool CubinCache::store(const std::string& name, const CacheKey& key, const std::vector<char>& cubin) const {
-  std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
+  int create_errno = 0;
+  if (!usable(true, &create_errno)) {
+    if (!untrusted_.load())
+      warn(fmt::format("cannot create the cache directory {} ({}): continuing without caching it", dir_,
+                       std::strerror(create_errno ? create_errno : ENOENT)));
+    return false;
+  }
+  std::call_once(swept_, [&] { sweep_stale_temps(); });
   const std::string path = entry_path(name, key);
   const std::string temp = temp_path_for(path);
 
@@ -193,7 +366,7 @@ bool CubinCache::store(const std::string& name, const CacheKey& key, const std::
   const Sha256Digest checksum = sha256(cubin.data(), cubin.size());
   header.append(reinterpret_cast<const char*>(checksum.data()), checksum.size());
 
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) {
     warn(fmt::format("cannot write cache entry {} ({}): continuing without caching it", temp, std::strerror(errno)));
     return false;
@@ -219,24 +392,29 @@ bool CubinCache::store(const std::string& name, const CacheKey& key, const std::
 CacheLookup CubinCache::get_or_build(const std::string& name, const CacheKey& key,
                                      const std::function<std::vector<char>()>& build) const {
   CacheLookup result;
+  auto build_and_store = [&] {
+    const auto start = std::chrono::steady_clock::now();
+    result.cubin = build();
+    result.build_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    result.stored = store(name, key, result.cubin);  // warns when it cannot
+    return result;
+  };
+  if (!usable(true)) return build_and_store();  // untrusted (warned) or not creatable: memory only
   if (auto cubin = load(name, key)) {
     result.cubin = std::move(*cubin);
     result.hit = true;
     return result;
   }
-  std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
   EntryLock lock(entry_path(name, key));
-  if (auto cubin = load_entry(name, key, true)) {  // another process built it while we waited
-    result.cubin = std::move(*cubin);
-    result.hit = true;
-    return result;
+  if (!lock.timed_out()) {
+    if (auto cubin = load_entry(name, key, true)) {  // another process built it while we waited
+      result.cubin = std::move(*cubin);
+      result.hit = true;
+      return result;
+    }
   }
-  const auto start = std::chrono::steady_clock::now();
-  result.cubin = build();
-  result.build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  result.stored = store(name, key, result.cubin);
-  return result;
+  return build_and_store();
 }
 
 }  // namespace nsajit

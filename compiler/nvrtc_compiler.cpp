@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
@@ -24,7 +25,39 @@ std::string nvrtc_version() {
   return fmt::format("{}.{}", v.major, v.minor);
 }
 
+std::vector<int> nvrtc_supported_archs() {
+  static const std::vector<int> archs = [] {
+    int count = 0;
+    std::vector<int> list;
+    if (nvrtcGetNumSupportedArchs(&count) == NVRTC_SUCCESS && count > 0) {
+      list.resize(std::size_t(count));
+      if (nvrtcGetSupportedArchs(list.data()) != NVRTC_SUCCESS) list.clear();
+    }
+    return list;
+  }();
+  return archs;
+}
+
+void check_arch_supported(Arch arch) {
+  const std::vector<int> archs = nvrtc_supported_archs();
+  const NvrtcVersion v = nvrtc_version_numbers();
+  const bool family_suffix = v.major > 12 || (v.major == 12 && v.minor >= 9);
+  const bool listed = std::find(archs.begin(), archs.end(), arch.sm) != archs.end();
+  const bool ok = listed && (arch.suffix == 0 || (arch.suffix == 'a' && arch.sm >= 90) ||
+                             (arch.suffix == 'f' && arch.sm >= 100 && family_suffix));
+  if (ok) return;
+  std::vector<std::string> names;
+  for (int sm : archs) names.push_back(fmt::format("sm_{}", sm));
+  throw InvalidArgument(fmt::format(
+      "arch {}: NVRTC {} cannot compile for it; it supports {} (an 'a' suffix from sm_90, {}); nsajit's kernels "
+      "need sm_90 or newer",
+      to_string(arch), nvrtc_version(), names.empty() ? std::string("nothing (nvrtcGetSupportedArchs failed)")
+                                                      : fmt::format("{}", fmt::join(names, ", ")),
+      family_suffix ? "an 'f' suffix from sm_100" : "no 'f' suffix before NVRTC 12.9"));
+}
+
 std::vector<std::string> nvrtc_options(Arch arch) {
+  check_arch_supported(arch);
   // A real arch gives SASS directly (no PTX JIT in the driver). No -I: generated sources are
   // self-contained. No fast-math: expf/logf accuracy matters for lse.
   return {fmt::format("--gpu-architecture={}", to_string(arch)), "--std=c++17", "--dopt=on"};

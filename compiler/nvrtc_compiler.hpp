@@ -14,7 +14,16 @@ struct NvrtcVersion {
 };
 NvrtcVersion nvrtc_version_numbers();
 
-// The NVRTC options used for `arch` (fixed order; part of the cache key).
+// The real architectures this NVRTC compiles for (nvrtcGetSupportedArchs), e.g. {75, 80, ..., 121}.
+std::vector<int> nvrtc_supported_archs();
+
+// Throws InvalidArgument naming `arch` and listing what this NVRTC supports unless NVRTC can
+// compile for it: its number is in nvrtc_supported_archs(), an 'a' suffix needs sm_90 or newer,
+// an 'f' suffix sm_100 or newer and NVRTC 12.9 or newer.
+void check_arch_supported(Arch arch);
+
+// The NVRTC options used for `arch` (fixed order; part of the cache key). Throws as
+// check_arch_supported() for an arch this NVRTC cannot compile for.
 std::vector<std::string> nvrtc_options(Arch arch);
 
 struct CompileResult {

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "generator/family.hpp"
@@ -46,7 +47,8 @@ Arch parse_arch(const std::string& text) {
   std::string t = text.rfind("sm_", 0) == 0 ? text.substr(3) : text;
   Arch a{0, 0};
   std::size_t i = 0;
-  while (i < t.size() && t[i] >= '0' && t[i] <= '9') a.sm = a.sm * 10 + (t[i++] - '0');
+  // Saturate instead of wrapping: "sm_4294967386" must not read as sm_90.
+  while (i < t.size() && t[i] >= '0' && t[i] <= '9') a.sm = std::min(a.sm * 10 + (t[i++] - '0'), 100000);
   if (i < t.size() && (t[i] == 'a' || t[i] == 'f')) a.suffix = t[i++];
   if (i == 0 || i != t.size() || a.sm < 90 || a.sm > 199)
     throw InvalidArgument(fmt::format("arch = \"{}\": expected sm_<90..199> (Hopper or newer: the kernels use "

@@ -89,6 +89,23 @@ struct State {
   std::vector<KernelRecord> records;
 };
 
+thread_local CUstream t_launch_stream = nullptr;
+thread_local bool t_launch_stream_active = false;
+
+// Throws CaptureError when this thread's launch stream (LaunchStreamScope) is capturing a graph.
+void refuse_compile_while_capturing(const KernelSpec& spec) {
+  if (!t_launch_stream_active) return;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult r = driver::api().cuStreamIsCapturing(t_launch_stream, &status);
+  // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: the legacy stream while another stream captures globally.
+  if (r == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE) return;
+  throw CaptureError(fmt::format(
+      "nsajit: kernel {} is not compiled and its launch stream {} is capturing a CUDA graph (compiling "
+      "inside a capture would stall it): call nsajit_precompile / nsajit::precompile (Python: "
+      "nsajit.precompile) for spec \"{}\", or make the same call once before capturing",
+      readable_name(spec), static_cast<const void*>(t_launch_stream), canonical_text(spec)));
+}
+
 State& state() {
   static State s;
   return s;
@@ -110,6 +127,7 @@ Cubin obtain_cubin(const KernelSpec& spec, CubinSource* source_out = nullptr) {
                                          .source = text});
     double compile_ms = 0;
     CacheLookup found = s.cache.get_or_build(name, key, [&] {
+      refuse_compile_while_capturing(spec);
       CompileResult r = compile_cubin(name, text, options);
       compile_ms = r.compile_ms;
       return std::move(r.cubin);
@@ -135,6 +153,17 @@ char arch_suffix_for(int sm) {
 
 std::string version() { return NSAJIT_VERSION; }
 
+LaunchStreamScope::LaunchStreamScope(CUstream stream)
+    : previous_(t_launch_stream), previous_active_(t_launch_stream_active) {
+  t_launch_stream = stream;
+  t_launch_stream_active = true;
+}
+
+LaunchStreamScope::~LaunchStreamScope() {
+  t_launch_stream = previous_;
+  t_launch_stream_active = previous_active_;
+}
+
 std::string cache_dir() { return state().cache.dir(); }
 
 KernelSpec spec_for_current_device(KernelSpec spec) {
@@ -151,6 +180,14 @@ const LoadedKernel& kernel(const KernelSpec& spec) {
   return *state().kernels.get(ContextSpec{context.id, spec}, [&] {
     const Cubin cubin = obtain_cubin(spec);
     const FamilyTraits& t = traits(spec.family);
+    // Loading a module is not a stream operation, but a global-mode capture on any stream forbids
+    // it unless this thread relaxes its capture mode; a precompiled kernel may be loaded inside one.
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    NSAJIT_CU(cuThreadExchangeStreamCaptureMode, &mode);
+    struct RestoreMode {
+      CUstreamCaptureMode mode;
+      ~RestoreMode() { driver::api().cuThreadExchangeStreamCaptureMode(&mode); }
+    } restore{mode};
     CUmodule module = nullptr;
     NSAJIT_CU(cuModuleLoadData, &module, cubin->data());  // modules live as long as the context
     auto loaded = std::make_shared<LoadedKernel>();

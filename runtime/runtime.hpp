@@ -55,4 +55,19 @@ void launch(const LoadedKernel& kernel, const LaunchGeometry& geometry, const vo
 // cluster_x <= 1.
 int resident_ctas(const LoadedKernel& kernel, const LaunchGeometry& geometry);
 
+// While alive, kernels compiled on this thread are for a launch on `stream`: a compile while that
+// stream is capturing a CUDA graph throws CaptureError instead (NVRTC inside a capture would
+// stall it for seconds). Set by the C ABI.
+class LaunchStreamScope {
+ public:
+  explicit LaunchStreamScope(CUstream stream);
+  ~LaunchStreamScope();
+  LaunchStreamScope(const LaunchStreamScope&) = delete;
+  LaunchStreamScope& operator=(const LaunchStreamScope&) = delete;
+
+ private:
+  CUstream previous_;
+  bool previous_active_;
+};
+
 }  // namespace nsajit

@@ -1,6 +1,7 @@
 # cmake --install the build into a fresh prefix, then build and run a consumer that uses
 # find_package(nsajit) with both the shared and the static library.
-# In: BUILD_DIR, SOURCE_DIR, WORK_DIR.
+# Then builds examples/cpp_decode_step against it the same way and runs it.
+# In: BUILD_DIR, SOURCE_DIR, WORK_DIR, CUDA_ROOT.
 file(REMOVE_RECURSE "${WORK_DIR}")
 function(run_step)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -19,3 +20,12 @@ foreach(app app app_static)
   endif()
   message(STATUS "${app}: ${out}")
 endforeach()
+
+run_step(${CMAKE_COMMAND} -S "${SOURCE_DIR}/examples/cpp_decode_step" -B "${WORK_DIR}/example"
+         "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" "-DCUDAToolkit_ROOT=${CUDA_ROOT}" -DCMAKE_BUILD_TYPE=Release)
+run_step(${CMAKE_COMMAND} --build "${WORK_DIR}/example")
+execute_process(COMMAND "${WORK_DIR}/example/cpp_decode_step" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cpp_decode_step failed (${rc}):\n${out}\n${err}")
+endif()
+message(STATUS "cpp_decode_step: ${out}")

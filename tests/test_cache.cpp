@@ -1,8 +1,18 @@
-// test_cache.cpp — cache keys, hit/miss, corrupt and truncated entries, concurrent processes.
+// test_cache.cpp — cache keys, hit/miss, corrupt and truncated entries, concurrent processes,
+// untrusted directories, huge and non-regular entries, stuck lock holders, stale temporary files.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,6 +22,7 @@
 #include "cache/cubin_cache.hpp"
 #include "compiler/nvrtc_compiler.hpp"
 #include "nsajit/jit.hpp"
+#include "tests/process_helpers.hpp"
 #include "tests/test_dirs.hpp"
 
 using namespace nsajit;
@@ -74,7 +85,8 @@ TEST_CASE("every field of the key record changes the key") {
 }
 
 TEST_CASE("a miss builds and stores; the next lookup hits without building") {
-  const CubinCache cache(test::make_temp_dir("hitmiss"));
+  const test::TempDir dir("hitmiss");
+  const CubinCache cache(dir);
   const CacheKey key = make_cache_key(tiny_fields());
   int builds = 0;
   auto build = [&] { ++builds; return compile_tiny(); };
@@ -94,7 +106,8 @@ TEST_CASE("a miss builds and stores; the next lookup hits without building") {
 }
 
 TEST_CASE("corrupt, truncated or foreign entries are detected, removed and rebuilt") {
-  const CubinCache cache(test::make_temp_dir("corrupt"));
+  const test::TempDir dir("corrupt");
+  const CubinCache cache(dir);
   const CacheKey key = make_cache_key(tiny_fields());
   const std::string path = cache.entry_path("tiny.sm_90a", key);
   const std::vector<char> good = cache.get_or_build("tiny.sm_90a", key, compile_tiny).cubin;
@@ -130,7 +143,7 @@ TEST_CASE("corrupt, truncated or foreign entries are detected, removed and rebui
 }
 
 TEST_CASE("8 processes compiling one key all succeed and leave one valid entry") {
-  const std::string dir = test::make_temp_dir("procs");
+  const test::TempDir dir("procs");
   const CacheKey key = make_cache_key(tiny_fields());
   std::vector<pid_t> children;
   for (int i = 0; i < 8; ++i) {
@@ -221,4 +234,241 @@ TEST_CASE("concurrent first requests of one spec in a process compile it once") 
   int records = 0;
   for (const KernelRecord& r : jit_records()) records += r.name == readable_name(spec);
   CHECK(records == 1);
+}
+
+namespace {
+
+const std::string kName = "tiny.sm_90a";
+
+// The cubin of a good entry, for forging entries.
+const std::vector<char>& tiny_cubin() {
+  static const std::vector<char> cubin = compile_tiny();
+  return cubin;
+}
+
+mode_t mode_of(const std::string& path) {
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  return st.st_mode & 07777;
+}
+
+// A cache in a fresh directory, the tiny kernel's key and its entry's path.
+struct Fixture {
+  test::TempDir dir;
+  CubinCache cache{dir.path()};
+  CacheKey key = make_cache_key(tiny_fields());
+  std::string path = cache.entry_path(kName, key);
+  explicit Fixture(const char* tag) : dir(tag) {}
+};
+
+// Runs get_or_build and returns (lookup, builds, stderr).
+struct Outcome {
+  CacheLookup lookup;
+  int builds = 0;
+  std::string messages;
+};
+Outcome lookup(const CubinCache& cache, const CacheKey& key) {
+  Outcome o;
+  o.messages = test::capture_stderr([&] {
+    o.lookup = cache.get_or_build(kName, key, [&] { ++o.builds; return tiny_cubin(); });
+  });
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a cache directory that others can write, or another user owns, is not trusted: memory only") {
+  const CacheKey key = make_cache_key(tiny_fields());
+  auto forged_dir = [&](const test::TempDir& dir) {
+    REQUIRE(CubinCache(dir).store(kName, key, tiny_cubin()));  // a valid entry: right size, right SHA-256
+    return CubinCache(dir).entry_path(kName, key);
+  };
+  SUBCASE("mode 0777 (another user could have planted the entry)") {
+    const test::TempDir dir("untrusted-mode");
+    const std::string entry = forged_dir(dir);
+    REQUIRE(::chmod(dir.path().c_str(), 0777) == 0);
+    const CubinCache cache(dir);
+    const Outcome first = lookup(cache, key);
+    CHECK_FALSE(first.lookup.hit);  // not read although valid
+    CHECK(first.builds == 1);
+    CHECK_FALSE(first.lookup.stored);
+    CHECK_FALSE(cache.trusted());
+    CHECK(test::count_of(first.messages, dir.path()) == 1);
+    CHECK(test::count_of(first.messages, "0777") == 1);
+    const Outcome second = lookup(cache, key);  // memory-only from then on, without a second warning
+    CHECK_FALSE(second.lookup.hit);
+    CHECK(second.messages.empty());
+    CHECK_FALSE(cache.load(kName, key).has_value());
+    CHECK(fs::exists(entry));  // left alone: not ours to remove
+  }
+  SUBCASE("group-writable 0770") {
+    const test::TempDir dir("untrusted-group");
+    forged_dir(dir);
+    REQUIRE(::chmod(dir.path().c_str(), 0770) == 0);
+    const Outcome o = lookup(CubinCache(dir), key);
+    CHECK_FALSE(o.lookup.hit);
+    CHECK(test::count_of(o.messages, "its group") == 1);
+  }
+  SUBCASE("owned by another user (uid 65534), mode 0755") {
+    const test::TempDir dir("untrusted-owner");
+    const std::string entry = forged_dir(dir);
+    if (::chown(dir.path().c_str(), 65534, 65534) != 0 || ::chown(entry.c_str(), 65534, 65534) != 0 ||
+        ::geteuid() == 65534) {
+      MESSAGE("skipped: cannot give the directory to uid 65534 here (" << std::strerror(errno) << ")");
+      return;
+    }
+    REQUIRE(::chmod(dir.path().c_str(), 0755) == 0);
+    const CubinCache cache(dir);
+    const Outcome o = lookup(cache, key);
+    CHECK_FALSE(o.lookup.hit);  // even for root: another user's directory
+    CHECK(o.builds == 1);
+    CHECK(test::count_of(o.messages, "uid 65534") == 1);
+    CHECK(test::count_of(o.messages, dir.path()) == 1);
+    CHECK_FALSE(cache.trusted());
+  }
+  SUBCASE("owned by this user, mode 0755 (a shared read-only cache): trusted") {
+    const test::TempDir dir("trusted");
+    forged_dir(dir);
+    REQUIRE(::chmod(dir.path().c_str(), 0755) == 0);
+    const Outcome o = lookup(CubinCache(dir), key);
+    CHECK(o.lookup.hit);
+    CHECK(o.builds == 0);
+    CHECK(o.messages.empty());
+  }
+}
+
+TEST_CASE("directories the cache creates are 0700") {
+  const test::TempDir dir("create");
+  const std::string nested = dir.path() + "/a/b";
+  const CubinCache cache(nested);
+  const CacheKey key = make_cache_key(tiny_fields());
+  const ::mode_t old_umask = ::umask(0);  // even with a permissive umask
+  const Outcome o = lookup(cache, key);
+  ::umask(old_umask);
+  CHECK(o.lookup.stored);
+  CHECK(mode_of(dir.path() + "/a") == 0700);
+  CHECK(mode_of(nested) == 0700);
+  CHECK(cache.load(kName, key).has_value());
+}
+
+TEST_CASE("a huge sparse entry is rejected from its sizes, removed and rebuilt without reading it") {
+  const Fixture f("huge");
+  REQUIRE(f.cache.store(kName, f.key, tiny_cubin()));
+  const auto good_size = fs::file_size(f.path);
+  const std::uint64_t tib = std::uint64_t(1) << 40;
+
+  SUBCASE("a valid header followed by 1 TiB") {
+    if (::truncate(f.path.c_str(), off_t(tib)) != 0) {
+      MESSAGE("skipped: this filesystem cannot hold a 1 TiB sparse file (" << std::strerror(errno) << ")");
+      return;
+    }
+  }
+  SUBCASE("a header claiming a 1 TiB cubin, in a file of that size") {
+    // The cubin size field sits just before the 32-byte checksum, which precedes the cubin.
+    const std::uint64_t size_offset = good_size - tiny_cubin().size() - 32 - 8;
+    const int fd = ::open(f.path.c_str(), O_WRONLY);
+    REQUIRE(fd >= 0);
+    REQUIRE(::pwrite(fd, &tib, sizeof(tib), off_t(size_offset)) == sizeof(tib));
+    const bool grown = ::ftruncate(fd, off_t(good_size - tiny_cubin().size() + tib)) == 0;
+    ::close(fd);
+    if (!grown) {
+      MESSAGE("skipped: this filesystem cannot hold a 1 TiB sparse file");
+      return;
+    }
+  }
+  test::Watchdog watchdog("loading a 1 TiB entry", 60);
+  const Outcome o = lookup(f.cache, f.key);
+  CHECK(test::count_of(o.messages, f.path) == 1);  // reported
+  CHECK(test::count_of(o.messages, "corrupt") == 1);
+  CHECK_FALSE(o.lookup.hit);
+  CHECK(o.builds == 1);  // rebuilt
+  CHECK(o.lookup.stored);
+  CHECK(fs::file_size(f.path) == good_size);  // replaced
+  CHECK(f.cache.load(kName, f.key).value() == tiny_cubin());
+}
+
+TEST_CASE("an entry that is a FIFO, a device or a symbolic link is reported and replaced, without hanging") {
+  const Fixture f("special");
+  std::string kind;
+  SUBCASE("FIFO") {
+    REQUIRE(::mkfifo(f.path.c_str(), 0600) == 0);
+    kind = "FIFO";
+  }
+  SUBCASE("character device") {
+    if (::mknod(f.path.c_str(), S_IFCHR | 0600, makedev(1, 5)) != 0) {  // /dev/zero's numbers
+      MESSAGE("skipped: cannot create a device node here (" << std::strerror(errno) << ")");
+      return;
+    }
+    kind = "character device";
+  }
+  SUBCASE("symbolic link to /dev/zero") {
+    REQUIRE(::symlink("/dev/zero", f.path.c_str()) == 0);
+    kind = "symbolic link";
+  }
+  test::Watchdog watchdog("loading a non-regular entry", 30);
+  const Outcome o = lookup(f.cache, f.key);
+  CHECK(test::count_of(o.messages, kind) == 1);
+  CHECK(test::count_of(o.messages, f.path) == 1);
+  CHECK(o.builds == 1);
+  CHECK(o.lookup.stored);
+  CHECK(fs::is_regular_file(fs::symlink_status(f.path)));
+  CHECK(f.cache.load(kName, f.key).value() == tiny_cubin());
+}
+
+TEST_CASE("a lock holder that never releases: a notice after 5 s, then the kernel is built without the lock") {
+  const Fixture f("stuck");
+  // The holder: an open file description of the lock file, locked and never released.
+  const int holder = ::open((f.path + ".lock").c_str(), O_RDWR | O_CREAT, 0600);
+  REQUIRE(holder >= 0);
+  REQUIRE(::flock(holder, LOCK_EX) == 0);
+  const char* old = std::getenv("NSAJIT_CACHE_LOCK_TIMEOUT");
+  const std::string saved = old ? old : "";
+  ::setenv("NSAJIT_CACHE_LOCK_TIMEOUT", "6", 1);
+  const auto start = std::chrono::steady_clock::now();
+  Outcome o;
+  {
+    test::Watchdog watchdog("waiting for a stuck lock holder with NSAJIT_CACHE_LOCK_TIMEOUT=6", 60);
+    o = lookup(f.cache, f.key);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (old) ::setenv("NSAJIT_CACHE_LOCK_TIMEOUT", saved.c_str(), 1);
+  else ::unsetenv("NSAJIT_CACHE_LOCK_TIMEOUT");
+  ::close(holder);
+  CHECK(seconds >= 5.9);
+  CHECK(seconds < 30);
+  CHECK(test::count_of(o.messages, "still waiting after 5 s") == 1);  // one line after 5 s...
+  CHECK(test::count_of(o.messages, "gave up after 6 s") == 1);        // ...and one at the timeout
+  CHECK(test::count_of(o.messages, f.path) == 2);
+  CHECK(o.builds == 1);
+  CHECK_FALSE(o.lookup.hit);
+  CHECK(o.lookup.cubin == tiny_cubin());
+}
+
+TEST_CASE("temporary files of dead writers older than an hour are swept when the directory is next written") {
+  const test::TempDir dir("stale");
+  const CacheKey key = make_cache_key(tiny_fields());
+  const std::string entry = CubinCache(dir).entry_path(kName, key);
+  const pid_t dead = fork();  // a pid that has exited (and been reaped)
+  REQUIRE(dead >= 0);
+  if (dead == 0) _exit(0);
+  REQUIRE(waitpid(dead, nullptr, 0) == dead);
+  auto plant = [&](pid_t pid, const char* tail, int age_s) {
+    const std::string p = fmt::format("{}.tmp.{}.{}", entry, pid, tail);
+    std::ofstream(p) << "half-written";
+    const timespec when{std::time(nullptr) - age_s, 0};
+    const timespec times[2] = {when, when};
+    REQUIRE(::utimensat(AT_FDCWD, p.c_str(), times, 0) == 0);
+    return p;
+  };
+  const std::string stale = plant(dead, "0123456789abcdef", 2 * 3600);
+  const std::string fresh = plant(dead, "1111111111111111", 60);          // may still be written
+  const std::string alive = plant(getppid(), "2222222222222222", 2 * 3600);  // its writer lives
+  const std::string other = plant(dead, "not-a-temp-name", 2 * 3600);     // not nsajit's pattern
+  const CubinCache cache(dir);
+  CHECK(fs::exists(stale));
+  REQUIRE(cache.store(kName, key, tiny_cubin()));
+  CHECK_FALSE(fs::exists(stale));
+  CHECK(fs::exists(fresh));
+  CHECK(fs::exists(alive));
+  CHECK(fs::exists(other));
 }

@@ -63,11 +63,7 @@ Batch make_batch(const ModelConfig& c) {
   FastRandom fast{c.seed * 0x9e3779b97f4a7c15ull + 1};
 
   // Context lengths log-uniform over [min_context, max_context], both ends included, shuffled.
-  t.seq_lens.resize(t.b);
-  for (int i = 0; i < t.b; ++i) {
-    const double f = t.b == 1 ? 1.0 : double(i) / (t.b - 1);
-    t.seq_lens[i] = int(std::lround(c.min_context * std::pow(double(c.max_context) / c.min_context, f)));
-  }
+  t.seq_lens = decode_context_lengths(c);
   std::shuffle(t.seq_lens.begin(), t.seq_lens.end(), rng);
 
   // Pages of every request, drawn from one shuffled pool of page ids.

@@ -3,32 +3,75 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <exception>
+#include <new>
+#include <string>
 
+#include "compiler/nvrtc_compiler.hpp"
 #include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/env.hpp"
 #include "tools/bench/bench_common.hpp"
 #include "tools/commands.hpp"
 
-int main(int argc, char** argv) {
-  using namespace nsajit::tools;
+namespace {
+
+using namespace nsajit::tools;
+
+const char* const kFooter =
+    "Exit codes: 0 ok; 1 a check, kernel, compile or cache write failed; 2 bad usage or input (flags, config "
+    "file, arch); 3 no GPU where one is required (bench, run --require-gpu).\n"
+    "Environment: NSAJIT_CACHE_DIR (cache directory), NSAJIT_CACHE_LOCK_TIMEOUT (seconds, default 120), "
+    "NSAJIT_PDL (0 or 1); see the README.";
+
+// nsajit, NVRTC and CUDA driver versions (the driver's "not available" without libcuda).
+std::string versions() {
+  std::string driver;
+  try {
+    int v = 0;
+    if (nsajit::driver::api().cuDriverGetVersion(&v) == CUDA_SUCCESS)
+      driver = fmt::format("{}.{}", v / 1000, v % 1000 / 10);
+    else
+      driver = "not available (cuDriverGetVersion failed)";
+  } catch (const nsajit::Error& e) {
+    driver = fmt::format("not available ({})", e.what());
+  }
+  return fmt::format("nsajit {}\nNVRTC {}\nCUDA driver {}", nsajit::version(), nsajit::nvrtc_version(), driver);
+}
+
+int error_exit(const char* what, int code) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "nsajit: error: %s\n", what);
+  return code;
+}
+
+int run_cli(int argc, char** argv) {
   CLI::App app{"nsajit — JIT-generated DeepSeek Sparse Attention kernels (top-k, index transform, sparse MLA)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "nsajit " + nsajit::version());
+  app.footer(kFooter);
+  app.set_version_flag("--version", versions, "print the nsajit, NVRTC and CUDA driver versions and exit");
 
   std::string config_path;
   int tp = 0;
   std::string arch;
+  bool require_gpu = false;
+  auto add_common = [&](CLI::App* cmd) {
+    cmd->footer(kFooter);
+    cmd->set_version_flag("--version", versions, "print the nsajit, NVRTC and CUDA driver versions and exit");
+  };
   auto add_config_options = [&](CLI::App* cmd) {
+    add_common(cmd);
     cmd->add_option("--config", config_path, "JSON model config (default: built-in DeepSeek-V3.2)")
         ->check(CLI::ExistingFile);
     cmd->add_option("--tp", tp, "attention tensor parallelism (h_q = num_attention_heads / tp)")
         ->check(CLI::Range(1, 1024));
-    cmd->add_option("--arch", arch, "target arch, e.g. sm_90a (default: the GPU's, else sm_90a)");
+    cmd->add_option("--arch", arch, "target arch without a GPU, e.g. sm_90a (default sm_90a; with a GPU, the GPU's)");
   };
   CLI::App* run = app.add_subcommand("run", "run a DeepSeek-V3.2 decode step through the JIT and check it "
-                                            "(without a GPU: compile the config's kernels into the cache)");
+                                            "(without a GPU: only compile the config's kernels, checking nothing)");
   add_config_options(run);
+  run->add_flag("--require-gpu", require_gpu, "exit 3 when there is no GPU instead of only compiling");
   CLI::App* pre = app.add_subcommand("precompile", "compile the config's kernels into the cache (no GPU needed)");
   add_config_options(pre);
 
@@ -37,41 +80,102 @@ int main(int argc, char** argv) {
   bool no_baseline = false;
   CLI::App* bench = app.add_subcommand("bench", "benchmark a kernel family on the GPU against the PyTorch baseline "
                                                 "and write bench/results/<family>-<date>-<commit>.json");
+  add_common(bench);
   bench->add_option("family", bench_family, "topk | sparse-mla")->required()->check(CLI::IsMember({"topk", "sparse-mla"}));
   bench->add_option("--out", bench_options.out, "results file (default: bench/results/<family>-<date>-<commit>.json)");
   bench->add_option("--iters", bench_options.iters, "timed launches per case (median reported)")->check(CLI::Range(1, 100000));
   bench->add_option("--only", bench_options.only, "run only the cases whose name contains this text");
   bench->add_option("--baseline-script", bench_options.baseline_script, "python3 script timing the PyTorch baseline");
   bench->add_flag("--no-baseline", no_baseline, "skip the PyTorch baseline");
+  bench->add_option("--anchors", bench_options.anchors,
+                    "recorded anchor figures merged by case name (anchor_us, vs_anchor); \"\" for none")
+      ->capture_default_str();
 
-  CLI11_PARSE(app, argc, argv);
+  std::string help_topic;
+  CLI::App* help = app.add_subcommand("help", "print this help, or a subcommand's: nsajit help run");
+  add_common(help);
+  help->add_option("subcommand", help_topic, "run | precompile | bench | help");
+
+  auto find_subcommand = [&](const std::string& name) -> CLI::App* {
+    const auto found = app.get_subcommands([&](CLI::App* s) { return s->get_name() == name; });
+    return found.empty() ? nullptr : found.front();
+  };
+  // CLI11 would only say "A subcommand is required" for a misspelt one.
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string first = argv[1];
+    if (!find_subcommand(first))
+      return error_exit(fmt::format("unknown subcommand \"{}\" (expected run, precompile, bench or help; see "
+                                    "nsajit --help)",
+                                    first)
+                            .c_str(),
+                        kExitUsage);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints help, the versions or the error
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+  nsajit::env::check_all();  // report bad NSAJIT_* values up front
+
+  if (help->parsed()) {
+    if (help_topic.empty()) {
+      std::fputs(app.get_formatter()->make_help(&app, "nsajit", CLI::AppFormatMode::Normal).c_str(), stdout);
+      return kExitOk;
+    }
+    const CLI::App* topic = find_subcommand(help_topic);
+    if (!topic)
+      return error_exit(fmt::format("help {}: no such subcommand (expected run, precompile, bench or help)", help_topic)
+                            .c_str(),
+                        kExitUsage);
+    std::fputs(topic->help("nsajit").c_str(), stdout);
+    return kExitOk;
+  }
   if (bench->parsed()) {
     bench_options.command = "nsajit";
     for (int i = 1; i < argc; ++i) bench_options.command += std::string(" ") + argv[i];
     if (no_baseline) bench_options.baseline_script.clear();
     if (!nsajit::driver::available()) {
-      std::fprintf(stderr, "nsajit bench: no GPU (libcuda.so.1 or a CUDA device is missing)\n");
-      return 2;
+      std::fprintf(stderr, "nsajit bench: no GPU (%s); nothing was measured\n", no_gpu_reason().c_str());
+      return kExitNoGpu;
     }
-    try {
-      return bench_family == "topk" ? nsajit::tools::bench::bench_topk(bench_options)
-                                    : nsajit::tools::bench::bench_sparse_mla(bench_options);
-    } catch (const nsajit::Error& e) {
-      std::fprintf(stderr, "nsajit: error: %s\n", e.what());
-      return 2;
+    if (!bench_options.anchors.empty()) {
+      try {
+        nsajit::tools::bench::load_anchors(bench_options.anchors);  // a bad file fails before the run
+      } catch (const nsajit::Error& e) {
+        return error_exit(e.what(), kExitUsage);
+      }
     }
+    return bench_family == "topk" ? nsajit::tools::bench::bench_topk(bench_options)
+                                  : nsajit::tools::bench::bench_sparse_mla(bench_options);
   }
+  RunOptions options;
+  if (!config_path.empty()) options.config = load_model_config(config_path);
+  if (tp > 0) {
+    options.config.tp = tp;
+    options.config.origins["tp"] = "the flag --tp";
+  }
+  options.arch = arch;
+  options.require_gpu = require_gpu;
+  validate_model_config(options.config);
+  return run->parsed() ? run_command(options) : precompile_command(options);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Everything is caught: an error is a message and an exit code, never an abort.
   try {
-    RunOptions options;
-    if (!config_path.empty()) options.config = load_model_config(config_path);
-    if (tp > 0) options.config.tp = tp;
-    options.arch = arch;
-    validate_model_config(options.config);
-    if (run->parsed()) return run_command(options);
-    if (!pre->parsed()) return 2;
-    return precompile_command(options);
+    return run_cli(argc, argv);
+  } catch (const nsajit::InvalidArgument& e) {
+    return error_exit(e.what(), kExitUsage);
   } catch (const nsajit::Error& e) {
-    std::fprintf(stderr, "nsajit: error: %s\n", e.what());
-    return 2;
+    return error_exit(e.what(), kExitFailed);
+  } catch (const std::bad_alloc&) {
+    return error_exit("out of host memory (std::bad_alloc)", kExitFailed);
+  } catch (const std::exception& e) {
+    return error_exit(fmt::format("unexpected failure: {}", e.what()).c_str(), kExitFailed);
+  } catch (...) {
+    return error_exit("unexpected failure (an exception that is not a std::exception)", kExitFailed);
   }
 }

@@ -3,9 +3,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <limits>
+#include <set>
 #include <type_traits>
 #include <nlohmann/json.hpp>
 
@@ -17,11 +21,11 @@ namespace {
 // Reads j[key] into field if present, strictly: integers must be JSON integers in the field's
 // range (no 2.5 -> 2, no true -> 1, no wrap-around), numbers must be numbers, names strings.
 template <class T>
-void read_field(const nlohmann::json& j, const char* key, T& field, const std::string& path) {
+void read_field(const nlohmann::json& j, const char* key, T& field, ModelConfig& c, const std::string& path) {
   if (!j.contains(key)) return;
   const nlohmann::json& v = j.at(key);
   auto wrong = [&](const char* expected) {
-    throw InvalidArgument(fmt::format("config {}: key \"{}\" = {}: expected {}", path, key, v.dump(), expected));
+    throw InvalidArgument(fmt::format("--config {}: key \"{}\" = {}: expected {}", path, key, v.dump(), expected));
   };
   if constexpr (std::is_same_v<T, std::string>) {
     if (!v.is_string()) wrong("a string");
@@ -44,19 +48,70 @@ void read_field(const nlohmann::json& j, const char* key, T& field, const std::s
       field = T(i);
     }
   }
+  c.origins[key] = fmt::format("file {}, key \"{}\"", path, key);
+}
+
+// A char iterator that records how far the parser has read, so that a duplicate key found in the
+// parser's callback can be reported with its line.
+struct TrackedChars {
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+  const char* p;
+  std::size_t* read;  // characters consumed so far
+  const char& operator*() const { return *p; }
+  TrackedChars& operator++() {
+    ++p;
+    ++*read;
+    return *this;
+  }
+  TrackedChars operator++(int) {
+    TrackedChars old = *this;
+    ++*this;
+    return old;
+  }
+  friend bool operator==(const TrackedChars& a, const TrackedChars& b) { return a.p == b.p; }
+};
+
+// Parses `text` as one JSON value with nothing but whitespace after it, refusing a key that
+// appears twice in one object. Throws InvalidArgument naming the file, line and key.
+nlohmann::json parse_strict(const std::string& text, const std::string& path) {
+  std::size_t read = 0;
+  std::vector<std::set<std::string>> keys;  // one set per open object
+  auto callback = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start) keys.emplace_back();
+    if (event == E::object_end && !keys.empty()) keys.pop_back();
+    if (event == E::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second) {
+      const auto line = 1 + std::count(text.begin(), text.begin() + std::ptrdiff_t(std::min(read, text.size())), '\n');
+      throw InvalidArgument(fmt::format("--config {}: line {}: duplicate key {} (each key may appear once)", path,
+                                        line, parsed.dump()));
+    }
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(TrackedChars{text.data(), &read}, TrackedChars{text.data() + text.size(), &read},
+                                 callback);
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(fmt::format("--config {}: not valid JSON ({})", path, e.what()));
+  }
 }
 
 }  // namespace
 
+std::string ModelConfig::origin(const std::string& field) const {
+  const auto it = origins.find(field);
+  return it != origins.end() ? it->second : "the built-in DeepSeek-V3.2 default";
+}
+
 ModelConfig load_model_config(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw InvalidArgument(fmt::format("--config {}: cannot open the file", path));
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument(fmt::format("--config {}: not valid JSON ({})", path, e.what()));
-  }
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (in.bad()) throw InvalidArgument(fmt::format("--config {}: cannot read the file", path));
+  const nlohmann::json j = parse_strict(text, path);
   if (!j.is_object()) throw InvalidArgument(fmt::format("--config {}: expected a JSON object", path));
   static const char* const known[] = {"name", "num_attention_heads", "kv_lora_rank", "qk_rope_head_dim",
                                       "index_topk", "page_size", "sm_scale", "tp", "batch", "min_context",
@@ -64,38 +119,43 @@ ModelConfig load_model_config(const std::string& path) {
   for (const auto& [key, value] : j.items()) {
     bool ok = false;
     for (const char* k : known) ok = ok || key == k;
-    if (!ok) throw InvalidArgument(fmt::format("config {}: unknown key \"{}\"", path, key));
+    if (!ok) throw InvalidArgument(fmt::format("--config {}: unknown key \"{}\"", path, key));
   }
   ModelConfig c;
   c.name = path;  // a config without "name" is labelled by its file, not as the built-in default
-  read_field(j, "name", c.name, path);
-  read_field(j, "num_attention_heads", c.num_attention_heads, path);
-  read_field(j, "kv_lora_rank", c.kv_lora_rank, path);
-  read_field(j, "qk_rope_head_dim", c.qk_rope_head_dim, path);
-  read_field(j, "index_topk", c.index_topk, path);
-  read_field(j, "page_size", c.page_size, path);
-  read_field(j, "sm_scale", c.sm_scale, path);
-  read_field(j, "tp", c.tp, path);
-  read_field(j, "batch", c.batch, path);
-  read_field(j, "min_context", c.min_context, path);
-  read_field(j, "max_context", c.max_context, path);
-  read_field(j, "seed", c.seed, path);
-  read_field(j, "check_rows", c.check_rows, path);
-  read_field(j, "timed_iters", c.timed_iters, path);
+  read_field(j, "name", c.name, c, path);
+  read_field(j, "num_attention_heads", c.num_attention_heads, c, path);
+  read_field(j, "kv_lora_rank", c.kv_lora_rank, c, path);
+  read_field(j, "qk_rope_head_dim", c.qk_rope_head_dim, c, path);
+  read_field(j, "index_topk", c.index_topk, c, path);
+  read_field(j, "page_size", c.page_size, c, path);
+  read_field(j, "sm_scale", c.sm_scale, c, path);
+  read_field(j, "tp", c.tp, c, path);
+  read_field(j, "batch", c.batch, c, path);
+  read_field(j, "min_context", c.min_context, c, path);
+  read_field(j, "max_context", c.max_context, c, path);
+  read_field(j, "seed", c.seed, c, path);
+  read_field(j, "check_rows", c.check_rows, c, path);
+  read_field(j, "timed_iters", c.timed_iters, c, path);
   return c;
 }
 
 void validate_model_config(const ModelConfig& c) {
-  auto bad = [](const char* field, auto value, std::string_view expected) {
-    throw InvalidArgument(fmt::format("config: {} = {}: expected {}", field, value, expected));
+  auto bad = [&](const char* field, auto value, std::string_view expected) {
+    throw InvalidArgument(fmt::format("{} = {} (from {}): expected {}", field, value, c.origin(field), expected));
   };
   if (c.kv_lora_rank != 512) bad("kv_lora_rank", c.kv_lora_rank, "512 (d_qk = 576 kernels)");
   if (c.qk_rope_head_dim != 64) bad("qk_rope_head_dim", c.qk_rope_head_dim, "64 (d_qk = 576 kernels)");
   if (c.num_attention_heads < 1) bad("num_attention_heads", c.num_attention_heads, ">= 1");
   if (c.tp < 1 || c.num_attention_heads % c.tp != 0)
-    bad("tp", c.tp, fmt::format("a divisor of num_attention_heads ({})", c.num_attention_heads));
+    bad("tp", c.tp,
+        fmt::format("a divisor of num_attention_heads ({}, from {})", c.num_attention_heads,
+                    c.origin("num_attention_heads")));
   if (c.h_q() != 8 && c.h_q() != 16 && c.h_q() != 32 && c.h_q() != 64 && c.h_q() != 128)
-    bad("num_attention_heads / tp", c.h_q(), "one of 8, 16, 32, 64, 128");
+    throw InvalidArgument(fmt::format("h_q = num_attention_heads / tp = {} / {} = {} (num_attention_heads from {}, "
+                                      "tp from {}): expected one of 8, 16, 32, 64, 128",
+                                      c.num_attention_heads, c.tp, c.h_q(), c.origin("num_attention_heads"),
+                                      c.origin("tp")));
   if (c.index_topk < 64 || c.index_topk > 4096 || c.index_topk % 64 != 0)
     bad("index_topk", c.index_topk, "a multiple of 64 in [64, 4096]");
   if (c.page_size < 1 || c.page_size > 4096) bad("page_size", c.page_size, "in [1, 4096]");
@@ -103,9 +163,51 @@ void validate_model_config(const ModelConfig& c) {
   if (c.batch < 1 || c.batch > 4096) bad("batch", c.batch, "in [1, 4096]");
   if (c.min_context < 1) bad("min_context", c.min_context, ">= 1");
   if (c.max_context < c.min_context || c.max_context > (1 << 20))
-    bad("max_context", c.max_context, fmt::format("in [min_context ({}), 2^20]", c.min_context));
+    bad("max_context", c.max_context,
+        fmt::format("in [min_context ({}, from {}), 2^20]", c.min_context, c.origin("min_context")));
   if (c.check_rows < 1) bad("check_rows", c.check_rows, ">= 1");
   if (c.timed_iters < 1) bad("timed_iters", c.timed_iters, ">= 1");
+}
+
+std::vector<int> decode_context_lengths(const ModelConfig& c) {
+  std::vector<int> lengths(std::size_t(c.batch));
+  for (int i = 0; i < c.batch; ++i) {
+    const double f = c.batch == 1 ? 1.0 : double(i) / (c.batch - 1);
+    lengths[std::size_t(i)] = int(std::lround(c.min_context * std::pow(double(c.max_context) / c.min_context, f)));
+  }
+  return lengths;
+}
+
+std::uint64_t run_host_bytes(const ModelConfig& c) {
+  constexpr std::uint64_t kTokenBf16 = 576 * 2, kTokenFp8 = 656, kOutRow = 512 * 2;
+  const std::uint64_t b = std::uint64_t(c.batch), h_q = std::uint64_t(c.h_q()), topk = std::uint64_t(c.index_topk);
+  const std::uint64_t page = std::uint64_t(c.page_size);
+  std::uint64_t pages = 0, longest = 0;
+  for (int len : decode_context_lengths(c)) {
+    pages += (std::uint64_t(len) + page - 1) / page;
+    longest = std::max<std::uint64_t>(longest, std::uint64_t(len));
+  }
+  const std::uint64_t slots = pages * page;
+  const std::uint64_t max_pages = (std::uint64_t(c.max_context) + page - 1) / page;
+  const std::uint64_t prefill_rows = std::min<std::uint64_t>(4096, longest);
+  const std::uint64_t rows = std::max(b, prefill_rows);
+  return b * std::uint64_t(c.max_context) * 4                 // scores
+         + b * max_pages * 4 + pages * 4                      // page table, page pool
+         + b * h_q * kTokenBf16 + prefill_rows * h_q * kTokenBf16  // q (decode, prefill)
+         + slots * (2 * kTokenBf16 + 2 * kTokenFp8 + 4)       // bf16 KV, its dequantized copy, FP8 cache x2, slot ids
+         + (2 * b + prefill_rows) * topk * 4 + longest * 4    // indices, slots, prefill indices and permutation
+         + rows * h_q * (kOutRow + 4);                        // downloaded outputs and lse
+}
+
+void check_run_host_memory(const ModelConfig& c, std::uint64_t available) {
+  const std::uint64_t needed = run_host_bytes(c);
+  if (needed <= available) return;
+  throw InvalidArgument(fmt::format(
+      "config {}: nsajit run needs about {} bytes ({:.1f} GiB) of host memory for its decode batch (batch {} from "
+      "{}, contexts up to max_context {} from {}), more than this machine's {} bytes ({:.1f} GiB); lower batch or "
+      "max_context",
+      c.name, needed, double(needed) / double(1ull << 30), c.batch, c.origin("batch"), c.max_context,
+      c.origin("max_context"), available, double(available) / double(1ull << 30)));
 }
 
 std::vector<KernelSpec> decode_step_specs(const ModelConfig& c, Arch arch) {

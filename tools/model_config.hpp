@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,15 +28,34 @@ struct ModelConfig {
   int check_rows = 8;    // rows checked against the CPU reference
   int timed_iters = 50;  // timed launches per kernel (median reported)
 
+  // Where each field's value came from when not the built-in default ("tp" -> "the flag --tp" or
+  // "file config.json, key \"tp\""), so that errors name it.
+  std::map<std::string, std::string> origins;
+
   int h_q() const { return num_attention_heads / tp; }
+  // "the flag --tp", "file config.json, key \"tp\"" or "the built-in DeepSeek-V3.2 default".
+  std::string origin(const std::string& field) const;
 };
 
-// Reads a JSON object whose keys are ModelConfig's field names. Throws InvalidArgument naming an
-// unknown key, a value of the wrong type, or the file.
+// Reads a JSON object whose keys are ModelConfig's field names, strictly: nothing but whitespace
+// after the object, no key twice. Throws InvalidArgument naming the file and, where it applies, the
+// line and key: a syntax error, trailing text, a duplicate or unknown key, a value of the wrong type.
 ModelConfig load_model_config(const std::string& path);
 
-// Throws InvalidArgument naming the bad field, its value and what nsajit supports.
+// Throws InvalidArgument naming the bad field, its value, where the value came from and what
+// nsajit supports.
 void validate_model_config(const ModelConfig& config);
+
+// The context lengths of `nsajit run`'s decode batch, before shuffling: `batch` values spread
+// log-uniformly over [min_context, max_context], both ends included.
+std::vector<int> decode_context_lengths(const ModelConfig& config);
+
+// Host memory (bytes, an upper estimate) that `nsajit run`'s decode step allocates for the config:
+// scores, page table, q, the bf16 KV pool and its FP8 copy, prefill inputs and downloads.
+std::uint64_t run_host_bytes(const ModelConfig& config);
+
+// Throws InvalidArgument naming the bytes run_host_bytes() needs when they exceed `available`.
+void check_run_host_memory(const ModelConfig& config, std::uint64_t available);
 
 // Every kernel a decode step of this config launches, for `arch`.
 std::vector<KernelSpec> decode_step_specs(const ModelConfig& config, Arch arch);

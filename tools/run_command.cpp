@@ -1,6 +1,11 @@
 // run_command.cpp — `nsajit run` and `nsajit precompile`.
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <cstdint>
+
+#include "compiler/nvrtc_compiler.hpp"
+#include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
 #include "runtime/driver.hpp"
 #include "tools/commands.hpp"
@@ -42,9 +47,31 @@ void print_jit_records() {
              compile_ms);
 }
 
+Arch target_arch(const std::string& arch) {
+  const std::string text = arch.empty() ? "sm_90a" : arch;
+  try {
+    const Arch a = parse_arch(text);
+    check_arch_supported(a);
+    return a;
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(arch.empty() ? fmt::format("default target sm_90a: {}", e.what())
+                                       : fmt::format("--arch {}: {}", arch, e.what()));
+  }
+}
+
+std::string no_gpu_reason() {
+  try {
+    int count = 0;
+    if (driver::api().cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) return "no CUDA device";
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
 int precompile_command(const RunOptions& options) {
+  const Arch arch = target_arch(options.arch);
   print_config(options.config);
-  const Arch arch = parse_arch(options.arch.empty() ? "sm_90a" : options.arch);
   for (const KernelSpec& spec : decode_step_specs(options.config, arch)) precompile(spec);
   print_jit_records();
   int not_cached = 0;
@@ -52,17 +79,29 @@ int precompile_command(const RunOptions& options) {
   if (not_cached > 0) {
     fmt::print(stderr, "nsajit: {} kernel(s) could not be written to the cache {} (see the messages above)\n",
                not_cached, cache_dir());
-    return 1;
+    return kExitFailed;
   }
-  return 0;
+  return kExitOk;
 }
 
 int run_command(const RunOptions& options) {
+  const Arch arch = target_arch(options.arch);  // a bad --arch is refused with or without a GPU
+  const std::uint64_t host_bytes = std::uint64_t(::sysconf(_SC_PHYS_PAGES)) * std::uint64_t(::sysconf(_SC_PAGESIZE));
+  check_run_host_memory(options.config, host_bytes);  // before anything is allocated or compiled
   if (!driver::available()) {
-    fmt::print("no GPU: libcuda.so.1 or a CUDA device is missing; compiling the config's kernels into the "
-               "cache instead (target {})\n",
-               options.arch.empty() ? "sm_90a" : options.arch);
-    return precompile_command(options);
+    const std::string why = no_gpu_reason();
+    if (options.require_gpu) {
+      fmt::print(stderr, "nsajit run: no GPU ({}); nothing was checked (--require-gpu: exit {})\n", why,
+                 int(kExitNoGpu));
+      return kExitNoGpu;
+    }
+    fmt::print("no GPU ({}): compiling the config's kernels into the cache instead (target {})\n", why,
+               to_string(arch));
+    const int code = precompile_command(options);
+    fmt::print("nsajit run: NOTHING WAS CHECKED: there is no GPU, so no kernel ran; the kernels were only "
+               "compiled{} (use --require-gpu to make this exit {})\n",
+               code == kExitOk ? " into the cache" : "", int(kExitNoGpu));
+    return code;
   }
   print_config(options.config);
   return run_decode_step(options.config);

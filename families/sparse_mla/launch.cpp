@@ -14,6 +14,7 @@
 #include "nsajit/kernels.hpp"
 #include "runtime/argument_checks.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/env.hpp"
 #include "runtime/runtime.hpp"
 #include "templates/kernel_params.h"
 
@@ -38,12 +39,9 @@ int resolve_splits(int rows, int h_q, int topk, int num_splits) {
   return sparse_mla::auto_splits(rows, h_q, topk, driver::current_context_info().sm_count);
 }
 
-// The one place NSAJIT_PDL is read: "0" turns the combine's programmatic launch off for every call.
+// The one place NSAJIT_PDL is read: 0 turns the combine's programmatic launch off for every call.
 bool pdl_allowed_by_environment() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("NSAJIT_PDL");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool allowed = env::read(env::kPdl) != 0;
   return allowed;
 }
 

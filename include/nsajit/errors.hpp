@@ -31,7 +31,15 @@ struct CudaError : Error {
   int result;  // the CUresult, or -1 when libcuda.so.1 or one of its symbols is missing
 };
 
-// The on-disk cache never throws: an entry that cannot be written is reported on stderr and the
-// kernel is used from memory; a corrupt entry is reported, removed and rebuilt.
+// A kernel would have to be compiled while the launch's stream is capturing a CUDA graph (raised by
+// calls through the C ABI, nsajit.h, which knows the stream before the kernel is looked up).
+// what() names the kernel and the precompile call that avoids it.
+struct CaptureError : Error {
+  using Error::Error;
+};
+
+// The on-disk cache never throws: an entry that cannot be written, or a cache directory that is not
+// trusted, is reported on stderr and the kernel is used from memory; a corrupt entry is reported,
+// removed and rebuilt.
 
 }  // namespace nsajit

@@ -51,7 +51,7 @@ double floor_us(double bytes, double flops) {
   return std::max(bytes / (kCopyTBps * 1e12), flops / (kBf16TFLOPs * 1e12)) * 1e6;
 }
 
-double median_us(const std::function<void()>& launch, const TimingOptions& options) {
+Timing time_us(const std::function<void()>& launch, const TimingOptions& options) {
   // The flush buffer is written before every timed launch: 256 MB is over four times the 60 MB L2.
   // Never freed: it lives as long as the process (and its context).
   static DeviceBuffer<std::uint8_t>& flush = *new DeviceBuffer<std::uint8_t>(std::size_t(256) << 20);
@@ -75,7 +75,36 @@ double median_us(const std::function<void()>& launch, const TimingOptions& optio
   driver::api().cuEventDestroy(start);
   driver::api().cuEventDestroy(stop);
   std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return {.min_us = times.front(), .median_us = times[times.size() / 2], .max_us = times.back()};
+}
+
+std::string default_anchors_path() {
+  const std::string shared = std::string("../shared/baselines/") + kDefaultAnchors;
+  return std::filesystem::exists(shared) ? shared : std::string("bench/anchors/") + kDefaultAnchors;
+}
+
+std::map<std::string, Anchor> load_anchors(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(fmt::format("--anchors {}: cannot open the file", path));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("--anchors {}: not JSON ({})", path, e.what()));
+  }
+  if (!j.is_object() || !j.contains("cases") || !j["cases"].is_array())
+    throw Error(fmt::format("--anchors {}: expected an object with a \"cases\" array", path));
+  std::map<std::string, Anchor> fastest;
+  for (std::size_t i = 0; i < j["cases"].size(); ++i) {
+    const nlohmann::json& c = j["cases"][i];
+    if (!c.is_object() || !c.contains("case") || !c["case"].is_string() || !c.contains("anchor_us") ||
+        !c["anchor_us"].is_number() || c["anchor_us"].get<double>() <= 0)
+      throw Error(fmt::format("--anchors {}: cases[{}] needs a string \"case\" and a positive \"anchor_us\"", path, i));
+    const std::string name = c["case"].get<std::string>();
+    const Anchor a{c.value("anchor", std::string("anchor")), c["anchor_us"].get<double>()};
+    if (auto it = fastest.find(name); it == fastest.end() || a.us < it->second.us) fastest[name] = a;
+  }
+  return fastest;
 }
 
 void write_blob(const std::string& dir, const std::string& name, const void* data, std::size_t bytes) {
@@ -146,12 +175,19 @@ std::string write_results(const RunInfo& info, const std::vector<Case>& cases, c
   j["command"] = info.command;
   j["date"] = today("%Y-%m-%d");
   j["ceilings"] = {{"copy_TBps", kCopyTBps}, {"bf16_TFLOPs", kBf16TFLOPs}};
+  std::map<std::string, Anchor> anchors;
+  if (!info.anchors.empty()) {
+    anchors = load_anchors(info.anchors);
+    j["anchors_file"] = info.anchors;
+  }
   j["cases"] = nlohmann::json::array();
   for (const Case& c : cases) {
     nlohmann::json e;
     e["case"] = c.name;
     e["params"] = c.params;
     e["nsajit_us"] = c.nsajit_us;
+    if (c.nsajit_min_us) e["nsajit_min_us"] = *c.nsajit_min_us;
+    if (c.nsajit_max_us) e["nsajit_max_us"] = *c.nsajit_max_us;
     e["baseline"] = c.baseline;
     e["baseline_us"] = c.baseline_us ? nlohmann::json(*c.baseline_us) : nlohmann::json(nullptr);
     e["speedup"] = c.baseline_us ? nlohmann::json(*c.baseline_us / c.nsajit_us) : nlohmann::json(nullptr);
@@ -159,6 +195,11 @@ std::string write_results(const RunInfo& info, const std::vector<Case>& cases, c
     e["tflops"] = c.tflops ? nlohmann::json(*c.tflops) : nlohmann::json(nullptr);
     e["gbps"] = c.gbps;
     e["check"] = c.check;
+    if (auto it = anchors.find(c.name); it != anchors.end()) {
+      e["anchor"] = it->second.name;
+      e["anchor_us"] = it->second.us;
+      e["vs_anchor"] = it->second.us / c.nsajit_us;
+    }
     j["cases"].push_back(e);
   }
   std::string path = path_in;
@@ -167,13 +208,18 @@ std::string write_results(const RunInfo& info, const std::vector<Case>& cases, c
     std::filesystem::create_directories(parent);
   std::ofstream(path) << j.dump(1) << "\n";
 
-  fmt::print("\n{:<34} {:>10} {:>11} {:>8} {:>9} {:>8} {:>9}  {}\n", "case", "nsajit us", "baseline us", "speedup",
-             "floor us", "TFLOP/s", "GB/s", "check");
-  for (const Case& c : cases)
-    fmt::print("{:<34} {:>10.1f} {:>11} {:>8} {:>9.1f} {:>8} {:>9.0f}  {}\n", c.name, c.nsajit_us,
+  fmt::print("\n{:<34} {:>10} {:>11} {:>8} {:>10} {:>9} {:>9} {:>8} {:>9}  {}\n", "case", "nsajit us", "baseline us",
+             "speedup", "anchor us", "vs anchor", "floor us", "TFLOP/s", "GB/s", "check");
+  for (const Case& c : cases) {
+    const auto it = anchors.find(c.name);
+    const bool has_anchor = it != anchors.end();
+    fmt::print("{:<34} {:>10.1f} {:>11} {:>8} {:>10} {:>9} {:>9.1f} {:>8} {:>9.0f}  {}\n", c.name, c.nsajit_us,
                c.baseline_us ? fmt::format("{:.1f}", *c.baseline_us) : "-",
-               c.baseline_us ? fmt::format("{:.2f}x", *c.baseline_us / c.nsajit_us) : "-", c.floor_us,
+               c.baseline_us ? fmt::format("{:.2f}x", *c.baseline_us / c.nsajit_us) : "-",
+               has_anchor ? fmt::format("{:.1f}", it->second.us) : "-",
+               has_anchor ? fmt::format("{:.3f}", it->second.us / c.nsajit_us) : "-", c.floor_us,
                c.tflops ? fmt::format("{:.1f}", *c.tflops) : "-", c.gbps, c.check);
+  }
   fmt::print("results: {}\n", path);
   return path;
 }

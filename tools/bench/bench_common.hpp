@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,13 +34,20 @@ struct TimingOptions {
   std::function<void()> after_flush;
 };
 
-// Median microseconds of `launch` (which enqueues work on the default stream).
-double median_us(const std::function<void()>& launch, const TimingOptions& options = {});
+// Microseconds of `launch` (which enqueues work on the default stream) over the timed launches.
+struct Timing {
+  double min_us = 0, median_us = 0, max_us = 0;
+};
+Timing time_us(const std::function<void()>& launch, const TimingOptions& options = {});
+inline double median_us(const std::function<void()>& launch, const TimingOptions& options = {}) {
+  return time_us(launch, options).median_us;
+}
 
 struct Case {
   std::string name;            // e.g. "1x131072", "decode h128 b64 n1 bf16"
   nlohmann::json params;       // e.g. {"rows":1,"len":131072,"topk":2048}
-  double nsajit_us = 0;
+  double nsajit_us = 0;         // median
+  std::optional<double> nsajit_min_us, nsajit_max_us;
   std::string baseline;        // e.g. "torch.topk"
   std::optional<double> baseline_us;
   double floor_us = 0;
@@ -62,11 +70,27 @@ void write_blob(const std::string& dir, const std::string& name, const void* dat
 struct RunInfo {
   std::string family;   // topk | transform | sparse_mla | fp8_quant | jit
   std::string command;  // the exact command line
+  std::string anchors;  // recorded anchor figures merged by case name ("" = none)
 };
+
+// The anchors file's figures for `case_name`: the fastest anchor recorded for it, if any.
+struct Anchor {
+  std::string name;
+  double us = 0;
+};
+// Reads an anchors file (../shared/baselines/h200-anchors-*.json: {"cases": [{"case", "anchor",
+// "anchor_us", ...}]}) into the fastest anchor per case name. Throws Error naming the file and field.
+std::map<std::string, Anchor> load_anchors(const std::string& path);
+
+// The default anchors file: ../shared/baselines/<kDefaultAnchors> when present (a developer's
+// checkout), else bench/anchors/<kDefaultAnchors> (the copy that travels with the repository).
+inline constexpr const char* kDefaultAnchors = "h200-anchors-2026-12-02.json";
+std::string default_anchors_path();
 
 // Writes the results JSON (GPU name, SM count, driver, NVRTC, commit from `git rev-parse` or
 // $NSAJIT_COMMIT, date) to `path`, or to bench/results/<family>-<date>-<commit>.json when path is
-// "". Prints a table of the cases. Returns the path written.
+// "", with each case's fastest recorded anchor (anchor, anchor_us, vs_anchor = anchor_us /
+// nsajit_us) merged from info.anchors. Prints a table of the cases. Returns the path written.
 std::string write_results(const RunInfo& info, const std::vector<Case>& cases, const std::string& path);
 
 // Options of `nsajit bench <family>`.
@@ -77,6 +101,7 @@ struct BenchOptions {
   std::string work_dir = "/tmp/nsajit-bench";  // baseline inputs are written here
   int iters = 50;
   std::string only;           // run only cases whose name contains this ("" = all)
+  std::string anchors = default_anchors_path();  // "" = no anchors merged
 };
 
 // The families' benchmarks (tools/bench/bench_<family>.cpp). Return the exit code (non-zero when

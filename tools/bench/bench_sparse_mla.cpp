@@ -3,7 +3,8 @@
 //
 // Cases (topk 2048, a pool of 262 144 slots, uniformly random indices):
 //   decode b {1, 8, 64, 128} x next_n {1, 2} x h_q {16, 64, 128} x KV {bf16, fp8 (page size 64)}
-//   prefill s_q 4096 x h_q {64, 128} x KV {bf16, fp8}
+//   prefill s_q 4096 x h_q {64, 128} x KV {bf16, fp8} over s_kv 262144 slots; bf16 also over the
+//   first 8192 and 32768 slots (indices uniform in [0, s_kv): the shorter contexts live in L2)
 // nsajit runs with a workspace (split-KV where the batch cannot fill the GPU; params.num_splits)
 // and, for comparison, batch-invariant (params.batch_invariant_us). The torch reference of an
 // FP8 case runs on the dequantized bf16 pool (baseline_us: torch pays no dequantisation); the same
@@ -66,9 +67,10 @@ struct Shape {
   bool prefill;
   int b, next_n, h_q;
   bool fp8;
+  std::int64_t s_kv = kSlots;  // indices are drawn from [0, s_kv)
   int rows() const { return prefill ? b : b * next_n; }
   std::string name() const {
-    return prefill ? fmt::format("prefill h{} sq{} skv{} {}", h_q, b, kSlots, fp8 ? "fp8" : "bf16")
+    return prefill ? fmt::format("prefill h{} sq{} skv{} {}", h_q, b, s_kv, fp8 ? "fp8" : "bf16")
                    : fmt::format("decode h{} b{} n{} {}", h_q, b, next_n, fp8 ? "fp8" : "bf16");
   }
 };
@@ -82,7 +84,9 @@ int bench_sparse_mla(const BenchOptions& options) {
       for (int b : {1, 8, 64, 128})
         for (int n : {1, 2}) shapes.push_back({false, b, n, h, fp8});
   for (bool fp8 : {false, true})
-    for (int h : {64, 128}) shapes.push_back({true, 4096, 1, h, fp8});
+    for (int h : {64, 128})
+      for (std::int64_t s_kv : {std::int64_t(8192), std::int64_t(32768), kSlots})
+        if (!fp8 || s_kv == kSlots) shapes.push_back({true, 4096, 1, h, fp8, s_kv});
   std::erase_if(shapes, [&](const Shape& s) { return !options.only.empty() && s.name().find(options.only) == std::string::npos; });
   if (shapes.empty()) {
     fmt::print(stderr, "nsajit bench sparse-mla: no case matches --only {}\n", options.only);
@@ -113,11 +117,11 @@ int bench_sparse_mla(const BenchOptions& options) {
   const TimingOptions timing{.warmup = 5, .iters = options.iters, .flush_l2 = true};
   for (const Shape& sh : shapes) {
     const int rows = sh.rows();
-    const std::uint64_t seed = std::uint64_t(rows) * 1000 + sh.h_q;
+    const std::uint64_t seed = std::uint64_t(rows) * 1000 + sh.h_q + (sh.s_kv == kSlots ? 0 : std::uint64_t(sh.s_kv) << 20);
     const std::vector<std::uint16_t> q = random_bf16(std::size_t(rows) * sh.h_q * D, seed);
     std::vector<std::int32_t> idx(std::size_t(rows) * kTopk);
     Rng r{seed + 77};
-    for (auto& v : idx) v = std::int32_t(r.next() % std::uint64_t(kSlots));
+    for (auto& v : idx) v = std::int32_t(r.next() % std::uint64_t(sh.s_kv));
     DeviceBuffer<std::uint16_t> d_q(q);
     DeviceBuffer<std::int32_t> d_idx(idx);
     DeviceBuffer<std::uint16_t> d_out(std::size_t(rows) * sh.h_q * DV);
@@ -151,7 +155,8 @@ int bench_sparse_mla(const BenchOptions& options) {
     split_args.workspace_bytes = d_ws.bytes();
     // Split mode differs from batch-invariant exactly when the runtime asks for a workspace.
     const bool split_mode = ws_bytes > 0;
-    const double us = split_mode ? median_us([&] { sparse_mla_decode(split_args); }, timing) : invariant_us;
+    const Timing timed = time_us([&] { sparse_mla_decode(split_mode ? split_args : a); }, timing);
+    const double us = timed.median_us;
 
     // Check the split-mode output (the timed one) on the first and last row.
     d_out.poison();
@@ -186,18 +191,20 @@ int bench_sparse_mla(const BenchOptions& options) {
     c.name = sh.name();
     c.params = {{"mode", sh.prefill ? "prefill" : "decode"}, {"rows", rows}, {"b", sh.prefill ? 1 : sh.b},
                 {"next_n", sh.prefill ? 1 : sh.next_n}, {"s_q", sh.prefill ? sh.b : 0}, {"h_q", sh.h_q},
-                {"topk", kTopk}, {"kv", sh.fp8 ? "fp8" : "bf16"}, {"num_slots", kSlots},
+                {"topk", kTopk}, {"kv", sh.fp8 ? "fp8" : "bf16"}, {"num_slots", kSlots}, {"s_kv", sh.s_kv},
                 {"page_size", sh.fp8 ? kPageSize : 1}, {"num_splits", splits},
                 {"batch_invariant_us", invariant_us}, {"gathered_bytes", kv_bytes}, {"bytes", bytes},
                 {"flops", flops}};
     c.nsajit_us = us;
+    c.nsajit_min_us = timed.min_us;
+    c.nsajit_max_us = timed.max_us;
     c.baseline = "torch gather + bf16 einsum + softmax (ref_sparse_bf16)";
     c.floor_us = floor_us(bytes, flops);
     c.tflops = flops / us / 1e6;
     c.gbps = kv_bytes / us / 1e3;
     c.check = check;
     if (baseline) {
-      const std::string in_dir = fmt::format("{}/r{}h{}", dir, rows, sh.h_q);
+      const std::string in_dir = fmt::format("{}/r{}h{}skv{}", dir, rows, sh.h_q, sh.s_kv);
       if (!std::filesystem::exists(in_dir + "/idx.i32")) {
         write_blob(in_dir, "q.bf16", q.data(), q.size() * 2);
         write_blob(in_dir, "idx.i32", idx.data(), idx.size() * 4);
@@ -221,7 +228,7 @@ int bench_sparse_mla(const BenchOptions& options) {
                    fp8_us / c.nsajit_us);
       }
   }
-  write_results({.family = "sparse_mla", .command = options.command}, cases, options.out);
+  write_results({.family = "sparse_mla", .command = options.command, .anchors = options.anchors}, cases, options.out);
   return failures == 0 ? 0 : 1;
 }
 

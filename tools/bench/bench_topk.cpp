@@ -192,7 +192,10 @@ int bench_topk(const BenchOptions& options) {
       if (check != "pass") all_pass = false;
       c.check = check;
 
-      c.nsajit_us = median_us([&] { nsajit::topk(args); }, timing);
+      const Timing timed = time_us([&] { nsajit::topk(args); }, timing);
+      c.nsajit_us = timed.median_us;
+      c.nsajit_min_us = timed.min_us;
+      c.nsajit_max_us = timed.max_us;
       const double bytes = score_bytes + 4.0 * shape.rows + 4.0 * shape.rows * topk;
       c.floor_us = floor_us(bytes, 0);
       c.gbps = bytes / (c.nsajit_us * 1e-6) / 1e9;
@@ -269,7 +272,7 @@ int bench_topk(const BenchOptions& options) {
   }
   const std::string why = run_python_baseline(options.baseline_script, "topk", cases, options.work_dir);
   if (!why.empty()) std::fprintf(stderr, "topk bench: no baseline: %s\n", why.c_str());
-  write_results({"topk", options.command}, cases, options.out);
+  write_results({.family = "topk", .command = options.command, .anchors = options.anchors}, cases, options.out);
   return all_pass ? 0 : 1;
 }
 

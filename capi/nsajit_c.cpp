@@ -1,0 +1,477 @@
+// nsajit_c.cpp — the C ABI (include/nsajit/nsajit.h) over the C++ API: struct versioning, enum
+// checks, exceptions to status codes plus a thread-local message.
+#include "nsajit/nsajit.h"
+
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+#include <type_traits>
+
+#include "nsajit/errors.hpp"
+#include "nsajit/jit.hpp"
+#include "nsajit/kernels.hpp"
+#include "nsajit/spec.hpp"
+#include "runtime/argument_checks.hpp"
+#include "runtime/runtime.hpp"
+
+namespace {
+
+thread_local std::string t_last_error;
+
+nsajit_status fail(nsajit_status status, std::string message) {
+  t_last_error = std::move(message);
+  return status;
+}
+
+[[noreturn]] void bad(const char* function, const char* argument, long long value, const std::string& expected) {
+  nsajit::detail::throw_bad_argument(function, argument, value, expected);
+}
+
+// Runs `body` with every exception turned into a status and the thread's message.
+template <class Body>
+nsajit_status guarded(Body&& body) noexcept {
+  try {
+    t_last_error.clear();
+    body();
+    return NSAJIT_OK;
+  } catch (const nsajit::InvalidArgument& e) {
+    return fail(NSAJIT_ERROR_INVALID_ARGUMENT, e.what());
+  } catch (const nsajit::CaptureError& e) {
+    return fail(NSAJIT_ERROR_CAPTURE, e.what());
+  } catch (const nsajit::CompileError& e) {
+    return fail(NSAJIT_ERROR_COMPILE, e.what());
+  } catch (const nsajit::CudaError& e) {
+    return fail(NSAJIT_ERROR_CUDA, e.what());
+  } catch (const std::bad_alloc&) {
+    t_last_error.clear();  // no allocation for the message either
+    return NSAJIT_ERROR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    try {
+      return fail(NSAJIT_ERROR_INTERNAL, e.what());
+    } catch (...) {
+      return NSAJIT_ERROR_INTERNAL;
+    }
+  } catch (...) {
+    try {
+      return fail(NSAJIT_ERROR_INTERNAL, "nsajit: unknown exception");
+    } catch (...) {
+      return NSAJIT_ERROR_INTERNAL;
+    }
+  }
+}
+
+// Copies the caller's struct: its struct_size must cover this version's fields; bytes past them
+// (a newer caller) must be zero.
+template <class T>
+T read_struct(const T* in, const char* function, const char* argument) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  if (in == nullptr) nsajit::detail::throw_bad_argument(function, argument, "null", "a pointer to the struct");
+  const std::size_t size = in->struct_size;
+  if (size < sizeof(T))
+    bad(function, (std::string(argument) + "->struct_size").c_str(), static_cast<long long>(size),
+        ">= " + std::to_string(sizeof(T)) + " (sizeof the struct in nsajit.h ABI " +
+            std::to_string(NSAJIT_ABI_VERSION) + ")");
+  const auto* bytes = reinterpret_cast<const unsigned char*>(in);
+  for (std::size_t i = sizeof(T); i < size; ++i)
+    if (bytes[i] != 0)
+      bad(function, (std::string(argument) + "->struct_size").c_str(), static_cast<long long>(size),
+          "fields past byte " + std::to_string(sizeof(T)) + " (unknown to this library, ABI " +
+              std::to_string(NSAJIT_ABI_VERSION) + ") to be zero; byte " + std::to_string(i) + " is not");
+  T out;
+  std::memcpy(&out, in, sizeof(T));
+  return out;
+}
+
+bool flag(const char* function, const char* name, std::int32_t v) {
+  if (v != 0 && v != 1) bad(function, name, v, "0 or 1");
+  return v == 1;
+}
+
+nsajit::IndexMode mode_of(const char* function, std::int32_t v) {
+  if (v < NSAJIT_MODE_DECODE || v > NSAJIT_MODE_RAGGED)
+    bad(function, "mode", v, "NSAJIT_MODE_DECODE (0), NSAJIT_MODE_PREFILL (1) or NSAJIT_MODE_RAGGED (2)");
+  return static_cast<nsajit::IndexMode>(v);
+}
+
+nsajit::KvDtype kv_dtype_of(const char* function, std::int32_t v) {
+  if (v != NSAJIT_KV_BF16 && v != NSAJIT_KV_FP8_E4M3)
+    bad(function, "kv_dtype", v, "NSAJIT_KV_BF16 (0) or NSAJIT_KV_FP8_E4M3 (1)");
+  return static_cast<nsajit::KvDtype>(v);
+}
+
+CUstream stream_of(void* stream) { return static_cast<CUstream>(stream); }
+
+nsajit::KernelSpec spec_of(const nsajit_kernel_spec* in, const char* function) {
+  const nsajit_kernel_spec s = read_struct(in, function, "spec");
+  if (s.family < NSAJIT_FAMILY_INDEX_TRANSFORM || s.family > NSAJIT_FAMILY_FP8_KV_GATHER)
+    bad(function, "spec->family", s.family, "an NSAJIT_FAMILY_* value (0..5)");
+  nsajit::KernelSpec spec;
+  spec.family = static_cast<nsajit::Family>(s.family);
+  spec.h_q = s.h_q;
+  spec.topk = s.topk;
+  spec.page_size = s.page_size;
+  spec.mode = mode_of(function, s.mode);
+  spec.kv_dtype = kv_dtype_of(function, s.kv_dtype);
+  spec.next_n = s.next_n;
+  spec.fused_transform = flag(function, "spec->fused_transform", s.fused_transform);
+  spec.sorted = flag(function, "spec->sorted", s.sorted);
+  spec.tile.threads = s.threads;
+  spec.tile.block_tokens = s.block_tokens;
+  spec.tile.heads_per_cta = s.heads_per_cta;
+  if (s.arch_sm == 0) {
+    spec = nsajit::spec_for_current_device(spec);  // fills arch + default tile, validates
+  } else {
+    if (s.arch_sm < 0 || s.arch_sm > 1000) bad(function, "spec->arch_sm", s.arch_sm, "0 (current device) or e.g. 90");
+    if (s.arch_suffix != 0 && (s.arch_suffix < 'a' || s.arch_suffix > 'z'))
+      bad(function, "spec->arch_suffix", s.arch_suffix, "0 or a lowercase letter such as 'a'");
+    spec.arch = nsajit::Arch{s.arch_sm, static_cast<char>(s.arch_suffix)};
+    spec = nsajit::with_default_tile(spec);
+    nsajit::validate(spec);
+  }
+  return spec;
+}
+
+void copy_text(const std::string& text, char* buffer, std::size_t capacity, std::size_t* needed_out,
+               const char* function) {
+  const std::size_t needed = text.size() + 1;
+  if (needed_out != nullptr) *needed_out = needed;
+  if (buffer == nullptr && capacity != 0)
+    nsajit::detail::throw_bad_argument(function, "buffer", "null", "a buffer when capacity > 0");
+  if (capacity < needed) {
+    if (buffer != nullptr && capacity > 0) buffer[0] = '\0';
+    throw std::length_error(std::string(function) + ": argument capacity = " + std::to_string(capacity) +
+                            ": expected >= " + std::to_string(needed) + " bytes (the text and its NUL)");
+  }
+  std::memcpy(buffer, text.c_str(), needed);
+}
+
+// copy_text's length_error becomes NSAJIT_ERROR_BUFFER_TOO_SMALL.
+template <class Body>
+nsajit_status guarded_text(Body&& body) noexcept {
+  std::string message;
+  const nsajit_status s = guarded([&] {
+    try {
+      body();
+    } catch (const std::length_error& e) {
+      message = e.what();
+    }
+  });
+  if (s == NSAJIT_OK && !message.empty()) return fail(NSAJIT_ERROR_BUFFER_TOO_SMALL, std::move(message));
+  return s;
+}
+
+// The sizes a sparse MLA launch accepts (the sizing queries check them the same way).
+void check_mla_sizes(const char* function, std::int32_t rows, std::int32_t h_q, std::int32_t topk,
+                     std::int32_t num_splits) {
+  if (rows < 0) bad(function, "rows", rows, ">= 0");
+  if (h_q != 8 && h_q != 16 && h_q != 32 && h_q != 64 && h_q != 128) bad(function, "h_q", h_q, "one of 8, 16, 32, 64, 128");
+  nsajit::detail::require_topk(function, topk, 16384);
+  if (num_splits < 0 || num_splits > 64) bad(function, "num_splits", num_splits, "0 (automatic) .. 64");
+}
+
+void fill_record(const nsajit::KernelRecord& r, nsajit_kernel_record* out, const char* function) {
+  if (out == nullptr) nsajit::detail::throw_bad_argument(function, "record_out", "null", "a record to fill");
+  if (out->struct_size < sizeof(nsajit_kernel_record))
+    bad(function, "record_out->struct_size", static_cast<long long>(out->struct_size),
+        ">= " + std::to_string(sizeof(nsajit_kernel_record)));
+  std::memset(out->name, 0, sizeof out->name);
+  std::strncpy(out->name, r.name.c_str(), sizeof out->name - 1);
+  out->source = static_cast<std::int32_t>(r.source);
+  out->compile_ms = r.compile_ms;
+  out->load_ms = r.load_ms;
+  out->cubin_bytes = r.cubin_bytes;
+  out->on_disk = r.on_disk ? 1 : 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+int nsajit_abi_version(void) { return NSAJIT_ABI_VERSION; }
+
+const char* nsajit_version(void) { return NSAJIT_VERSION; }
+
+const char* nsajit_last_error(void) { return t_last_error.c_str(); }
+
+const char* nsajit_status_name(nsajit_status status) {
+  switch (status) {
+    case NSAJIT_OK: return "NSAJIT_OK";
+    case NSAJIT_ERROR_INVALID_ARGUMENT: return "NSAJIT_ERROR_INVALID_ARGUMENT";
+    case NSAJIT_ERROR_CUDA: return "NSAJIT_ERROR_CUDA";
+    case NSAJIT_ERROR_COMPILE: return "NSAJIT_ERROR_COMPILE";
+    case NSAJIT_ERROR_CAPTURE: return "NSAJIT_ERROR_CAPTURE";
+    case NSAJIT_ERROR_BUFFER_TOO_SMALL: return "NSAJIT_ERROR_BUFFER_TOO_SMALL";
+    case NSAJIT_ERROR_OUT_OF_MEMORY: return "NSAJIT_ERROR_OUT_OF_MEMORY";
+    case NSAJIT_ERROR_INTERNAL: return "NSAJIT_ERROR_INTERNAL";
+  }
+  return "NSAJIT_UNKNOWN_STATUS";
+}
+
+nsajit_index_transform_args nsajit_index_transform_defaults(void) {
+  nsajit_index_transform_args a{};
+  a.struct_size = sizeof a;
+  a.mode = NSAJIT_MODE_DECODE;
+  a.topk = 2048;
+  a.page_size = 1;
+  return a;
+}
+
+nsajit_status nsajit_index_transform(const nsajit_index_transform_args* args, void* stream) {
+  return guarded([&] {
+    constexpr const char* fn = "nsajit_index_transform";
+    const nsajit_index_transform_args a = read_struct(args, fn, "args");
+    nsajit::IndexTransformArgs c;
+    c.mode = mode_of(fn, a.mode);
+    c.topk_indices = a.topk_indices;
+    c.out = a.out;
+    c.rows = a.rows;
+    c.topk = a.topk;
+    c.page_table = a.page_table;
+    c.page_table_width = a.page_table_width;
+    c.page_table_row_stride = a.page_table_row_stride;
+    c.page_size = a.page_size;
+    c.cu_seqlens_q = a.cu_seqlens_q;
+    c.num_requests = a.num_requests;
+    c.offsets = a.offsets;
+    const nsajit::LaunchStreamScope scope(stream_of(stream));
+    nsajit::index_transform(c, stream_of(stream));
+  });
+}
+
+nsajit_topk_args nsajit_topk_defaults(void) {
+  nsajit_topk_args a{};
+  a.struct_size = sizeof a;
+  a.topk = 2048;
+  a.mode = NSAJIT_MODE_DECODE;
+  a.page_size = 1;
+  a.next_n = 1;
+  return a;
+}
+
+nsajit_status nsajit_topk(const nsajit_topk_args* args, void* stream) {
+  return guarded([&] {
+    constexpr const char* fn = "nsajit_topk";
+    const nsajit_topk_args a = read_struct(args, fn, "args");
+    nsajit::TopkArgs c;
+    c.scores = a.scores;
+    c.score_row_stride = a.score_row_stride;
+    c.lengths = a.lengths;
+    c.row_starts = a.row_starts;
+    c.out = a.out;
+    c.rows = a.rows;
+    c.width = a.width;
+    c.topk = a.topk;
+    c.sorted = flag(fn, "sorted", a.sorted);
+    c.fused_transform = flag(fn, "fused_transform", a.fused_transform);
+    c.mode = c.fused_transform ? mode_of(fn, a.mode) : nsajit::IndexMode::decode;
+    c.page_table = a.page_table;
+    c.page_table_width = a.page_table_width;
+    c.page_table_row_stride = a.page_table_row_stride;
+    c.page_size = a.page_size;
+    c.cu_seqlens_q = a.cu_seqlens_q;
+    c.num_requests = a.num_requests;
+    c.offsets = a.offsets;
+    c.next_n = a.next_n;
+    const nsajit::LaunchStreamScope scope(stream_of(stream));
+    nsajit::topk(c, stream_of(stream));
+  });
+}
+
+nsajit_sparse_mla_args nsajit_sparse_mla_defaults(void) {
+  nsajit_sparse_mla_args a{};
+  a.struct_size = sizeof a;
+  a.kv_row_stride = 576;
+  a.kv_dtype = NSAJIT_KV_BF16;
+  a.page_size = 1;
+  a.next_n = 1;
+  a.h_q = 16;
+  a.topk = 2048;
+  return a;
+}
+
+namespace {
+nsajit_status sparse_mla(const nsajit_sparse_mla_args* args, void* stream, const char* fn, bool prefill) {
+  return guarded([&] {
+    const nsajit_sparse_mla_args a = read_struct(args, fn, "args");
+    if (prefill && a.next_n != 1) bad(fn, "next_n", a.next_n, "1 (prefill rows are single query tokens)");
+    nsajit::SparseMlaDecodeArgs c;
+    c.q = a.q;
+    c.kv = a.kv;
+    c.num_slots = a.num_slots;
+    c.kv_row_stride = a.kv_row_stride;
+    c.kv_dtype = kv_dtype_of(fn, a.kv_dtype);
+    c.page_size = a.page_size;
+    c.kv_page_stride = a.kv_page_stride;
+    c.indices = a.indices;
+    c.topk_length = a.topk_length;
+    c.out = a.out;
+    c.lse = a.lse;
+    c.max_logits = a.max_logits;
+    c.rows = a.rows;
+    c.next_n = a.next_n;
+    c.h_q = a.h_q;
+    c.topk = a.topk;
+    c.sm_scale = a.sm_scale;
+    c.workspace = a.workspace;
+    c.workspace_bytes = a.workspace_bytes;
+    c.num_splits = a.num_splits;
+    if (c.workspace == nullptr && c.workspace_bytes != 0)
+      bad(fn, "workspace_bytes", static_cast<long long>(c.workspace_bytes), "0 when workspace is null");
+    const nsajit::LaunchStreamScope scope(stream_of(stream));
+    nsajit::sparse_mla_decode(c, stream_of(stream));
+  });
+}
+}  // namespace
+
+nsajit_status nsajit_sparse_mla_decode(const nsajit_sparse_mla_args* args, void* stream) {
+  return sparse_mla(args, stream, "nsajit_sparse_mla_decode", false);
+}
+
+nsajit_status nsajit_sparse_mla_prefill(const nsajit_sparse_mla_args* args, void* stream) {
+  return sparse_mla(args, stream, "nsajit_sparse_mla_prefill", true);
+}
+
+nsajit_status nsajit_sparse_mla_num_splits(int32_t rows, int32_t h_q, int32_t topk, int32_t num_splits,
+                                           int32_t* splits_out) {
+  return guarded([&] {
+    constexpr const char* fn = "nsajit_sparse_mla_num_splits";
+    if (splits_out == nullptr) nsajit::detail::throw_bad_argument(fn, "splits_out", "null", "a pointer");
+    check_mla_sizes(fn, rows, h_q, topk, num_splits);
+    *splits_out = nsajit::sparse_mla_num_splits(rows, h_q, topk, num_splits);
+  });
+}
+
+nsajit_status nsajit_sparse_mla_workspace_bytes(int32_t rows, int32_t h_q, int32_t topk, int32_t num_splits,
+                                                size_t* bytes_out) {
+  return guarded([&] {
+    constexpr const char* fn = "nsajit_sparse_mla_workspace_bytes";
+    if (bytes_out == nullptr) nsajit::detail::throw_bad_argument(fn, "bytes_out", "null", "a pointer");
+    check_mla_sizes(fn, rows, h_q, topk, num_splits);
+    *bytes_out = nsajit::sparse_mla_workspace_bytes(rows, h_q, topk, num_splits);
+  });
+}
+
+nsajit_fp8_kv_quantize_args nsajit_fp8_kv_quantize_defaults(void) {
+  nsajit_fp8_kv_quantize_args a{};
+  a.struct_size = sizeof a;
+  a.kv_row_stride = 576;
+  a.page_size = 64;
+  a.scale_fmt = NSAJIT_SCALE_FP32;
+  return a;
+}
+
+nsajit_status nsajit_fp8_kv_quantize(const nsajit_fp8_kv_quantize_args* args, void* stream) {
+  return guarded([&] {
+    constexpr const char* fn = "nsajit_fp8_kv_quantize";
+    const nsajit_fp8_kv_quantize_args a = read_struct(args, fn, "args");
+    if (a.scale_fmt != NSAJIT_SCALE_FP32 && a.scale_fmt != NSAJIT_SCALE_UE8M0)
+      bad(fn, "scale_fmt", a.scale_fmt, "NSAJIT_SCALE_FP32 (0) or NSAJIT_SCALE_UE8M0 (1)");
+    nsajit::Fp8KvQuantizeArgs c;
+    c.kv = a.kv;
+    c.kv_row_stride = a.kv_row_stride;
+    c.slots = a.slots;
+    c.n = a.n;
+    c.cache = a.cache;
+    c.num_pages = a.num_pages;
+    c.page_size = a.page_size;
+    c.page_stride_bytes = a.page_stride_bytes;
+    c.scale_fmt = static_cast<nsajit::Fp8ScaleFormat>(a.scale_fmt);
+    const nsajit::LaunchStreamScope scope(stream_of(stream));
+    nsajit::fp8_kv_quantize(c, stream_of(stream));
+  });
+}
+
+nsajit_fp8_kv_gather_args nsajit_fp8_kv_gather_defaults(void) {
+  nsajit_fp8_kv_gather_args a{};
+  a.struct_size = sizeof a;
+  a.page_size = 64;
+  a.out_row_stride = 576;
+  return a;
+}
+
+nsajit_status nsajit_fp8_kv_gather(const nsajit_fp8_kv_gather_args* args, void* stream) {
+  return guarded([&] {
+    constexpr const char* fn = "nsajit_fp8_kv_gather";
+    const nsajit_fp8_kv_gather_args a = read_struct(args, fn, "args");
+    nsajit::Fp8KvGatherArgs c;
+    c.cache = a.cache;
+    c.num_pages = a.num_pages;
+    c.page_size = a.page_size;
+    c.page_stride_bytes = a.page_stride_bytes;
+    c.slots = a.slots;
+    c.n = a.n;
+    c.out = a.out;
+    c.out_row_stride = a.out_row_stride;
+    const nsajit::LaunchStreamScope scope(stream_of(stream));
+    nsajit::fp8_kv_gather(c, stream_of(stream));
+  });
+}
+
+nsajit_kernel_spec nsajit_kernel_spec_defaults(void) {
+  nsajit_kernel_spec s{};
+  s.struct_size = sizeof s;
+  s.family = NSAJIT_FAMILY_TOPK;
+  s.topk = 2048;
+  s.page_size = 1;
+  s.mode = NSAJIT_MODE_DECODE;
+  s.kv_dtype = NSAJIT_KV_BF16;
+  s.next_n = 1;
+  return s;
+}
+
+nsajit_status nsajit_precompile(const nsajit_kernel_spec* spec, nsajit_kernel_record* record_out) {
+  return guarded([&] {
+    constexpr const char* fn = "nsajit_precompile";
+    if (record_out != nullptr && record_out->struct_size < sizeof(nsajit_kernel_record))
+      bad(fn, "record_out->struct_size", static_cast<long long>(record_out->struct_size),
+          ">= " + std::to_string(sizeof(nsajit_kernel_record)));
+    const nsajit::KernelRecord r = nsajit::precompile(spec_of(spec, fn));
+    if (record_out != nullptr) fill_record(r, record_out, fn);
+  });
+}
+
+nsajit_status nsajit_cache_dir(char* buffer, size_t capacity, size_t* needed_out) {
+  return guarded_text([&] { copy_text(nsajit::cache_dir(), buffer, capacity, needed_out, "nsajit_cache_dir"); });
+}
+
+nsajit_status nsajit_nvrtc_version(char* buffer, size_t capacity, size_t* needed_out) {
+  return guarded_text(
+      [&] { copy_text(nsajit::nvrtc_version(), buffer, capacity, needed_out, "nsajit_nvrtc_version"); });
+}
+
+nsajit_status nsajit_generate_source(const nsajit_kernel_spec* spec, char* buffer, size_t capacity,
+                                     size_t* needed_out) {
+  return guarded_text([&] {
+    constexpr const char* fn = "nsajit_generate_source";
+    copy_text(nsajit::generate_source(spec_of(spec, fn)), buffer, capacity, needed_out, fn);
+  });
+}
+
+nsajit_status nsajit_kernel_name(const nsajit_kernel_spec* spec, char* buffer, size_t capacity,
+                                 size_t* needed_out) {
+  return guarded_text([&] {
+    constexpr const char* fn = "nsajit_kernel_name";
+    copy_text(nsajit::readable_name(spec_of(spec, fn)), buffer, capacity, needed_out, fn);
+  });
+}
+
+nsajit_status nsajit_jit_record_count(size_t* count_out) {
+  return guarded([&] {
+    if (count_out == nullptr)
+      nsajit::detail::throw_bad_argument("nsajit_jit_record_count", "count_out", "null", "a pointer");
+    *count_out = nsajit::jit_records().size();
+  });
+}
+
+nsajit_status nsajit_jit_record(size_t index, nsajit_kernel_record* record_out) {
+  return guarded([&] {
+    constexpr const char* fn = "nsajit_jit_record";
+    const std::vector<nsajit::KernelRecord> records = nsajit::jit_records();
+    if (index >= records.size())
+      bad(fn, "index", static_cast<long long>(index), "< the record count " + std::to_string(records.size()));
+    fill_record(records[index], record_out, fn);
+  });
+}
+
+}  // extern "C"

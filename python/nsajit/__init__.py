@@ -1,0 +1,392 @@
+"""nsajit from Python: DeepSeek Sparse Attention kernels (top-k, index transform, sparse MLA, FP8
+KV cache) JIT-compiled by libnsajit, called through its C ABI with ctypes.
+
+Every launch goes on the current torch CUDA stream of the tensors' device, asynchronously, like a
+torch op; outputs are new tensors unless `out=` is given. Bad arguments raise TypeError or
+ValueError naming the argument (nsajit.InvalidArgument, a ValueError, for the checks made by the
+library). `import nsajit` needs neither torch nor a GPU; torch is imported on first use.
+
+Drop-in modules with the signatures of the functions they replace: nsajit.compat.sgl_kernel,
+nsajit.compat.sglang_nsa, nsajit.compat.flash_mla. Semantics: docs/nsa-semantics.md.
+"""
+import ctypes
+from collections import namedtuple
+
+from . import _lib
+from ._lib import CaptureError, CompileError, CudaError, InvalidArgument, NsajitError, library, library_path
+from ._tensors import int_arg, launch_on, ptr, tensor, torch
+
+__all__ = [
+    "abi_version", "version", "library_path", "cache_dir", "nvrtc_version", "topk", "index_transform",
+    "sparse_mla", "sparse_mla_num_splits", "sparse_mla_workspace_bytes", "fp8_kv_quantize", "fp8_kv_gather",
+    "precompile", "kernel_name", "generate_source", "jit_records", "KernelRecord", "NsajitError",
+    "InvalidArgument", "CudaError", "CompileError", "CaptureError",
+]
+
+__version__ = "0.1.0"
+
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+KernelRecord = namedtuple("KernelRecord", "name source compile_ms load_ms cubin_bytes on_disk")
+
+
+def abi_version():
+    """The loaded library's C ABI version (nsajit_abi_version)."""
+    return library().nsajit_abi_version()
+
+
+def version():
+    """The library's version string."""
+    return library().nsajit_version().decode()
+
+
+def cache_dir():
+    """The cubin cache directory ($NSAJIT_CACHE_DIR, else $XDG_CACHE_HOME/nsajit, else ~/.cache/nsajit)."""
+    return _lib.text(library().nsajit_cache_dir)
+
+
+def nvrtc_version():
+    return _lib.text(library().nsajit_nvrtc_version)
+
+
+def _mode(value, name="transform"):
+    if value not in _lib.MODES:
+        raise ValueError(f"nsajit: argument {name} = {value!r}: expected one of 'decode', 'prefill', 'ragged'")
+    return _lib.MODES[value]
+
+
+def _int32(value, name, low=None, high=_INT32_MAX):
+    return int_arg(value, name, -2**31 if low is None else low, high)
+
+
+def _call(fn, args, device):
+    with launch_on(device) as stream:
+        _lib.check(fn(ctypes.byref(args), ctypes.c_void_p(stream)))
+
+
+def _page_table_fields(args, page_table, device, name="page_table"):
+    tensor(page_table, name, torch().int32, ndim=2, device=device, inner_contiguous=True)
+    args.page_table = ptr(page_table)
+    args.page_table_width = _int32(page_table.shape[1], f"{name}.shape[1]", 0)
+    args.page_table_row_stride = max(page_table.stride(0), page_table.shape[1]) if page_table.shape[0] > 0 else 0
+    return page_table.shape[0]
+
+
+def topk(scores, lengths, topk=2048, *, row_starts=None, sorted=False, transform=None, page_table=None,
+         page_size=1, cu_seqlens_q=None, offsets=None, next_n=1, out=None):
+    """Top-k positions of each row of the indexer scores (sgl_kernel fast_topk_v2 semantics, any topk).
+
+    scores: float32 [rows, width] (last dim contiguous, any row stride); lengths: int32 [rows];
+    row_starts: optional int32 [rows]. topk: a multiple of 64 in [64, 4096]. Returns int32
+    [rows, topk]: per row the positions (relative to row_start) of the top-k scores among the
+    first lengths[r], or 0..len-1 then -1 when len <= topk. sorted=True orders them by score.
+    transform: None (positions), 'decode' (page_table [rows / next_n, W]: row r uses page-table
+    row r // next_n), 'prefill' (page_table [num_requests, W] and cu_seqlens_q int32
+    [num_requests + 1]) or 'ragged' (offsets int32 [rows]: position + offset) — the fused
+    forms of sgl_kernel's fast_topk_transform_fused / _ragged_fused. page_size > 1: page_table
+    holds page ids (slot = page_table[b, p // P] * P + p % P).
+    """
+    t = torch()
+    tensor(scores, "scores", t.float32, ndim=2, inner_contiguous=True)
+    device = scores.device
+    rows, width = scores.shape
+    tensor(lengths, "lengths", t.int32, shape=(rows,), device=device, contiguous=True)
+    tensor(row_starts, "row_starts", t.int32, shape=(rows,), device=device, contiguous=True, optional=True)
+    k = _int32(topk, "topk", 1)
+    if out is None:
+        out = t.empty((rows, k), dtype=t.int32, device=device)
+    tensor(out, "out", t.int32, shape=(rows, k), device=device, contiguous=True)
+    args = _lib.TopkArgs(scores=ptr(scores), lengths=ptr(lengths), row_starts=ptr(row_starts), out=ptr(out),
+                         rows=_int32(rows, "scores.shape[0]", 0), width=_int32(width, "scores.shape[1]", 0),
+                         topk=k, sorted=1 if sorted else 0, page_size=1, next_n=1)
+    args.score_row_stride = max(scores.stride(0), width) if rows > 0 else 0
+    if transform is not None:
+        args.fused_transform = 1
+        args.mode = _mode(transform)
+        args.next_n = _int32(next_n, "next_n", 1, 8)
+        if transform == "ragged":
+            tensor(offsets, "offsets", t.int32, shape=(rows,), device=device, contiguous=True)
+            args.offsets = ptr(offsets)
+        else:
+            args.num_requests = _page_table_fields(args, page_table, device)
+            args.page_size = _int32(page_size, "page_size", 1)
+            if transform == "prefill":
+                tensor(cu_seqlens_q, "cu_seqlens_q", t.int32, ndim=1, device=device, contiguous=True)
+                if cu_seqlens_q.shape[0] != page_table.shape[0] + 1:
+                    raise ValueError(f"nsajit: argument cu_seqlens_q has shape {list(cu_seqlens_q.shape)}: expected "
+                                     f"[{page_table.shape[0] + 1}] (page_table rows + 1)")
+                args.cu_seqlens_q = ptr(cu_seqlens_q)
+    elif page_table is not None or cu_seqlens_q is not None or offsets is not None:
+        raise ValueError("nsajit: arguments page_table / cu_seqlens_q / offsets need transform="
+                         "'decode', 'prefill' or 'ragged'")
+    _call(library().nsajit_topk, args, device)
+    return out
+
+
+def index_transform(topk_indices, *, transform="decode", page_table=None, page_size=1, cu_seqlens_q=None,
+                    offsets=None, out=None):
+    """Top-k positions -> KV-cache slots (SGLang's transform_index_page_table_decode / _prefill and
+    the ragged offset form). topk_indices: int32 [rows, topk] (topk a multiple of 64), -1 or any
+    negative value = invalid. transform 'decode': page_table [rows, W] (row r uses row r);
+    'prefill': page_table [num_requests, W] + cu_seqlens_q int32 [num_requests + 1]; 'ragged':
+    offsets int32 [rows]. Returns int32 [rows, topk]: the slot, or -1 (invalid position or one past
+    the page table)."""
+    t = torch()
+    tensor(topk_indices, "topk_indices", t.int32, ndim=2, contiguous=True)
+    device = topk_indices.device
+    rows, k = topk_indices.shape
+    if out is None:
+        out = t.empty((rows, k), dtype=t.int32, device=device)
+    tensor(out, "out", t.int32, shape=(rows, k), device=device, contiguous=True)
+    args = _lib.IndexTransformArgs(mode=_mode(transform), topk_indices=ptr(topk_indices), out=ptr(out),
+                                   rows=_int32(rows, "topk_indices.shape[0]", 0), topk=_int32(k, "topk", 0),
+                                   page_size=1)
+    if transform == "ragged":
+        tensor(offsets, "offsets", t.int32, shape=(rows,), device=device, contiguous=True)
+        args.offsets = ptr(offsets)
+    else:
+        args.num_requests = _page_table_fields(args, page_table, device)
+        args.page_size = _int32(page_size, "page_size", 1)
+        if transform == "prefill":
+            tensor(cu_seqlens_q, "cu_seqlens_q", t.int32, shape=(page_table.shape[0] + 1,), device=device,
+                   contiguous=True)
+            args.cu_seqlens_q = ptr(cu_seqlens_q)
+    _call(library().nsajit_index_transform, args, device)
+    return out
+
+
+def _kv_fields(args, kv, device, page_size=None):
+    """Fills the KV fields from kv: bf16 [num_slots, 576] / [num_slots, 1, 576] (any row stride), or
+    the FP8 cache uint8 / int8 / float8_e4m3fn [num_pages, page_size, (1,) 656] with any page stride."""
+    t = torch()
+    fp8_types = (t.uint8, t.int8, t.float8_e4m3fn)
+    tensor(kv, "kv", (t.bfloat16,) + fp8_types, ndim=(2, 3, 4), device=device, inner_contiguous=True)
+    if kv.dtype == t.bfloat16:
+        if kv.dim() == 3 and kv.shape[1] != 1:
+            raise NotImplementedError(f"nsajit: kv has {kv.shape[1]} KV heads (shape {list(kv.shape)}): "
+                                      "only one latent KV head (h_kv = 1) is supported")
+        if kv.dim() == 4 or kv.shape[-1] != 576:
+            raise ValueError(f"nsajit: argument kv has shape {list(kv.shape)}: expected bf16 [num_slots, 576] "
+                             "or [num_slots, 1, 576]")
+        args.kv_dtype = _lib.KV_BF16
+        args.num_slots = kv.shape[0]
+        args.kv_row_stride = kv.stride(0) if kv.shape[0] > 1 else 576
+    else:
+        if kv.dim() == 4 and kv.shape[2] != 1:
+            raise NotImplementedError(f"nsajit: kv has {kv.shape[2]} KV heads (shape {list(kv.shape)}): "
+                                      "only h_kv = 1 is supported")
+        if kv.dim() == 2 or kv.shape[-1] != 656:
+            raise ValueError(f"nsajit: argument kv has shape {list(kv.shape)}: expected the FP8 cache "
+                             "[num_pages, page_size, 656] or [num_pages, page_size, 1, 656]")
+        if kv.shape[1] > 1 and kv.stride(1) != 656:
+            raise ValueError(f"nsajit: argument kv has strides {list(kv.stride())}: expected 656 bytes between "
+                             "the tokens of a page (dimension 1)")
+        if page_size is not None and page_size != kv.shape[1]:
+            raise ValueError(f"nsajit: argument page_size = {page_size}: expected kv.shape[1] = {kv.shape[1]}")
+        args.kv_dtype = _lib.KV_FP8_E4M3
+        args.page_size = _int32(kv.shape[1], "kv.shape[1] (page_size)", 1)
+        args.num_slots = kv.shape[0] * kv.shape[1]
+        args.kv_page_stride = kv.stride(0) if kv.shape[0] > 1 else 0
+    args.kv = ptr(kv)
+
+
+def sparse_mla(q, kv, indices, sm_scale, *, topk_length=None, next_n=1, num_splits=1, prefill=False,
+               return_max_logits=False, out=None, lse=None):
+    """Sparse MLA attention over the top-k KV tokens of each query row (FlashMLA semantics).
+
+    q: bf16 [rows, h_q, 576] contiguous (h_q 8, 16, 32, 64 or 128); kv: bf16 [num_slots, 576]
+    (row stride a multiple of 8) or the FP8 cache [num_pages, page_size, 656] (uint8 / int8 /
+    float8_e4m3fn; pages any multiple of 16 bytes apart); indices: int32 [rows, topk] slots, an
+    index < 0 or >= num_slots is skipped; topk_length: optional int32 [rows] (use the first n).
+    num_splits: 1 = one CTA per row (batch-invariant), 0 = automatic split-KV (a workspace is
+    allocated from torch's caching allocator), 2..64 forced. Returns (out bf16 [rows, h_q, 512],
+    lse fp32 [rows, h_q] natural log) and max_logits fp32 [rows, h_q] when return_max_logits.
+    A row with no valid index gives out 0, lse +inf, max_logits -inf.
+    """
+    t = torch()
+    tensor(q, "q", t.bfloat16, ndim=3, contiguous=True)
+    device = q.device
+    rows, h_q, d_qk = q.shape
+    if d_qk != 576:
+        raise ValueError(f"nsajit: argument q has shape {list(q.shape)}: expected [rows, h_q, 576]")
+    tensor(indices, "indices", t.int32, ndim=2, device=device, contiguous=True)
+    if indices.shape[0] != rows:
+        raise ValueError(f"nsajit: argument indices has shape {list(indices.shape)}: expected [{rows}, topk] "
+                         "(one index row per query row)")
+    k = indices.shape[1]
+    tensor(topk_length, "topk_length", t.int32, shape=(rows,), device=device, contiguous=True, optional=True)
+    if out is None:
+        out = t.empty((rows, h_q, 512), dtype=t.bfloat16, device=device)
+    tensor(out, "out", t.bfloat16, shape=(rows, h_q, 512), device=device, contiguous=True)
+    if lse is None:
+        lse = t.empty((rows, h_q), dtype=t.float32, device=device)
+    tensor(lse, "lse", t.float32, shape=(rows, h_q), device=device, contiguous=True)
+    max_logits = t.empty((rows, h_q), dtype=t.float32, device=device) if return_max_logits else None
+    try:
+        scale = float(sm_scale)
+    except (TypeError, ValueError):
+        raise TypeError(f"nsajit: argument sm_scale = {sm_scale!r}: expected a float") from None
+    args = _lib.SparseMlaArgs(q=ptr(q), indices=ptr(indices), topk_length=ptr(topk_length), out=ptr(out),
+                              lse=ptr(lse), max_logits=ptr(max_logits), rows=_int32(rows, "q.shape[0]", 0),
+                              next_n=_int32(next_n, "next_n", 1, 8), h_q=_int32(h_q, "h_q", 0),
+                              topk=_int32(k, "topk", 0), sm_scale=scale, page_size=1, kv_row_stride=576)
+    _kv_fields(args, kv, device)
+    splits = _int32(num_splits, "num_splits", 0, 64)
+    args.num_splits = splits
+    if splits != 1 and rows > 0:
+        need = sparse_mla_workspace_bytes(rows, h_q, k, splits, device=device)
+        if need > 0:
+            workspace = t.empty((need,), dtype=t.uint8, device=device)
+            args.workspace = ptr(workspace)
+            args.workspace_bytes = need
+        else:
+            args.num_splits = 1 if splits == 0 else splits
+    lib = library()
+    _call(lib.nsajit_sparse_mla_prefill if prefill else lib.nsajit_sparse_mla_decode, args, device)
+    return (out, lse, max_logits) if return_max_logits else (out, lse)
+
+
+def _sizing(fn, value, rows, h_q, topk, num_splits, device):
+    args = (_int32(rows, "rows"), _int32(h_q, "h_q"), _int32(topk, "topk"), _int32(num_splits, "num_splits"))
+    if num_splits == 0:  # the automatic count depends on the device
+        with launch_on(device if device is not None else torch().cuda.current_device()):
+            _lib.check(fn(*args, ctypes.byref(value)))
+    else:
+        _lib.check(fn(*args, ctypes.byref(value)))
+    return value.value
+
+
+def sparse_mla_num_splits(rows, h_q, topk, num_splits=0, *, device=None):
+    """Split count a sparse MLA launch of these sizes uses (num_splits 0: automatic for the device)."""
+    return _sizing(library().nsajit_sparse_mla_num_splits, ctypes.c_int32(0), rows, h_q, topk, num_splits, device)
+
+
+def sparse_mla_workspace_bytes(rows, h_q, topk, num_splits=0, *, device=None):
+    """Workspace bytes a split-KV launch needs (0 when it does not split)."""
+    return _sizing(library().nsajit_sparse_mla_workspace_bytes, ctypes.c_size_t(0), rows, h_q, topk, num_splits,
+                   device)
+
+
+def _cache_fields(args, cache, device, name="cache"):
+    t = torch()
+    tensor(cache, name, (t.uint8, t.int8, t.float8_e4m3fn), ndim=(3, 4), device=device, inner_contiguous=True)
+    if cache.shape[-1] != 656 or (cache.dim() == 4 and cache.shape[2] != 1):
+        raise ValueError(f"nsajit: argument {name} has shape {list(cache.shape)}: expected "
+                         "[num_pages, page_size, 656] or [num_pages, page_size, 1, 656]")
+    if cache.shape[1] > 1 and cache.stride(1) != 656:
+        raise ValueError(f"nsajit: argument {name} has strides {list(cache.stride())}: expected 656 bytes between "
+                         "the tokens of a page")
+    args.cache = ptr(cache)
+    args.num_pages = cache.shape[0]
+    args.page_size = _int32(cache.shape[1], f"{name}.shape[1] (page_size)", 1)
+    args.page_stride_bytes = cache.stride(0) if cache.shape[0] > 1 else 0
+
+
+def fp8_kv_quantize(kv, slots, cache, *, scale_fmt="fp32"):
+    """Quantizes bf16 rows kv [n, 576] (last dim contiguous, any row stride) into the FP8 cache
+    [num_pages, page_size, (1,) 656] at slots int32 [n] (slot = page * page_size + row; a slot < 0
+    or past the cache is skipped), in place. scale_fmt 'fp32' (max(amax / 448, FLT_MIN), SGLang /
+    vLLM) or 'ue8m0' (a power of two, FlashMLA's test quantizer). Returns cache."""
+    t = torch()
+    tensor(kv, "kv", t.bfloat16, ndim=2, inner_contiguous=True)
+    device = kv.device
+    if kv.shape[1] != 576:
+        raise ValueError(f"nsajit: argument kv has shape {list(kv.shape)}: expected [n, 576]")
+    n = kv.shape[0]
+    tensor(slots, "slots", t.int32, shape=(n,), device=device, contiguous=True)
+    if scale_fmt not in _lib.SCALE_FORMATS:
+        raise ValueError(f"nsajit: argument scale_fmt = {scale_fmt!r}: expected 'fp32' or 'ue8m0'")
+    args = _lib.Fp8KvQuantizeArgs(kv=ptr(kv), kv_row_stride=kv.stride(0) if n > 1 else 576, slots=ptr(slots),
+                                  n=_int32(n, "kv.shape[0]", 0), scale_fmt=_lib.SCALE_FORMATS[scale_fmt])
+    _cache_fields(args, cache, device)
+    _call(library().nsajit_fp8_kv_quantize, args, device)
+    return cache
+
+
+def fp8_kv_gather(cache, slots, *, out=None):
+    """Gathers and dequantizes the tokens of slots int32 [n] from the FP8 cache
+    [num_pages, page_size, (1,) 656]: bf16 [n, 576] (an invalid slot gives zeros)."""
+    t = torch()
+    tensor(slots, "slots", t.int32, ndim=1, contiguous=True)
+    device = slots.device
+    n = slots.shape[0]
+    if out is None:
+        out = t.empty((n, 576), dtype=t.bfloat16, device=device)
+    tensor(out, "out", t.bfloat16, ndim=2, device=device, inner_contiguous=True)
+    if out.shape[0] != n or out.shape[1] != 576:
+        raise ValueError(f"nsajit: argument out has shape {list(out.shape)}: expected [{n}, 576]")
+    args = _lib.Fp8KvGatherArgs(slots=ptr(slots), n=_int32(n, "slots.shape[0]", 0), out=ptr(out),
+                                out_row_stride=out.stride(0) if n > 1 else 576)
+    _cache_fields(args, cache, device)
+    _call(library().nsajit_fp8_kv_gather, args, device)
+    return out
+
+
+def _spec(family, h_q=0, topk=2048, page_size=1, mode="decode", kv_dtype="bf16", next_n=1, fused_transform=False,
+          sorted=False, threads=0, block_tokens=0, heads_per_cta=0, arch=None):
+    if family not in _lib.FAMILIES:
+        raise ValueError(f"nsajit: argument family = {family!r}: expected one of {', '.join(_lib.FAMILIES)}")
+    if kv_dtype not in ("bf16", "fp8"):
+        raise ValueError(f"nsajit: argument kv_dtype = {kv_dtype!r}: expected 'bf16' or 'fp8'")
+    s = _lib.KernelSpec(family=_lib.FAMILIES[family], h_q=_int32(h_q, "h_q"), topk=_int32(topk, "topk"),
+                        page_size=_int32(page_size, "page_size"), mode=_mode(mode, "mode"),
+                        kv_dtype=_lib.KV_BF16 if kv_dtype == "bf16" else _lib.KV_FP8_E4M3,
+                        next_n=_int32(next_n, "next_n"), fused_transform=1 if fused_transform else 0,
+                        sorted=1 if sorted else 0, threads=_int32(threads, "threads"),
+                        block_tokens=_int32(block_tokens, "block_tokens"),
+                        heads_per_cta=_int32(heads_per_cta, "heads_per_cta"))
+    if arch is not None:
+        text = str(arch).removeprefix("sm_")
+        suffix = text[-1] if text and text[-1].isalpha() else ""
+        digits = text[: len(text) - len(suffix)]
+        if not digits.isdigit():
+            raise ValueError(f"nsajit: argument arch = {arch!r}: expected e.g. 'sm_90a' or '90a'")
+        s.arch_sm = int(digits)
+        s.arch_suffix = ord(suffix) if suffix else 0
+    return s
+
+
+def _record(r):
+    return KernelRecord(r.name.decode(), _lib.SOURCES.get(r.source, str(r.source)), r.compile_ms, r.load_ms,
+                        r.cubin_bytes, bool(r.on_disk))
+
+
+def precompile(family, **spec):
+    """Puts one kernel's cubin into the disk cache (nsajit::precompile). family: 'topk',
+    'index_transform', 'sparse_mla_decode', 'sparse_mla_combine', 'fp8_kv_quantize',
+    'fp8_kv_gather'; keyword fields as in nsajit/spec.hpp (h_q, topk, page_size, mode, kv_dtype
+    'bf16' / 'fp8', next_n, fused_transform, sorted, threads, block_tokens, heads_per_cta) and
+    arch ('sm_90a'; None = the current device). Returns a KernelRecord."""
+    s = _spec(family, **spec)
+    r = _lib.KernelRecord()
+    lib = library()
+    if s.arch_sm == 0:
+        with launch_on(torch().cuda.current_device()):
+            _lib.check(lib.nsajit_precompile(ctypes.byref(s), ctypes.byref(r)))
+    else:
+        _lib.check(lib.nsajit_precompile(ctypes.byref(s), ctypes.byref(r)))
+    return _record(r)
+
+
+def kernel_name(family, **spec):
+    """The readable kernel name of a spec (needs arch= without a GPU)."""
+    return _lib.text(library().nsajit_kernel_name, ctypes.byref(_spec(family, **spec)))
+
+
+def generate_source(family, **spec):
+    """The generated CUDA source of a spec (needs arch= without a GPU)."""
+    return _lib.text(library().nsajit_generate_source, ctypes.byref(_spec(family, **spec)))
+
+
+def jit_records():
+    """One KernelRecord per kernel this process obtained a cubin for, in first-use order."""
+    lib = library()
+    count = ctypes.c_size_t(0)
+    _lib.check(lib.nsajit_jit_record_count(ctypes.byref(count)))
+    out = []
+    for i in range(count.value):
+        r = _lib.KernelRecord()
+        _lib.check(lib.nsajit_jit_record(i, ctypes.byref(r)))
+        out.append(_record(r))
+    return out

@@ -1,0 +1,332 @@
+"""Loading libnsajit and the ctypes mirror of include/nsajit/nsajit.h (ABI 1).
+
+The library is found, in order: $NSAJIT_LIBRARY (a path; nothing else is tried when it is set),
+the CMake build tree of the source checkout this package was installed from (or is imported
+from), the install trees under sys.prefix and /usr/local, then the dynamic loader's path.
+"""
+import ctypes
+import os
+import sys
+import threading
+from pathlib import Path
+
+ABI_VERSION = 1
+
+# nsajit_status
+OK = 0
+ERROR_INVALID_ARGUMENT = 1
+ERROR_CUDA = 2
+ERROR_COMPILE = 3
+ERROR_CAPTURE = 4
+ERROR_BUFFER_TOO_SMALL = 5
+ERROR_OUT_OF_MEMORY = 6
+ERROR_INTERNAL = 7
+
+MODES = {"decode": 0, "prefill": 1, "ragged": 2}
+KV_BF16, KV_FP8_E4M3 = 0, 1
+SCALE_FORMATS = {"fp32": 0, "ue8m0": 1}
+FAMILIES = {
+    "index_transform": 0,
+    "topk": 1,
+    "sparse_mla": 2,
+    "sparse_mla_decode": 2,  # the family's former name
+    "sparse_mla_combine": 3,
+    "fp8_kv_quantize": 4,
+    "fp8_kv_gather": 5,
+}
+SOURCES = {0: "memory", 1: "disk_cache", 2: "compiled"}
+
+
+class NsajitError(RuntimeError):
+    """A failed nsajit call; .status is the C ABI's nsajit_status."""
+
+    status = ERROR_INTERNAL
+
+
+class InvalidArgument(NsajitError, ValueError):
+    """A bad argument: nothing was compiled or launched."""
+
+    status = ERROR_INVALID_ARGUMENT
+
+
+class CudaError(NsajitError):
+    status = ERROR_CUDA
+
+
+class CompileError(NsajitError):
+    status = ERROR_COMPILE
+
+
+class CaptureError(NsajitError):
+    """The call needs a kernel compile while its stream is capturing a CUDA graph."""
+
+    status = ERROR_CAPTURE
+
+
+_ERRORS = {
+    ERROR_INVALID_ARGUMENT: InvalidArgument,
+    ERROR_CUDA: CudaError,
+    ERROR_COMPILE: CompileError,
+    ERROR_CAPTURE: CaptureError,
+}
+
+_c_int32_p = ctypes.POINTER(ctypes.c_int32)
+_c_float_p = ctypes.POINTER(ctypes.c_float)
+
+
+class _Struct(ctypes.Structure):
+    def __init__(self, **fields):
+        super().__init__()
+        self.struct_size = ctypes.sizeof(self)
+        for k, v in fields.items():
+            setattr(self, k, v)
+
+
+class IndexTransformArgs(_Struct):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("mode", ctypes.c_int32),
+        ("topk_indices", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("rows", ctypes.c_int32),
+        ("topk", ctypes.c_int32),
+        ("page_table", ctypes.c_void_p),
+        ("page_table_width", ctypes.c_int32),
+        ("page_table_row_stride", ctypes.c_int64),
+        ("page_size", ctypes.c_int32),
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("num_requests", ctypes.c_int32),
+        ("offsets", ctypes.c_void_p),
+    ]
+
+
+class TopkArgs(_Struct):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("scores", ctypes.c_void_p),
+        ("score_row_stride", ctypes.c_int64),
+        ("lengths", ctypes.c_void_p),
+        ("row_starts", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("rows", ctypes.c_int32),
+        ("width", ctypes.c_int32),
+        ("topk", ctypes.c_int32),
+        ("sorted", ctypes.c_int32),
+        ("fused_transform", ctypes.c_int32),
+        ("mode", ctypes.c_int32),
+        ("page_table", ctypes.c_void_p),
+        ("page_table_width", ctypes.c_int32),
+        ("page_table_row_stride", ctypes.c_int64),
+        ("page_size", ctypes.c_int32),
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("num_requests", ctypes.c_int32),
+        ("offsets", ctypes.c_void_p),
+        ("next_n", ctypes.c_int32),
+    ]
+
+
+class SparseMlaArgs(_Struct):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("q", ctypes.c_void_p),
+        ("kv", ctypes.c_void_p),
+        ("num_slots", ctypes.c_int64),
+        ("kv_row_stride", ctypes.c_int64),
+        ("kv_dtype", ctypes.c_int32),
+        ("page_size", ctypes.c_int32),
+        ("kv_page_stride", ctypes.c_int64),
+        ("indices", ctypes.c_void_p),
+        ("topk_length", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+        ("max_logits", ctypes.c_void_p),
+        ("rows", ctypes.c_int32),
+        ("next_n", ctypes.c_int32),
+        ("h_q", ctypes.c_int32),
+        ("topk", ctypes.c_int32),
+        ("sm_scale", ctypes.c_float),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
+        ("num_splits", ctypes.c_int32),
+    ]
+
+
+class Fp8KvQuantizeArgs(_Struct):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("kv", ctypes.c_void_p),
+        ("kv_row_stride", ctypes.c_int64),
+        ("slots", ctypes.c_void_p),
+        ("n", ctypes.c_int32),
+        ("cache", ctypes.c_void_p),
+        ("num_pages", ctypes.c_int64),
+        ("page_size", ctypes.c_int32),
+        ("page_stride_bytes", ctypes.c_int64),
+        ("scale_fmt", ctypes.c_int32),
+    ]
+
+
+class Fp8KvGatherArgs(_Struct):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("cache", ctypes.c_void_p),
+        ("num_pages", ctypes.c_int64),
+        ("page_size", ctypes.c_int32),
+        ("page_stride_bytes", ctypes.c_int64),
+        ("slots", ctypes.c_void_p),
+        ("n", ctypes.c_int32),
+        ("out", ctypes.c_void_p),
+        ("out_row_stride", ctypes.c_int64),
+    ]
+
+
+class KernelSpec(_Struct):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("family", ctypes.c_int32),
+        ("h_q", ctypes.c_int32),
+        ("topk", ctypes.c_int32),
+        ("page_size", ctypes.c_int32),
+        ("mode", ctypes.c_int32),
+        ("kv_dtype", ctypes.c_int32),
+        ("next_n", ctypes.c_int32),
+        ("fused_transform", ctypes.c_int32),
+        ("sorted", ctypes.c_int32),
+        ("threads", ctypes.c_int32),
+        ("block_tokens", ctypes.c_int32),
+        ("heads_per_cta", ctypes.c_int32),
+        ("arch_sm", ctypes.c_int32),
+        ("arch_suffix", ctypes.c_int32),
+    ]
+
+
+class KernelRecord(_Struct):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("name", ctypes.c_char * 256),
+        ("source", ctypes.c_int32),
+        ("compile_ms", ctypes.c_double),
+        ("load_ms", ctypes.c_double),
+        ("cubin_bytes", ctypes.c_uint64),
+        ("on_disk", ctypes.c_int32),
+    ]
+
+
+# (name, restype, argtypes) of every C ABI function.
+_SIGNATURES = [
+    ("nsajit_abi_version", ctypes.c_int, []),
+    ("nsajit_version", ctypes.c_char_p, []),
+    ("nsajit_last_error", ctypes.c_char_p, []),
+    ("nsajit_status_name", ctypes.c_char_p, [ctypes.c_int]),
+    ("nsajit_index_transform_defaults", IndexTransformArgs, []),
+    ("nsajit_index_transform", ctypes.c_int, [ctypes.POINTER(IndexTransformArgs), ctypes.c_void_p]),
+    ("nsajit_topk_defaults", TopkArgs, []),
+    ("nsajit_topk", ctypes.c_int, [ctypes.POINTER(TopkArgs), ctypes.c_void_p]),
+    ("nsajit_sparse_mla_defaults", SparseMlaArgs, []),
+    ("nsajit_sparse_mla_decode", ctypes.c_int, [ctypes.POINTER(SparseMlaArgs), ctypes.c_void_p]),
+    ("nsajit_sparse_mla_prefill", ctypes.c_int, [ctypes.POINTER(SparseMlaArgs), ctypes.c_void_p]),
+    ("nsajit_sparse_mla_num_splits", ctypes.c_int,
+     [ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, _c_int32_p]),
+    ("nsajit_sparse_mla_workspace_bytes", ctypes.c_int,
+     [ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_size_t)]),
+    ("nsajit_fp8_kv_quantize_defaults", Fp8KvQuantizeArgs, []),
+    ("nsajit_fp8_kv_quantize", ctypes.c_int, [ctypes.POINTER(Fp8KvQuantizeArgs), ctypes.c_void_p]),
+    ("nsajit_fp8_kv_gather_defaults", Fp8KvGatherArgs, []),
+    ("nsajit_fp8_kv_gather", ctypes.c_int, [ctypes.POINTER(Fp8KvGatherArgs), ctypes.c_void_p]),
+    ("nsajit_kernel_spec_defaults", KernelSpec, []),
+    ("nsajit_precompile", ctypes.c_int, [ctypes.POINTER(KernelSpec), ctypes.POINTER(KernelRecord)]),
+    ("nsajit_cache_dir", ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    ("nsajit_nvrtc_version", ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    ("nsajit_generate_source", ctypes.c_int,
+     [ctypes.POINTER(KernelSpec), ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    ("nsajit_kernel_name", ctypes.c_int,
+     [ctypes.POINTER(KernelSpec), ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    ("nsajit_jit_record_count", ctypes.c_int, [ctypes.POINTER(ctypes.c_size_t)]),
+    ("nsajit_jit_record", ctypes.c_int, [ctypes.c_size_t, ctypes.POINTER(KernelRecord)]),
+]
+
+_lock = threading.Lock()
+_lib = None
+_lib_path = None
+
+
+def _candidates():
+    here = Path(__file__).resolve().parent
+    dirs = []
+    try:
+        from . import _build_info  # written by setup.py when installed from a source checkout
+
+        dirs += [Path(d) for d in _build_info.SOURCE_BUILD_DIRS]
+    except ImportError:
+        pass
+    dirs.append(here.parent.parent / "build")  # imported from python/ of a source checkout
+    for prefix in dict.fromkeys([sys.prefix, sys.base_prefix, "/usr/local", "/opt/nsajit"]):
+        dirs += [Path(prefix) / "lib", Path(prefix) / "lib64"]
+    for d in dirs:
+        for name in ("libnsajit.so", "libnsajit.so.0"):
+            p = d / name
+            if p.is_file():
+                yield str(p)
+    yield "libnsajit.so.0"  # the dynamic loader's search path
+    yield "libnsajit.so"
+
+
+def _bind(lib):
+    for name, restype, argtypes in _SIGNATURES:
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    abi = lib.nsajit_abi_version()
+    if abi != ABI_VERSION:
+        raise ImportError(f"nsajit: the library's C ABI version is {abi}; this package needs {ABI_VERSION}")
+    return lib
+
+
+def library():
+    """The loaded libnsajit (ctypes.CDLL); loads it on first use."""
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        explicit = os.environ.get("NSAJIT_LIBRARY")
+        tried = []
+        for path in [explicit] if explicit else _candidates():
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                tried.append(f"{path}: {e}")
+                continue
+            _lib = _bind(lib)
+            _lib_path = path
+            return _lib
+        raise ImportError(
+            "nsajit: libnsajit.so not found (set NSAJIT_LIBRARY to its path, or build the source tree "
+            "with CMake, or install it with cmake --install). Tried:\n  " + "\n  ".join(tried))
+
+
+def library_path():
+    library()
+    return _lib_path
+
+
+def check(status):
+    """Raises the exception of a failed status with the thread's message."""
+    if status == OK:
+        return
+    lib = library()
+    message = lib.nsajit_last_error().decode("utf-8", "replace")
+    name = lib.nsajit_status_name(status).decode()
+    raise _ERRORS.get(status, NsajitError)(message or name)
+
+
+def text(fn, *args):
+    """Calls a buffer-convention function (…, char* buffer, size_t capacity, size_t* needed)."""
+    needed = ctypes.c_size_t(0)
+    status = fn(*args, None, 0, ctypes.byref(needed))
+    if status not in (OK, ERROR_BUFFER_TOO_SMALL):
+        check(status)
+    buf = ctypes.create_string_buffer(needed.value)
+    check(fn(*args, buf, needed.value, ctypes.byref(needed)))
+    return buf.value.decode("utf-8", "replace")

@@ -1,0 +1,143 @@
+"""CPU part: import without torch, the ctypes mirror of nsajit.h, C ABI error paths, argument
+validation (the torch checks run when torch is installed; a CPU build is enough)."""
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import nsajit
+from nsajit import _lib
+
+
+def test_import_without_torch_and_no_torch_until_a_tensor_call():
+    code = textwrap.dedent("""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch" or name.startswith("torch."):
+                    raise ImportError("torch blocked by the test")
+        sys.meta_path.insert(0, Block())
+        import nsajit, nsajit.compat.sgl_kernel, nsajit.compat.sglang_nsa, nsajit.compat.flash_mla
+        assert nsajit.abi_version() == 1
+        assert "torch" not in sys.modules
+        print(nsajit.kernel_name("topk", topk=2048, arch="sm_90a"))
+        try:
+            nsajit.topk(None, None)
+        except ImportError as e:
+            print("import error:", e)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    assert "topk" in r.stdout
+    assert "import error: torch blocked" in r.stdout
+
+
+def test_structs_match_the_c_header():
+    lib = nsajit.library()
+    for fn, cls in [(lib.nsajit_topk_defaults, _lib.TopkArgs),
+                    (lib.nsajit_index_transform_defaults, _lib.IndexTransformArgs),
+                    (lib.nsajit_sparse_mla_defaults, _lib.SparseMlaArgs),
+                    (lib.nsajit_fp8_kv_quantize_defaults, _lib.Fp8KvQuantizeArgs),
+                    (lib.nsajit_fp8_kv_gather_defaults, _lib.Fp8KvGatherArgs),
+                    (lib.nsajit_kernel_spec_defaults, _lib.KernelSpec)]:
+        d = fn()
+        assert d.struct_size == ctypes.sizeof(cls), cls.__name__
+    t = lib.nsajit_topk_defaults()
+    assert (t.topk, t.page_size, t.next_n) == (2048, 1, 1)
+    m = lib.nsajit_sparse_mla_defaults()
+    assert (m.kv_row_stride, m.h_q, m.topk, m.page_size, m.next_n) == (576, 16, 2048, 1, 1)
+
+
+def _status(fn, args):
+    return fn(ctypes.byref(args), None), nsajit.library().nsajit_last_error().decode()
+
+
+def test_c_abi_error_paths_through_ctypes():
+    lib = nsajit.library()
+    assert lib.nsajit_topk(None, None) == _lib.ERROR_INVALID_ARGUMENT
+    assert "argument args = null" in lib.nsajit_last_error().decode()
+    args = _lib.TopkArgs(topk=100, rows=1, width=8)
+    status, message = _status(lib.nsajit_topk, args)
+    assert status == _lib.ERROR_INVALID_ARGUMENT
+    assert "argument topk = 100" in message and "multiple of 64" in message
+    args = _lib.TopkArgs(topk=2048, rows=1, width=8, scores=0x10000, lengths=0x10000, out=0x10003)
+    status, message = _status(lib.nsajit_topk, args)
+    assert status == _lib.ERROR_INVALID_ARGUMENT and "argument out = 0x10003" in message and "aligned" in message
+    args.struct_size = 3
+    status, message = _status(lib.nsajit_topk, args)
+    assert status == _lib.ERROR_INVALID_ARGUMENT and "struct_size = 3" in message
+    m = _lib.SparseMlaArgs(rows=1, h_q=16, topk=2048, sm_scale=float("nan"), next_n=1, kv_row_stride=576, page_size=1)
+    status, message = _status(lib.nsajit_sparse_mla_decode, m)
+    assert status == _lib.ERROR_INVALID_ARGUMENT and "argument sm_scale = nan" in message
+    q = _lib.Fp8KvQuantizeArgs(kv_row_stride=576, page_size=64, scale_fmt=9)
+    status, message = _status(lib.nsajit_fp8_kv_quantize, q)
+    assert status == _lib.ERROR_INVALID_ARGUMENT and "argument scale_fmt = 9" in message
+    # A successful call clears the thread's message.
+    assert nsajit.cache_dir()
+    assert lib.nsajit_last_error().decode() == ""
+
+
+def test_errors_map_to_python_exceptions():
+    with pytest.raises(nsajit.InvalidArgument, match="topk") as e:
+        nsajit.kernel_name("topk", topk=100, arch="sm_90a")
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(ValueError, match="family"):
+        nsajit.precompile("attention")
+    with pytest.raises(ValueError, match="arch"):
+        nsajit.kernel_name("topk", arch="sm_x")
+    with pytest.raises(nsajit.InvalidArgument, match="h_q"):
+        nsajit.sparse_mla_num_splits(1, 12, 2048, 4)
+    assert nsajit.sparse_mla_num_splits(1, 16, 2048, 4) == 4
+    assert nsajit.sparse_mla_workspace_bytes(2, 16, 2048, 4) == 4 * 2 * 16 * 514 * 4
+
+
+def test_names_sources_records():
+    assert nsajit.kernel_name("sparse_mla_decode", h_q=16, kv_dtype="fp8", arch="sm_90a").startswith("sparse_mla.h16")
+    src = nsajit.generate_source("index_transform", topk=2048, page_size=64, arch="sm_90a")
+    assert len(src) > 1000
+    assert isinstance(nsajit.jit_records(), list)
+    assert nsajit.version() == nsajit.__version__
+    assert nsajit.nvrtc_version().count(".") == 1
+
+
+def test_library_lookup_honours_nsajit_library():
+    code = "import nsajit; nsajit.library()"
+    env = dict(os.environ, NSAJIT_LIBRARY="/nonexistent/libnsajit.so")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode != 0 and "/nonexistent/libnsajit.so" in r.stderr and "NSAJIT_LIBRARY" in r.stderr
+
+
+# ---- argument validation with torch tensors (CPU tensors are enough: checks come first) ----
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def test_tensor_checks_name_the_argument():
+    torch = _torch()
+    scores = torch.zeros(2, 128)
+    with pytest.raises(ValueError, match="argument scores is on device cpu"):
+        nsajit.topk(scores, torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(TypeError, match="argument scores has dtype float16"):
+        nsajit.topk(scores.half(), torch.zeros(2, dtype=torch.int32))
+    from nsajit.compat.sgl_kernel import fast_topk_v2
+    with pytest.raises(TypeError, match="argument score is a list"):
+        fast_topk_v2([[1.0]], torch.zeros(1, dtype=torch.int32), 2048)
+    with pytest.raises(TypeError, match="argument q has dtype float32"):
+        nsajit.sparse_mla(torch.zeros(1, 16, 576), None, None, 0.5)
+    from nsajit.compat import flash_mla, sglang_nsa
+    with pytest.raises(NotImplementedError, match="indices"):
+        flash_mla.flash_mla_with_kvcache(None, None, None, None, 512, None)
+    with pytest.raises(NotImplementedError, match="extra_k_cache"):
+        flash_mla.flash_mla_with_kvcache(None, None, None, None, 512, None, indices=1, extra_k_cache=1)
+    with pytest.raises(NotImplementedError, match="head_dim_v"):
+        flash_mla.flash_mla_with_kvcache(None, None, None, None, 256, None, indices=1)
+    with pytest.raises(NotImplementedError, match="group_size"):
+        sglang_nsa.dequantize_k_cache_paged(None, None, group_size=64)
+    with pytest.raises(TypeError, match="argument cache_k"):
+        sglang_nsa.quantize_k_cache(torch.zeros(1, 64, 1, 576))
+    meta, splits = flash_mla.get_mla_metadata()
+    assert splits is None and isinstance(meta, flash_mla.FlashMLASchedMeta)

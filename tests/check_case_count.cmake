@@ -1,0 +1,16 @@
+# check_case_count.cmake — fails unless ctest holds exactly one entry per doctest case
+# (`nsajit_tests --count`); each entry itself fails unless it runs exactly one case.
+execute_process(COMMAND "${TEST_EXECUTABLE}" --count --no-intro=true OUTPUT_VARIABLE counted RESULT_VARIABLE r1)
+execute_process(COMMAND "${CTEST}" --test-dir "${BUILD_DIR}" -N -L "^doctest_case$" OUTPUT_VARIABLE listed RESULT_VARIABLE r2)
+if(NOT r1 EQUAL 0 OR NOT counted MATCHES "passing the current filters: ([0-9]+)")
+  message(FATAL_ERROR "${TEST_EXECUTABLE} --count failed (${r1}):\n${counted}")
+endif()
+set(cases ${CMAKE_MATCH_1})
+if(NOT r2 EQUAL 0 OR NOT listed MATCHES "Total Tests: ([0-9]+)")
+  message(FATAL_ERROR "ctest -N failed (${r2}):\n${listed}")
+endif()
+set(entries ${CMAKE_MATCH_1})
+if(NOT cases EQUAL entries)
+  message(FATAL_ERROR "ctest has ${entries} doctest entries but nsajit_tests --count lists ${cases} cases")
+endif()
+message(STATUS "ctest runs each of the ${cases} doctest cases once")

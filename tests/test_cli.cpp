@@ -1,0 +1,234 @@
+// test_cli.cpp — the nsajit tool as a user runs it: exit codes of every subcommand, strict config
+// files, arch checks, messages that name the source of a bad value, and `run` without a GPU.
+// The tool runs with CUDA_VISIBLE_DEVICES="" so that these hold on a GPU machine too.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tests/process_helpers.hpp"
+#include "tests/test_dirs.hpp"
+
+#ifdef NSAJIT_CLI_PATH
+
+namespace {
+
+struct Result {
+  int code = -1;       // exit status; -1: killed (timeout or signal)
+  std::string output;  // stdout and stderr together
+};
+
+// Runs the tool with `args` in a fresh cache directory (or `cache_dir`), extra environment
+// `env` ("NAME=value"), and a timeout.
+Result run_tool(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+              const std::string& cache_dir = "", int timeout_s = 120) {
+  nsajit::test::TempDir out_dir("cli");
+  const std::string own_cache = out_dir.path() + "/cache";
+  const std::string out_path = out_dir.path() + "/out";
+  // Everything the child needs is built here: between fork and exec only async-signal-safe calls.
+  std::vector<std::string> environment{"CUDA_VISIBLE_DEVICES=",
+                                       "NSAJIT_CACHE_DIR=" + (cache_dir.empty() ? own_cache : cache_dir)};
+  environment.insert(environment.end(), env.begin(), env.end());
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    bool replaced = false;
+    for (const std::string& mine : environment)
+      replaced = replaced || entry.substr(0, entry.find('=') + 1) == mine.substr(0, mine.find('=') + 1);
+    if (!replaced) environment.push_back(entry);
+  }
+  std::vector<char*> envp;
+  for (std::string& e : environment) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> words{NSAJIT_CLI_PATH};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execve(NSAJIT_CLI_PATH, argv.data(), envp.data());
+    _exit(127);
+  }
+  Result r;
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      FAIL_CHECK("nsajit did not finish within " << timeout_s << " s");
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (WIFEXITED(status)) r.code = WEXITSTATUS(status);
+  std::ifstream in(out_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  r.output = text.str();
+  return r;
+}
+
+bool has(const Result& r, const std::string& text) { return r.output.find(text) != std::string::npos; }
+
+// A config file with `content` in a temporary directory.
+struct ConfigFile {
+  nsajit::test::TempDir dir{"config"};
+  std::string path;
+  explicit ConfigFile(const std::string& content) : path(dir.path() + "/config.json") {
+    std::ofstream(path) << content;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("nsajit CLI: usage errors exit 2 and name the subcommand, flag or value") {
+  Result r = run_tool({"bogus"});
+  CHECK(r.code == 2);
+  CHECK(has(r, "unknown subcommand \"bogus\""));
+  r = run_tool({});
+  CHECK(r.code == 2);
+  r = run_tool({"run", "--no-such-flag"});
+  CHECK(r.code == 2);  // a CLI11 parse error maps to 2
+  CHECK(has(r, "--no-such-flag"));
+  r = run_tool({"run", "--tp", "0"});
+  CHECK(r.code == 2);
+  CHECK(has(r, "--tp"));
+  r = run_tool({"run", "--tp", "3"});  // in range for the flag, but not a divisor of 128
+  CHECK(r.code == 2);
+  CHECK(has(r, "tp = 3 (from the flag --tp)"));
+  r = run_tool({"precompile", "--config", "/nonexistent/nsajit.json"});
+  CHECK(r.code == 2);
+  CHECK(has(r, "/nonexistent/nsajit.json"));
+  r = run_tool({"bench"});
+  CHECK(r.code == 2);
+  r = run_tool({"bench", "attention"});
+  CHECK(r.code == 2);
+  r = run_tool({"help", "bogus"});
+  CHECK(r.code == 2);
+  CHECK(has(r, "bogus"));
+}
+
+TEST_CASE("nsajit CLI: help, --help and --version of every subcommand exit 0") {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"help"}, {"--help"}, {"help", "run"}, {"run", "--help"}, {"precompile", "--help"}, {"bench", "--help"}}) {
+    const Result r = run_tool(args);
+    INFO(args.front() << " " << args.back() << ":\n" << r.output);
+    CHECK(r.code == 0);
+    CHECK(has(r, "nsajit"));
+  }
+  const Result help = run_tool({"--help"});
+  for (const char* code : {"0 ok", "1 a check", "2 bad usage", "3 no GPU"}) CHECK(has(help, code));
+  CHECK(has(run_tool({"help", "run"}), "--require-gpu"));
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"--version"}, {"run", "--version"}, {"precompile", "--version"}, {"bench", "--version"},
+           {"help", "--version"}}) {
+    const Result r = run_tool(args);
+    INFO(args.front() << ":\n" << r.output);
+    CHECK(r.code == 0);
+    CHECK(has(r, "nsajit 0."));
+    CHECK(has(r, "NVRTC 1"));
+    CHECK(has(r, "CUDA driver "));  // a version, or "not available (...)" without libcuda or a device
+  }
+}
+
+TEST_CASE("nsajit CLI: --arch is range-checked and checked against NVRTC before compiling") {
+  Result r = run_tool({"precompile", "--arch", "sm_4294967386"});  // wraps to 90 in 32 bits
+  CHECK(r.code == 2);
+  CHECK(has(r, "--arch sm_4294967386"));
+  CHECK_FALSE(has(r, "compiled"));
+  r = run_tool({"precompile", "--arch", "sm_90f"});  // no such target: 'f' starts at sm_100
+  CHECK(r.code == 2);
+  CHECK(has(r, "--arch sm_90f"));
+  CHECK(has(r, "sm_90"));
+  CHECK(has(r, "supports"));
+  CHECK_FALSE(has(r, "NVRTC compilation"));
+  r = run_tool({"run", "--arch", "sm_80"});
+  CHECK(r.code == 2);
+  CHECK(has(r, "--arch sm_80"));
+}
+
+TEST_CASE("nsajit CLI: config files are strict (trailing text, duplicate keys) and errors name file, line and key") {
+  {
+    const ConfigFile f(R"({"tp": 8} x)");
+    const Result r = run_tool({"precompile", "--config", f.path});
+    CHECK(r.code == 2);
+    CHECK(has(r, f.path));
+    CHECK(has(r, "line 1"));
+  }
+  {
+    const ConfigFile f("{\n  \"tp\": 1,\n  \"tp\": 8\n}\n");
+    const Result r = run_tool({"precompile", "--config", f.path});
+    CHECK(r.code == 2);
+    CHECK(has(r, f.path));
+    CHECK(has(r, "line 3"));
+    CHECK(has(r, "duplicate key \"tp\""));
+  }
+  {
+    const ConfigFile f(R"({"batch": 8, "nested": {"a": 1, "a": 2}})");
+    const Result r = run_tool({"precompile", "--config", f.path});
+    CHECK(r.code == 2);
+    CHECK(has(r, "duplicate key \"a\""));
+  }
+  {
+    const ConfigFile f(R"({"tp": 3})");
+    const Result r = run_tool({"precompile", "--config", f.path});
+    CHECK(r.code == 2);
+    CHECK(has(r, "tp = 3 (from file " + f.path + ", key \"tp\")"));
+  }
+  {
+    const ConfigFile f(R"({"tp": 2.5})");
+    const Result r = run_tool({"precompile", "--config", f.path});
+    CHECK(r.code == 2);
+    CHECK(has(r, f.path));
+    CHECK(has(r, "\"tp\""));
+  }
+}
+
+TEST_CASE("nsajit CLI: a config whose host buffers cannot be allocated is refused up front, naming the bytes") {
+  const ConfigFile f(R"({"batch": 4096, "min_context": 1048576, "max_context": 1048576})");
+  const Result r = run_tool({"run", "--config", f.path});
+  CHECK(r.code == 2);
+  CHECK(has(r, "bytes"));
+  CHECK(has(r, "host memory"));
+  CHECK_FALSE(has(r, "compiled"));
+}
+
+TEST_CASE("nsajit CLI: bench and run --require-gpu exit 3 without a GPU; bad NSAJIT_* values warn once") {
+  Result r = run_tool({"bench", "topk", "--no-baseline"});
+  CHECK(r.code == 3);
+  CHECK(has(r, "no GPU"));
+  r = run_tool({"run", "--require-gpu"}, {"NSAJIT_PDL=garbage", "NSAJIT_CACHE_LOCK_TIMEOUT=soon"});
+  CHECK(r.code == 3);
+  CHECK(has(r, "nothing was checked"));
+  CHECK(nsajit::test::count_of(r.output, "NSAJIT_PDL=\"garbage\"") == 1);
+  CHECK(has(r, "[0, 1]"));
+  CHECK(nsajit::test::count_of(r.output, "NSAJIT_CACHE_LOCK_TIMEOUT=\"soon\"") == 1);
+}
+
+TEST_CASE("nsajit CLI: precompile exits 0; run without a GPU compiles, says nothing was checked and exits 0") {
+  const nsajit::test::TempDir cache("cli-cache");
+  Result r = run_tool({"precompile", "--tp", "8"}, {}, cache, 300);
+  INFO(r.output);
+  CHECK(r.code == 0);
+  r = run_tool({"run", "--tp", "8"}, {}, cache, 300);
+  CHECK(r.code == 0);
+  CHECK(has(r, "NOTHING WAS CHECKED"));
+  CHECK(has(r, "disk-cache hit"));
+  CHECK_FALSE(has(r, "all checks passed"));
+}
+
+#endif  // NSAJIT_CLI_PATH
