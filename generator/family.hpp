@@ -1,9 +1,8 @@
 // family.hpp — what the generator and runtime need to know about one kernel family.
 //
-// Each family supplies one FamilyTraits in generator/families/<family>.cpp: its template, the
-// compile-time constants a spec turns into, its defaults and checks, and its launch geometry.
-// Adding a family = one template in templates/, one traits file here, one launch file in runtime/,
-// a CPU reference in reference/ and tests (docs/ARCHITECTURE.md).
+// Each family supplies one FamilyTraits in families/<family>/traits.cpp: its template, the
+// compile-time constants a spec turns into, its defaults and checks, and its dynamic shared memory.
+// Adding a family: the checklist in docs/ARCHITECTURE.md.
 #pragma once
 
 #include <string>
@@ -30,6 +29,7 @@ enum SpecField : unsigned {
   uses_heads_per_cta = 1u << 6,
   uses_fused_transform = 1u << 7,
   uses_sorted = 1u << 8,
+  uses_kernel_variant = 1u << 9,  // tile.kernel and tile.producer_warps
 };
 
 struct FamilyTraits {
@@ -37,7 +37,8 @@ struct FamilyTraits {
   unsigned used_fields;         // SpecField bits
   const char* name;             // "topk": spec text, readable names, template file stem
   const char* kernel_entry;     // extern "C" __global__ function of the template
-  std::string_view (*template_source)();  // the embedded templates/<name>.cuh
+  // The template file of the spec's kernel (e.g. "topk.cuh"); it #includes what it uses.
+  std::string_view (*template_file)(const KernelSpec& spec);
   // Fills tile fields left at 0 with the family's defaults.
   void (*fill_default_tile)(KernelSpec& spec);
   // Throws InvalidArgument for a value of a used field (or topk/threads) the family does not

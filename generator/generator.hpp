@@ -8,9 +8,9 @@
 namespace nsajit {
 
 // The source of `spec` (validated, default tile filled): a comment naming the spec, one #define
-// per compile-time constant, then templates/kernel_params.h, templates/device_common.cuh and the
-// family's template, concatenated. No #include remains, so NVRTC needs no include path and no
-// toolkit header. Byte-identical for equal specs.
+// per compile-time constant, then the family's template with every #include "<file>" replaced by
+// that embedded template (each once, depth first). No #include remains, so NVRTC needs no include
+// path and no toolkit header. Byte-identical for equal specs.
 std::string render_source(const KernelSpec& spec);
 
 }  // namespace nsajit

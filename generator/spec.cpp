@@ -30,6 +30,15 @@ std::string to_string(KvDtype d) {
   return fmt::format("KvDtype({})", int(d));
 }
 
+std::string to_string(MlaKernel k) {
+  switch (k) {
+    case MlaKernel::automatic: return "automatic";
+    case MlaKernel::mma_sync: return "mma_sync";
+    case MlaKernel::wgmma: return "wgmma";
+  }
+  return fmt::format("MlaKernel({})", int(k));
+}
+
 std::string to_string(Arch a) {
   return a.suffix ? fmt::format("sm_{}{}", a.sm, a.suffix) : fmt::format("sm_{}", a.sm);
 }
@@ -75,6 +84,8 @@ void validate(const KernelSpec& spec) {
   unused(uses_next_n, "next_n", spec.next_n, defaults.next_n);
   unused(uses_block_tokens, "block_tokens", spec.tile.block_tokens, defaults.tile.block_tokens);
   unused(uses_heads_per_cta, "heads_per_cta", spec.tile.heads_per_cta, defaults.tile.heads_per_cta);
+  unused(uses_kernel_variant, "kernel", int(spec.tile.kernel), int(defaults.tile.kernel));
+  unused(uses_kernel_variant, "producer_warps", spec.tile.producer_warps, defaults.tile.producer_warps);
   unused(uses_fused_transform, "fused_transform", spec.fused_transform, defaults.fused_transform);
   unused(uses_sorted, "sorted", spec.sorted, defaults.sorted);
   if (spec.tile.threads <= 0 || spec.tile.threads > 1024 || spec.tile.threads % 32 != 0)
@@ -91,18 +102,19 @@ void validate(const KernelSpec& spec) {
 std::string canonical_text(const KernelSpec& s) {
   return fmt::format(
       "family={} h_q={} topk={} page_size={} mode={} kv_dtype={} next_n={} fused_transform={} sorted={} "
-      "threads={} block_tokens={} heads_per_cta={} arch={}",
+      "threads={} block_tokens={} heads_per_cta={} kernel={} producer_warps={} arch={}",
       to_string(s.family), s.h_q, s.topk, s.page_size, to_string(s.mode), to_string(s.kv_dtype),
       s.next_n, int(s.fused_transform), int(s.sorted), s.tile.threads, s.tile.block_tokens,
-      s.tile.heads_per_cta, to_string(s.arch));
+      s.tile.heads_per_cta, to_string(s.tile.kernel), s.tile.producer_warps, to_string(s.arch));
 }
 
 std::string readable_name(const KernelSpec& spec) {
   const KernelSpec s = with_default_tile(spec);
-  std::string name = traits(s.family).readable_stem(s);
-  // A non-default tile config is part of the kernel's identity; defaults stay out of the name.
-  // (The default may depend on the arch: sparse MLA's wgmma kernel is sm_90a only; and on the KV
-  // dtype: its mma.sync kernel's producer warps differ for bf16 and FP8.)
+  const FamilyTraits& t = traits(s.family);
+  std::string name = t.readable_stem(s);
+  // A family with named variants names them in its stem; elsewhere a non-default tile is part of
+  // the kernel's identity and defaults stay out of the name.
+  if (t.used_fields & uses_kernel_variant) return name + "." + to_string(s.arch);
   KernelSpec base;
   base.family = s.family;
   base.h_q = s.h_q;
@@ -133,6 +145,8 @@ std::size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
   mix(s.tile.threads);
   mix(s.tile.block_tokens);
   mix(s.tile.heads_per_cta);
+  mix(int(s.tile.kernel));
+  mix(s.tile.producer_warps);
   mix(s.arch.sm);
   mix(s.arch.suffix);
   return h;

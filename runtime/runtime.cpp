@@ -238,7 +238,6 @@ const LoadedKernel& kernel(const KernelSpec& spec) {
     CUmodule module = nullptr;
     NSAJIT_CU(cuModuleLoadData, &module, cubin->data());  // modules live as long as the context
     auto loaded = std::make_shared<LoadedKernel>();
-    loaded->spec = spec;
     NSAJIT_CU(cuModuleGetFunction, &loaded->function, module, t.kernel_entry);
     if (const unsigned smem = t.max_dynamic_smem(spec); smem > 0)
       NSAJIT_CU(cuFuncSetAttribute, loaded->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem));

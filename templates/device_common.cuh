@@ -5,6 +5,7 @@
 // written out. NVRTC provides the CUDA builtins (threadIdx, __syncthreads, __shfl_*_sync,
 // atomics, math functions) without includes.
 #pragma once
+#include "kernel_params.h"
 
 typedef unsigned char uint8_t;
 typedef unsigned short uint16_t;
@@ -95,6 +96,20 @@ NSAJIT_DEVICE void mbar_wait(uint32_t bar, uint32_t parity) {
                  : "memory");
 }
 
+// ---- shared memory and barriers --------------------------------------------------------------------
+NSAJIT_DEVICE float neg_inf() { return __uint_as_float(0xff800000u); }
+NSAJIT_DEVICE float pos_inf() { return __uint_as_float(0x7f800000u); }
+
+// The 32-bit shared-memory address of a generic pointer into shared memory.
+NSAJIT_DEVICE uint32_t smem_u32(const void* p) {
+  uint32_t a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// Named barrier `id` (1..15; 0 is __syncthreads) of `threads` threads.
+NSAJIT_DEVICE void bar_sync(int id, int threads) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory"); }
+
 // ---- FP8 e4m3 and the 656-byte FP8 KV token (§4) ----------------------------------------------
 // e4m3 (OCP E4M3FN, torch.float8_e4m3fn): 1 sign, 4 exponent (bias 7), 3 mantissa bits; no
 // infinities; S.1111.111 (0x7f / 0xff) is NaN; largest finite ±448 (0x7e); subnormals m * 2^-9.
@@ -104,7 +119,7 @@ NSAJIT_DEVICE void mbar_wait(uint32_t bar, uint32_t parity) {
 // scales, scale t covers dims [128t, 128t + 128); [528, 656) 64 bf16 rope dims 512..575.
 // Dequantized latent dim d = bf16(e4m3_to_float(byte d) * scale[d / 128]); rope dims as stored.
 
-constexpr int fp8_kv_token_bytes = 656;
+constexpr int fp8_kv_token_bytes = kFp8KvTokenBytes;
 constexpr int fp8_kv_latent_dims = 512;
 constexpr int fp8_kv_rope_dims = 64;
 constexpr int fp8_kv_tile_dims = 128;      // dims per scale
@@ -241,7 +256,7 @@ NSAJIT_DEVICE int find_request(const int* cu, int n, int r) {
 // not a slot in [0, num_slots) (§3: -1 and every other out-of-range value are invalid).
 // A kernel that loads an index a tile before it uses it keeps the raw entry (load_index_raw) and
 // checks it where it uses it (valid_index): checked at once, the load's latency stalls the thread
-// right there, and the load is not ahead at all (docs/notes/sparse_mla.md, session 19).
+// right there, and the load is not ahead at all.
 NSAJIT_DEVICE int load_index_raw(const int* idx_row, int j, int n) { return j < n ? __ldg(idx_row + j) : -1; }
 NSAJIT_DEVICE int valid_index(int raw, long long num_slots) {
   return (raw >= 0 && (long long)raw < num_slots) ? raw : -1;

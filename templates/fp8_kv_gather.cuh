@@ -5,6 +5,7 @@
 // [16l, 16l + 16) = bf16(e4m3 * scale[tile]) (fp8_kv_dequant16) and rope dims 512 + 2l, 513 + 2l
 // copied as raw bits. A slot outside [0, num_slots) gives an all-zero row; the cache is not read.
 // Every output element of the n rows is written. Bit-exact with reference/fp8_kv_cache.cpp.
+#include "device_common.cuh"
 
 #ifndef NSAJIT_PAGE_SIZE
 #error "NSAJIT_PAGE_SIZE must be defined"

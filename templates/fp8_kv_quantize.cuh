@@ -10,6 +10,7 @@
 //   scale_fmt 0 (fp32):  scale = max(amax / 448, FLT_MIN)
 //   scale_fmt 1 (ue8m0): scale = 2^ceil(log2(max(amax / 448, 1e-4f))), exact (from the bits)
 // NSAJIT_PAGE_SIZE (tokens per page) is a compile-time constant, so slot / P and slot % P are cheap.
+#include "device_common.cuh"
 
 #ifndef NSAJIT_PAGE_SIZE
 #error "NSAJIT_PAGE_SIZE must be defined"

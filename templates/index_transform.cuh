@@ -1,6 +1,7 @@
 // index_transform.cuh — §1: raw top-k positions -> KV-cache slots (or -1), one CTA per row of
 // NSAJIT_TOPK indices; every output element is written. The transform itself (modes, validity,
 // slot arithmetic) is templates/kv_slot_transform.cuh, shared with the fused top-k.
+#include "kv_slot_transform.cuh"
 
 #ifndef NSAJIT_TOPK
 #error "NSAJIT_TOPK must be defined"

@@ -5,6 +5,18 @@
 // takes its block by value as its single parameter.
 #pragma once
 
+// Shared-memory plans are evaluated on both sides (NVRTC's JIT mode rejects unannotated functions).
+#ifdef __CUDACC__
+#define NSAJIT_HOST_DEVICE __host__ __device__
+#else
+#define NSAJIT_HOST_DEVICE
+#endif
+
+// ---- DeepSeek-V3.2 MLA shapes (docs/nsa-semantics.md, "Model constants") ----
+constexpr int kMlaDimQK = 576;       // d_qk: kv_lora_rank 512 latent dims + 64 rope dims
+constexpr int kMlaDimV = 512;        // d_v = kv_lora_rank: V is the latent part of the KV row
+constexpr int kFp8KvTokenBytes = 656;  // §4: 512 e4m3 + 4 fp32 scales + 64 bf16 rope
+
 struct IndexTransformParams {
   const int* topk_indices;          // [rows, topk]
   int* out;                         // [rows, topk]
@@ -30,6 +42,12 @@ struct IndexTransformParams {
 #define NSAJIT_TOPK_MSG_BINS 32
 #define NSAJIT_TOPK_MSG_KEYS (NSAJIT_TOPK_MSG_HEADER + NSAJIT_TOPK_MSG_BINS)
 
+// Dynamic shared memory a top-k launch may use: with ~12.5 KB of static shared memory the total
+// stays under sm_90's 227 KB per block.
+#ifndef __CUDACC__
+constexpr unsigned kTopkMaxDynamicSmem = 215040;
+#endif
+
 struct TopkParams {
   const float* scores;         // [rows, width]
   long long score_row_stride;  // elements
@@ -44,7 +62,7 @@ struct TopkParams {
   int resident_vecs;           // the slice's first resident_vecs 16-byte vectors are kept as keys in
                                // dynamic shared memory; the rest is re-read from global memory
   int phase;                   // 0: select (+ transform); 1 (sorted specs): sort each row, transform
-  // Dynamic shared memory of the select phase, offsets in 4-byte words (runtime/topk.cpp):
+  // Dynamic shared memory of the select phase, offsets in 4-byte words (families/topk/heuristics.cpp):
   int hist_offset;             // first-digit histogram, 4096 words; later the candidate overflow list
   int slots_offset;            // per-thread candidate slots, 4096 words
   int cand_offset;             // C > 1: the cluster-wide candidate list, cand_capacity words
@@ -83,6 +101,39 @@ struct TopkParams {
   const int* offsets;               // ragged: [rows]
   int num_requests;
 };
+
+// ---- Sparse MLA shared-memory plans (bytes of dynamic shared memory of one CTA), used by the
+// family's traits for the launch and static_asserted by each kernel against its own layout.
+
+// The wgmma kernel: q + two KV tiles of nine 8 KB swizzled subtiles, P_lo 8 KB, validity flags
+// 512 B, alpha and 1/l 256 B each, 64 B of mbarriers, + 1 KB to align the base to the 128-byte
+// swizzle's 1 KB period.
+NSAJIT_HOST_DEVICE constexpr unsigned sparse_mla_wgmma_smem_bytes() {
+  return 3u * 9u * 8192u + 8192u + 512u + 256u + 256u + 64u + 1024u;
+}
+
+// The mma_sync kernel of `threads` (256, or 320 / 512 with producer warps). bf16 tiles are bulk
+// copies into rows padded to 1168 bytes (validity flag in the padding); FP8: one bf16 tile + raw
+// staging of 656-byte tokens (1 tile at 64 heads, else 2), with producer warps two bf16 tiles + 1
+// staging tile.
+NSAJIT_HOST_DEVICE constexpr unsigned sparse_mla_mma_sync_smem_bytes(int block_tokens, int heads_per_cta, int threads, bool fp8) {
+  const unsigned tokens = unsigned(block_tokens);
+  const unsigned mma_rows = heads_per_cta < 16 ? 16u : unsigned(heads_per_cta);
+  const unsigned heads_per_warp = mma_rows >= 32 ? 32u : 16u;
+  const bool producers = threads == 320 || threads == 512;
+  const unsigned mma_warps = producers ? 8u : unsigned(threads / 32);
+  const unsigned warps_per_head_group = mma_warps / (mma_rows / heads_per_warp);
+  const unsigned staging_tiles = fp8 ? (producers || heads_per_cta == 64 ? 1u : 2u) : 0u;
+  const unsigned kv = (fp8 && !producers ? 1u : 2u) * tokens * (fp8 ? 1152u : 1168u) + staging_tiles * tokens * 656u;
+  const unsigned q = mma_rows * 576u * 2u;
+  const unsigned p = mma_rows * tokens * 2u;
+  const unsigned row_exchange = warps_per_head_group * mma_rows * 4u;
+  // QK split over the dims (8 warps per head group): the second half's S.
+  const unsigned s_exchange = warps_per_head_group == 8 ? 4u * (heads_per_warp / 16u) * 2u * 4u * 32u * 4u : 0u;
+  const unsigned valid = !fp8 ? 0u : (!producers ? (1u + staging_tiles) : 2u) * tokens * 4u;
+  const unsigned mbarriers = fp8 ? (producers ? 96u : 8u * staging_tiles) : 0u;
+  return kv + q + p + row_exchange + s_exchange + valid + mbarriers;
+}
 
 struct SparseMlaDecodeParams {
   const unsigned short* q;         // bf16 [rows, h_q, 576]

@@ -8,6 +8,7 @@
 // slot = page_table[b, idx / P] * P + idx % P in 64 bits, stored as int32; a negative page-table
 // entry gives -1. P = NSAJIT_PAGE_SIZE is a compile-time constant, so / and % are cheap for any P.
 #pragma once
+#include "device_common.cuh"
 
 #ifndef NSAJIT_PAGE_SIZE
 #define NSAJIT_PAGE_SIZE 1
@@ -51,9 +52,7 @@ NSAJIT_DEVICE KvSlotRow kv_slot_row(const Params& p, int r) {
 }
 
 // Without branches: a branch around the table read made the compiler issue the reads of an
-// unrolled caller one after another, each waiting for the previous one's use (SASS of the top-k
-// dense rows' fused output, 4096 x 4097..8192: four dependent L2 round trips per batch of four
-// slots; docs/notes/topk.md run 41). A predicated read lets it issue them all before the first use.
+// unrolled caller one after another, each waiting for the previous one's use. A predicated read lets it issue them all before the first use.
 NSAJIT_DEVICE int kv_slot(const KvSlotRow& row, int idx) {
 #if NSAJIT_MODE == 2
   return idx >= 0 ? int(uint32_t(idx) + uint32_t(row.offset)) : -1;  // unsigned: wraps, no UB

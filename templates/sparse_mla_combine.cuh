@@ -8,13 +8,13 @@
 // (a fixed shuffle tree for L, ascending splits for out), so the result is deterministic for a
 // given number of splits.
 // grid = (rows, h_q); NSAJIT_THREADS (128) threads, each owning 4 output dims; num_splits <= 64.
-// A CTA reads only num_splits x 2 KB, so at many splits latency bounds it (at 4 splits, reading
-// the partials: ncu, session 26): every load that does not depend on another is issued before
+// A CTA reads only num_splits x 2 KB, so latency bounds it: every load that does not depend on another is issued before
 // the first is used. Warp 0 reads the splits' lse and max (two per lane) while every thread
 // already loads its dims of the first kPreload partials.
-// Launched as a programmatic dependent of the split kernel on sm_90+ (runtime/sparse_mla_decode.cpp):
+// Launched as a programmatic dependent of the split kernel on sm_90+ (families/sparse_mla/launch.cpp):
 // it waits for that grid (griddepcontrol.wait, a no-op otherwise) before any memory access.
 #pragma once
+#include "device_common.cuh"
 
 extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS)
 nsajit_sparse_mla_combine(const SparseMlaCombineParams p) {
@@ -29,12 +29,12 @@ nsajit_sparse_mla_combine(const SparseMlaCombineParams p) {
   const int ns = p.num_splits;
   const float ninf = __uint_as_float(0xff800000u);
   const int d = threadIdx.x * 4;
-  const float* o_head = p.o_part + head * 512 + d;
+  const float* o_head = p.o_part + head * kMlaDimV + d;
 
   float4 v[kPreload];
 #pragma unroll
   for (int s = 0; s < kPreload; ++s)
-    if (s < ns) v[s] = __ldg(reinterpret_cast<const float4*>(o_head + s * stride * 512));
+    if (s < ns) v[s] = __ldg(reinterpret_cast<const float4*>(o_head + s * stride * kMlaDimV));
 
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
@@ -67,7 +67,7 @@ nsajit_sparse_mla_combine(const SparseMlaCombineParams p) {
   __syncthreads();
 
   const float total = total_s;
-  unsigned short* out = p.out + head * 512 + d;
+  unsigned short* out = p.out + head * kMlaDimV + d;
   if (total == ninf) {  // no valid token anywhere
     *reinterpret_cast<uint2*>(out) = make_uint2(0u, 0u);
     if (threadIdx.x == 0) {
@@ -81,7 +81,7 @@ nsajit_sparse_mla_combine(const SparseMlaCombineParams p) {
     if (s0 > 0) {
 #pragma unroll
       for (int s = 0; s < kPreload; ++s)
-        if (s0 + s < ns) v[s] = __ldg(reinterpret_cast<const float4*>(o_head + (s0 + s) * stride * 512));
+        if (s0 + s < ns) v[s] = __ldg(reinterpret_cast<const float4*>(o_head + (s0 + s) * stride * kMlaDimV));
     }
 #pragma unroll
     for (int s = 0; s < kPreload; ++s) {

@@ -1,11 +1,11 @@
 // sparse_mla_wgmma.cuh — sparse MLA attention (§3) on Hopper warpgroup MMA (wgmma, sm_90a), bf16
-// or FP8 (656-byte, §4) KV, optional split-KV. Selected by NSAJIT_WGMMA (spec tile threads 384, or
-// 512 for FP8 at 64 heads per CTA; the default at 64 heads per CTA on sm_90a); the mma.sync kernel in
-// sparse_mla_decode.cuh serves the other specs. Same contract and outputs as that kernel (see its
+// or FP8 (656-byte, §4) KV, optional split-KV. Spec tile.kernel = wgmma (producer_warps 4, FP8: 8;
+// the default at 64 heads per CTA on sm_90a); the mma_sync kernel in sparse_mla_mma_sync.cuh
+// serves the other specs. Same contract and outputs as that kernel (see its
 // header), and the same workspace format.
 //
-// CTA = one query row x HB = min(H_Q, 64) heads; the MMA M dimension is always 64 rows (fewer
-// heads: the rows past HB hold zero q and are never written out; the kernels of 8-32 heads are
+// CTA = one query row x HEADS_PER_CTA = min(H_Q, 64) heads; the MMA M dimension is always 64 rows (fewer
+// heads: the rows past HEADS_PER_CTA hold zero q and are never written out; the kernels of 8-32 heads are
 // memory-bound, so the padding costs tensor time that is free there).
 // 384 threads = 3 warpgroups (FP8 512: 4, two producers), 1 CTA per SM:
 //   WG0 (warps 0-3, 240 / 200 / 224 registers with bf16 / FP8 at 384 / FP8 at 512 threads):
@@ -35,34 +35,31 @@
 // its PV is done: before waiting for the next tile if that has not landed, else after issuing
 // the next tile's QK (which then queues behind the PV).
 #pragma once
+#include "device_common.cuh"
 
-#if NSAJIT_WGMMA
 namespace mla {
 
-constexpr int kDimQK = 576;
-constexpr int kDimV = 512;
-constexpr int kFp8Bytes = 656;
+constexpr int kDimQK = kMlaDimQK;
+constexpr int kDimV = kMlaDimV;
+constexpr int kFp8Bytes = kFp8KvTokenBytes;
 constexpr int H_Q = NSAJIT_H_Q;
 constexpr int TOPK = NSAJIT_TOPK;
-constexpr int HB = NSAJIT_HEADS_PER_CTA;
+constexpr int HEADS_PER_CTA = NSAJIT_HEADS_PER_CTA;
 constexpr bool FP8 = NSAJIT_KV_FP8 != 0;
-constexpr int BT = NSAJIT_BLOCK_TOKENS;
+constexpr int TILE_TOKENS = NSAJIT_BLOCK_TOKENS;
 // Producer threads: one warpgroup, or two for FP8 at 512 threads (the default at 64 heads): the
-// dequantisation then issues from two warps per scheduler (H200: FP8 64/128-head 0 to -4 %).
+// dequantisation then issues from two warps per scheduler.
 constexpr int PRODUCERS = NSAJIT_THREADS - 256;
-constexpr int TPT = PRODUCERS / 64;  // producer threads per token of a tile
-constexpr int TPT_LOG2 = TPT == 4 ? 2 : 1;
+constexpr int THREADS_PER_TOKEN = PRODUCERS / 64;  // producer threads per token of a tile
+constexpr int THREADS_PER_TOKEN_LOG2 = THREADS_PER_TOKEN == 4 ? 2 : 1;
 // 512 threads cap ptxas at 128 registers a thread for every instruction (setmaxnreg raises a
 // warpgroup's budget at run time, not that cap), below the ~158 one m64n256 wgmma with its 128
 // accumulators needs: the PV then runs as two m64n128 halves.
 constexpr bool PV_N128 = NSAJIT_THREADS == 512;
-// WG0's PV: SS (P from shared memory, no P registers: FP8 at 384 threads, where the producer
-// takes them) or RS (P from registers).
-constexpr bool PV0_SS = FP8 && NSAJIT_THREADS == 384;
-static_assert((NSAJIT_THREADS == 384 || (FP8 && NSAJIT_THREADS == 512)) && BT == 64,
-              "wgmma kernel: 384 threads (FP8: or 512), 64-token tiles");
-static_assert(HB == 8 || HB == 16 || HB == 32 || HB == 64, "HEADS_PER_CTA: 8, 16, 32 or 64");
-static_assert(H_Q % HB == 0 && TOPK % BT == 0, "H_Q / TOPK");
+static_assert((FP8 ? NSAJIT_THREADS == 512 : NSAJIT_THREADS == 384) && TILE_TOKENS == 64,
+              "wgmma kernel: 384 threads (FP8: 512), 64-token tiles");
+static_assert(HEADS_PER_CTA == 8 || HEADS_PER_CTA == 16 || HEADS_PER_CTA == 32 || HEADS_PER_CTA == 64, "HEADS_PER_CTA: 8, 16, 32 or 64");
+static_assert(H_Q % HEADS_PER_CTA == 0 && TOPK % TILE_TOKENS == 0, "H_Q / TOPK");
 
 constexpr uint32_t SUB = 8192;                   // [64 rows][128 B] swizzled subtile
 constexpr uint32_t TILE = 9 * SUB;               // [64][576] bf16
@@ -75,46 +72,35 @@ constexpr uint32_t OFF_INVL = OFF_ALPHA + 256;   // [64] float
 constexpr uint32_t OFF_BAR = OFF_INVL + 256;     // full[2], empty[2], q_full
 constexpr uint32_t LAYOUT_BYTES = OFF_BAR + 64;
 constexpr uint32_t SMEM_BYTES = LAYOUT_BYTES + 1024;  // slack to align the base to 1024 bytes
+static_assert(SMEM_BYTES == sparse_mla_wgmma_smem_bytes(), "the layout must match the plan (kernel_params.h)");
 static_assert(SMEM_BYTES == NSAJIT_DYNAMIC_SMEM, "host and kernel disagree on shared memory size");
 
 // Register budgets (setmaxnreg): 128 x (P + W0 + W1) = 64512 = 384 x 168, the launch allocation
 // (__launch_bounds__(384, 1) caps ptxas at 168; at 512 threads 128 x (2 P + W0 + W1) = 512 x 128):
 // what the decreasing warpgroups release is what the increasing ones take. A count below the
-// launch cap must use setmaxnreg.dec (.inc to a lower count is an illegal instruction: FP8's WG1 at
-// 384 threads).
+// launch cap must use setmaxnreg.dec (.inc to a lower count is an illegal instruction).
 constexpr int REG_LAUNCH = NSAJIT_THREADS == 512 ? 128 : 168;
-// FP8 at 384 threads: the producer's registers buy instruction-level parallelism (H200, 64-head
-// FP8: 120 vs 112 -4 %, 144 vs 120 -3 %); WG0 gives them up: its PV reads P from shared memory, so
-// it holds no P registers, and 200 is the least it then holds without spilling (192 spills).
-// FP8 at 512 threads: 64 a producer thread (a quarter token's 8 chunks), WG0 224 with P in
-// registers; WG1 below 160 serialises its wgmmas (C7512) in both forms.
-constexpr int REG_PRODUCER = PV_N128 ? 64 : FP8 ? 144 : 56;
-constexpr int REG_WG0 = PV_N128 ? 224 : FP8 ? 200 : 240;
+// FP8 (512 threads): 64 a producer thread (a quarter token's 8 chunks), WG0 224 with P in
+// registers; WG1 below 160 serialises its wgmmas (C7512).
+constexpr int REG_PRODUCER = PV_N128 ? 64 : 56;
+constexpr int REG_WG0 = PV_N128 ? 224 : 240;
 constexpr int REG_WG1 = FP8 ? 160 : 208;
 static_assert(PRODUCERS / 128 * REG_PRODUCER + REG_WG0 + REG_WG1 == NSAJIT_THREADS / 128 * REG_LAUNCH,
               "setmaxnreg budgets must balance");
 
-enum : int { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPILOGUE = 3, BAR_WG0_VOTE = 4, BAR_WG0_P = 5 };
+enum : int { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPILOGUE = 3, BAR_WG0_VOTE = 4 };
 
-NSAJIT_DEVICE float neg_inf() { return __uint_as_float(0xff800000u); }
-NSAJIT_DEVICE float pos_inf() { return __uint_as_float(0x7f800000u); }
 
 struct alignas(8) f32x2 {
   float x, y;
 };
 
-NSAJIT_DEVICE uint32_t smem_u32(const void* p) {
-  uint32_t a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
 // Byte offset of 16-byte chunk c (0..7) of row r in a swizzled subtile.
 NSAJIT_DEVICE uint32_t swz(int r, int c) { return uint32_t(r) * 128u + (uint32_t(c ^ (r & 7)) << 4); }
 
 // 16-byte cp.async; src_bytes 0 zero-fills the destination and reads nothing. No L2::256B
 // prefetch-size hint: the rows are gathered at random, so the other half of a hinted 256-byte
-// block is a line of some other row, seldom read (H200, prefill and decode b128: 3 % fewer DRAM
-// bytes without the hint, docs/notes/sparse_mla.md experiment 48).
+// block is a line of some other row, seldom read.
 NSAJIT_DEVICE void cp_async_16_zfill(uint32_t saddr, const void* gmem, uint32_t src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(saddr), "l"(gmem), "r"(src_bytes)
                : "memory");
@@ -141,7 +127,6 @@ NSAJIT_DEVICE void set_max_regs() {
   if constexpr (REGS > REG_LAUNCH) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS));
   else if constexpr (REGS < REG_LAUNCH) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));
 }
-NSAJIT_DEVICE void bar_sync(int id, int threads) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory"); }
 // Non-blocking: has the phase of parity `parity` completed?
 NSAJIT_DEVICE bool mbar_test(uint32_t bar, uint32_t parity) {
   uint32_t done;
@@ -306,7 +291,7 @@ NSAJIT_DEVICE void store_o(const SparseMlaDecodeParams& p, const float (&o)[128]
   for (int hh = 0; hh < 2; ++hh) {
     const int r = hh ? r1 : r0;
     const float inv = hh ? inv1 : inv0;
-    if (r >= HB) continue;  // padding row
+    if (r >= HEADS_PER_CTA) continue;  // padding row
     const long long head = row * H_Q + head0 + r;
     if (!partial) {
       unsigned short* out = p.out + head * kDimV + dim0 + 2 * t4;
@@ -314,8 +299,8 @@ NSAJIT_DEVICE void store_o(const SparseMlaDecodeParams& p, const float (&o)[128]
       for (int j = 0; j < 32; ++j)
         *reinterpret_cast<uint32_t*>(out + 8 * j) = pack_bf16x2_rn(o[4 * j + 2 * hh] * inv, o[4 * j + 2 * hh + 1] * inv);
     } else {
-      const long long ph_ = (long long)split * p.rows * H_Q + head;
-      float* out = p.o_part + ph_ * kDimV + dim0 + 2 * t4;
+      const long long part_row = (long long)split * p.rows * H_Q + head;
+      float* out = p.o_part + part_row * kDimV + dim0 + 2 * t4;
 #pragma unroll
       for (int j = 0; j < 32; ++j)
         *reinterpret_cast<f32x2*>(out + 8 * j) = f32x2{o[4 * j + 2 * hh] * inv, o[4 * j + 2 * hh + 1] * inv};
@@ -326,7 +311,7 @@ NSAJIT_DEVICE void store_o(const SparseMlaDecodeParams& p, const float (&o)[128]
 }  // namespace mla
 
 extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1)
-nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
+nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   using namespace mla;
   // A split-KV launch is followed by the combine, launched as a programmatic dependent: allow it
   // to launch now rather than when the last CTA exits (it waits for this grid's completion and
@@ -347,19 +332,19 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 
   const int tid = threadIdx.x;
   const int wg = tid >> 7;
-  // blockIdx.x = row * (H_Q / HB) + head group: the CTAs of one row run side by side, so the
+  // blockIdx.x = row * (H_Q / HEADS_PER_CTA) + head group: the CTAs of one row run side by side, so the
   // second one's gathers hit L2 (grid x allows 2^31 - 1 CTAs).
-  const long long row = blockIdx.x / (H_Q / HB);
-  const int head0 = int(blockIdx.x % (H_Q / HB)) * HB;
+  const long long row = blockIdx.x / (H_Q / HEADS_PER_CTA);
+  const int head0 = int(blockIdx.x % (H_Q / HEADS_PER_CTA)) * HEADS_PER_CTA;
   const int split = blockIdx.z;
   const int num_splits = gridDim.z;
 
   // ---- tile range of this split
   int n = TOPK;
   if (p.topk_length != nullptr) n = min(max(__ldg(p.topk_length + row), 0), TOPK);
-  const int tiles = (n + BT - 1) / BT;
-  const int tb = (int)((long long)tiles * split / num_splits);
-  const int te = (int)((long long)tiles * (split + 1) / num_splits);
+  const int tiles = (n + TILE_TOKENS - 1) / TILE_TOKENS;
+  const int tile_begin = (int)((long long)tiles * split / num_splits);
+  const int tile_end = (int)((long long)tiles * (split + 1) / num_splits);
   const int* idx_row = p.indices + row * TOPK;
 
   if (tid == 0) {
@@ -386,24 +371,24 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       for (int i = 0; i < 64 / QSTEP; ++i) {
         const int r = grp + QSTEP * i;
 #pragma unroll
-        for (int s = 0; s < 9; ++s)  // rows past HB: zero-filled
-          cp_async_16_zfill(s_q + s * SUB + swz(r, ch), r < HB ? q_g + r * kDimQK + s * 64 + ch * 8 : q_g, r < HB ? 16u : 0u);
+        for (int s = 0; s < 9; ++s)  // rows past HEADS_PER_CTA: zero-filled
+          cp_async_16_zfill(s_q + s * SUB + swz(r, ch), r < HEADS_PER_CTA ? q_g + r * kDimQK + s * 64 + ch * 8 : q_g, r < HEADS_PER_CTA ? 16u : 0u);
       }
     }
-    auto prefetch_raw = [&](int tile) { return tile < te ? load_index_raw(idx_row, tile * BT + (pt >> TPT_LOG2), n) : -1; };
-    // The index entries of tile tb and of the first two prefetches, all loaded (after the q
+    auto prefetch_raw = [&](int tile) { return tile < tile_end ? load_index_raw(idx_row, tile * TILE_TOKENS + (pt >> THREADS_PER_TOKEN_LOG2), n) : -1; };
+    // The index entries of tile tile_begin and of the first two prefetches, all loaded (after the q
     // copies, which wait for nothing) before anything waits for one: after a launch they come
     // from DRAM, and loaded one after another they put three round trips before the first tile's
     // copies (a split-KV CTA runs 2-8 tiles).
-    const int raw1 = prefetch_raw(tb + 1), raw2 = prefetch_raw(tb + 2);
-    // Raw entries of tile tb (bf16: this thread's four rows; FP8: its token), checked at use.
+    const int raw1 = prefetch_raw(tile_begin + 1), raw2 = prefetch_raw(tile_begin + 2);
+    // Raw entries of tile tile_begin (bf16: this thread's four rows; FP8: its token), checked at use.
     [[maybe_unused]] int first_raw[4] = {-1, -1, -1, -1};
     if constexpr (!FP8) {
       const int grp = pt >> 3;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) first_raw[i] = tb < te ? load_index_raw(idx_row, tb * BT + grp + 16 * i, n) : -1;
+      for (int i = 0; i < 4; ++i) first_raw[i] = tile_begin < tile_end ? load_index_raw(idx_row, tile_begin * TILE_TOKENS + grp + 16 * i, n) : -1;
     } else {
-      first_raw[0] = prefetch_raw(tb);
+      first_raw[0] = prefetch_raw(tile_begin);
     }
     // FP8: the first byte of slot idx's 656-byte token (page idx / page_size, row idx % page_size;
     // by shifts for a power-of-two page size: a division is ~20 instructions on the producer's path).
@@ -419,14 +404,14 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     // memory, so without it a tile's copies wait a full DRAM latency.
     // `raw`: the token's index entry, loaded a tile earlier (load_index_raw), checked here.
     auto prefetch_tile = [&](int tile, int raw) {
-      if (tile >= te) return;
+      if (tile >= tile_end) return;
       // Two CTAs a row (h_q 128 at 64 heads per CTA): they run side by side and read the same
       // rows; each prefetches every other tile (the sibling's lines are in L2 by then).
-      if (H_Q / HB == 2 && (tile & 1) != head0 / HB) return;
+      if (H_Q / HEADS_PER_CTA == 2 && (tile & 1) != head0 / HEADS_PER_CTA) return;
       const int idx = valid_index(raw, p.num_slots);
       if constexpr (FP8) {
-        // Threads (token pt / TPT, h = pt % TPT): the lines holding the token's bytes at offsets
-        // 128 k, k % TPT == h, every line of the token: the token starts 16-byte
+        // Threads (token pt / THREADS_PER_TOKEN, h = pt % THREADS_PER_TOKEN): the lines holding the token's bytes at offsets
+        // 128 k, k % THREADS_PER_TOKEN == h, every line of the token: the token starts 16-byte
         // aligned (kv and the page stride are), so the line of offset 640 holds byte 655.
         // Per-thread line prefetches: a bulk prefetch takes a warp-uniform address, so the
         // compiler runs one per lane in a serial loop. The loop is not unrolled: unrolled, ptxas
@@ -434,7 +419,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         if (idx < 0) return;
         const unsigned char* base = token_bytes(idx);
 #pragma unroll 1
-        for (int o = 128 * (pt & (TPT - 1)); o < kFp8Bytes; o += 128 * TPT) prefetch_l2_line(base + o);
+        for (int o = 128 * (pt & (THREADS_PER_TOKEN - 1)); o < kFp8Bytes; o += 128 * THREADS_PER_TOKEN) prefetch_l2_line(base + o);
       } else {  // the same pairs over the 1152-byte row
         if (idx < 0) return;
         const char* base = reinterpret_cast<const char*>(p.kv + (long long)idx * p.kv_row_stride);
@@ -442,7 +427,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         for (int o = 128 * (pt & 1); o < 2 * kDimQK + 127; o += 256) prefetch_l2_line(base + min(o, 2 * kDimQK - 1));
       }
     };
-    prefetch_tile(tb + 1, raw1);
+    prefetch_tile(tile_begin + 1, raw1);
     if constexpr (!FP8) {
       // bf16: the same (group, chunk) mapping: rows grp + 16 i (one swizzle phase per thread),
       // 16-byte chunk ch of each of the nine 128-byte column blocks.
@@ -451,10 +436,9 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       int cur[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) cur[i] = valid_index(first_raw[i], p.num_slots);
-      for (int t = tb; t < te; ++t) {
-        const int k = t - tb, b = k & 1;
-        // bf16: the prefetch's index loaded and checked here (loaded a tile ahead and checked at
-        // use, as FP8 does below, the 64-head bf16 shapes ran 0.3-1.6 % slower: session 19).
+      for (int t = tile_begin; t < tile_end; ++t) {
+        const int k = t - tile_begin, b = k & 1;
+        // bf16: the prefetch's index loaded and checked here (checking at use, as FP8 does, is slower).
         prefetch_tile(t + 2, k == 0 ? raw2 : prefetch_raw(t + 2));
         if (k >= 2) mbar_wait(bar_empty + 8 * b, uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + uint32_t(b) * TILE;
@@ -462,7 +446,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         for (int i = 0; i < 4; ++i) {
           const int r = grp + 16 * i;
           const bool ok = cur[i] >= 0;
-          if (ch == 0) valid_s[b * BT + r] = ok;
+          if (ch == 0) valid_s[b * TILE_TOKENS + r] = ok;
           const bf16_t* src = ok ? p.kv + (long long)cur[i] * p.kv_row_stride + ch * 8 : p.q;
           const uint32_t bytes = ok ? 16u : 0u;
 #pragma unroll
@@ -470,7 +454,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          cur[i] = t + 1 < te ? load_index(idx_row, (t + 1) * BT + grp + 16 * i, n, p.num_slots) : -1;
+          cur[i] = t + 1 < tile_end ? load_index(idx_row, (t + 1) * TILE_TOKENS + grp + 16 * i, n, p.num_slots) : -1;
         // Not waiting for the copies: the next tile's are issued as soon as its buffer is free,
         // so two tiles can be in flight. The consumers fence the async proxy after their wait.
         cp_async_arrive_noinc(bar_full + 8 * b);
@@ -479,47 +463,47 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       cp_async_wait_all();  // no copy may outlive the CTA
       // Nor may an arrival they trigger: with no tile nobody waits for bar_q, and the copies having
       // landed does not mean their arrivals on it have happened.
-      if (te == tb) mbar_wait(bar_q, 0);
+      if (tile_end == tile_begin) mbar_wait(bar_q, 0);
     } else {
-      // FP8: thread = (token pt / TPT, part h = pt % TPT), TPT = 2 (384 threads) or 4 (512); part h
-      // handles the 16-byte fp8 chunks TPT j + h (j < 32 / TPT) and rope chunks TPT j + h (j < 8 /
-      // TPT), so the TPT threads of a token read 16 TPT contiguous bytes. The rope (bf16 already)
+      // FP8: thread = (token pt / THREADS_PER_TOKEN, part h = pt % THREADS_PER_TOKEN), THREADS_PER_TOKEN = 2 (384 threads) or 4 (512); part h
+      // handles the 16-byte fp8 chunks THREADS_PER_TOKEN j + h (j < 32 / THREADS_PER_TOKEN) and rope chunks THREADS_PER_TOKEN j + h (j < 8 /
+      // THREADS_PER_TOKEN), so the THREADS_PER_TOKEN threads of a token read 16 THREADS_PER_TOKEN contiguous bytes. The rope (bf16 already)
       // goes by cp.async straight into the tile: no registers, which the dequantisation uses for
       // instruction-level parallelism instead.
-      constexpr int NCH = 32 / TPT;  // fp8 chunks a thread
-      const int tok = pt >> TPT_LOG2, h = pt & (TPT - 1);
+      constexpr int NCH = 32 / THREADS_PER_TOKEN;  // fp8 chunks a thread
+      const int tok = pt >> THREADS_PER_TOKEN_LOG2, h = pt & (THREADS_PER_TOKEN - 1);
       bool q_pending = true;  // bar_q: arrived with the first tile
-      // FP8: the index entries a tile ahead of their use, checked there (h64 b64 n1 fp8 -8 %).
+      // FP8: the index entries a tile ahead of their use, checked there (hides the load's latency).
       int cur = first_raw[0];
       int pf = raw2;  // the prefetch's, one tile ahead of it
-      for (int t = tb; t < te; ++t) {
-        const int k = t - tb, b = k & 1;
+      for (int t = tile_begin; t < tile_end; ++t) {
+        const int k = t - tile_begin, b = k & 1;
         const int idx = valid_index(cur, p.num_slots);
         const bool ok = idx >= 0;
         u32x4 f[NCH], sc = {0u, 0u, 0u, 0u};
         const unsigned char* base = ok ? token_bytes(idx) : nullptr;
         if (ok) {
 #pragma unroll
-          for (int j = 0; j < NCH; ++j) f[j] = ld_global_nc_16(base + 16 * (TPT * j + h));
+          for (int j = 0; j < NCH; ++j) f[j] = ld_global_nc_16(base + 16 * (THREADS_PER_TOKEN * j + h));
           sc = ld_global_nc_16(base + 512);
         }
         // The prefetch after this tile's loads: they are in flight while it runs.
         prefetch_tile(t + 2, pf);
         pf = prefetch_raw(t + 3);
-        cur = t + 1 < te ? load_index_raw(idx_row, (t + 1) * BT + tok, n) : -1;
+        cur = t + 1 < tile_end ? load_index_raw(idx_row, (t + 1) * TILE_TOKENS + tok, n) : -1;
         if (k >= 2) mbar_wait(bar_empty + 8 * b, uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + uint32_t(b) * TILE;
-        if (h == 0) valid_s[b * BT + tok] = ok;
+        if (h == 0) valid_s[b * TILE_TOKENS + tok] = ok;
         // rope: an invalid token's is zero-filled (nothing read)
 #pragma unroll
-        for (int j = 0; j < 8 / TPT; ++j)
-          cp_async_16_zfill(dst + 8 * SUB + swz(tok, TPT * j + h), ok ? static_cast<const void*>(base + 528 + 16 * (TPT * j + h)) : p.q, ok ? 16u : 0u);
+        for (int j = 0; j < 8 / THREADS_PER_TOKEN; ++j)
+          cp_async_16_zfill(dst + 8 * SUB + swz(tok, THREADS_PER_TOKEN * j + h), ok ? static_cast<const void*>(base + 528 + 16 * (THREADS_PER_TOKEN * j + h)) : p.q, ok ? 16u : 0u);
         if (ok) {
           const float scf[4] = {__uint_as_float(sc.x), __uint_as_float(sc.y), __uint_as_float(sc.z), __uint_as_float(sc.w)};
 #pragma unroll
           for (int j = 0; j < NCH; ++j) {
-            const int kc = TPT * j + h;        // fp8 chunk: dims [16 kc, 16 kc + 16)
-            const float sf = scf[(TPT * j) >> 3];  // its 128-dim scale tile (= kc / 8)
+            const int kc = THREADS_PER_TOKEN * j + h;        // fp8 chunk: dims [16 kc, 16 kc + 16)
+            const float sf = scf[(THREADS_PER_TOKEN * j) >> 3];  // its 128-dim scale tile (= kc / 8)
             const uint32_t a = dst + uint32_t(kc >> 2) * SUB;  // column block kc / 4
             const int c0 = 2 * (kc & 3);
             u32x4 lo, hi;
@@ -531,7 +515,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
           const u32x4 z = {0u, 0u, 0u, 0u};
 #pragma unroll
           for (int j = 0; j < NCH; ++j) {
-            const int kc = TPT * j + h;
+            const int kc = THREADS_PER_TOKEN * j + h;
             const uint32_t a = dst + uint32_t(kc >> 2) * SUB;
             st_shared_16(a + swz(tok, 2 * (kc & 3)), z);
             st_shared_16(a + swz(tok, 2 * (kc & 3) + 1), z);
@@ -580,10 +564,10 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) ph[kk][e] = pl[kk][e] = 0u;
     const uint64_t dq = smem_desc(s_q, 16, 1024);
-    if (te > tb) mbar_wait(bar_q, 0);
+    if (tile_end > tile_begin) mbar_wait(bar_q, 0);
     if constexpr (!FP8) fence_proxy_async();  // q by cp.async (generic proxy) -> wgmma
-    for (int t = tb; t < te; ++t) {
-      const int k = t - tb, b = k & 1;
+    for (int t = tile_begin; t < tile_end; ++t) {
+      const int k = t - tile_begin, b = k & 1;
       const uint32_t kvb = s_base + OFF_KV + uint32_t(b) * TILE;
       // Tile t not there yet: finish PV of tile t - 1 and release its buffer before waiting, so
       // the producer can refill it now rather than after tile t has landed and QK(t) is issued.
@@ -613,16 +597,14 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       wgmma_wait<0>();
       fence_regs(s);
       fence_regs(o);
-      if constexpr (!PV0_SS) {
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          fence_regs_u(ph[kk]);
-          fence_regs_u(pl[kk]);
-        }
+      for (int kk = 0; kk < 4; ++kk) {
+        fence_regs_u(ph[kk]);
+        fence_regs_u(pl[kk]);
       }
 
       // ---- online softmax (base 2); invalid tokens -> -inf
-      const int* vf = valid_s + b * BT;
+      const int* vf = valid_s + b * TILE_TOKENS;
       float mx0 = neg_inf(), mx1 = neg_inf();
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -649,11 +631,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       m0 = mn0;
       m1 = mn1;
       // ---- P = P_hi + P_lo; P_hi (over the tile's rope columns, which QK no longer needs), P_lo
-      // and alpha to shared memory for WG1. FP8 at 384 threads stores P as it is computed (WG0's PV
-      // reads it from shared memory too, WG0's PV(t - 1) being done); otherwise WG0 keeps it in
-      // registers for its RS PV and stores it after.
+      // and alpha to shared memory for WG1; WG0 keeps P in registers for its RS PV and stores it after.
       const uint32_t sph = kvb + 8 * SUB;
-      if (PV0_SS && k > 0) bar_sync(BAR_P_FREE, 256);  // WG1 is done with the previous tile's P_lo / alpha
       float rs0 = 0.f, rs1 = 0.f;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -662,21 +641,14 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         rs0 += p0 + p1;
         rs1 += p2 + p3;
         const uint32_t h01 = pack_bf16x2_rn(p0, p1), h23 = pack_bf16x2_rn(p2, p3);
-        if constexpr (PV0_SS) {
-          st_shared_4(sph + swz(r0, j) + 4 * t4, h01);
-          st_shared_4(sph + swz(r1, j) + 4 * t4, h23);
-          st_shared_4(s_plo + swz(r0, j) + 4 * t4, pack_bf16x2_rn(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01)));
-          st_shared_4(s_plo + swz(r1, j) + 4 * t4, pack_bf16x2_rn(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23)));
-        } else {
-          ph[j >> 1][2 * (j & 1)] = h01;
-          ph[j >> 1][2 * (j & 1) + 1] = h23;
-          pl[j >> 1][2 * (j & 1)] = pack_bf16x2_rn(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01));
-          pl[j >> 1][2 * (j & 1) + 1] = pack_bf16x2_rn(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23));
-        }
+        ph[j >> 1][2 * (j & 1)] = h01;
+        ph[j >> 1][2 * (j & 1) + 1] = h23;
+        pl[j >> 1][2 * (j & 1)] = pack_bf16x2_rn(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01));
+        pl[j >> 1][2 * (j & 1) + 1] = pack_bf16x2_rn(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23));
       }
       l0 = l0 * al0 + rs0;
       l1 = l1 * al1 + rs1;
-      if constexpr (!PV0_SS) {
+      {
         if (k > 0) bar_sync(BAR_P_FREE, 256);
         // stmatrix.x4 kk: the 8x8 blocks (rows 16 w + [0, 8) / [8, 16), column chunks 2 kk and
         // 2 kk + 1), each lane giving the address of one 16-byte row: lane L that of row (L & 7) +
@@ -697,15 +669,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 
       // ---- O[:, 0:256] = alpha O + P_hi V + P_lo V (V MN-major), issued before WG1 may start
       // its PV: WG0's wgmmas enter the tensor pipe first, and WG0 reaches the next tile's QK
-      // sooner. FP8 at 384 threads: P from shared memory (SS), so that WG0 holds no P registers
-      // while its PV runs: the producer gets them (144 registers, WG0 200: FP8 -3 %; bf16 with SS
-      // +1 %).
-      if constexpr (PV0_SS) {
-        fence_proxy_async();  // P written by generic stores, read by both warpgroups' wgmmas
-        bar_sync(BAR_WG0_P, 128);
-        if (__any_sync(0xffffffffu, up0 || up1)) scale_o_rows(o, al0, al1);
-        pv_half_ss(o, smem_desc(sph, 16, 1024), smem_desc(s_plo, 16, 1024), smem_desc(kvb, 8192, 1024));
-      } else {
+      // sooner.
+      {
         if (__any_sync(0xffffffffu, up0 || up1)) scale_o_rows(o, al0, al1);
         const uint64_t dv = smem_desc(kvb, 8192, 1024);
         wgmma_fence();
@@ -722,12 +687,10 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     }
     wgmma_wait<0>();
     fence_regs(o);
-    if constexpr (!PV0_SS) {
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        fence_regs_u(ph[kk]);
-        fence_regs_u(pl[kk]);
-      }
+    for (int kk = 0; kk < 4; ++kk) {
+      fence_regs_u(ph[kk]);
+      fence_regs_u(pl[kk]);
     }
 
     // ---- row sums over the 4 lanes of a row; lse / max_logits; 1/l for WG1
@@ -741,15 +704,15 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         const int r = hh ? r1 : r0;
         const float l = hh ? l1 : l0, m = hh ? m1 : m0, mt = hh ? mt1 : mt0;
         invl_s[r] = l > 0.f ? 1.f / l : 0.f;
-        if (r >= HB) continue;  // padding row
+        if (r >= HEADS_PER_CTA) continue;  // padding row
         const long long head = row * H_Q + head0 + r;
         if (!partial) {
           p.lse[head] = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : pos_inf();
           if (p.max_logits != nullptr) p.max_logits[head] = l > 0.f ? mt * 0.6931471805599453f : neg_inf();
         } else {
-          const long long ph_ = (long long)split * rows * H_Q + head;
-          p.lse_part[ph_] = l > 0.f ? m + log2f(l) : neg_inf();
-          p.max_part[ph_] = l > 0.f ? mt : neg_inf();
+          const long long part_row = (long long)split * rows * H_Q + head;
+          p.lse_part[part_row] = l > 0.f ? m + log2f(l) : neg_inf();
+          p.max_part[part_row] = l > 0.f ? mt : neg_inf();
         }
       }
     }
@@ -761,8 +724,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
     const uint64_t dpl = smem_desc(s_plo, 16, 1024);
-    for (int t = tb; t < te; ++t) {
-      const int k = t - tb, b = k & 1;
+    for (int t = tile_begin; t < tile_end; ++t) {
+      const int k = t - tile_begin, b = k & 1;
       const uint32_t kvb = s_base + OFF_KV + uint32_t(b) * TILE;
       mbar_wait(bar_full + 8 * b, uint32_t((k >> 1) & 1));
       if constexpr (!FP8) fence_proxy_async();  // the tile by cp.async (generic proxy) -> wgmma
@@ -772,7 +735,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       pv_half_ss(o, smem_desc(kvb + 8 * SUB, 16, 1024), dpl, smem_desc(kvb + 4 * SUB, 8192, 1024));
       wgmma_wait<0>();
       fence_regs(o);
-      if (t + 1 < te) bar_arrive(BAR_P_FREE, 256);
+      if (t + 1 < tile_end) bar_arrive(BAR_P_FREE, 256);
       mbar_arrive(bar_empty + 8 * b);
     }
     bar_sync(BAR_EPILOGUE, 256);
@@ -780,4 +743,3 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   }
 
 }
-#endif  // NSAJIT_WGMMA

@@ -7,7 +7,7 @@
 //   0 < len <= topk:  0, 1, ..., len-1, then -1 (scores not read).
 //   len > topk:       exact radix select (below).
 //
-// Launch shape (chosen by runtime/topk.cpp from width and rows): grid = rows * ctas_per_row CTAs;
+// Launch shape (chosen by families/topk/heuristics.cpp from width and rows): grid = rows * ctas_per_row CTAs;
 // with ctas_per_row = C > 1 the C CTAs of a row form one thread-block cluster (sm_90) and share
 // histograms, candidates and counts through distributed shared memory. CTA c covers the positions
 // [c * slice, (c + 1) * slice) of its row. The slice is loaded once (16-byte loads) and its first
@@ -69,6 +69,13 @@
 // cluster helpers, slices), topk_radix.cuh (block-wide radix steps), topk_speculative.cuh (the
 // speculative sweep), topk_cluster_lists.cuh (the speculative cluster selection), topk_sort.cuh
 // (phase 1 of sorted specs), topk_dense.cuh (dense rows).
+#include "kv_slot_transform.cuh"
+#include "topk_common.cuh"
+#include "topk_radix.cuh"
+#include "topk_speculative.cuh"
+#include "topk_cluster_lists.cuh"
+#include "topk_sort.cuh"
+#include "topk_dense.cuh"
 
 // --- the kernel ------------------------------------------------------------------------------------
 
@@ -117,7 +124,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   s.abase = s.sp - s.head;
   s.nvec = s.n > 0 ? (s.head + s.n + 3) >> 2 : 0;
   const int resident_vecs = p.resident_vecs;
-  // Dynamic shared memory (offsets in 4-byte words, set by runtime/topk.cpp): the kept keys at 0
+  // Dynamic shared memory (offsets in 4-byte words, set by families/topk/heuristics.cpp): the kept keys at 0
   // (resident_vecs vectors), the first-digit histogram (later the overflow list of candidates),
   // the per-thread candidate slots (C > 1: first the window's cluster-wide totals; later, for dense
   // or fused rows: the staged output positions), the cluster-wide candidate list
@@ -454,7 +461,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       // and its share of the overflow list (a block scan), and writes them into every CTA's list,
       // so that every CTA refines the same keys (their order does not matter). One atomic per
       // thread with candidates (≈ 1,400 of a normal row of 131072, on one word of rank 0,
-      // serialised) cost ≈ 1.2 us of its 20 us (H200, docs/notes/topk.md run 33).
+      // serialised) is a small part of the row's time.
       const int n_over = sh.cand_local;
       if (C > 1) {
         const int mine = nslot + topk_thread_share(n_over, tid);
@@ -567,8 +574,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   // shared memory (the candidate slots, free by now; topk <= 4096 words) and write them to `out`
   // once, coalesced (and transformed when fused): a lane's positions are consecutive output
   // slots, so in a dense row each store straight to `out` would spread over the whole warp's
-  // output range (measured: 4096 rows of 4097..8192, 205 -> 192 us staged; at 28673..32768 the
-  // extra pass costs more than it saves, 516 -> 527 us). Uniform per row, so per cluster.
+  // output range; for sparse rows the extra pass costs more than it saves. Uniform per row, so per cluster.
   const bool stage = apply || 8 * NSAJIT_TOPK > len;
   // (The speculative path stages in hist0, free since its first digit: its lists use the slots.)
   int* const dst = stage ? reinterpret_cast<int*>(speculated ? hist0 : slots) : out;

@@ -3,9 +3,8 @@
 //
 // Why: the exact cluster path exchanges a window of the first-digit histogram, then the threshold
 // bin's candidates, then the CTAs' counts: five cluster barriers and remote round trips, each
-// 0.5-2 us under load (docs/notes/topk.md, runs 32 and 45). Here each CTA sends one message to
-// each CTA, by bulk copy (a few large transfers instead of hundreds of remote loads: 3 remote
-// loads a lane from every warp took 2.8 us, docs/notes/topk.md session 17).
+// slow under load. Here each CTA sends one message to each CTA, by bulk copy (a few large
+// transfers instead of hundreds of remote loads).
 //
 // How: after pass 0 each CTA lists the keys of its slice in the first-digit bins at or above its
 // `cut`: the bin of its list_rank-th largest key (list_rank ~ 1.25 times its share of topk + 16:
@@ -25,6 +24,7 @@
 // message_fill, union_count, inbox_full) it uses only warp_sum, which it writes after a cluster
 // barrier before reading it (union_count is left as it is: a CTA serves one row).
 #pragma once
+#include "topk_radix.cuh"
 
 // A message's layout: NSAJIT_TOPK_MSG_* in templates/kernel_params.h (the host plans it).
 
@@ -39,7 +39,7 @@ struct TopkClusterLists {
 };
 
 // The rank whose first-digit bin a CTA lists down to: 1.25 times its share of topk (its n of the
-// row's len scores), plus 16. runtime/topk.cpp sizes the lists for n = slice, len = width; a CTA
+// row's len scores), plus 16. families/topk/heuristics.cpp sizes the lists for n = slice, len = width; a CTA
 // of a shorter row lists more, and may overflow into the exact path. (A share by the slice
 // instead of n made the partial last slice of a row list far down, over more than 32 bins.)
 NSAJIT_DEVICE int topk_cluster_list_rank(int n, int len) {
@@ -107,9 +107,8 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
   auto listed = [&](uint32_t key) { return key >= cut_key; };
   // One pass: each warp lists its keys (and positions) in index order in its own list of
   // warp_capacity. Four rounds at a time: their loads in flight together and one scan of their
-  // counts packed in bytes (a round's warp total is at most 128), instead of a load, a scan and
-  // the stores one round after the other (1 x 131072: the listing 2.3 -> 1.9 us; it is bound by
-  // integer instruction issue, docs/notes/topk.md session 18).
+  // counts packed in bytes (a round's warp total is at most 128): the listing is bound by integer
+  // instruction issue.
   uint32_t* const warp_keys = l.warp_keys + warp * l.warp_capacity;
   int* const warp_positions = l.warp_positions + warp * l.warp_capacity;
   int warp_n = 0;
@@ -176,8 +175,7 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
     const uint32_t bar = topk_cluster_address(&sh.inbox_full, uint32_t(lane));
     const uint32_t dst = topk_cluster_address(l.inbox + rank * uint32_t(l.msg_words), uint32_t(lane));
     // Relaxed (PTX ISA 8.6): the arrival publishes no data (the copy's bytes complete the barrier
-    // themselves); the release form compiled to a MEMBAR.ALL.GPU before the remote arrive
-    // (1 x 131072: -3 %, docs/notes/topk.md session 19).
+    // themselves); the release form compiled to a MEMBAR.ALL.GPU before the remote arrive.
     asm volatile("mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                  : "memory");
     asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
@@ -248,8 +246,7 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
     if (rank == 0 && tid == 0) out[0] = -2;
     return true;
   }
-  // Every message received (waited for before exit). Relaxed: it orders no data (a release arrive
-  // cost thread 0 0.25 us, docs/notes/topk.md session 18).
+  // Every message received (waited for before exit). Relaxed: it orders no data.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
   // The union's topk-th largest key: the first digit d, then its refinement over the keys of bin d.
@@ -276,7 +273,7 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
   // part of its list's bin d (the first warp of a list adds the keys above bin d), then every warp
   // sums those of the warps of lists 0 .. rank - 1.
   int g = lane == 0 && first == 0 ? begin : 0, e = 0;
-#pragma unroll 1  // a few keys a thread: less code to fetch (1 x 131072: -4.6 % with the refinement's)
+#pragma unroll 1  // a few keys a thread: less code to fetch
   for (int j = 0; j < n_mine; ++j) {
     const uint32_t key = candidate(j);
     g += int(key > threshold);

@@ -1,9 +1,9 @@
 // topk_common.cuh — the top-k family (templates/topk.cuh), part 1: its compile-time constants,
 // order-preserving keys, cluster helpers, the fused transform's glue, slice access and the classify
-// sweep's bitmaps. The generator concatenates topk_common, topk_radix, topk_speculative,
-// topk_cluster_lists, topk_sort, topk_dense and topk.cuh, in that order
-// (generator/families/topk.cpp).
+// sweep's bitmaps. topk.cuh includes topk_common, topk_radix, topk_speculative,
+// topk_cluster_lists, topk_sort and topk_dense, in that order.
 #pragma once
+#include "kv_slot_transform.cuh"
 
 #ifndef NSAJIT_TOPK
 #error "NSAJIT_TOPK must be defined"
@@ -34,7 +34,7 @@ static_assert(NSAJIT_SORT_N >= NSAJIT_TOPK && (NSAJIT_SORT_N & (NSAJIT_SORT_N - 
 // Keys of real scores are >= 1 (NaN 1, -inf 0x007fffff); 0 marks padding.
 NSAJIT_DEVICE uint32_t topk_key(float f) {
   // Branch-free (this runs once per score), and mostly off the integer pipe, which the cluster
-  // rows' passes are short of (docs/notes/topk.md, session 18): -0.0 + 0.0 is +0.0 (round to
+  // rows' passes are short of: -0.0 + 0.0 is +0.0 (round to
   // nearest; NVRTC runs without fast math or flush-to-zero, so subnormals stay), NaN tested as a
   // float.
   const float g = f + 0.0f;

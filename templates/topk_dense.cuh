@@ -1,6 +1,7 @@
 // topk_dense.cuh — the top-k family (templates/topk.cuh), part 6: dense rows with their keys in
 // registers (one 256-thread CTA per row).
 #pragma once
+#include "topk_radix.cuh"
 
 #if NSAJIT_THREADS == 256
 // Rows of at most NSAJIT_TOPK_DENSE_VECS * 256 - 1 vectors (slices <= 9212 positions) where the plan
@@ -10,8 +11,7 @@
 // whatever the distribution). Output: the keys > T and the first take_equal keys == T in index
 // order, their slots from one block-wide scan of packed (greater | equal << 16) counts per round j
 // (index order is round j, then thread, then element). Unfused: stored straight to `out` (a warp's
-// selected keys of a round are consecutive slots; measured 0.8 % faster than staging at 4096 rows of
-// 4097..8192, docs/notes/topk.md run 44). Fused: staged in shared memory and written to `out`
+// selected keys of a round are consecutive slots, faster than staging). Fused: staged in shared memory and written to `out`
 // coalesced, the page-table reads batched.
 
 // Not inlined: its registers are allocated apart from the rest of the kernel's (inlined, the

@@ -1,6 +1,7 @@
 // topk_radix.cuh — the top-k family (templates/topk.cuh), part 2: the block's shared state and
 // the radix select's block-wide steps (bin search, digits, refinement), cluster-wide sums.
 #pragma once
+#include "topk_common.cuh"
 
 // --- shared state and block-wide steps -------------------------------------------------------------
 
@@ -48,10 +49,8 @@ NSAJIT_DEVICE uint32_t topk_find_bin(const uint32_t* h, int nbins, int k, TopkSh
   const int top = nbins - 1 - tid * per;  // the highest bin of this thread's chunk
   // The chunk's sum in a rotated order: lane L starts at bin (L * per / 32) of its chunk, so the
   // warp's 32 reads of one step fall in 32 different banks (in order, chunks `per` words apart
-  // share 32 / per banks: a 16-way conflict at 4096 bins and 256 threads; H200, 4096 rows of
-  // 28673..32768 at 512 threads: -6 %). Chunks of 4 keep the plain order: the
-  // rotation's index arithmetic cost more than 4-way conflicts in the 1024-thread cluster rows
-  // (1 x 131072: +1 %).
+  // share 32 / per banks: a 16-way conflict at 4096 bins and 256 threads). Chunks of 4 keep the
+  // plain order: the rotation's index arithmetic costs more than 4-way conflicts.
   const int rotate = per >= 32 ? lane : per >= 8 ? (lane * per) >> 5 : 0;
   int local = 0;
   if (tid < owners)

@@ -1,5 +1,6 @@
 // topk_sort.cuh — the top-k family (templates/topk.cuh), part 5: phase 1 of sorted specs.
 #pragma once
+#include "topk_common.cuh"
 
 // --- phase 1 of sorted specs: sort each row by (score desc, index asc), then transform -----------
 

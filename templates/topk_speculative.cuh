@@ -1,6 +1,7 @@
 // topk_speculative.cuh — the top-k family (templates/topk.cuh), part 3: the speculative single
 // sweep of one CTA per row (sample, bound, per-warp lists).
 #pragma once
+#include "topk_radix.cuh"
 
 // --- speculative single sweep (one CTA per row) ----------------------------------------------------
 // The exact path reads the row twice (pass 0 for the first digit, then the classify sweep). Here a
@@ -47,9 +48,7 @@ NSAJIT_DEVICE int topk_sample_rank(int samples, int n) {
 NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, const u32x4 (&head)[kTopkSweepUnroll], int round_begin,
                                          int round_end, uint32_t* hist, TopkShared& sh) {
   // Dense rows (more than 1/8 of the keys would be listed, even with every sample taken): the
-  // exact path, whose second sweep hits L2 and whose list holds only the threshold bin, is faster
-  // (measured on the H200, 4096 rows of 4097..8192: 182.2 us exact, 200.6 speculative at best;
-  // docs/notes/topk.md run 29).
+  // exact path, whose second sweep hits L2 and whose list holds only the threshold bin, is faster.
   constexpr int kMaxSamples = 2 * NSAJIT_THREADS;
   if (8 * topk_sample_rank(kMaxSamples, s.n) > kMaxSamples) return 0u;
   const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);

@@ -89,14 +89,6 @@ TEST_CASE("tight-register kernels compile without serialised wgmma, spills or st
       spec.kv_dtype = kv;
       specs.push_back(spec);
     }
-  {  // the 384-thread FP8 wgmma kernel (one producer warpgroup), no longer the default
-    KernelSpec spec;
-    spec.family = Family::sparse_mla_decode;
-    spec.h_q = 128;
-    spec.kv_dtype = KvDtype::fp8_e4m3;
-    spec.tile.threads = 384;
-    specs.push_back(spec);
-  }
   for (const int h_q : {8, 16}) {  // the mma.sync kernel with 8 FP8 producer warps: 128 registers a thread
     KernelSpec spec;
     spec.family = Family::sparse_mla_decode;

@@ -26,7 +26,7 @@
 #include "reference/bf16.hpp"
 #include "reference/fp8_kv_cache.hpp"
 #include "reference/sparse_mla.hpp"
-#include "runtime/sparse_mla_launch.hpp"
+#include "families/sparse_mla/launch.hpp"
 #include "tests/gpu_support.hpp"
 
 namespace ref = nsajit::reference;
@@ -49,6 +49,7 @@ struct Mode {
   int page_size = 64;           // fp8
   std::int64_t page_pad = 0;    // fp8: extra bytes per page (kv_page_stride = page_size * 656 + pad)
   int splits = 1;               // 1: no workspace (batch-invariant); 0: workspace, automatic; > 1 forced
+  nsajit::TileConfig tile{};    // kernel automatic: the default variant; else this one
   std::string name() const {
     return std::string(fp8 ? "fp8 ps" + std::to_string(page_size) : "bf16") + " splits " +
            (splits == 0 ? std::string("auto") : std::to_string(splits));
@@ -200,6 +201,7 @@ Result launch(const Problem& p, const Mode& m = {}, const void* kv_device = null
     a.workspace_bytes = ws_bytes;
   }
   if (run) run(a);
+  else if (m.tile.kernel != nsajit::MlaKernel::automatic) nsajit::detail::sparse_mla_decode(a, m.tile);
   else nsajit::sparse_mla_decode(a);
   return {out.download(), lse.download(), max_logits.download()};
 }
@@ -273,51 +275,48 @@ TEST_CASE("sparse_mla gpu: every h_q at topk 2048, both sm_scales, every mode") 
   }
 }
 
-// A kernel the defaults no longer pick, forced by the launch's thread-count test hook: 4 rows of
+// A kernel variant the defaults do not pick, launched through an explicit plan: 4 rows of
 // topk 2048 per (mode, h_q), seeded seed + h_q: a gap mid-row, a row with every entry invalid,
 // every third entry invalid.
 namespace {
-void check_forced_threads(int threads, std::uint32_t seed, std::initializer_list<Mode> modes,
+void check_forced_variant(nsajit::TileConfig tile, std::uint32_t seed, std::initializer_list<Mode> modes,
                           std::initializer_list<int> heads) {
-  struct ThreadsOverride {
-    explicit ThreadsOverride(int t) { nsajit::detail::set_sparse_mla_threads_override(t); }
-    ~ThreadsOverride() { nsajit::detail::set_sparse_mla_threads_override(0); }
-  } force(threads);
-  for (const Mode& m : modes) {
+  for (Mode m : modes) {
+    m.tile = tile;
     for (int h_q : heads) {
       Problem p = make_problem(4, h_q, 2048, 5000, seed + std::uint32_t(h_q));
       set_range(p, 1, 1000, 1100, -1);  // a gap mid-row
       set_range(p, 2, 0, 2048, -1);     // every entry invalid
       for (int j = 0; j < 2048; j += 3) p.indices[3 * 2048 + j] = -1;
       finalize(p, m);
-      const Result r = check(p, std::to_string(threads) + " threads, h_q " + std::to_string(h_q), m);
+      const Result r = check(p, nsajit::to_string(tile.kernel) + " + " + std::to_string(tile.producer_warps) +
+                                    " producer warps, h_q " + std::to_string(h_q), m);
       check_empty_row(r, p, 2);
     }
   }
 }
 }  // namespace
 
-// The mma.sync kernel without producer warps (256 threads): no longer the default up to 32 heads
-// (bf16 or FP8), still reached through NSAJIT_MLA_WGMMA=0 or an explicit spec.
-TEST_CASE("sparse_mla gpu: the 256-thread mma.sync kernel up to 32 heads, bf16 and FP8, splits, invalid entries") {
+// The mma.sync kernel without producer warps: the default only for FP8 at 32 heads per CTA (and
+// off sm_90a at 64), a tuning point below.
+TEST_CASE("sparse_mla gpu: the mma_sync kernel without producer warps up to 32 heads, bf16 and FP8, splits, invalid entries") {
   NSAJIT_REQUIRE_GPU();
-  check_forced_threads(256, 700,
+  check_forced_variant({.kernel = nsajit::MlaKernel::mma_sync, .producer_warps = 0}, 700,
                        {Mode{}, Mode{.splits = 3}, Mode{.splits = 0}, Mode{.fp8 = true},
                         Mode{.fp8 = true, .page_size = 1, .splits = 3}, Mode{.fp8 = true, .splits = 0}},
                        {8, 16, 32});
 }
 
-// The FP8 wgmma kernel with one producer warpgroup (384 threads, WG0's PV from shared memory):
-// the default until the 512-thread form replaced it at 64 heads per CTA; still an explicit spec.
-TEST_CASE("sparse_mla gpu: the 384-thread FP8 wgmma kernel, 64 and 128 heads, splits, invalid entries") {
+// The bf16 wgmma kernel below 64 heads per CTA (no default: 4 % slower than mma_sync at 16), a
+// tuning point.
+TEST_CASE("sparse_mla gpu: the bf16 wgmma kernel at 16 and 32 heads, splits, invalid entries") {
   NSAJIT_REQUIRE_GPU();
   if (const auto& device = nsajit::driver::current_context_info(); device.major != 9 || device.minor != 0) {
     MESSAGE("skipped: the wgmma kernel needs sm_90a");
     return;
   }
-  check_forced_threads(384, 900,
-                       {Mode{.fp8 = true}, Mode{.fp8 = true, .page_size = 1, .splits = 3}, Mode{.fp8 = true, .splits = 0}},
-                       {64, 128});
+  check_forced_variant({.kernel = nsajit::MlaKernel::wgmma, .producer_warps = 4}, 900,
+                       {Mode{}, Mode{.splits = 3}, Mode{.splits = 0}}, {16, 32});
 }
 
 TEST_CASE("sparse_mla gpu: invalid entries at the front, middle, end, whole blocks, all") {
@@ -819,11 +818,10 @@ TEST_CASE("sparse_mla args: rows = 0 launches nothing; an empty pool may be null
 TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   using nsajit::Family;
   using nsajit::KernelSpec;
-  auto spec = [](int h_q) {
-    KernelSpec s;
-    s.family = Family::sparse_mla_decode;
-    s.h_q = h_q;
-    return nsajit::with_default_tile(s);
+  using nsajit::MlaKernel;
+  using nsajit::TileConfig;
+  auto spec = [](int h_q, nsajit::KvDtype kv = nsajit::KvDtype::bf16, TileConfig tile = {}) {
+    return nsajit::with_default_tile({.family = Family::sparse_mla, .h_q = h_q, .kv_dtype = kv, .tile = tile});
   };
   auto message = [](const KernelSpec& s) {
     try {
@@ -833,77 +831,54 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
     }
     return std::string("(valid)");
   };
-  for (int h_q : {8, 16, 32, 64, 128}) CHECK(message(spec(h_q)) == "(valid)");
+  const auto fp8 = nsajit::KvDtype::fp8_e4m3;
+  for (int h_q : {8, 16, 32, 64, 128}) {
+    CHECK(message(spec(h_q)) == "(valid)");
+    CHECK(message(spec(h_q, fp8)) == "(valid)");
+  }
   CHECK(spec(8).tile.heads_per_cta == 8);
   CHECK(spec(32).tile.heads_per_cta == 32);
   CHECK(spec(128).tile.heads_per_cta == 64);
-  // 256 = the mma.sync kernel, 320 = it with two producer warps (the bf16 default up to 32 heads
-  // per CTA), 512 = it with eight FP8 producer warps (the FP8 default up to 16 heads per CTA),
-  // 384 = the wgmma kernel (sm_90a only; the default there once kWgmmaMinHeads is set); 8 heads
-  // always default to mma.sync.
-  CHECK((spec(128).tile.threads == 256 || spec(128).tile.threads == 384));
-  CHECK((spec(16).tile.threads == 320 || spec(16).tile.threads == 384));
-  CHECK(spec(8).tile.threads == 320);
-  for (int h_q : {8, 16, 32}) {
-    KernelSpec t = spec(h_q);
-    t.tile.threads = 320;
-    CHECK(message(t) == "(valid)");
-    t.kv_dtype = nsajit::KvDtype::fp8_e4m3;  // the 2 producer warps issue bf16 bulk copies only
-    CHECK(message(t).find("threads = 320") != std::string::npos);
-    t.tile.threads = 512;  // up to 16 heads per CTA (128 registers a thread)
-    if (h_q <= 16) CHECK(message(t) == "(valid)");
-    else CHECK(message(t).find("threads = 512") != std::string::npos);
-    t.tile.threads = 0;
-    CHECK(nsajit::with_default_tile(t).tile.threads == (h_q <= 16 ? 512 : 256));
-    t = spec(h_q);
-    t.tile.threads = 512;  // the 8 producer warps dequantize FP8 only
-    CHECK(message(t).find("threads = 512") != std::string::npos);
-  }
+  // Defaults on sm_90a: bf16 mma_sync + 2 producer warps up to 32 heads per CTA, FP8 mma_sync + 8
+  // up to 16 (none at 32), wgmma at 64 (FP8: two producer warpgroups).
+  CHECK(spec(16).tile.kernel == MlaKernel::mma_sync);
+  CHECK(spec(16).tile.producer_warps == 2);
+  CHECK(spec(16).tile.threads == 320);
+  CHECK(spec(16, fp8).tile.producer_warps == 8);
+  CHECK(spec(32, fp8).tile.producer_warps == 0);
+  CHECK(spec(128).tile.kernel == MlaKernel::wgmma);
+  CHECK(spec(128).tile.threads == 384);
+  CHECK(spec(128, fp8).tile.producer_warps == 8);
+  CHECK(spec(128, fp8).tile.threads == 512);
+  // The former spelling (threads alone) reads as the same variants.
+  CHECK(spec(16, fp8, {.threads = 256}).tile == spec(16, fp8, {.kernel = MlaKernel::mma_sync, .producer_warps = 0}).tile);
+  CHECK(spec(128, fp8, {.threads = 512}).tile == spec(128, fp8).tile);
+  CHECK(spec(16, nsajit::KvDtype::bf16, {.threads = 384}).tile.kernel == MlaKernel::wgmma);
+  // Variants outside their range name the field.
+  CHECK(message(spec(16, fp8, {.kernel = MlaKernel::mma_sync, .producer_warps = 2})).find("producer_warps = 2") != std::string::npos);
+  CHECK(message(spec(64, nsajit::KvDtype::bf16, {.kernel = MlaKernel::mma_sync, .producer_warps = 2})).find("producer_warps = 2") != std::string::npos);
+  CHECK(message(spec(32, fp8, {.kernel = MlaKernel::mma_sync, .producer_warps = 8})).find("producer_warps = 8") != std::string::npos);
+  CHECK(message(spec(128, fp8, {.kernel = MlaKernel::wgmma, .producer_warps = 4})).find("producer_warps = 4") != std::string::npos);
+  CHECK(message(spec(8, nsajit::KvDtype::bf16, {.kernel = MlaKernel::wgmma, .producer_warps = 4})).find("heads_per_cta = 8") != std::string::npos);
+  CHECK(message(spec(16, nsajit::KvDtype::bf16, {.kernel = MlaKernel::wgmma, .producer_warps = 4})) == "(valid)");
+  CHECK(message(spec(16, fp8, {.kernel = MlaKernel::mma_sync, .producer_warps = 0})) == "(valid)");
   {
-    KernelSpec t = spec(64);
-    t.tile.threads = 320;  // 64 heads per CTA need every register of 256 threads
-    CHECK(message(t).find("threads = 320") != std::string::npos);
-  }
-  for (int h_q : {16, 32, 64, 128})
-    for (int threads : {256, 384}) {
-      KernelSpec t = spec(h_q);
-      t.tile.threads = threads;
-      CHECK(message(t) == "(valid)");
-    }
-  for (int h_q : {64, 128}) {  // 512 at 64 heads per CTA: the FP8 wgmma kernel, its default on sm_90a
-    KernelSpec t = spec(h_q);
-    t.tile.threads = 512;
-    CHECK(message(t).find("threads = 512") != std::string::npos);  // bf16
-    t.kv_dtype = nsajit::KvDtype::fp8_e4m3;
-    CHECK(message(t) == "(valid)");
-    t.tile.threads = 0;
-    CHECK(nsajit::with_default_tile(t).tile.threads == 512);
-    t.tile.threads = 384;  // one producer warpgroup: still valid
-    CHECK(message(t) == "(valid)");
-    CHECK(nsajit::readable_name(t).find(".t384x64x64") != std::string::npos);
+    KernelSpec t = spec(16);
+    t.tile.threads = 128;  // not 256 + 32 * producer_warps
+    CHECK(message(t).find("threads = 128") != std::string::npos);
   }
   {
     KernelSpec other = spec(64);
-    other.tile.threads = 0;
+    other.tile = {};
     other.arch = nsajit::Arch{100, 'a'};
     other = nsajit::with_default_tile(other);
-    CHECK(other.tile.threads == 256);  // wgmma is sm_90a only
-    other.tile.threads = 384;
-    CHECK(message(other).find("threads = 384") != std::string::npos);
+    CHECK(other.tile.kernel == MlaKernel::mma_sync);  // wgmma is sm_90a only
+    CHECK(other.tile.threads == 256);
+    other.tile = {.threads = 384, .block_tokens = 64, .heads_per_cta = 64, .kernel = MlaKernel::wgmma, .producer_warps = 4};
+    CHECK(message(other).find("kernel = 2") != std::string::npos);
   }
   CHECK(spec(128).tile.block_tokens == 64);
   CHECK(message(spec(24)).find("h_q = 24: expected one of 8, 16, 32, 64, 128") != std::string::npos);
-  KernelSpec s;
-  s.family = Family::sparse_mla_decode;
-  s.h_q = 16;
-  s.kv_dtype = nsajit::KvDtype::fp8_e4m3;
-  s = nsajit::with_default_tile(s);
-  CHECK(s.tile.threads == 512);
-  CHECK(message(s) == "(valid)");
-  CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.sm_90a");
-  s = spec(16);
-  s.tile.threads = 128;
-  CHECK(message(s).find("threads = 128") != std::string::npos);
   KernelSpec c;
   c.family = Family::sparse_mla_combine;
   c = nsajit::with_default_tile(c);
@@ -911,7 +886,7 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   CHECK(nsajit::readable_name(c) == "sparse_mla_combine.sm_90a");
   c.h_q = 16;
   CHECK(message(c).find("h_q = 16") != std::string::npos);
-  s = spec(16);
+  KernelSpec s = spec(16);
   s.next_n = 2;  // rows are flattened: next_n is not part of this family's kernels
   CHECK(message(s).find("next_n = 2") != std::string::npos);
   CHECK(message(s).find("does not use") != std::string::npos);
@@ -921,14 +896,10 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   s = spec(16);
   s.tile.heads_per_cta = 32;
   CHECK(message(s).find("heads_per_cta = 32") != std::string::npos);  // does not divide h_q
-
-  s = spec(16);
-  CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_bf16.sm_90a");
-  s.tile = {};
-  s.kv_dtype = nsajit::KvDtype::fp8_e4m3;
-  CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.sm_90a");
-  s.tile.threads = 512;  // the default, given explicitly: the same kernel, the same name
-  CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.sm_90a");
-  s.tile.threads = 256;  // another kernel, another name
-  CHECK(nsajit::readable_name(s) == "sparse_mla_decode.h16.topk2048.kv_fp8.t256x64x16.sm_90a");
+  // Names carry the variant, defaults included.
+  CHECK(nsajit::readable_name(spec(16)) == "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_90a");
+  CHECK(nsajit::readable_name(spec(16, fp8)) == "sparse_mla.h16.topk2048.kv_fp8.mma_sync.hpc16.pw8.sm_90a");
+  CHECK(nsajit::readable_name(spec(16, fp8, {.threads = 512})) == nsajit::readable_name(spec(16, fp8)));
+  CHECK(nsajit::readable_name(spec(16, fp8, {.threads = 256})) == "sparse_mla.h16.topk2048.kv_fp8.mma_sync.hpc16.pw0.sm_90a");
+  CHECK(nsajit::readable_name(spec(128, fp8)) == "sparse_mla.h128.topk2048.kv_fp8.wgmma.hpc64.pw8.sm_90a");
 }

@@ -74,24 +74,24 @@ TEST_CASE("arch text round-trips and bad arch text is rejected") {
 }
 
 TEST_CASE("readable names are stable and carry only the fields the family uses") {
-  CHECK(readable_name(sparse(16)) == "sparse_mla_decode.h16.topk2048.kv_bf16.sm_90a");
+  CHECK(readable_name(sparse(16)) == "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_90a");
   CHECK(readable_name({.family = Family::topk}) == "topk.topk2048.sm_90a");
   CHECK(readable_name({.family = Family::index_transform, .page_size = 64}) ==
         "index_transform.decode.ps64.topk2048.sm_90a");
   KernelSpec tiled = sparse(64);
   tiled.tile.threads = 128;
-  CHECK(readable_name(tiled).find(".t128x") != std::string::npos);  // non-default tiles are named
+  CHECK(readable_name(tiled).find(".mma_sync.hpc64.pw0") != std::string::npos);  // variants are named
   CHECK(readable_name({.family = Family::topk, .tile = {.threads = 1024}}) == "topk.topk2048.t1024.sm_90a");
   KernelSpec other_arch = sparse(16);
   other_arch.arch = {100, 'a'};
-  CHECK(readable_name(other_arch) == "sparse_mla_decode.h16.topk2048.kv_bf16.sm_100a");
+  CHECK(readable_name(other_arch) == "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_100a");
 }
 
 TEST_CASE("canonical text lists every field and separates different specs") {
   const KernelSpec a = with_default_tile(sparse(16));
   const std::string text = canonical_text(a);
-  for (const char* field : {"family=sparse_mla_decode", "h_q=16", "topk=2048", "page_size=1", "mode=decode",
-                            "kv_dtype=bf16", "next_n=1", "fused_transform=0", "sorted=0", "threads=", "block_tokens=", "heads_per_cta=", "arch=sm_90a"})
+  for (const char* field : {"family=sparse_mla", "h_q=16", "topk=2048", "page_size=1", "mode=decode",
+                            "kv_dtype=bf16", "next_n=1", "fused_transform=0", "sorted=0", "threads=", "block_tokens=", "heads_per_cta=", "kernel=mma_sync", "producer_warps=2", "arch=sm_90a"})
     CHECK(text.find(field) != std::string::npos);
   CHECK(canonical_text(a) == canonical_text(with_default_tile(sparse(16))));
   CHECK(canonical_text(a) != canonical_text(with_default_tile(sparse(32))));

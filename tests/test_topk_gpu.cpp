@@ -24,7 +24,7 @@
 #include "reference/index_transform.hpp"
 #include "reference/topk.hpp"
 #include "runtime/runtime.hpp"
-#include "runtime/topk_launch.hpp"
+#include "families/topk/heuristics.hpp"
 #include "templates/kernel_params.h"
 #include "tests/gpu_support.hpp"
 #include "tests/parallel.hpp"
@@ -48,6 +48,22 @@ std::unique_ptr<DeviceBuffer<T>> device_or_null(const std::vector<T>& v) {
   return v.empty() ? nullptr : std::make_unique<DeviceBuffer<T>>(v);
 }
 
+// Scoped plan constraints of this file's launches and plans (tests of shape independence): the
+// tests pass them explicitly to nsajit::detail::topk and plan_topk_launch.
+struct LaunchOverride {
+  explicit LaunchOverride(nsajit::detail::TopkPlanConstraints o) : saved(current) { current = o; }
+  ~LaunchOverride() { current = saved; }
+  nsajit::detail::TopkPlanConstraints saved;
+  static inline nsajit::detail::TopkPlanConstraints current{};
+};
+
+nsajit::detail::TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16) {
+  return nsajit::detail::plan_topk_launch(rows, width, topk, sm_count, max_cluster, LaunchOverride::current);
+}
+
+// The dense rows' path forced as production lays it out: nothing kept in shared memory, so the
+// list of the threshold bin's keys overlaps hist0 and the staged output (keeping the slice would
+// move hist0 past the list).
 // Device copies of a problem's inputs (and of a transform's), and a poisoned output.
 struct DeviceTopk {
   explicit DeviceTopk(const ref::TopkProblem& p, const ref::TopkTransform* t = nullptr, bool sorted = false)
@@ -82,7 +98,7 @@ struct DeviceTopk {
   }
   I run() {
     out.poison();
-    nsajit::topk(args);
+    nsajit::detail::topk(args, LaunchOverride::current);
     return out.download();
   }
   DeviceBuffer<float> scores;
@@ -92,16 +108,7 @@ struct DeviceTopk {
   nsajit::TopkArgs args;
 };
 
-// Scoped launch-shape override (tests of shape independence).
-struct LaunchOverride {
-  explicit LaunchOverride(nsajit::detail::TopkLaunchOverride o) { nsajit::detail::set_topk_launch_override(o); }
-  ~LaunchOverride() { nsajit::detail::set_topk_launch_override({}); }
-};
-
-// The dense rows' path forced as production lays it out: nothing kept in shared memory, so the
-// list of the threshold bin's keys overlaps hist0 and the staged output (keeping the slice would
-// move hist0 past the list).
-const nsajit::detail::TopkLaunchOverride kDenseRows{
+const nsajit::detail::TopkPlanConstraints kDenseRows{
     .ctas_per_row = 1, .threads = 256, .force_streaming = true, .dense_registers = 1};
 
 // First differing row, with the reference's explanation, or "".
@@ -182,11 +189,10 @@ TEST_CASE("topk specs: plain, fused (every mode, page sizes, MTP), sorted, every
 }
 
 TEST_CASE("topk launch plan: regimes by width and rows") {
-  using nsajit::detail::plan_topk_launch;
   CHECK(plan_topk_launch(4096, 2048, 2048, 132).slice == 0);  // no row needs a selection
   auto p = plan_topk_launch(1, 131072, 2048, 132);
   CHECK(p.ctas_per_row == 16);  // one long row: a 16-CTA cluster of 8K slices
-  CHECK(p.threads == 512);       // 512 threads: cheaper barriers (measured)
+  CHECK(p.threads == 512);       // 512 threads: cheaper barriers (docs/design/topk.md)
   CHECK(plan_topk_launch(8, 131072, 2048, 132).threads == 1024);  // 8-CTA clusters: 1024
   CHECK(p.resident_vecs == p.slice / 4 + 1);  // kept whole
   {

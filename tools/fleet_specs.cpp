@@ -6,7 +6,7 @@
 #include <map>
 
 #include "nsajit/errors.hpp"
-#include "runtime/topk_launch.hpp"
+#include "families/topk/heuristics.hpp"
 
 namespace nsajit::tools {
 namespace {
@@ -89,7 +89,7 @@ void add_heuristic_specs(const FleetConfig& fleet, Arch arch, std::vector<FleetS
     ModelConfig c = m;
     c.tp = tp;
     for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3})
-      out.push_back(make({.family = Family::sparse_mla_decode, .h_q = c.h_q(), .topk = m.index_topk, .kv_dtype = kv},
+      out.push_back(make({.family = Family::sparse_mla, .h_q = c.h_q(), .topk = m.index_topk, .kv_dtype = kv},
                          arch, fmt::format("sparse MLA, tp {} (h_q {}), {} KV, default tile", tp, c.h_q(), to_string(kv))));
   }
   out.push_back(make({.family = Family::sparse_mla_combine}, arch, "sparse MLA split-KV combine"));

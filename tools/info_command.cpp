@@ -74,7 +74,7 @@ Subcommand add_gen_command(CLI::App& app) {
   auto arch = std::make_shared<std::string>("sm_90a");
   CLI::App* cmd = app.add_subcommand("gen", "print the generated CUDA source of a kernel");
   cmd->add_option("spec", *spec,
-                  "the kernel: readable name (e.g. sparse_mla_decode.h16.topk2048.kv_bf16.sm_90a) or canonical "
+                  "the kernel: readable name (e.g. sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_90a) or canonical "
                   "text (e.g. \"family=topk topk=2048 arch=sm_90a\")")
       ->required();
   cmd->add_option("--arch", *arch, "arch of canonical text without arch= (default sm_90a)");

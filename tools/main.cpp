@@ -24,7 +24,7 @@ const char* const kFooter =
     "Exit codes: 0 ok; 1 a check, kernel, compile or cache write failed; 2 bad usage or input (flags, config "
     "file, arch); 3 no GPU where one is required (bench, run --require-gpu).\n"
     "Environment: NSAJIT_CACHE_DIR (cache directory), NSAJIT_CACHE_LOCK_TIMEOUT (seconds, default 120), "
-    "NSAJIT_PDL (0 or 1), NSAJIT_MLA_WGMMA (0, 1 or 64); see the README.";
+    "NSAJIT_PDL (0 or 1); see the README.";
 
 // nsajit, NVRTC and CUDA driver versions (the driver's "not available" without libcuda).
 std::string versions() {

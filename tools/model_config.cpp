@@ -213,7 +213,7 @@ void check_run_host_memory(const ModelConfig& c, std::uint64_t available) {
 std::vector<KernelSpec> decode_step_specs(const ModelConfig& c, Arch arch) {
   // What `nsajit run` launches: top-k, the paged transform, the FP8 cache writer, and sparse MLA
   // over bf16 and FP8 KV (decode and prefill rows share one kernel per layout). Top-k's thread
-  // count follows its launch plan (rows and width, runtime/topk.cpp), so every count it can pick
+  // count follows its launch plan (rows and width, families/topk/heuristics.cpp), so every count it can pick
   // is compiled.
   std::vector<KernelSpec> specs = {
       {.family = Family::topk, .topk = c.index_topk, .tile = {.threads = 256}},
@@ -221,8 +221,8 @@ std::vector<KernelSpec> decode_step_specs(const ModelConfig& c, Arch arch) {
       {.family = Family::topk, .topk = c.index_topk, .tile = {.threads = 1024}},
       {.family = Family::index_transform, .topk = c.index_topk, .page_size = c.page_size, .mode = IndexMode::decode},
       {.family = Family::fp8_kv_quantize, .page_size = c.page_size},
-      {.family = Family::sparse_mla_decode, .h_q = c.h_q(), .topk = c.index_topk},
-      {.family = Family::sparse_mla_decode, .h_q = c.h_q(), .topk = c.index_topk, .kv_dtype = KvDtype::fp8_e4m3},
+      {.family = Family::sparse_mla, .h_q = c.h_q(), .topk = c.index_topk},
+      {.family = Family::sparse_mla, .h_q = c.h_q(), .topk = c.index_topk, .kv_dtype = KvDtype::fp8_e4m3},
   };
   for (KernelSpec& s : specs) {
     s.arch = arch;

@@ -232,7 +232,7 @@ int run_precompile(const PrecompileOptions& o) {
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
     auto weight = [&](std::size_t i) {
       const Family f = items[i].fleet.spec.family;
-      return f == Family::topk ? 2 : f == Family::sparse_mla_decode ? 1 : 0;
+      return f == Family::topk ? 2 : f == Family::sparse_mla ? 1 : 0;
     };
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return weight(a) > weight(b); });
     std::atomic<std::size_t> next{0};

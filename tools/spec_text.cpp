@@ -63,6 +63,12 @@ KvDtype parse_kv(const std::string& text, std::string_view v) {
   bad(text, v, "bf16 or fp8");
 }
 
+MlaKernel parse_kernel(const std::string& text, std::string_view v) {
+  for (MlaKernel k : {MlaKernel::automatic, MlaKernel::mma_sync, MlaKernel::wgmma})
+    if (to_string(k) == v) return k;
+  bad(text, v, "automatic, mma_sync or wgmma");
+}
+
 Arch parse_arch_part(const std::string& text, std::string_view v) {
   try {
     return parse_arch(std::string(v));
@@ -93,11 +99,13 @@ KernelSpec parse_canonical(const std::string& text, Arch default_arch) {
     else if (key == "threads") s.tile.threads = parse_int(text, field, v);
     else if (key == "block_tokens") s.tile.block_tokens = parse_int(text, field, v);
     else if (key == "heads_per_cta") s.tile.heads_per_cta = parse_int(text, field, v);
+    else if (key == "kernel") s.tile.kernel = parse_kernel(text, v);
+    else if (key == "producer_warps") s.tile.producer_warps = parse_int(text, field, v);
     else if (key == "arch") s.arch = parse_arch_part(text, v);
     else
       bad(text, key,
           "a field of the canonical text: family, h_q, topk, page_size, mode, kv_dtype, next_n, fused_transform, "
-          "sorted, threads, block_tokens, heads_per_cta, arch");
+          "sorted, threads, block_tokens, heads_per_cta, kernel, producer_warps, arch");
   }
   if (!has_family) bad(text, text, "a family=<name> field");
   return s;
@@ -125,6 +133,9 @@ KernelSpec parse_readable(const std::string& text) {
     else if (p.starts_with("kv_")) s.kv_dtype = parse_kv(text, p.substr(3));
     else if (p.starts_with("topk")) s.topk = number_after("topk");
     else if (p.starts_with("ps")) s.page_size = number_after("ps");
+    else if (p == "mma_sync" || p == "wgmma") s.tile.kernel = parse_kernel(text, p);
+    else if (p.starts_with("hpc")) s.tile.heads_per_cta = number_after("hpc");
+    else if (p.starts_with("pw")) s.tile.producer_warps = number_after("pw");
     else if (p.starts_with("h")) s.h_q = number_after("h");
     else if (p.starts_with("n")) s.next_n = number_after("n");
     else if (p.starts_with("t")) {  // t<threads> or t<threads>x<block_tokens>x<heads_per_cta>
@@ -139,7 +150,7 @@ KernelSpec parse_readable(const std::string& text) {
       }
     } else {
       bad(text, p, "a part of a readable name (h<N>, topk<N>, kv_<bf16|fp8>, ps<N>, decode|prefill|ragged, fused, "
-                   "n<N>, sorted, t<threads>[x<block_tokens>x<heads_per_cta>])");
+                   "n<N>, sorted, mma_sync|wgmma, hpc<N>, pw<N>, t<threads>[x<block_tokens>x<heads_per_cta>])");
     }
   }
   return s;

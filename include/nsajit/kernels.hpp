@@ -131,7 +131,8 @@ void topk(const TopkArgs& args, CUstream stream = nullptr);
 // the launch's batch size. Split-KV (workspace given, num_splits 0 = automatic or > 1): when
 // rows x h_q / 64 CTAs cannot fill the GPU, each row's tiles are split over num_splits CTAs that
 // write fp32 partials into `workspace`, merged by a second kernel (same stream; on sm_90+ a
-// programmatic dependent launch, which NSAJIT_PDL=0 in the environment turns off). Results are
+// programmatic dependent launch unless programmatic_launch is false or NSAJIT_PDL=0 is set in the
+// environment, e.g. for a driver or graph-capture setup that rejects PDL). Results are
 // deterministic for a given split count, but the automatic count depends on the batch size, so
 // split mode is not batch-invariant (differences of ~1 bf16 ulp).
 struct SparseMlaDecodeArgs {
@@ -160,6 +161,7 @@ struct SparseMlaDecodeArgs {
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
   int num_splits = 0;                 // 0 = automatic (with a workspace), 1 = no split, 2..64 forced
+  bool programmatic_launch = true;    // split-KV: launch the combine as a programmatic dependent (PDL)
 };
 void sparse_mla_decode(const SparseMlaDecodeArgs& args, CUstream stream = nullptr);
 // The same kernel for prefill rows (s_q query tokens; next_n must be 1).

@@ -15,11 +15,17 @@ namespace nsajit {
 enum class Family : std::uint8_t {
   index_transform,    // §1: top-k positions -> KV-cache slots through the page table
   topk,               // §2: per-row top-k of fp32 indexer scores
-  sparse_mla_decode,  // §3: sparse MLA attention over the top-k KV tokens of each query row
-  sparse_mla_combine, // §3: merges the partial results of split-KV sparse MLA decode
+  sparse_mla,         // §3: sparse MLA attention over the top-k KV tokens of each query row (decode and prefill)
+  sparse_mla_decode = sparse_mla,  // the family's former name, kept for source compatibility
+  sparse_mla_combine, // §3: merges the partial results of split-KV sparse MLA
   fp8_kv_quantize,    // §4: quantize bf16 [n, 576] rows and store them into slots of the FP8 paged cache
   fp8_kv_gather,      // §4: gather slots of the FP8 paged cache and dequantize them to bf16 [n, 576]
 };
+
+// Every family once, for the registry (generator/family.cpp: family F's traits are F_traits in
+// families/<family>/); a new family adds its value above and its name here.
+#define NSAJIT_FAMILIES(X) \
+  X(index_transform) X(topk) X(sparse_mla) X(sparse_mla_combine) X(fp8_kv_quantize) X(fp8_kv_gather)
 
 // How an index-transform / fused top-k row finds its page-table row and offset (§1).
 enum class IndexMode : std::uint8_t {
@@ -40,12 +46,23 @@ struct Arch {
   friend bool operator==(const Arch&, const Arch&) = default;
 };
 
+// Sparse MLA kernel variant: which MMA instructions its consumer warps issue.
+enum class MlaKernel : std::uint8_t {
+  automatic,  // the family's default for the spec (filled by with_default_tile)
+  mma_sync,   // templates/sparse_mla_mma_sync.cuh: 8 MMA warps (any sm_90+)
+  wgmma,      // templates/sparse_mla_wgmma.cuh: 2 MMA warpgroups (sm_90a only, 16..64 heads per CTA)
+};
+
 // Tile configuration of a generated kernel. Which fields matter depends on the family; the rest
 // must stay at their defaults (validate() enforces it so that equal kernels have equal specs).
 struct TileConfig {
-  int threads = 0;       // threads per CTA (0 = family default)
+  int threads = 0;       // threads per CTA (0 = family default; sparse MLA: 256 + 32 * producer_warps)
   int block_tokens = 0;  // sparse MLA: KV tokens staged per iteration (0 = family default)
   int heads_per_cta = 0; // sparse MLA: query heads handled by one CTA (0 = family default)
+  MlaKernel kernel = MlaKernel::automatic;  // sparse MLA: the kernel variant
+  int producer_warps = -1;  // sparse MLA: warps that only copy (and dequantize) KV tiles (-1 = default);
+                            // mma_sync: 0, 2 (bf16, <= 32 heads per CTA) or 8 (FP8, <= 16);
+                            // wgmma: 4 (one warpgroup) or 8 (two: FP8 at 64 heads per CTA)
   friend bool operator==(const TileConfig&, const TileConfig&) = default;
 };
 
@@ -64,24 +81,30 @@ struct KernelSpec {
   friend bool operator==(const KernelSpec&, const KernelSpec&) = default;
 };
 
-// Fills the family's default tile config where fields are 0. Returns a copy.
+// Fills the family's default tile config where fields are 0 (kernel automatic, producer_warps -1).
+// Sparse MLA: a tile given only as threads (the former spelling) is read as 256 = mma_sync without
+// producers, 320 = mma_sync + 2, 384 = wgmma + 4, 512 = wgmma + 8 at 64 heads per CTA, else
+// mma_sync + 8. Returns a copy.
 KernelSpec with_default_tile(KernelSpec spec);
 
 // Throws nsajit::InvalidArgument naming the first bad field, its value and what is allowed.
 void validate(const KernelSpec& spec);
 
 // Canonical text form: every field, fixed order, e.g.
-// "family=sparse_mla_decode h_q=16 topk=2048 page_size=1 mode=decode kv_dtype=bf16 next_n=1
-//  threads=256 block_tokens=64 heads_per_cta=16 arch=sm_90a".
+// "family=sparse_mla h_q=16 topk=2048 page_size=1 mode=decode kv_dtype=bf16 next_n=1
+//  fused_transform=0 sorted=0 threads=320 block_tokens=64 heads_per_cta=16 kernel=mma_sync
+//  producer_warps=2 arch=sm_90a".
 std::string canonical_text(const KernelSpec& spec);
 
 // Stable readable name with only the fields the family uses, e.g.
-// "sparse_mla_decode.h16.topk2048.kv_bf16.sm_90a", "index_transform.decode.ps64.topk2048.sm_90a".
+// "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_90a",
+// "index_transform.decode.ps64.topk2048.sm_90a".
 std::string readable_name(const KernelSpec& spec);
 
 std::string to_string(Family f);
 std::string to_string(IndexMode m);
 std::string to_string(KvDtype d);
+std::string to_string(MlaKernel k);  // "automatic", "mma_sync", "wgmma"
 std::string to_string(Arch a);  // "sm_90a"
 Arch parse_arch(const std::string& text);  // "sm_90a", "sm_90", "90a"; throws InvalidArgument
 

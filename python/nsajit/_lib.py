@@ -29,7 +29,8 @@ SCALE_FORMATS = {"fp32": 0, "ue8m0": 1}
 FAMILIES = {
     "index_transform": 0,
     "topk": 1,
-    "sparse_mla_decode": 2,
+    "sparse_mla": 2,
+    "sparse_mla_decode": 2,  # the family's former name
     "sparse_mla_combine": 3,
     "fp8_kv_quantize": 4,
     "fp8_kv_gather": 5,

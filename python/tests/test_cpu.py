@@ -95,7 +95,7 @@ def test_errors_map_to_python_exceptions():
 
 
 def test_names_sources_records():
-    assert nsajit.kernel_name("sparse_mla_decode", h_q=16, kv_dtype="fp8", arch="sm_90a").startswith("sparse_mla_decode.h16")
+    assert nsajit.kernel_name("sparse_mla_decode", h_q=16, kv_dtype="fp8", arch="sm_90a").startswith("sparse_mla.h16")
     src = nsajit.generate_source("index_transform", topk=2048, page_size=64, arch="sm_90a")
     assert len(src) > 1000
     assert isinstance(nsajit.jit_records(), list)

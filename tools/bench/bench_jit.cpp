@@ -166,8 +166,9 @@ int bench_jit(const BenchOptions& options) {
     CUstream stream = nullptr;
     NSAJIT_CU(cuStreamCreate, &stream, 0);
     index_transform(args, stream);  // compiles or loads once
-    const LoadedKernel& k = kernel(spec_for_current_device(
-        {.family = Family::index_transform, .topk = kTopk, .page_size = kPage, .mode = IndexMode::decode}));
+    const KernelSpec spec = spec_for_current_device(
+        {.family = Family::index_transform, .topk = kTopk, .page_size = kPage, .mode = IndexMode::decode});
+    const LoadedKernel& k = kernel(spec);
     IndexTransformParams p{};
     p.topk_indices = idx.get();
     p.out = out.get();
@@ -177,7 +178,7 @@ int bench_jit(const BenchOptions& options) {
     p.rows = 1;
     p.num_requests = 1;
     void* kargs[] = {&p};
-    const unsigned block = unsigned(k.spec.tile.threads);
+    const unsigned block = unsigned(spec.tile.threads);
     const DispatchTimes d = time_dispatch(
         [&] { index_transform(args, stream); },
         [&] { NSAJIT_CU(cuLaunchKernel, k.function, 1, 1, 1, block, 1, 1, 0, stream, kargs, nullptr); }, stream);

@@ -195,8 +195,6 @@ int bench_sparse_mla(const BenchOptions& options) {
                 {"page_size", sh.fp8 ? kPageSize : 1}, {"num_splits", splits},
                 {"batch_invariant_us", invariant_us}, {"gathered_bytes", kv_bytes}, {"bytes", bytes},
                 {"flops", flops}};
-    // Kernel selection override of the run (runtime/sparse_mla_decode.cpp), recorded with the case.
-    if (const char* wgmma = std::getenv("NSAJIT_MLA_WGMMA")) c.params["NSAJIT_MLA_WGMMA"] = wgmma;
     c.nsajit_us = us;
     c.nsajit_min_us = timed.min_us;
     c.nsajit_max_us = timed.max_us;

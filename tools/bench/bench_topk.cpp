@@ -23,7 +23,7 @@
 #include "reference/topk.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/driver.hpp"
-#include "runtime/topk_launch.hpp"
+#include "families/topk/heuristics.hpp"
 #include "tools/bench/bench_common.hpp"
 
 namespace nsajit::tools::bench {
@@ -227,23 +227,18 @@ int bench_topk(const BenchOptions& options) {
                 for (int prefetch : {0, 1}) shapes2.push_back({ctas, threads, streaming, 1, prefetch});
             }
         for (const Shape2& sh2 : shapes2) {
-          const detail::TopkLaunchOverride o{.ctas_per_row = sh2.ctas, .threads = sh2.threads,
+          const detail::TopkPlanConstraints o{.ctas_per_row = sh2.ctas, .threads = sh2.threads,
                                              .force_streaming = sh2.streaming, .speculate = sh2.speculate,
                                              .prefetch_row = sh2.prefetch_row, .prefetch_slice = sh2.prefetch_slice,
                                              .dense_registers = sh2.dense_registers};
-          detail::set_topk_launch_override(o);
-          const detail::TopkLaunchPlan plan = detail::plan_topk_launch(shape.rows, shape.width, topk, 132);
-          if (plan.resident_vecs == 0 && !sh2.streaming && sh2.ctas < 8) {
-            detail::set_topk_launch_override({});
-            continue;
-          }
+          const detail::TopkLaunchPlan plan = detail::plan_topk_launch(shape.rows, shape.width, topk, 132, 16, o);
+          if (plan.resident_vecs == 0 && !sh2.streaming && sh2.ctas < 8) continue;
           d_out.poison();
-          nsajit::topk(args);
+          detail::topk(args, o);
           const bool same = d_out.download() == got;
           TimingOptions quick = timing;
           quick.iters = 20;
-          const double us = median_us([&] { nsajit::topk(args); }, quick);
-          detail::set_topk_launch_override({});
+          const double us = median_us([&] { detail::topk(args, o); }, quick);
           std::fprintf(stderr, "    sweep %-20s ctas %2d threads %4d kept %6d of %6d vectors%s%s%s: %8.1f us %s\n",
                        shape.name.c_str(), sh2.ctas, sh2.threads, plan.resident_vecs, plan.slice / 4 + 1,
                        plan.speculate ? (plan.prefetch_row ? " speculative+prefetch" : " speculative") : "",

@@ -1,4 +1,4 @@
-// runtime/fp8_kv_cache.cpp — nsajit::fp8_kv_quantize and nsajit::fp8_kv_gather (§4): argument
+// launch.cpp — nsajit::fp8_kv_quantize and nsajit::fp8_kv_gather (§4): argument
 // checks, spec, launch of templates/fp8_kv_quantize.cuh and templates/fp8_kv_gather.cuh.
 #include <cstdint>
 #include <limits>
@@ -14,8 +14,8 @@
 namespace nsajit {
 namespace {
 
-constexpr long long kTokenBytes = 656;
-constexpr long long kDims = 576;
+constexpr long long kTokenBytes = kFp8KvTokenBytes;
+constexpr long long kDims = kMlaDimQK;
 
 // Non-null and `alignment`-byte aligned.
 void check_pointer(std::string_view fn, std::string_view name, const void* p, unsigned alignment) {

@@ -1,8 +1,7 @@
-// sparse_mla_combine.cpp — family traits of the split-KV combine kernel (templates/sparse_mla_combine.cuh).
+// traits.cpp — family traits of the split-KV combine kernel (templates/sparse_mla_combine.cuh).
 #include <string>
 #include <vector>
 
-#include "generator/embedded_templates.hpp"
 #include "generator/family.hpp"
 #include "nsajit/errors.hpp"
 
@@ -36,7 +35,7 @@ const FamilyTraits sparse_mla_combine_traits = {
     .used_fields = 0,
     .name = "sparse_mla_combine",
     .kernel_entry = "nsajit_sparse_mla_combine",
-    .template_source = &embedded::sparse_mla_combine,
+    .template_file = [](const KernelSpec&) -> std::string_view { return "sparse_mla_combine.cuh"; },
     .fill_default_tile = &fill_default_tile,
     .validate = &validate_spec,
     .constants = &constants,

@@ -1,4 +1,4 @@
-// generator/families/fp8_kv_cache.cpp — traits of the two FP8 KV-cache families (§4):
+// traits.cpp — traits of the two FP8 KV-cache families (§4):
 // fp8_kv_quantize (templates/fp8_kv_quantize.cuh: quantize bf16 rows into slots of the paged
 // cache) and fp8_kv_gather (templates/fp8_kv_gather.cuh: gather slots and dequantize to bf16).
 // Spec fields: page_size (compile-time, so slot / P and slot % P are cheap) and threads. The scale
@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "generator/embedded_templates.hpp"
 #include "generator/family.hpp"
 
 namespace nsajit {
@@ -51,7 +50,7 @@ const FamilyTraits fp8_kv_quantize_traits = {
     .used_fields = uses_page_size,
     .name = "fp8_kv_quantize",
     .kernel_entry = "nsajit_fp8_kv_quantize",
-    .template_source = &embedded::fp8_kv_quantize,
+    .template_file = [](const KernelSpec&) -> std::string_view { return "fp8_kv_quantize.cuh"; },
     .fill_default_tile = &fill_default_tile,
     .validate = &validate_fp8_kv,
     .constants = &constants,
@@ -65,7 +64,7 @@ const FamilyTraits fp8_kv_gather_traits = {
     .used_fields = uses_page_size,
     .name = "fp8_kv_gather",
     .kernel_entry = "nsajit_fp8_kv_gather",
-    .template_source = &embedded::fp8_kv_gather,
+    .template_file = [](const KernelSpec&) -> std::string_view { return "fp8_kv_gather.cuh"; },
     .fill_default_tile = &fill_default_tile,
     .validate = &validate_fp8_kv,
     .constants = &constants,

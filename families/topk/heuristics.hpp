@@ -1,6 +1,12 @@
-// topk_launch.hpp — how nsajit::topk shapes its launch (internal: tests and the bench use it to
-// check that every launch shape gives the same bytes and to compare shapes).
+// heuristics.hpp — the top-k launch plan as a pure function of the shape and the device (SM count,
+// largest cluster that fits): CTAs per row (cluster size), threads, the algorithm (exact sweeps,
+// speculative single sweep, keys in registers, cluster lists) and the shared-memory layout.
+// Internal: tests and the bench pass constraints to reach every shape.
 #pragma once
+
+#include <cuda.h>
+
+namespace nsajit { struct TopkArgs; }
 
 namespace nsajit::detail {
 
@@ -27,7 +33,7 @@ struct TopkLaunchPlan {
   int list_offset = 0, list_words = 0;  // its per-warp lists: from the slots on, over both bitmaps and beyond
   // C > 1 CTAs per row: the speculative cluster selection first (templates/topk_cluster_lists.cuh),
   // where the lists fit after the exact path's parts with the whole slice kept.
-  int cluster_lists = 0;  // 0, 1; 2 (the override's strict_cluster_lists): fallbacks write -2
+  int cluster_lists = 0;  // 0, 1; 2 (constraints.strict_cluster_lists): fallbacks write -2
   int cluster_list_rank = 0;  // each CTA lists its first-digit bins down to that of this largest key
                               // (rows of len = width; the kernel: topk_cluster_list_rank)
   // From cluster_list_offset: the message (NSAJIT_TOPK_MSG_KEYS + capacity words), then the warps'
@@ -38,19 +44,13 @@ struct TopkLaunchPlan {
   unsigned dynamic_smem = 0;  // bytes
 };
 
-// The plan for `rows` rows of `width` columns: rows that fit shared memory get one CTA; few long
-// rows are split over a cluster so that the GPU (sm_count SMs) is filled in one wave.
-// max_cluster (a power of two <= 16) caps the cluster size (runtime/topk.cpp lowers it to 8 when
-// a 16-CTA cluster does not fit the device).
-TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16);
-
-// Test/bench hook (not thread-safe): ctas_per_row, threads, cand_capacity > 0, slots_per_thread
+// Constraints on a plan (tests and the bench; the product passes none): ctas_per_row, threads, cand_capacity > 0, slots_per_thread
 // >= 0, and speculate, prefetch_row, prefetch_slice and dense_registers 0 or 1 replace the plan's choice
 // (ctas_per_row must be 1, 2, 4, 8 or 16); force_streaming keeps nothing in shared memory (every
 // sweep re-reads global memory); strict_cluster_lists makes a row whose cluster lists do not
 // hold its selection write -2 to its first slot instead of taking the exact path (so that a test
-// sees which path ran). Reset with a default-constructed value.
-struct TopkLaunchOverride {
+// sees which path ran). A default-constructed value constrains nothing.
+struct TopkPlanConstraints {
   int ctas_per_row = 0;
   int threads = 0;
   bool force_streaming = false;
@@ -63,6 +63,15 @@ struct TopkLaunchOverride {
   int prefetch_slice = -1;  // 0 or 1 replace the plan's choice
   int dense_registers = -1;  // 0 or 1 replace the plan's choice (1: only where 256 threads, C = 1, slice <= 9212)
 };
-void set_topk_launch_override(const TopkLaunchOverride& o);
+
+// The plan for `rows` rows of `width` columns: rows that fit shared memory get one CTA; few long
+// rows are split over a cluster so that the GPU (sm_count SMs) is filled in one wave.
+// max_cluster (a power of two <= 16) caps the cluster size (the launch lowers it to 8 when a
+// 16-CTA cluster does not fit the device). std::invalid_argument for impossible constraints.
+TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16,
+                                const TopkPlanConstraints& constraints = {});
+
+// nsajit::topk with a constrained plan (tests and the bench).
+void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream stream = nullptr);
 
 }  // namespace nsajit::detail

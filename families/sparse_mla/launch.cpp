@@ -1,4 +1,4 @@
-// sparse_mla_decode.cpp — nsajit::sparse_mla_decode: argument checks, spec, launch.
+// launch.cpp — nsajit::sparse_mla_decode: argument checks, launch plan, launch.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -7,15 +7,15 @@
 #include <string>
 #include <string_view>
 
+#include "families/sparse_mla/heuristics.hpp"
+#include "families/sparse_mla/launch.hpp"
 #include "generator/family.hpp"
-#include "generator/families/sparse_mla_kernels.hpp"
 #include "nsajit/errors.hpp"
 #include "nsajit/kernels.hpp"
 #include "runtime/argument_checks.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/env.hpp"
 #include "runtime/runtime.hpp"
-#include "runtime/sparse_mla_launch.hpp"
 #include "templates/kernel_params.h"
 
 namespace nsajit {
@@ -31,49 +31,18 @@ void check_pointer(const char* name, const void* p, unsigned alignment) {
   detail::require_pointer(kFn, name, p, alignment);
 }
 
-constexpr int kMaxSplits = 64;
-
-int heads_per_cta(int h_q) { return h_q < 64 ? h_q : 64; }
-
-int g_threads_override = 0;  // detail::set_sparse_mla_threads_override
-
-// NSAJIT_PDL=0 launches the split-KV combine as an ordinary kernel (no programmatic dependent
-// launch), e.g. for a driver or a graph-capture setup that rejects PDL. Read once.
-bool combine_pdl_allowed() {
-  static const bool allowed = env::read(env::kPdl) != 0;
-  return allowed;
-}
-
-// NSAJIT_MLA_WGMMA=1 selects the wgmma kernel (spec threads 384; FP8 at 64 heads per CTA: 512) for
-// h_q >= 16 on sm_90a, =64 for h_q >= 64 only, =0 the mma.sync kernel (threads 256, so also without
-// the producer warps) everywhere; unset (or invalid: warned once): the spec's default tile. Only the spec
-// changes, so the source still depends on the spec alone.
-// Returns -1 (default), 0 (mma.sync) or the smallest h_q given the wgmma kernel. Read once.
-int kernel_choice() {
-  static const int choice = [] {
-    const std::int64_t v = env::read(env::kMlaWgmma);
-    return v == 1 ? 16 : int(v);
-  }();
-  return choice;
-}
-
-// One CTA per SM (the tiles take ~150-227 KiB of shared memory). Split only when the CTAs of the
-// batch leave most SMs idle; keep >= 2 tiles per split.
-int auto_splits(long long rows, int h_q, int topk, int sms) {
-  const long long ctas = rows * (h_q / heads_per_cta(h_q));
-  if (ctas <= 0 || ctas * 4 > sms * 3) return 1;  // >= 3/4 of the SMs busy already
-  const int max_by_tiles = std::max(1, topk / 64 / 2);
-  return int(std::clamp<long long>(sms / ctas, 1, std::min(kMaxSplits, max_by_tiles)));
-}
+using sparse_mla::kMaxSplits;
+using sparse_mla::workspace_bytes;
 
 int resolve_splits(int rows, int h_q, int topk, int num_splits) {
-  if (num_splits > 0) return std::min(num_splits, topk / 64);
-  return auto_splits(rows, h_q, topk, driver::current_context_info().sm_count);
+  if (num_splits > 0) return std::min(num_splits, topk / sparse_mla::kBlockTokens);
+  return sparse_mla::auto_splits(rows, h_q, topk, driver::current_context_info().sm_count);
 }
 
-std::size_t workspace_for(int rows, int h_q, int splits) {
-  if (splits <= 1) return 0;
-  return std::size_t(splits) * std::size_t(rows) * std::size_t(h_q) * (512 + 2) * 4;
+// The one place NSAJIT_PDL is read: 0 turns the combine's programmatic launch off for every call.
+bool pdl_allowed_by_environment() {
+  static const bool allowed = env::read(env::kPdl) != 0;
+  return allowed;
 }
 
 // Everything is checked here, before any driver call, so a bad call never compiles or launches.
@@ -95,14 +64,14 @@ void check_args(const SparseMlaDecodeArgs& a) {
   if (a.num_slots < 0) bad("num_slots", std::to_string(a.num_slots), ">= 0");
   if (a.kv_dtype == KvDtype::bf16) {
     // Rows are copied in 16-byte chunks: the stride keeps every row 16-byte aligned.
-    if (a.kv_row_stride < 576 || a.kv_row_stride % 8 != 0)
+    if (a.kv_row_stride < kMlaDimQK || a.kv_row_stride % 8 != 0)
       bad("kv_row_stride", std::to_string(a.kv_row_stride), "a multiple of 8 elements, >= 576");
   } else if (a.kv_dtype == KvDtype::fp8_e4m3) {
     if (a.page_size < 1) bad("page_size", std::to_string(a.page_size), ">= 1");
     if (a.kv_page_stride != 0 &&
-        (a.kv_page_stride % 16 != 0 || a.kv_page_stride < std::int64_t(a.page_size) * 656))
+        (a.kv_page_stride % 16 != 0 || a.kv_page_stride < std::int64_t(a.page_size) * kFp8KvTokenBytes))
       bad("kv_page_stride", std::to_string(a.kv_page_stride),
-          "0 or a multiple of 16 bytes >= page_size * 656 (" + std::to_string(std::int64_t(a.page_size) * 656) + ")");
+          "0 or a multiple of 16 bytes >= page_size * 656 (" + std::to_string(std::int64_t(a.page_size) * kFp8KvTokenBytes) + ")");
     if (a.num_slots % a.page_size != 0)
       bad("num_slots", std::to_string(a.num_slots),
           "num_pages * page_size (a multiple of page_size " + std::to_string(a.page_size) + ")");
@@ -115,9 +84,9 @@ void check_args(const SparseMlaDecodeArgs& a) {
     bad("num_splits", std::to_string(a.num_splits), "0 or 1 without a workspace");
   // A forced count resolves without the device (capped at the row's 64-token tiles).
   if (const int forced = std::min(a.num_splits, a.topk / 64);
-      a.workspace != nullptr && forced > 1 && a.workspace_bytes < workspace_for(a.rows, a.h_q, forced))
+      a.workspace != nullptr && forced > 1 && a.workspace_bytes < workspace_bytes(a.rows, a.h_q, forced))
     bad("workspace_bytes", std::to_string(a.workspace_bytes),
-        ">= sparse_mla_workspace_bytes(...) = " + std::to_string(workspace_for(a.rows, a.h_q, forced)) + " for " +
+        ">= sparse_mla_workspace_bytes(...) = " + std::to_string(workspace_bytes(a.rows, a.h_q, forced)) + " for " +
             std::to_string(forced) + " splits");
   if (a.rows == 0) return;  // nothing is read or written
   check_pointer("q", a.q, 16);
@@ -136,10 +105,6 @@ void check_args(const SparseMlaDecodeArgs& a) {
 
 }  // namespace
 
-namespace detail {
-void set_sparse_mla_threads_override(int threads) { g_threads_override = threads; }
-}  // namespace detail
-
 int sparse_mla_num_splits(int rows, int h_q, int topk, int num_splits) {
   if (rows <= 0 || h_q <= 0 || topk < 64) return 1;
   return resolve_splits(rows, h_q, topk, num_splits);
@@ -147,34 +112,36 @@ int sparse_mla_num_splits(int rows, int h_q, int topk, int num_splits) {
 
 std::size_t sparse_mla_workspace_bytes(int rows, int h_q, int topk, int num_splits) {
   if (rows <= 0 || h_q <= 0 || topk < 64) return 0;
-  return workspace_for(rows, h_q, resolve_splits(rows, h_q, topk, num_splits));
+  return workspace_bytes(rows, h_q, resolve_splits(rows, h_q, topk, num_splits));
 }
 
-void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
-  check_args(a);
-  if (a.rows == 0) return;
+namespace detail {
 
+SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConfig& tile) {
+  check_args(a);
+  SparseMlaLaunchPlan plan;
+  plan.num_splits = 0;
+  if (a.rows == 0) return plan;
   // Forced split counts were checked against workspace_bytes above; an automatic one is lowered
   // to what the workspace holds (down to no split), never an error after a driver call.
   int splits = a.workspace == nullptr ? 1 : resolve_splits(a.rows, a.h_q, a.topk, a.num_splits);
-  while (splits > 1 && a.workspace_bytes < workspace_for(a.rows, a.h_q, splits)) --splits;
+  while (splits > 1 && a.workspace_bytes < workspace_bytes(a.rows, a.h_q, splits)) --splits;
+  plan.num_splits = splits;
+  plan.spec.family = Family::sparse_mla;
+  plan.spec.h_q = a.h_q;
+  plan.spec.topk = a.topk;
+  plan.spec.kv_dtype = a.kv_dtype;
+  if (tile.kernel != MlaKernel::automatic) plan.spec.tile = tile;
+  // next_n stays 1: rows are already flattened (b * next_n), so every MTP depth shares one kernel.
+  plan.spec = spec_for_current_device(plan.spec);
+  plan.programmatic_combine = a.programmatic_launch && pdl_allowed_by_environment();
+  return plan;
+}
 
-  KernelSpec spec;
-  spec.family = Family::sparse_mla_decode;
-  spec.h_q = a.h_q;
-  spec.topk = a.topk;
-  spec.kv_dtype = a.kv_dtype;
-  if (const int choice = kernel_choice(); choice == 0) {
-    spec.tile.threads = 256;
-  } else if (choice > 0 && a.h_q >= choice) {
-    const driver::ContextInfo& device = driver::current_context_info();
-    if (device.major == 9 && device.minor == 0)
-      spec.tile.threads = sparse_mla_wgmma_threads(a.kv_dtype, heads_per_cta(a.h_q));
-  }
-  if (g_threads_override > 0) spec.tile.threads = g_threads_override;
-  // next_n stays 1: rows are already flattened (b * next_n), and the kernel does not depend on
-  // next_n, so every MTP depth shares one compiled kernel.
-  spec = spec_for_current_device(spec);
+void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& plan, CUstream stream) {
+  if (a.rows == 0 || plan.num_splits < 1) return;
+  const KernelSpec& spec = plan.spec;
+  const int splits = plan.num_splits;
   const LoadedKernel& k = kernel(spec);
 
   SparseMlaDecodeParams p{};
@@ -182,7 +149,7 @@ void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
   if (a.kv_dtype == KvDtype::fp8_e4m3) {
     p.kv_fp8 = static_cast<const unsigned char*>(a.kv);
     p.page_size = a.page_size;
-    p.kv_page_stride = a.kv_page_stride != 0 ? a.kv_page_stride : std::int64_t(a.page_size) * 656;
+    p.kv_page_stride = a.kv_page_stride != 0 ? a.kv_page_stride : std::int64_t(a.page_size) * kFp8KvTokenBytes;
   } else {
     p.kv = static_cast<const unsigned short*>(a.kv);
     p.kv_row_stride = a.kv_row_stride;
@@ -200,13 +167,13 @@ void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
   if (splits > 1) {
     char* ws = static_cast<char*>(a.workspace);
     p.o_part = reinterpret_cast<float*>(ws);
-    p.lse_part = reinterpret_cast<float*>(ws + std::size_t(splits) * heads * 512 * 4);
+    p.lse_part = reinterpret_cast<float*>(ws + std::size_t(splits) * heads * kMlaDimV * 4);
     p.max_part = p.lse_part + std::size_t(splits) * heads;
   }
 
   LaunchGeometry g;
   const unsigned groups = unsigned(a.h_q / spec.tile.heads_per_cta);
-  if (sparse_mla_uses_wgmma(spec)) {  // x = row * groups + group (a row's CTAs adjacent)
+  if (spec.tile.kernel == MlaKernel::wgmma) {  // x = row * groups + group (a row's CTAs adjacent)
     g.grid_x = unsigned(a.rows) * groups;
     g.grid_y = 1;
   } else {
@@ -241,9 +208,15 @@ void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
     // launched programmatically, it may launch once every split CTA has started (they trigger it
     // first thing, griddepcontrol.launch_dependents), so its launch overlaps the split kernel.
     // (templates/sparse_mla_combine.cuh waits under the same condition: __CUDA_ARCH__ >= 900.)
-    cg.programmatic = cspec.arch.sm >= 90 && combine_pdl_allowed();
+    cg.programmatic = cspec.arch.sm >= 90 && plan.programmatic_combine;
     launch(ck, cg, &c, stream);
   }
+}
+
+}  // namespace detail
+
+void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
+  detail::launch_sparse_mla(a, detail::plan_sparse_mla(a), stream);
 }
 
 }  // namespace nsajit

@@ -6,7 +6,6 @@
 #include <string>
 #include <string_view>
 
-#include "generator/embedded_templates.hpp"
 #include "generator/family.hpp"
 
 namespace nsajit {
@@ -20,12 +19,6 @@ inline void validate_transform_fields(const KernelSpec& spec) {
     throw_bad_field(spec, "page_size", spec.page_size, "an integer in [1, 4096]");
   if (spec.mode == IndexMode::ragged && spec.page_size != 1)
     throw_bad_field(spec, "page_size", spec.page_size, "1 for mode ragged (no page table)");
-}
-
-// The family's template with the §1 transform code in front (templates/kv_slot_transform.cuh):
-// one source of the transform for both families. `family_template` is the family's own file.
-inline std::string with_kv_slot_transform(std::string_view family_template) {
-  return std::string(embedded::kv_slot_transform()) + std::string(family_template);
 }
 
 // NSAJIT_MODE of the transform code: 0 decode, 1 prefill, 2 ragged.

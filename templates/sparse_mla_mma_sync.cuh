@@ -1,4 +1,4 @@
-// sparse_mla_decode.cuh — sparse MLA attention over the top-k KV tokens of each query row (§3),
+// sparse_mla_mma_sync.cuh — sparse MLA attention over the top-k KV tokens of each query row (§3),
 // tensor cores (mma.sync m16n8k16 bf16 -> fp32), bf16 or FP8 (656-byte, §4) KV, optional split-KV.
 //
 // For query row r and head h, over the valid entries j of indices[r, 0:n) (n = topk_length[r]
@@ -9,30 +9,29 @@
 // An index is valid iff 0 <= idx < num_slots; invalid entries are never dereferenced. A row (or a
 // split) with no valid entry gives out 0, lse +inf, max_logits -inf.
 //
-// Schedule. One CTA = one query row x HB heads (HB = min(H_Q, 64); H_Q 8 runs the heads in one
-// 16-row MMA tile whose upper 8 rows are zero). grid = (rows, H_Q / HB, num_splits); split s
+// Schedule. One CTA = one query row x HEADS_PER_CTA heads (HEADS_PER_CTA = min(H_Q, 64); H_Q 8 runs the heads in one
+// 16-row MMA tile whose upper 8 rows are zero). grid = (rows, H_Q / HEADS_PER_CTA, num_splits); split s
 // walks 64-token tiles [s*T/ns, (s+1)*T/ns) of the row's T = ceil(n / 64) tiles.
-// 8 MMA warps. Warp w = (m-group mg = w % G, column split cs = w / G): G = HB / MW m-groups of MW
-// heads (MW = 32, or 16 when HB <= 16), NCS = 8 / G column splits.
-//   QK:  warp (mg, cs) computes S for its MW heads x the tile's tokens [cs*TW, cs*TW + TW)
-//        (TW = 64 / NCS) over 576 dims: A = q (ldmatrix from smem), B = K (ldmatrix from the tile).
-//        With NCS = 8 (up to 32 heads, KSPLIT) warp cs takes 16 tokens (cs % 4) over half of the
+// 8 MMA warps. Warp w = (m-group mg = w % HEAD_GROUPS, column split cs = w / HEAD_GROUPS): HEAD_GROUPS = HEADS_PER_CTA / HEADS_PER_WARP m-groups of HEADS_PER_WARP
+// heads (HEADS_PER_WARP = 32, or 16 when HEADS_PER_CTA <= 16), WARPS_PER_GROUP = 8 / HEAD_GROUPS column splits.
+//   QK:  warp (mg, cs) computes S for its HEADS_PER_WARP heads x the tile's tokens [cs*TW, cs*TW + TW)
+//        (TW = 64 / WARPS_PER_GROUP) over 576 dims: A = q (ldmatrix from smem), B = K (ldmatrix from the tile).
+//        With WARPS_PER_GROUP = 8 (up to 32 heads, KSPLIT) warp cs takes 16 tokens (cs % 4) over half of the
 //        dims (cs / 4) instead, and the second half's S reaches the first through smem: each q
-//        fragment then feeds two MMAs (h16 -3 to -7 % bf16, -6 to -12 % FP8: notes, session 20).
-//   softmax: row maxima are exchanged between the warps of an m-group that own S (all NCS, or
+//        fragment then feeds two MMAs (faster at 16 heads: docs/design/sparse_mla.md).
+//   softmax: row maxima are exchanged between the warps of an m-group that own S (all WARPS_PER_GROUP, or
 //        with KSPLIT the 4 of the first half) through smem (a CTA barrier, after which the tile's
 //        rope columns are free for P_lo); every warp of the group then holds the same running max
 //        m; P is published with a named barrier per m-group; each owning thread keeps a partial row
 //        sum l of its own columns (summed once, in the epilogue). P (bf16) goes to smem [heads][64].
-//   PV:  warp (mg, cs) owns O[MW heads][dims cs*DW .. +DW) (DW = 512 / NCS) in fp32 registers:
+//   PV:  warp (mg, cs) owns O[HEADS_PER_WARP heads][dims cs*DW .. +DW) (DW = 512 / WARPS_PER_GROUP) in fp32 registers:
 //        A = P (ldmatrix), B = V (ldmatrix.trans from the same KV tile).
 //   P is split into bf16 P_hi + P_lo (P_lo over the tile's rope columns, free after QK) and both
 //        are multiplied with V: bf16 P alone (2^-9 relative) misses the 1e-3 tolerance when a few
 //        tokens dominate the softmax.
-// KV tiles. bf16 KV (BULK, default): two tiles; each valid token row (1152 bytes) is one
+// KV tiles. bf16 KV (BULK): two tiles; each valid token row (1152 bytes) is one
 // cp.async.bulk completing on the tile's mbarrier, issued one tile ahead; rows padded to 1168
-// bytes (conflict-free ldmatrix), validity flag and mbarrier in the padding. (NSAJIT_KV_BULK 0:
-// 16-byte cp.async into 1152-byte rows XOR-swizzled by chunk ^ (row & 7).) FP8 KV: the raw
+// bytes (conflict-free ldmatrix), validity flag and mbarrier in the padding. FP8 KV: the raw
 // 656-byte tokens are bulk-copied into NSTAGE staging buffers (2, or 1 for 64 heads or with
 // producer warps) and dequantised smem -> smem into a swizzled bf16 tile (one at 256 threads, at
 // the start of each tile; two with producer warps): bf16(float(e4m3) * scale), rope copied.
@@ -42,32 +41,30 @@
 // (thread p: token p of every tile), each buffer refilled once the 8 MMA warps released it (an
 // "empty" mbarrier of 256 arrivals in the padding of the buffer's row 1); the MMA warps only wait
 // and compute. At 256 threads every thread issues its token's copy at the top of each tile, and
-// each warp's copies go out one lane at a time (16 % of the stall samples: docs/notes/sparse_mla.md
-// session 19).
+// each warp's copies go out one lane at a time (a large share of the stalls).
 // FP8 producer warps (512 threads, up to 16 heads): warps 8..15 bulk-copy the raw tokens into one
 // staging tile (one mbarrier a warp) and dequantize them into two bf16 tiles; full (256 producer
 // arrivals, no bytes) and empty (256 MMA arrivals) mbarriers at OFF_MBAR pass the tiles.
 // The math runs in base 2 (scores pre-multiplied by sm_scale * log2 e).
 //
 // Constants (FamilyTraits::constants): NSAJIT_H_Q, NSAJIT_TOPK, NSAJIT_HEADS_PER_CTA,
-// NSAJIT_KV_FP8 (0/1), NSAJIT_KV_BULK (0/1), NSAJIT_THREADS (256; 320 or 512 with producer warps),
+// NSAJIT_KV_FP8 (0/1), NSAJIT_THREADS (256; 320 or 512 with producer warps),
 // NSAJIT_BLOCK_TOKENS (64), NSAJIT_DYNAMIC_SMEM (the host's byte count; checked below against
-// this file's layout), NSAJIT_WGMMA (1: this file is skipped and templates/sparse_mla_wgmma.cuh,
-// rendered just before it, is the kernel: 16..64 heads per CTA on sm_90a, 384 threads, or 512 for
-// FP8 at 64 heads per CTA).
+// this file's layout). Spec tile.kernel = mma_sync; tile.kernel = wgmma renders
+// templates/sparse_mla_wgmma.cuh instead.
 #pragma once
+#include "device_common.cuh"
 
-#if !NSAJIT_WGMMA  // else templates/sparse_mla_wgmma.cuh
 namespace mla {
 
-constexpr int kDimQK = 576;  // 512 latent + 64 rope
-constexpr int kDimV = 512;   // V = the latent part of the KV row
+constexpr int kDimQK = kMlaDimQK;
+constexpr int kDimV = kMlaDimV;
 constexpr int kChunksQK = 72;  // 16-byte chunks of a bf16 row
-constexpr int kFp8Bytes = 656;
+constexpr int kFp8Bytes = kFp8KvTokenBytes;
 
 constexpr int H_Q = NSAJIT_H_Q;
 constexpr int TOPK = NSAJIT_TOPK;
-constexpr int HB = NSAJIT_HEADS_PER_CTA;  // real heads of one CTA
+constexpr int HEADS_PER_CTA = NSAJIT_HEADS_PER_CTA;  // real heads of one CTA
 constexpr bool FP8 = NSAJIT_KV_FP8 != 0;
 constexpr int THREADS = NSAJIT_THREADS;
 // Producer warps beside the 8 MMA warps: 2 for bf16 (320 threads: they issue the bulk copies), 8
@@ -75,29 +72,29 @@ constexpr int THREADS = NSAJIT_THREADS;
 constexpr bool PRODUCERS = THREADS == 320 || THREADS == 512;
 constexpr int CTHREADS = 256;               // the MMA warps' threads
 constexpr int PTHREADS = THREADS - CTHREADS;  // the producer warps' threads
-constexpr int BT = NSAJIT_BLOCK_TOKENS;   // tokens per tile
+constexpr int TILE_TOKENS = NSAJIT_BLOCK_TOKENS;   // tokens per tile
 
-constexpr int MROWS = HB < 16 ? 16 : HB;  // MMA rows (heads, padded to 16)
-constexpr int MW = MROWS >= 32 ? 32 : 16; // heads per warp
-constexpr int MT = MW / 16;               // m16 tiles per warp
-constexpr int G = MROWS / MW;             // m-groups
+constexpr int MROWS = HEADS_PER_CTA < 16 ? 16 : HEADS_PER_CTA;  // MMA rows (heads, padded to 16)
+constexpr int HEADS_PER_WARP = MROWS >= 32 ? 32 : 16; // heads per warp
+constexpr int MT = HEADS_PER_WARP / 16;               // m16 tiles per warp
+constexpr int HEAD_GROUPS = MROWS / HEADS_PER_WARP;             // m-groups
 constexpr int WARPS = CTHREADS / 32;
-constexpr int NCS = WARPS / G;            // column splits (warps per m-group)
+constexpr int WARPS_PER_GROUP = WARPS / HEAD_GROUPS;            // column splits (warps per m-group)
 // QK with 8 warps per m-group (up to 32 heads): warp cs takes tokens 16 (cs % 4) .. + 16 over half
 // of the 576 dims (cs / 4), and the two halves' S are summed through shared memory: each q
 // fragment loaded then feeds two MMAs, which halves QK's shared-memory reads of q.
-constexpr bool KSPLIT = NCS == 8;
-constexpr int QK_GROUPS = KSPLIT ? 4 : NCS;  // token groups in QK
-constexpr int TW = BT / QK_GROUPS;        // tokens per warp in QK
+constexpr bool KSPLIT = WARPS_PER_GROUP == 8;
+constexpr int QK_GROUPS = KSPLIT ? 4 : WARPS_PER_GROUP;  // token groups in QK
+constexpr int TW = TILE_TOKENS / QK_GROUPS;        // tokens per warp in QK
 constexpr int NT = TW / 8;                // n8 tiles per warp in QK
 constexpr int QK_KSTEPS = (kDimQK / 16) / (KSPLIT ? 2 : 1);  // k16 steps per warp in QK
-constexpr int DW = kDimV / NCS;           // output dims per warp in PV
+constexpr int DW = kDimV / WARPS_PER_GROUP;           // output dims per warp in PV
 constexpr int NDT = DW / 8;               // n8 tiles per warp in PV
 
-static_assert((THREADS == 256 || PRODUCERS) && BT == 64, "the tile schedule assumes 8 MMA warps and 64-token tiles");
-static_assert(HB == 8 || HB == 16 || HB == 32 || HB == 64, "HEADS_PER_CTA: 8, 16, 32 or 64");
-static_assert(H_Q % HB == 0, "H_Q: multiple of HEADS_PER_CTA");
-static_assert(TOPK % BT == 0, "TOPK: multiple of 64");
+static_assert((THREADS == 256 || PRODUCERS) && TILE_TOKENS == 64, "the tile schedule assumes 8 MMA warps and 64-token tiles");
+static_assert(HEADS_PER_CTA == 8 || HEADS_PER_CTA == 16 || HEADS_PER_CTA == 32 || HEADS_PER_CTA == 64, "HEADS_PER_CTA: 8, 16, 32 or 64");
+static_assert(H_Q % HEADS_PER_CTA == 0, "H_Q: multiple of HEADS_PER_CTA");
+static_assert(TOPK % TILE_TOKENS == 0, "TOPK: multiple of 64");
 static_assert(NT == 1 || NT == 2, "QK n-tiles per warp");
 static_assert(NDT % 2 == 0, "PV n-tiles per warp come in pairs");
 
@@ -108,52 +105,45 @@ static_assert(NDT % 2 == 0, "PV n-tiles per warp come in pairs");
 // FP8 with producer warps (512 threads): one staging tile, each producer warp's 8 tokens
 // bulk-copied into it on the warp's own mbarrier and dequantized by the warp (4 parts a token, as
 // above) into two bf16 tiles that the MMA warps consume in turn.
-constexpr int NSTAGE = FP8 ? (PRODUCERS || HB == 64 ? 1 : 2) : 0;
+constexpr int NSTAGE = FP8 ? (PRODUCERS || HEADS_PER_CTA == 64 ? 1 : 2) : 0;
 constexpr int KV_BUFS = FP8 && !PRODUCERS ? 1 : 2;
-constexpr int TPT = 4;
+constexpr int THREADS_PER_TOKEN = 4;
 constexpr int F8_CHUNKS = 8;
 constexpr int ROPE_CHUNKS = 2;
-constexpr unsigned STAGE_BYTES = BT * kFp8Bytes;          // 41984
+constexpr unsigned STAGE_BYTES = TILE_TOKENS * kFp8Bytes;          // 41984
 
 // Shared memory layout (bytes).
 // bf16 KV with BULK: each valid token row (1152 contiguous bytes) is one cp.async.bulk copy
 // completing on the buffer's mbarrier; rows are padded to 1168 bytes instead of swizzled, and the
 // padding holds the token's validity flag (and, in row 0, the buffer's mbarrier; in row 1, with
 // producer warps, its "empty" mbarrier).
-constexpr bool BULK = !FP8 && (NSAJIT_KV_BULK != 0);
+constexpr bool BULK = !FP8;
 static_assert(THREADS != 320 || (BULK && MROWS <= 32), "320 threads: bf16 bulk copies, up to 32 heads (registers)");
 static_assert(THREADS != 512 || (FP8 && MROWS <= 16), "512 threads: FP8, up to 16 heads (128 registers a thread)");
 constexpr unsigned KV_ROW = BULK ? 1168u : 1152u;
-constexpr unsigned TILE_BYTES = BT * KV_ROW;               // 73728 (74752 with BULK)
+constexpr unsigned TILE_BYTES = TILE_TOKENS * KV_ROW;               // 73728 (74752 with BULK)
 constexpr unsigned OFF_KV = 0;                             // KV_BUFS tiles
 constexpr unsigned OFF_STAGE = OFF_KV + KV_BUFS * TILE_BYTES;  // fp8: NSTAGE raw tiles
 constexpr unsigned OFF_Q = OFF_STAGE + NSTAGE * STAGE_BYTES;   // [MROWS][576]
 constexpr unsigned OFF_P = OFF_Q + MROWS * kDimQK * 2;     // [MROWS][64] bf16
-constexpr unsigned OFF_RED = OFF_P + MROWS * BT * 2;       // [NCS][MROWS] fp32
+constexpr unsigned OFF_RED = OFF_P + MROWS * TILE_TOKENS * 2;       // [WARPS_PER_GROUP][MROWS] fp32
 // KSPLIT: the second half's S fragments, [4 token groups][MT][NT][4][32 lanes] fp32.
-constexpr unsigned OFF_SX = OFF_RED + NCS * MROWS * 4;
+constexpr unsigned OFF_SX = OFF_RED + WARPS_PER_GROUP * MROWS * 4;
 constexpr unsigned SX_BYTES = KSPLIT ? 4u * MT * NT * 4 * 32 * 4 : 0u;
 // Validity flags: bf16 [2][64] int (not with BULK); fp8 [1 + NSTAGE][64] (with producers [2][64]).
 constexpr unsigned OFF_VALID = OFF_SX + SX_BYTES;
-constexpr unsigned VALID_BYTES = BULK ? 0u : (FP8 && !PRODUCERS ? (1u + NSTAGE) * BT * 4 : 2u * BT * 4);
+constexpr unsigned VALID_BYTES = BULK ? 0u : (FP8 && !PRODUCERS ? (1u + NSTAGE) * TILE_TOKENS * 4 : 2u * TILE_TOKENS * 4);
 // fp8 mbarriers: NSTAGE staging ones; with producers full[2], empty[2], staging[8] (one a producer warp).
 constexpr unsigned OFF_MBAR = OFF_VALID + VALID_BYTES;
 constexpr unsigned SMEM_BYTES = OFF_MBAR + (FP8 ? (PRODUCERS ? 96u : 8u * NSTAGE) : 0u);
-// Must match generator/families/sparse_mla_decode.cpp (smem_bytes).
+// The plan the host launches with (templates/kernel_params.h).
+static_assert(SMEM_BYTES == sparse_mla_mma_sync_smem_bytes(TILE_TOKENS, HEADS_PER_CTA, THREADS, FP8), "the layout must match the plan");
 static_assert(SMEM_BYTES == NSAJIT_DYNAMIC_SMEM, "host and kernel disagree on shared memory size");
 
 struct alignas(8) f32x2 {
   float x, y;
 };
 
-NSAJIT_DEVICE float neg_inf() { return __uint_as_float(0xff800000u); }
-NSAJIT_DEVICE float pos_inf() { return __uint_as_float(0x7f800000u); }
-
-NSAJIT_DEVICE uint32_t smem_u32(const void* p) {
-  uint32_t a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
 
 // Byte offset of 16-byte chunk `c` of row `r` in a [rows][72 chunks] tile / a [rows][8 chunks] tile.
 NSAJIT_DEVICE uint32_t sw576(int r, int c) { return uint32_t(r) * 1152u + (uint32_t(c ^ (r & 7)) << 4); }
@@ -180,12 +170,9 @@ NSAJIT_DEVICE void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
-NSAJIT_DEVICE void named_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
 // A barrier of the MMA warps (the producer warps never join one after the prologue).
 NSAJIT_DEVICE void mma_sync_threads() {
-  if constexpr (PRODUCERS) named_barrier(15, CTHREADS);
+  if constexpr (PRODUCERS) bar_sync(15, CTHREADS);
   else __syncthreads();
 }
 
@@ -214,7 +201,7 @@ NSAJIT_DEVICE void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, 
 }  // namespace mla
 
 extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1)
-nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
+nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   using namespace mla;
 #if __CUDA_ARCH__ >= 900
   // Lets the split-KV combine (a programmatic dependent) launch now; it waits for this grid.
@@ -224,11 +211,11 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   const uint32_t s_base = smem_u32(smem);
   const uint32_t s_q = s_base + OFF_Q;
   const uint32_t s_p = s_base + OFF_P;
-  float* red = reinterpret_cast<float*>(smem + OFF_RED);     // [NCS][MROWS]
+  float* red = reinterpret_cast<float*>(smem + OFF_RED);     // [WARPS_PER_GROUP][MROWS]
   int* valid_s = reinterpret_cast<int*>(smem + OFF_VALID);   // [2][64] (not with BULK)
   auto valid_flag = [&](int buf, int tok) -> int& {
     if constexpr (BULK) return *reinterpret_cast<int*>(smem + OFF_KV + buf * TILE_BYTES + tok * KV_ROW + 1152);
-    else return valid_s[buf * BT + tok];
+    else return valid_s[buf * TILE_TOKENS + tok];
   };
   // Buffer `buf` filled (bf16: in the padding of its row 0); PRODUCERS: released by the MMA warps
   // (bf16: in the padding of its row 1).
@@ -248,27 +235,27 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   const int lane = tid & 31;
   const int g = lane >> 2;  // fragment row
   const int t4 = lane & 3;  // fragment column pair
-  const int mg = warp % G;
-  const int cs = warp / G;
+  const int mg = warp % HEAD_GROUPS;
+  const int cs = warp / HEAD_GROUPS;
   const long long row = blockIdx.x;
-  const int head0 = blockIdx.y * HB;
+  const int head0 = blockIdx.y * HEADS_PER_CTA;
   const int split = blockIdx.z;
   const int num_splits = gridDim.z;
 
   // ---- tile range of this split
   int n = TOPK;
   if (p.topk_length != nullptr) n = min(max(__ldg(p.topk_length + row), 0), TOPK);
-  const int tiles = (n + BT - 1) / BT;
-  const int tb = (int)((long long)tiles * split / num_splits);
-  const int te = (int)((long long)tiles * (split + 1) / num_splits);
+  const int tiles = (n + TILE_TOKENS - 1) / TILE_TOKENS;
+  const int tile_begin = (int)((long long)tiles * split / num_splits);
+  const int tile_end = (int)((long long)tiles * (split + 1) / num_splits);
   const int* idx_row = p.indices + row * TOPK;
 
-  // ---- q of this CTA's heads -> smem (rows >= HB zero).
+  // ---- q of this CTA's heads -> smem (rows >= HEADS_PER_CTA zero).
   {
     const bf16_t* q_g = p.q + (row * H_Q + head0) * kDimQK;
     for (int c = tid; c < MROWS * kChunksQK && tid < CTHREADS; c += CTHREADS) {
       const int r = c / kChunksQK, k = c % kChunksQK;
-      if (r < HB) cp_async_16(s_q + sw576(r, k), q_g + r * kDimQK + k * 8);
+      if (r < HEADS_PER_CTA) cp_async_16(s_q + sw576(r, k), q_g + r * kDimQK + k * 8);
       else st_shared_16(s_q + sw576(r, k), u32x4{0u, 0u, 0u, 0u});
     }
   }
@@ -280,7 +267,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   // bf16: issue the copies of one tile (token g_tok) into buffer `buf`.
   auto gather_bf16 = [&](int buf, int idx) {
     const uint32_t dst = s_base + OFF_KV + buf * TILE_BYTES;
-    if constexpr (BULK) {
+    {  // bf16 tiles are always bulk copies (BULK)
       if (g_sub == 0) {
         mbar_arrive_tx(mbar(buf), idx >= 0 ? 1152u : 0u);
         if (idx >= 0) bulk_copy(dst + g_tok * KV_ROW, p.kv + (long long)idx * p.kv_row_stride, 1152u, mbar(buf));
@@ -289,19 +276,6 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 #pragma unroll
         for (int i = 0; i < kChunksQK / 4; ++i) st_shared_16(dst + kvo(g_tok, g_sub + 4 * i), u32x4{0u, 0u, 0u, 0u});
       }
-      return;
-    }
-    if (idx >= 0) {
-      const bf16_t* src = p.kv + (long long)idx * p.kv_row_stride;
-#pragma unroll
-      for (int i = 0; i < kChunksQK / 4; ++i) {
-        const int c = g_sub + 4 * i;
-        cp_async_16(dst + kvo(g_tok, c), src + c * 8);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < kChunksQK / 4; ++i)
-        st_shared_16(dst + kvo(g_tok, g_sub + 4 * i), u32x4{0u, 0u, 0u, 0u});
     }
   };
   // fp8: the first byte of valid slot idx's 656-byte token in the paged pool (32-bit division:
@@ -314,7 +288,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   auto fp8_mbar = [&](int st) { return s_base + OFF_MBAR + 8 * st; };
   auto fp8_issue = [&](int st, int idx) {
     if (g_sub == 0) {
-      valid_s[BT * (1 + st) + g_tok] = idx >= 0;
+      valid_s[TILE_TOKENS * (1 + st) + g_tok] = idx >= 0;
       mbar_arrive_tx(fp8_mbar(st), idx >= 0 ? unsigned(kFp8Bytes) : 0u);
       if (idx >= 0)
         bulk_copy(s_base + OFF_STAGE + st * STAGE_BYTES + g_tok * kFp8Bytes, fp8_token(idx), unsigned(kFp8Bytes),
@@ -324,7 +298,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   // fp8: staging buffer `st` -> bf16 tile 0 (token g_tok, this thread's part); validity -> valid_s[0..63].
   auto fp8_dequant = [&](int st) {
     const uint32_t dst = s_base + OFF_KV;
-    const bool ok = valid_s[BT * (1 + st) + g_tok] != 0;
+    const bool ok = valid_s[TILE_TOKENS * (1 + st) + g_tok] != 0;
     if (g_sub == 0) valid_s[g_tok] = ok;
     const unsigned char* src = smem + OFF_STAGE + st * STAGE_BYTES + g_tok * kFp8Bytes;
     if (!ok) {
@@ -336,8 +310,8 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     const float sc[4] = {__uint_as_float(scv.x), __uint_as_float(scv.y), __uint_as_float(scv.z), __uint_as_float(scv.w)};
 #pragma unroll
     for (int c = 0; c < F8_CHUNKS; ++c) {
-      const int k = g_sub + TPT * c;       // fp8 chunk: dims [16k, 16k + 16)
-      const float sf = sc[(TPT * c) >> 3];  // its 128-dim tile (compile-time index)
+      const int k = g_sub + THREADS_PER_TOKEN * c;       // fp8 chunk: dims [16k, 16k + 16)
+      const float sf = sc[(THREADS_PER_TOKEN * c) >> 3];  // its 128-dim tile (compile-time index)
       const u32x4 f = *reinterpret_cast<const u32x4*>(src + 16 * k);
       u32x4 lo, hi;
       dequant_e4m3x16(f, sf, lo, hi);
@@ -346,21 +320,21 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     }
 #pragma unroll
     for (int r = 0; r < ROPE_CHUNKS; ++r)
-      st_shared_16(dst + kvo(g_tok, 64 + g_sub + TPT * r), *reinterpret_cast<const u32x4*>(src + 528 + 16 * (g_sub + TPT * r)));
+      st_shared_16(dst + kvo(g_tok, 64 + g_sub + THREADS_PER_TOKEN * r), *reinterpret_cast<const u32x4*>(src + 528 + 16 * (g_sub + THREADS_PER_TOKEN * r)));
   };
-  auto tile_index = [&](int tile) { return tile < te ? load_index(idx_row, tile * BT + g_tok, n, p.num_slots) : -1; };
+  auto tile_index = [&](int tile) { return tile < tile_end ? load_index(idx_row, tile * TILE_TOKENS + g_tok, n, p.num_slots) : -1; };
   // The same, unchecked (valid_index where it is used): the loads a tile ahead.
-  auto tile_index_raw = [&](int tile) { return tile < te ? load_index_raw(idx_row, tile * BT + g_tok, n) : -1; };
+  auto tile_index_raw = [&](int tile) { return tile < tile_end ? load_index_raw(idx_row, tile * TILE_TOKENS + g_tok, n) : -1; };
 
-  // ---- prologue. bf16: tile tb into buffer 0, indices of tb + 1 in a register. fp8: tiles
-  // tb .. tb + NSTAGE - 1 into the staging buffers, indices of tb + NSTAGE in a register. With
+  // ---- prologue. bf16: tile tile_begin into buffer 0, indices of tile_begin + 1 in a register. fp8: tiles
+  // tile_begin .. tile_begin + NSTAGE - 1 into the staging buffers, indices of tile_begin + NSTAGE in a register. With
   // producer warps, they do this in their own loop below.
   if constexpr (BULK || FP8) {
     if (tid == 0) {
       if constexpr (BULK || PRODUCERS) {
         // bf16: one arrival per token, with its bytes; fp8: every producer thread, once its part is stored
-        mbar_init(mbar(0), FP8 ? PTHREADS : BT);
-        mbar_init(mbar(1), FP8 ? PTHREADS : BT);
+        mbar_init(mbar(0), FP8 ? PTHREADS : TILE_TOKENS);
+        mbar_init(mbar(1), FP8 ? PTHREADS : TILE_TOKENS);
         if constexpr (PRODUCERS) {
           mbar_init(empty_mbar(0), CTHREADS);  // every MMA thread, after its last read of the tile
           mbar_init(empty_mbar(1), CTHREADS);
@@ -369,7 +343,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
           for (int w = 0; w < 8; ++w) mbar_init(stage_mbar(w), 8);
       } else {
 #pragma unroll
-        for (int st = 0; st < NSTAGE; ++st) mbar_init(fp8_mbar(st), BT);
+        for (int st = 0; st < NSTAGE; ++st) mbar_init(fp8_mbar(st), TILE_TOKENS);
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -399,19 +373,19 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       };
       const unsigned char* src = nullptr;
       int raw = -1;
-      if (tb < te) {
-        src = token_src(load_index(idx_row, tb * BT + tok, n, p.num_slots));
+      if (tile_begin < tile_end) {
+        src = token_src(load_index(idx_row, tile_begin * TILE_TOKENS + tok, n, p.num_slots));
         issue(src);
-        raw = tb + 1 < te ? load_index_raw(idx_row, (tb + 1) * BT + tok, n) : -1;
+        raw = tile_begin + 1 < tile_end ? load_index_raw(idx_row, (tile_begin + 1) * TILE_TOKENS + tok, n) : -1;
       }
-      for (int t = tb; t < te; ++t) {
-        const int k = t - tb, b = k & 1;
+      for (int t = tile_begin; t < tile_end; ++t) {
+        const int k = t - tile_begin, b = k & 1;
         const bool ok = src != nullptr;
-        const unsigned char* src_next = t + 1 < te ? token_src(valid_index(raw, p.num_slots)) : nullptr;
-        raw = t + 2 < te ? load_index_raw(idx_row, (t + 2) * BT + tok, n) : -1;
+        const unsigned char* src_next = t + 1 < tile_end ? token_src(valid_index(raw, p.num_slots)) : nullptr;
+        raw = t + 2 < tile_end ? load_index_raw(idx_row, (t + 2) * TILE_TOKENS + tok, n) : -1;
         if (k >= 2) mbar_wait(empty_mbar(b), uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + b * TILE_BYTES;
-        if (q == 0) valid_s[b * BT + tok] = ok;
+        if (q == 0) valid_s[b * TILE_TOKENS + tok] = ok;
         mbar_wait(stg_bar, uint32_t(k & 1));
         const u32x4 scv = ok ? *reinterpret_cast<const u32x4*>(stg_g + 512) : u32x4{0u, 0u, 0u, 0u};
         const float sc[4] = {__uint_as_float(scv.x), __uint_as_float(scv.y), __uint_as_float(scv.z), __uint_as_float(scv.w)};
@@ -432,7 +406,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         // Every part's reads of the row (generic proxy) before the bulk copy that refills it.
         fence_proxy_async();
         __syncwarp();
-        if (t + 1 < te) issue(src_next);
+        if (t + 1 < tile_end) issue(src_next);
         mbar_arrive_plain(mbar(b));  // this thread's part of the tile and its flag, to the MMA warps
         src = src_next;
       }
@@ -444,14 +418,14 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       // ---- producer thread pt: token pt of every tile of the split, into buffer k & 1 once the
       // MMA warps released it (tile k - 2); the index entry loaded a tile ahead, checked here.
       const int pt = tid - CTHREADS;
-      int raw = tb < te ? load_index_raw(idx_row, tb * BT + pt, n) : -1;
-      for (int t = tb; t < te; ++t) {
-        const int k = t - tb, b = k & 1;
+      int raw = tile_begin < tile_end ? load_index_raw(idx_row, tile_begin * TILE_TOKENS + pt, n) : -1;
+      for (int t = tile_begin; t < tile_end; ++t) {
+        const int k = t - tile_begin, b = k & 1;
         const int idx = valid_index(raw, p.num_slots);
-        raw = t + 1 < te ? load_index_raw(idx_row, (t + 1) * BT + pt, n) : -1;
+        raw = t + 1 < tile_end ? load_index_raw(idx_row, (t + 1) * TILE_TOKENS + pt, n) : -1;
         if (k >= 2) mbar_wait(empty_mbar(b), uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + b * TILE_BYTES + pt * KV_ROW;
-        // valid_flag(b, pt), written out: through the lambda ptxas emits different (unmeasured) code.
+        // valid_flag(b, pt), written out: through the lambda ptxas emits different code.
         *reinterpret_cast<int*>(smem + OFF_KV + b * TILE_BYTES + pt * KV_ROW + 1152) = idx >= 0;
         if (idx >= 0) {
           // This thread's zero row of an earlier tile (generic stores) before the copy (async proxy).
@@ -471,16 +445,16 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   if constexpr (FP8 && !PRODUCERS) {
 #pragma unroll
     for (int st = 0; st < NSTAGE; ++st)
-      if (tb + st < te) fp8_issue(st, tile_index(tb + st));
-    idx_next = tile_index_raw(tb + NSTAGE);
+      if (tile_begin + st < tile_end) fp8_issue(st, tile_index(tile_begin + st));
+    idx_next = tile_index_raw(tile_begin + NSTAGE);
     __syncthreads();  // the staging validity flags written above are read by every part of a token
   } else if constexpr (!PRODUCERS) {
-    if (tb < te) {
-      const int i0 = tile_index(tb);
+    if (tile_begin < tile_end) {
+      const int i0 = tile_index(tile_begin);
       if (g_sub == 0) valid_flag(0, g_tok) = i0 >= 0;
       gather_bf16(0, i0);
     }
-    idx_next = tile_index_raw(tb + 1);
+    idx_next = tile_index_raw(tile_begin + 1);
   }
   cp_async_commit();
 
@@ -497,33 +471,31 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 #pragma unroll
     for (int nd = 0; nd < NDT; ++nd) o[mt][nd][0] = o[mt][nd][1] = o[mt][nd][2] = o[mt][nd][3] = 0.f;
   }
-  const int mrow0 = mg * MW;  // first head (smem row) of this warp
+  const int mrow0 = mg * HEADS_PER_WARP;  // first head (smem row) of this warp
   const int tok0 = (cs % QK_GROUPS) * TW;  // first token of this warp in QK
   const int khalf = KSPLIT ? cs / QK_GROUPS : 0;  // KSPLIT: 1 = this warp's S goes to the other half
   const int dim0 = cs * DW;   // first output dim of this warp in PV
 
-  for (int t = tb; t < te; ++t) {
-    const int buf = KV_BUFS == 1 ? 0 : (t - tb) & 1;
+  for (int t = tile_begin; t < tile_end; ++t) {
+    const int buf = KV_BUFS == 1 ? 0 : (t - tile_begin) & 1;
     const uint32_t s_kv = s_base + OFF_KV + buf * TILE_BYTES;
     if constexpr (FP8 && !PRODUCERS) {
-      const int k = t - tb, st = k % NSTAGE;
+      const int k = t - tile_begin, st = k % NSTAGE;
       asm volatile("cp.async.wait_group 0;" ::: "memory");  // q
       mbar_wait(fp8_mbar(st), uint32_t((k / NSTAGE) & 1));
       fp8_dequant(st);
       // The staging buffer was read through the generic proxy; the bulk copy below refills it.
       fence_proxy_async();
       mma_sync_threads();
-      if (t + NSTAGE < te) fp8_issue(st, valid_index(idx_next, p.num_slots));
+      if (t + NSTAGE < tile_end) fp8_issue(st, valid_index(idx_next, p.num_slots));
       idx_next = tile_index_raw(t + NSTAGE + 1);
     } else if constexpr (PRODUCERS) {
-      // (Waiting for q and the barrier at the first tile only measured +0.2 to +1.2 % on h16 bf16:
-      // docs/notes/sparse_mla.md, session 20.)
       asm volatile("cp.async.wait_group 0;" ::: "memory");  // q
-      mbar_wait(mbar(buf), uint32_t(((t - tb) >> 1) & 1));
+      mbar_wait(mbar(buf), uint32_t(((t - tile_begin) >> 1) & 1));
       mma_sync_threads();  // every MMA thread's part of q
     } else {
       // ---- issue tile t+1
-      if (t + 1 < te) {
+      if (t + 1 < tile_end) {
         const int idx = valid_index(idx_next, p.num_slots);
         if (g_sub == 0) valid_flag(buf ^ 1, g_tok) = idx >= 0;
         gather_bf16(buf ^ 1, idx);
@@ -531,11 +503,11 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       cp_async_commit();
       idx_next = tile_index_raw(t + 2);
       cp_async_wait_1();
-      if constexpr (BULK) mbar_wait(mbar(buf), uint32_t(((t - tb) >> 1) & 1));
+      if constexpr (BULK) mbar_wait(mbar(buf), uint32_t(((t - tile_begin) >> 1) & 1));
       mma_sync_threads();
     }
 
-    // ---- S = q . K^T for this warp's MW heads x TW tokens
+    // ---- S = q . K^T for this warp's HEADS_PER_WARP heads x TW tokens
     float s[MT][NT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -615,7 +587,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         mx[mt][h] = fmaxf(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 2));
       }
     }
-    if constexpr (NCS > 1) {
+    if constexpr (WARPS_PER_GROUP > 1) {
       if (t4 == 0 && owns_s) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -681,12 +653,12 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
         o[mt][nd][3] *= alpha[mt][1];
       }
     }
-    if constexpr (NCS > 1) named_barrier(1 + mg, NCS * 32);
+    if constexpr (WARPS_PER_GROUP > 1) bar_sync(1 + mg, WARPS_PER_GROUP * 32);
     else __syncwarp();
 
     // ---- O += P . V over the tile's 64 tokens, this warp's DW dims
 #pragma unroll
-    for (int kk = 0; kk < BT / 16; ++kk) {
+    for (int kk = 0; kk < TILE_TOKENS / 16; ++kk) {
       uint32_t a[MT][4], al[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -717,7 +689,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
   // A split without tiles never waited for q: no copy may outlive the CTA (else a no-op).
   cp_async_wait_all();
 
-  // ---- epilogue: total row sums l (over t4 lanes, then over the NCS warps of the m-group)
+  // ---- epilogue: total row sums l (over t4 lanes, then over the WARPS_PER_GROUP warps of the m-group)
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -725,7 +697,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
       l_run[mt][h] += __shfl_xor_sync(0xffffffffu, l_run[mt][h], 1);
       l_run[mt][h] += __shfl_xor_sync(0xffffffffu, l_run[mt][h], 2);
     }
-  if constexpr (NCS > 1) {
+  if constexpr (WARPS_PER_GROUP > 1) {
     if (t4 == 0) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -738,7 +710,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     for (int mt = 0; mt < MT; ++mt) {
       float a0 = 0.f, a1 = 0.f;
 #pragma unroll
-      for (int c2 = 0; c2 < NCS; ++c2) {  // fixed order: the same sum in every warp
+      for (int c2 = 0; c2 < WARPS_PER_GROUP; ++c2) {  // fixed order: the same sum in every warp
         a0 += red[c2 * MROWS + mrow0 + mt * 16 + g];
         a1 += red[c2 * MROWS + mrow0 + mt * 16 + g + 8];
       }
@@ -754,7 +726,7 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int hl = mrow0 + mt * 16 + g + 8 * h;  // head within the CTA
-      if (hl >= HB) continue;
+      if (hl >= HEADS_PER_CTA) continue;
       const long long head = row * H_Q + head0 + hl;
       const float l = l_run[mt][h];
       const float inv_l = l > 0.f ? 1.f / l : 0.f;
@@ -785,4 +757,3 @@ nsajit_sparse_mla_decode(const SparseMlaDecodeParams p) {
     }
   }
 }
-#endif  // !NSAJIT_WGMMA

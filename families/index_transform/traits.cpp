@@ -1,11 +1,10 @@
-// generator/families/index_transform.cpp — traits of the index-transform family
+// traits.cpp — traits of the index-transform family
 // (templates/index_transform.cuh, §1).
 #include <string>
 #include <vector>
 
-#include "generator/embedded_templates.hpp"
 #include "generator/family.hpp"
-#include "generator/families/transform_fields.hpp"
+#include "families/index_transform/transform_fields.hpp"
 
 namespace nsajit {
 namespace {
@@ -40,10 +39,7 @@ std::string readable_stem(const KernelSpec& spec) {
 
 unsigned max_dynamic_smem(const KernelSpec&) { return 0; }
 
-std::string_view template_source() {
-  static const std::string text = with_kv_slot_transform(embedded::index_transform());
-  return text;
-}
+std::string_view template_file(const KernelSpec&) { return "index_transform.cuh"; }
 
 }  // namespace
 
@@ -53,7 +49,7 @@ const FamilyTraits index_transform_traits = {
     uses_page_size | uses_mode,
     "index_transform",
     "nsajit_index_transform",
-    &template_source,
+    &template_file,
     &fill_default_tile,
     &validate_index_transform,
     &constants,

@@ -1,21 +1,16 @@
-// generator/families/topk.cpp — traits of the top-k family (templates/topk.cuh, §2), plain and
+// traits.cpp — traits of the top-k family (templates/topk.cuh, §2), plain and
 // fused with the §1 transform, optionally sorted.
 #include <string>
 #include <vector>
 
-#include "generator/embedded_templates.hpp"
 #include "generator/family.hpp"
-#include "generator/families/transform_fields.hpp"
+#include "families/index_transform/transform_fields.hpp"
+#include "templates/kernel_params.h"
 
 namespace nsajit {
 namespace {
 
 constexpr int kDefaultThreads = 512;
-// Dynamic shared memory: the kept part of the slice, the first-digit histogram, the candidate
-// lists and the classify's bitmaps (runtime/topk.cpp fits them into this), or the sort buffer of
-// sorted specs (<= 4096 x 8 bytes).
-// Static shared memory is ~12.5 KB, so the total stays under the 227 KB per block of sm_90.
-constexpr unsigned kMaxDynamicSmem = 215040;
 
 void fill_default_tile(KernelSpec& spec) {
   if (spec.tile.threads == 0) spec.tile.threads = kDefaultThreads;
@@ -72,17 +67,10 @@ std::string readable_stem(const KernelSpec& spec) {
   return s;
 }
 
-unsigned max_dynamic_smem(const KernelSpec&) { return kMaxDynamicSmem; }
+unsigned max_dynamic_smem(const KernelSpec&) { return kTopkMaxDynamicSmem; }
 
-// The §1 transform, then the family's parts in dependency order, the kernel last.
-std::string_view template_source() {
-  static const std::string text = with_kv_slot_transform(
-      std::string(embedded::topk_common()) + std::string(embedded::topk_radix()) +
-      std::string(embedded::topk_speculative()) + std::string(embedded::topk_cluster_lists()) +
-      std::string(embedded::topk_sort()) +
-      std::string(embedded::topk_dense()) + std::string(embedded::topk()));
-  return text;
-}
+// The kernel; it includes the §1 transform and the family's parts.
+std::string_view template_file(const KernelSpec&) { return "topk.cuh"; }
 
 }  // namespace
 
@@ -92,7 +80,7 @@ const FamilyTraits topk_traits = {
     uses_page_size | uses_mode | uses_next_n | uses_fused_transform | uses_sorted,
     "topk",
     "nsajit_topk",
-    &template_source,
+    &template_file,
     &fill_default_tile,
     &validate_topk,
     &constants,

@@ -1,0 +1,33 @@
+// heuristics.hpp — the sparse MLA family's choices as pure functions of the shape and the device:
+// the kernel variant (spec tile) and the split-KV count. No driver call, no global state.
+#pragma once
+
+#include "nsajit/spec.hpp"
+#include "templates/kernel_params.h"
+
+namespace nsajit::sparse_mla {
+
+inline constexpr int kMaxSplits = 64;
+inline constexpr int kBlockTokens = 64;  // KV tokens per tile (the kernels' schedules assume it)
+
+// Query heads one CTA handles: all of h_q up to 64.
+inline int default_heads_per_cta(int h_q) { return h_q < 64 ? (h_q > 0 ? h_q : 64) : 64; }
+
+// Fills the tile fields left at their defaults (kernel, producer_warps, heads_per_cta,
+// block_tokens, threads) from h_q, kv_dtype and arch; reads a tile given only as threads.
+void fill_default_tile(KernelSpec& spec);
+
+// Threads per CTA of a variant: 8 MMA warps (mma_sync) or 2 MMA warpgroups (wgmma), plus producers.
+inline int threads_of(int producer_warps) { return 256 + 32 * producer_warps; }
+
+// Split count with no forced count: 1 when rows x head groups CTAs already keep >= 3/4 of the
+// sm_count SMs busy, else enough splits to fill them, keeping >= 2 tiles per split, <= kMaxSplits.
+int auto_splits(long long rows, int h_q, int topk, int sm_count);
+
+// Workspace bytes of `splits` partial results (0 without a split).
+inline std::size_t workspace_bytes(int rows, int h_q, int splits) {
+  if (splits <= 1) return 0;
+  return std::size_t(splits) * std::size_t(rows) * std::size_t(h_q) * (kMlaDimV + 2) * 4;  // fp32 o, lse, max
+}
+
+}  // namespace nsajit::sparse_mla

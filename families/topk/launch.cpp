@@ -1,0 +1,147 @@
+// launch.cpp — nsajit::topk (§2, plain and fused with §1): argument checks, spec and launch of
+// templates/topk.cuh with the plan of families/topk/heuristics.hpp.
+#include <string>
+
+#include "families/topk/heuristics.hpp"
+#include "nsajit/kernels.hpp"
+#include "runtime/argument_checks.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/runtime.hpp"
+#include "families/index_transform/transform_arguments.hpp"
+#include "templates/kernel_params.h"
+
+namespace nsajit {
+
+namespace {
+
+constexpr const char* kFunction = "nsajit::topk";
+
+// next_n, then the transform arguments shared with nsajit::index_transform. Returns the page-table
+// row stride (elements).
+long long check_fused(const TopkArgs& args) {
+  if (args.mode == IndexMode::decode) {
+    if (args.next_n < 1 || args.next_n > 8)
+      detail::throw_bad_argument(kFunction, "next_n", args.next_n, "an integer in [1, 8]");
+  } else if (args.next_n != 1) {
+    detail::throw_bad_argument(kFunction, "next_n", args.next_n, "1 unless mode decode (MTP rows)");
+  }
+  return detail::check_transform_arguments(kFunction, args, args.next_n);
+}
+
+}  // namespace
+
+namespace detail {
+
+void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream stream) {
+  using detail::require_pointer;
+  using detail::throw_bad_argument;
+  // Every check comes before any driver call (spec_for_current_device queries the device).
+  // Up to 16 CTAs per row must fit the grid's 2^31 - 1 limit.
+  if (args.rows < 0 || args.rows >= (1 << 27))
+    throw_bad_argument(kFunction, "rows", args.rows, "0 <= rows < 2^27");
+  if (args.width < 0 || args.width > detail::kMaxTopkWidth)
+    throw_bad_argument(kFunction, "width", args.width, "0 <= width <= " + std::to_string(detail::kMaxTopkWidth));
+  detail::require_topk(kFunction, args.topk, 4096);
+  const long long stride = args.score_row_stride ? args.score_row_stride : args.width;
+  if (stride < args.width)
+    throw_bad_argument(kFunction, "score_row_stride", args.score_row_stride,
+                       "0 (= width) or >= width = " + std::to_string(args.width));
+  if (args.rows > 0) {
+    // With width 0 every length clamps to <= 0 and no score is read: scores may be null then.
+    if (args.width > 0) require_pointer(kFunction, "scores", args.scores);
+    detail::require_pointer_or_null(kFunction, "row_starts", args.row_starts);
+    require_pointer(kFunction, "lengths", args.lengths);
+    require_pointer(kFunction, "out", args.out);
+  }
+  const long long table_stride = args.fused_transform ? check_fused(args) : 0;
+  if (args.rows == 0) return;
+
+  KernelSpec spec;
+  spec.family = Family::topk;
+  spec.topk = args.topk;
+  spec.sorted = args.sorted;
+  if (args.fused_transform) {
+    spec.fused_transform = true;
+    spec.mode = args.mode;
+    spec.page_size = args.mode == IndexMode::ragged ? 1 : args.page_size;
+    spec.next_n = args.mode == IndexMode::decode ? args.next_n : 1;
+  }
+  const int sm_count = driver::current_context_info().sm_count;
+  detail::TopkLaunchPlan plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 16, constraints);
+  const KernelSpec base_spec = spec;
+  auto load = [&](const detail::TopkLaunchPlan& p) -> const LoadedKernel& {
+    spec = base_spec;
+    spec.tile.threads = p.threads == 512 ? 0 : p.threads;  // 512 is the default tile
+    spec = spec_for_current_device(spec);
+    return kernel(spec);
+  };
+  const LoadedKernel* loaded = &load(plan);
+  auto geometry_of = [&](const detail::TopkLaunchPlan& p) {
+    LaunchGeometry g;
+    g.grid_x = unsigned(args.rows) * unsigned(p.ctas_per_row);
+    g.block = unsigned(p.threads);
+    g.dynamic_smem = p.dynamic_smem;
+    g.cluster_x = p.ctas_per_row > 1 ? unsigned(p.ctas_per_row) : 0u;
+    return g;
+  };
+  LaunchGeometry geometry = geometry_of(plan);
+  if (plan.ctas_per_row > 8 && resident_ctas(*loaded, geometry) == 0) {
+    // A non-portable cluster (> 8 CTAs) may not fit a device at all (fewer SMs per GPC, a MIG
+    // slice): then at most 8. (resident_ctas also sets the function's opt-in for it, once.)
+    plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 8, constraints);
+    loaded = &load(plan);
+    geometry = geometry_of(plan);
+  }
+
+  TopkParams params{};
+  params.scores = args.scores;
+  params.score_row_stride = stride;
+  params.lengths = args.lengths;
+  params.row_starts = args.row_starts;
+  params.out = args.out;
+  params.rows = args.rows;
+  params.width = args.width;
+  params.ctas_per_row = plan.ctas_per_row;
+  params.slice = plan.slice;
+  params.resident_vecs = plan.resident_vecs;
+  params.hist_offset = plan.hist_offset;
+  params.slots_offset = plan.slots_offset;
+  params.cand_offset = plan.cand_offset;
+  params.overflow_warp_offset = plan.overflow_warp_offset;
+  params.bitmap_offset = plan.bitmap_offset;
+  params.bitmap_words = plan.bitmap_words;
+  params.cand_capacity = plan.cand_capacity;
+  params.slots_per_thread = plan.slots_per_thread;
+  params.speculate = plan.speculate ? 1 : 0;
+  params.prefetch_row = plan.prefetch_row ? 1 : 0;
+  params.prefetch_slice = plan.prefetch_slice ? 1 : 0;
+  params.dense_registers = plan.dense_registers ? 1 : 0;
+  params.list_offset = plan.list_offset;
+  params.list_words = plan.list_words;
+  params.cluster_lists = plan.cluster_lists;
+  params.cluster_list_offset = plan.cluster_list_offset;
+  params.cluster_list_capacity = plan.cluster_list_capacity;
+  params.cluster_inbox_offset = plan.cluster_inbox_offset;
+  params.cluster_warp_capacity = plan.cluster_warp_capacity;
+  params.phase = 0;
+  if (args.fused_transform) detail::set_transform_parameters(params, args, table_stride);
+
+  launch(*loaded, geometry, &params, stream);
+
+  if (args.sorted) {  // phase 1: sort each row, then transform
+    long long n = 1;
+    while (n < args.topk) n <<= 1;
+    params.phase = 1;
+    LaunchGeometry sort_geometry;
+    sort_geometry.grid_x = unsigned(args.rows);
+    sort_geometry.block = unsigned(spec.tile.threads);
+    sort_geometry.dynamic_smem = unsigned(n * 8);
+    launch(*loaded, sort_geometry, &params, stream);
+  }
+}
+
+}  // namespace detail
+
+void topk(const TopkArgs& args, CUstream stream) { detail::topk(args, {}, stream); }
+
+}  // namespace nsajit
