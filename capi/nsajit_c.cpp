@@ -41,6 +41,8 @@ nsajit_status guarded(Body&& body) noexcept {
     return fail(NSAJIT_ERROR_INVALID_ARGUMENT, e.what());
   } catch (const nsajit::CaptureError& e) {
     return fail(NSAJIT_ERROR_CAPTURE, e.what());
+  } catch (const nsajit::KernelNotPrecompiled& e) {
+    return fail(NSAJIT_ERROR_NOT_PRECOMPILED, e.what());
   } catch (const nsajit::CompileError& e) {
     return fail(NSAJIT_ERROR_COMPILE, e.what());
   } catch (const nsajit::CudaError& e) {
@@ -210,6 +212,7 @@ const char* nsajit_status_name(nsajit_status status) {
     case NSAJIT_ERROR_BUFFER_TOO_SMALL: return "NSAJIT_ERROR_BUFFER_TOO_SMALL";
     case NSAJIT_ERROR_OUT_OF_MEMORY: return "NSAJIT_ERROR_OUT_OF_MEMORY";
     case NSAJIT_ERROR_INTERNAL: return "NSAJIT_ERROR_INTERNAL";
+    case NSAJIT_ERROR_NOT_PRECOMPILED: return "NSAJIT_ERROR_NOT_PRECOMPILED";
   }
   return "NSAJIT_UNKNOWN_STATUS";
 }

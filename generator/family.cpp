@@ -7,25 +7,22 @@
 
 namespace nsajit {
 
-extern const FamilyTraits index_transform_traits;
-extern const FamilyTraits topk_traits;
-extern const FamilyTraits sparse_mla_traits;
-extern const FamilyTraits sparse_mla_combine_traits;
-extern const FamilyTraits fp8_kv_quantize_traits;
-extern const FamilyTraits fp8_kv_gather_traits;
+#define NSAJIT_DECLARE_TRAITS(name) extern const FamilyTraits name##_traits;
+NSAJIT_FAMILIES(NSAJIT_DECLARE_TRAITS)
+#undef NSAJIT_DECLARE_TRAITS
 
 const FamilyTraits& traits(Family family) {
   switch (family) {
-    case Family::index_transform: return index_transform_traits;
-    case Family::topk: return topk_traits;
-    case Family::sparse_mla: return sparse_mla_traits;
-    case Family::sparse_mla_combine: return sparse_mla_combine_traits;
-    case Family::fp8_kv_quantize: return fp8_kv_quantize_traits;
-    case Family::fp8_kv_gather: return fp8_kv_gather_traits;
+#define NSAJIT_TRAITS_CASE(name) \
+  case Family::name: return name##_traits;
+    NSAJIT_FAMILIES(NSAJIT_TRAITS_CASE)
+#undef NSAJIT_TRAITS_CASE
   }
-  throw InvalidArgument(fmt::format("kernel spec: field family = {}: expected one of index_transform, topk, "
-                                    "sparse_mla, sparse_mla_combine, fp8_kv_quantize, fp8_kv_gather",
-                                    int(family)));
+#define NSAJIT_FAMILY_NAME(name) #name ", "
+  static const std::string names = std::string(NSAJIT_FAMILIES(NSAJIT_FAMILY_NAME));
+#undef NSAJIT_FAMILY_NAME
+  throw InvalidArgument(fmt::format("kernel spec: field family = {}: expected one of {}", int(family),
+                                    names.substr(0, names.size() - 2)));
 }
 
 }  // namespace nsajit

@@ -1,9 +1,8 @@
 // family.hpp — what the generator and runtime need to know about one kernel family.
 //
-// Each family supplies one FamilyTraits in generator/families/<family>.cpp: its template, the
-// compile-time constants a spec turns into, its defaults and checks, and its launch geometry.
-// Adding a family = one template in templates/, one traits file here, one launch file in runtime/,
-// a CPU reference in reference/ and tests (docs/ARCHITECTURE.md).
+// Each family supplies one FamilyTraits in families/<family>/traits.cpp: its template, the
+// compile-time constants a spec turns into, its defaults and checks, and its dynamic shared memory.
+// Adding a family: the checklist in docs/ARCHITECTURE.md.
 #pragma once
 
 #include <string>

@@ -15,8 +15,6 @@ namespace nsajit::env {
 
 const IntVariable kPdl{.name = "NSAJIT_PDL", .fallback = 1, .min = 0, .max = 1,
                        .meaning = "programmatic dependent launch of the split-KV combine"};
-const IntVariable kMlaWgmma{.name = "NSAJIT_MLA_WGMMA", .fallback = -1, .values = {0, 1, 64},
-                            .meaning = "sparse MLA kernel override"};
 const IntVariable kCacheLockTimeout{.name = "NSAJIT_CACHE_LOCK_TIMEOUT", .fallback = 120, .min = 0, .max = 86400,
                                     .meaning = "seconds to wait for another process compiling a cache entry"};
 
@@ -68,7 +66,6 @@ std::string read_path(const char* name) {
 
 void check_all() {
   read(kPdl);
-  read(kMlaWgmma);
   read(kCacheLockTimeout);
   read_path("NSAJIT_CACHE_DIR");
 }

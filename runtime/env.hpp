@@ -22,8 +22,6 @@ struct IntVariable {
 
 // NSAJIT_PDL: 1 (default) launches the split-KV combine with programmatic dependent launch, 0 not.
 extern const IntVariable kPdl;
-// NSAJIT_MLA_WGMMA: -1 (unset) the spec's default kernel; 1, 64 or 0 select the sparse MLA kernel.
-extern const IntVariable kMlaWgmma;
 // NSAJIT_CACHE_LOCK_TIMEOUT: seconds to wait for another process's lock on a cache entry.
 extern const IntVariable kCacheLockTimeout;
 

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -11,6 +13,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "cache/cache_admin.hpp"
 #include "cache/cubin_cache.hpp"
 #include "compiler/nvrtc_compiler.hpp"
 #include "generator/family.hpp"
@@ -83,6 +86,7 @@ using Cubin = std::shared_ptr<const std::vector<char>>;
 
 struct State {
   CubinCache cache{default_cache_dir()};
+  std::uint64_t max_cache_bytes = cache_max_bytes_from_env();  // 0: no bound
   OnceMap<KernelSpec, Cubin, KernelSpecHash> cubins;
   OnceMap<ContextSpec, std::shared_ptr<const LoadedKernel>, ContextSpecHash> kernels;
   std::mutex records_mutex;
@@ -111,6 +115,15 @@ State& state() {
   return s;
 }
 
+// Why strict mode stopped, and the command that fills the cache with this kernel.
+std::string not_precompiled_message(const std::string& name, const std::string& dir) {
+  return fmt::format("kernel {} is not in the cache {} and strict mode (NSAJIT_NO_JIT=1 or "
+                     "nsajit::set_strict_mode) forbids compiling it at run time; produce it with "
+                     "`NSAJIT_CACHE_DIR={} nsajit precompile --spec {}` (or precompile the whole fleet: "
+                     "`nsajit precompile --model deepseek-v3.2 --tp <tp> --arch <arch>`)",
+                     name, dir, dir, name);
+}
+
 // Generates, then takes the cubin from the disk cache or compiles it. Runs once per spec.
 Cubin obtain_cubin(const KernelSpec& spec, CubinSource* source_out = nullptr) {
   State& s = state();
@@ -126,23 +139,39 @@ Cubin obtain_cubin(const KernelSpec& spec, CubinSource* source_out = nullptr) {
                                          .options = options,
                                          .source = text});
     double compile_ms = 0;
-    CacheLookup found = s.cache.get_or_build(name, key, [&] {
-      refuse_compile_while_capturing(spec);
-      CompileResult r = compile_cubin(name, text, options);
-      compile_ms = r.compile_ms;
-      return std::move(r.cubin);
-    });
+    CacheLookup found;
+    if (strict_mode()) {
+      std::optional<std::vector<char>> cached = s.cache.load(name, key);
+      if (!cached) throw KernelNotPrecompiled(not_precompiled_message(name, s.cache.dir()));
+      found.cubin = std::move(*cached);
+      found.hit = true;
+      note_cache_entry_used(s.cache.entry_path(name, key));
+    } else {
+      found = s.cache.get_or_build(name, key, [&] {
+        refuse_compile_while_capturing(spec);
+        CompileResult r = compile_cubin(name, text, options);
+        compile_ms = r.compile_ms;
+        return std::move(r.cubin);
+      });
+      if (found.hit) note_cache_entry_used(s.cache.entry_path(name, key));
+      if (found.stored && s.max_cache_bytes > 0)
+        enforce_cache_size_bound(s.cache.dir(), s.max_cache_bytes, s.cache.entry_path(name, key));
+    }
     source = found.hit ? CubinSource::disk_cache : CubinSource::compiled;
     const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     {
       std::lock_guard lock(s.records_mutex);
-      s.records.push_back({name, source, compile_ms, total_ms - compile_ms, found.cubin.size(), found.hit || found.stored});
+      s.records.push_back({name, source, compile_ms, total_ms - compile_ms, found.cubin.size(),
+                           found.hit || found.stored, key.digest});
     }
     return std::make_shared<const std::vector<char>>(std::move(found.cubin));
   });
   if (source_out) *source_out = source;
   return cubin;
 }
+
+// -1: not decided yet (read NSAJIT_NO_JIT on first use), 0 off, 1 on.
+std::atomic<int> g_strict{-1};
 
 char arch_suffix_for(int sm) {
   // Arch-specific ("a") targets exist from Hopper on; they unlock wgmma/setmaxnreg on sm_90a.
@@ -152,6 +181,24 @@ char arch_suffix_for(int sm) {
 }  // namespace
 
 std::string version() { return NSAJIT_VERSION; }
+
+void set_strict_mode(bool on) { g_strict.store(on ? 1 : 0); }
+
+bool strict_mode() {
+  int v = g_strict.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* env = std::getenv("NSAJIT_NO_JIT");
+    const std::string_view text = env ? env : "";
+    if (!text.empty() && text != "0" && text != "1")
+      throw InvalidArgument(fmt::format("environment variable NSAJIT_NO_JIT = \"{}\": expected 1 (strict mode: "
+                                        "never compile at run time), 0 or unset",
+                                        text));
+    int expected = -1;
+    g_strict.compare_exchange_strong(expected, text == "1" ? 1 : 0);  // set_strict_mode may have won
+    v = g_strict.load();
+  }
+  return v == 1;
+}
 
 LaunchStreamScope::LaunchStreamScope(CUstream stream)
     : previous_(t_launch_stream), previous_active_(t_launch_stream_active) {
@@ -191,7 +238,6 @@ const LoadedKernel& kernel(const KernelSpec& spec) {
     CUmodule module = nullptr;
     NSAJIT_CU(cuModuleLoadData, &module, cubin->data());  // modules live as long as the context
     auto loaded = std::make_shared<LoadedKernel>();
-    loaded->spec = spec;
     NSAJIT_CU(cuModuleGetFunction, &loaded->function, module, t.kernel_entry);
     if (const unsigned smem = t.max_dynamic_smem(spec); smem > 0)
       NSAJIT_CU(cuFuncSetAttribute, loaded->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem));
@@ -293,11 +339,12 @@ KernelRecord precompile(const KernelSpec& spec_in) {
   CubinSource source = CubinSource::memory;
   const Cubin cubin = obtain_cubin(spec, &source);
   // A spec this process already had is reported as a memory hit.
-  KernelRecord record{readable_name(spec), source, 0, 0, cubin->size()};
-  if (source != CubinSource::memory) {
-    std::lock_guard lock(state().records_mutex);
-    for (const auto& r : state().records)
-      if (r.name == record.name) record = r;
+  KernelRecord record{readable_name(spec), source, 0, 0, cubin->size(), true, ""};
+  std::lock_guard lock(state().records_mutex);
+  for (const auto& r : state().records) {
+    if (r.name != record.name) continue;
+    if (source == CubinSource::memory) record.key = r.key;
+    else record = r;
   }
   return record;
 }

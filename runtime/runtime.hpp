@@ -30,7 +30,6 @@ struct LaunchGeometry {
 
 struct LoadedKernel {
   CUfunction function = nullptr;
-  KernelSpec spec;
 };
 
 // The spec for `family`-specific fields with the current device's arch and default tile,

@@ -14,6 +14,7 @@
 #include "runtime/env.hpp"
 #include "tools/bench/bench_common.hpp"
 #include "tools/commands.hpp"
+#include "tools/subcommands.hpp"
 
 namespace {
 
@@ -23,7 +24,7 @@ const char* const kFooter =
     "Exit codes: 0 ok; 1 a check, kernel, compile or cache write failed; 2 bad usage or input (flags, config "
     "file, arch); 3 no GPU where one is required (bench, run --require-gpu).\n"
     "Environment: NSAJIT_CACHE_DIR (cache directory), NSAJIT_CACHE_LOCK_TIMEOUT (seconds, default 120), "
-    "NSAJIT_PDL (0 or 1), NSAJIT_MLA_WGMMA (0, 1 or 64); see the README.";
+    "NSAJIT_PDL (0 or 1); see the README.";
 
 // nsajit, NVRTC and CUDA driver versions (the driver's "not available" without libcuda).
 std::string versions() {
@@ -72,8 +73,9 @@ int run_cli(int argc, char** argv) {
                                             "(without a GPU: only compile the config's kernels, checking nothing)");
   add_config_options(run);
   run->add_flag("--require-gpu", require_gpu, "exit 3 when there is no GPU instead of only compiling");
-  CLI::App* pre = app.add_subcommand("precompile", "compile the config's kernels into the cache (no GPU needed)");
-  add_config_options(pre);
+  std::vector<Subcommand> subcommands = {add_precompile_command(app), add_cache_command(app), add_gen_command(app),
+                                         add_info_command(app)};
+  for (Subcommand& sub : subcommands) add_common(sub.app);
 
   nsajit::tools::bench::BenchOptions bench_options;
   std::string bench_family;
@@ -81,7 +83,9 @@ int run_cli(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "benchmark a kernel family on the GPU against the PyTorch baseline "
                                                 "and write bench/results/<family>-<date>-<commit>.json");
   add_common(bench);
-  bench->add_option("family", bench_family, "topk | sparse-mla")->required()->check(CLI::IsMember({"topk", "sparse-mla"}));
+  bench->add_option("family", bench_family, "topk | sparse-mla | jit")
+      ->required()
+      ->check(CLI::IsMember({"topk", "sparse-mla", "jit"}));
   bench->add_option("--out", bench_options.out, "results file (default: bench/results/<family>-<date>-<commit>.json)");
   bench->add_option("--iters", bench_options.iters, "timed launches per case (median reported)")->check(CLI::Range(1, 100000));
   bench->add_option("--only", bench_options.only, "run only the cases whose name contains this text");
@@ -94,7 +98,7 @@ int run_cli(int argc, char** argv) {
   std::string help_topic;
   CLI::App* help = app.add_subcommand("help", "print this help, or a subcommand's: nsajit help run");
   add_common(help);
-  help->add_option("subcommand", help_topic, "run | precompile | bench | help");
+  help->add_option("subcommand", help_topic, "run | precompile | cache | gen | info | bench | help");
 
   auto find_subcommand = [&](const std::string& name) -> CLI::App* {
     const auto found = app.get_subcommands([&](CLI::App* s) { return s->get_name() == name; });
@@ -104,8 +108,8 @@ int run_cli(int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-') {
     const std::string first = argv[1];
     if (!find_subcommand(first))
-      return error_exit(fmt::format("unknown subcommand \"{}\" (expected run, precompile, bench or help; see "
-                                    "nsajit --help)",
+      return error_exit(fmt::format("unknown subcommand \"{}\" (expected run, precompile, cache, gen, info, bench "
+                                    "or help; see nsajit --help)",
                                     first)
                             .c_str(),
                         kExitUsage);
@@ -125,16 +129,22 @@ int run_cli(int argc, char** argv) {
     }
     const CLI::App* topic = find_subcommand(help_topic);
     if (!topic)
-      return error_exit(fmt::format("help {}: no such subcommand (expected run, precompile, bench or help)", help_topic)
+      return error_exit(fmt::format("help {}: no such subcommand (expected run, precompile, cache, gen, info, bench "
+                                    "or help)",
+                                    help_topic)
                             .c_str(),
                         kExitUsage);
     std::fputs(topic->help("nsajit").c_str(), stdout);
     return kExitOk;
   }
+  for (const Subcommand& sub : subcommands)
+    if (sub.app->parsed()) return sub.run();
   if (bench->parsed()) {
     bench_options.command = "nsajit";
     for (int i = 1; i < argc; ++i) bench_options.command += std::string(" ") + argv[i];
     if (no_baseline) bench_options.baseline_script.clear();
+    // Its compile and disk-cache cases need no GPU (the GPU cases say they were skipped).
+    if (bench_family == "jit") return nsajit::tools::bench::bench_jit(bench_options);
     if (!nsajit::driver::available()) {
       std::fprintf(stderr, "nsajit bench: no GPU (%s); nothing was measured\n", no_gpu_reason().c_str());
       return kExitNoGpu;
@@ -158,7 +168,7 @@ int run_cli(int argc, char** argv) {
   options.arch = arch;
   options.require_gpu = require_gpu;
   validate_model_config(options.config);
-  return run->parsed() ? run_command(options) : precompile_command(options);
+  return run_command(options);
 }
 
 }  // namespace

@@ -221,8 +221,8 @@ std::vector<KernelSpec> decode_step_specs(const ModelConfig& c, Arch arch) {
       {.family = Family::topk, .topk = c.index_topk, .tile = {.threads = 1024}},
       {.family = Family::index_transform, .topk = c.index_topk, .page_size = c.page_size, .mode = IndexMode::decode},
       {.family = Family::fp8_kv_quantize, .page_size = c.page_size},
-      {.family = Family::sparse_mla_decode, .h_q = c.h_q(), .topk = c.index_topk},
-      {.family = Family::sparse_mla_decode, .h_q = c.h_q(), .topk = c.index_topk, .kv_dtype = KvDtype::fp8_e4m3},
+      {.family = Family::sparse_mla, .h_q = c.h_q(), .topk = c.index_topk},
+      {.family = Family::sparse_mla, .h_q = c.h_q(), .topk = c.index_topk, .kv_dtype = KvDtype::fp8_e4m3},
   };
   for (KernelSpec& s : specs) {
     s.arch = arch;

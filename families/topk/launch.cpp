@@ -7,7 +7,7 @@
 #include "runtime/argument_checks.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/runtime.hpp"
-#include "runtime/transform_arguments.hpp"
+#include "families/index_transform/transform_arguments.hpp"
 #include "templates/kernel_params.h"
 
 namespace nsajit {

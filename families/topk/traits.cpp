@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "generator/family.hpp"
-#include "generator/families/transform_fields.hpp"
+#include "families/index_transform/transform_fields.hpp"
 #include "templates/kernel_params.h"
 
 namespace nsajit {

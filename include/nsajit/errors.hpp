@@ -31,6 +31,12 @@ struct CudaError : Error {
   int result;  // the CUresult, or -1 when libcuda.so.1 or one of its symbols is missing
 };
 
+// Strict mode (nsajit/jit.hpp, NSAJIT_NO_JIT=1) found no cubin for a kernel. what() names the
+// kernel's readable name, the cache directory and the `nsajit precompile` command that produces it.
+struct KernelNotPrecompiled : Error {
+  using Error::Error;
+};
+
 // A kernel would have to be compiled while the launch's stream is capturing a CUDA graph (raised by
 // calls through the C ABI, nsajit.h, which knows the stream before the kernel is looked up).
 // what() names the kernel and the precompile call that avoids it.

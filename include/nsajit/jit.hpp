@@ -33,11 +33,22 @@ struct KernelRecord {
   double load_ms = 0;      // read + verify (+ write after compiling)
   std::size_t cubin_bytes = 0;
   bool on_disk = true;     // false: compiled but the cache entry could not be written
+  std::string key;         // the cache key: SHA-256 (64 hex digits) of the key record, no paths
 };
 
-// Ensures the spec's cubin is in the disk cache (compiling if needed); needs no GPU or driver.
-// The spec's arch field is the target. Returns how it was obtained.
+// Ensures the spec's cubin is in the disk cache (compiling if needed, unless strict mode is on);
+// needs no GPU or driver. The spec's arch field is the target. Returns how it was obtained.
+// Throws KernelNotPrecompiled in strict mode when the cubin is not in the cache.
 KernelRecord precompile(const KernelSpec& spec);
+
+// Strict mode: the process never compiles. A kernel whose cubin is neither in memory nor in the
+// disk cache throws KernelNotPrecompiled (naming the kernel and the `nsajit precompile` command
+// that produces it) from the launch (or precompile) that needs it, instead of invoking NVRTC.
+// Default: on when the environment has NSAJIT_NO_JIT=1 (=0 or unset: off; any other value throws
+// InvalidArgument naming the variable on first use). set_strict_mode overrides the environment
+// for the whole process from then on; thread-safe.
+void set_strict_mode(bool on);
+bool strict_mode();
 
 // One record per spec this process obtained a cubin for, in first-use order.
 std::vector<KernelRecord> jit_records();

@@ -26,6 +26,8 @@
  * - A kernel is compiled on first use (NVRTC, through the on-disk cache). While `stream` is
  *   capturing a CUDA graph a call that would need NVRTC fails with NSAJIT_ERROR_CAPTURE naming
  *   the kernel: precompile it (nsajit_precompile) or make the call once before capturing.
+ *   In strict mode (environment NSAJIT_NO_JIT=1) nothing is compiled: a kernel missing from the
+ *   cache fails with NSAJIT_ERROR_NOT_PRECOMPILED naming it and the `nsajit precompile` command.
  * - Booleans are int32 0 or 1; enums are int32 with the values below (anything else is an
  *   argument error).
  * - Thread safety: every function may be called from any thread, concurrently.
@@ -57,7 +59,8 @@ typedef enum nsajit_status {
   NSAJIT_ERROR_CAPTURE = 4,          /* the call needs a compile while its stream is capturing */
   NSAJIT_ERROR_BUFFER_TOO_SMALL = 5, /* a caller's text buffer is too small (needed size given) */
   NSAJIT_ERROR_OUT_OF_MEMORY = 6,    /* host allocation failed */
-  NSAJIT_ERROR_INTERNAL = 7          /* anything else (a bug: please report the message) */
+  NSAJIT_ERROR_INTERNAL = 7,         /* anything else (a bug: please report the message) */
+  NSAJIT_ERROR_NOT_PRECOMPILED = 8   /* strict mode (NSAJIT_NO_JIT=1): the kernel is not in the cache */
 } nsajit_status;
 
 /* Values of the int32 enum fields. */

@@ -22,6 +22,11 @@ enum class Family : std::uint8_t {
   fp8_kv_gather,      // §4: gather slots of the FP8 paged cache and dequantize them to bf16 [n, 576]
 };
 
+// Every family once, for the registry (generator/family.cpp: family F's traits are F_traits in
+// families/<family>/); a new family adds its value above and its name here.
+#define NSAJIT_FAMILIES(X) \
+  X(index_transform) X(topk) X(sparse_mla) X(sparse_mla_combine) X(fp8_kv_quantize) X(fp8_kv_gather)
+
 // How an index-transform / fused top-k row finds its page-table row and offset (§1).
 enum class IndexMode : std::uint8_t {
   decode,   // row r uses page-table row r (MTP: the caller repeats each request's row next_n times)

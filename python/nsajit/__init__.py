@@ -13,14 +13,15 @@ import ctypes
 from collections import namedtuple
 
 from . import _lib
-from ._lib import CaptureError, CompileError, CudaError, InvalidArgument, NsajitError, library, library_path
+from ._lib import (CaptureError, CompileError, CudaError, InvalidArgument, NotPrecompiledError, NsajitError, library,
+                   library_path)
 from ._tensors import int_arg, launch_on, ptr, tensor, torch
 
 __all__ = [
     "abi_version", "version", "library_path", "cache_dir", "nvrtc_version", "topk", "index_transform",
     "sparse_mla", "sparse_mla_num_splits", "sparse_mla_workspace_bytes", "fp8_kv_quantize", "fp8_kv_gather",
     "precompile", "kernel_name", "generate_source", "jit_records", "KernelRecord", "NsajitError",
-    "InvalidArgument", "CudaError", "CompileError", "CaptureError",
+    "InvalidArgument", "CudaError", "CompileError", "CaptureError", "NotPrecompiledError",
 ]
 
 __version__ = "0.1.0"

@@ -21,6 +21,7 @@ ERROR_CAPTURE = 4
 ERROR_BUFFER_TOO_SMALL = 5
 ERROR_OUT_OF_MEMORY = 6
 ERROR_INTERNAL = 7
+ERROR_NOT_PRECOMPILED = 8
 
 MODES = {"decode": 0, "prefill": 1, "ragged": 2}
 KV_BF16, KV_FP8_E4M3 = 0, 1
@@ -28,7 +29,8 @@ SCALE_FORMATS = {"fp32": 0, "ue8m0": 1}
 FAMILIES = {
     "index_transform": 0,
     "topk": 1,
-    "sparse_mla_decode": 2,
+    "sparse_mla": 2,
+    "sparse_mla_decode": 2,  # the family's former name
     "sparse_mla_combine": 3,
     "fp8_kv_quantize": 4,
     "fp8_kv_gather": 5,
@@ -62,11 +64,18 @@ class CaptureError(NsajitError):
     status = ERROR_CAPTURE
 
 
+class NotPrecompiledError(NsajitError):
+    """Strict mode (NSAJIT_NO_JIT=1): the kernel is not in the cache; run `nsajit precompile`."""
+
+    status = ERROR_NOT_PRECOMPILED
+
+
 _ERRORS = {
     ERROR_INVALID_ARGUMENT: InvalidArgument,
     ERROR_CUDA: CudaError,
     ERROR_COMPILE: CompileError,
     ERROR_CAPTURE: CaptureError,
+    ERROR_NOT_PRECOMPILED: NotPrecompiledError,
 }
 
 _c_int32_p = ctypes.POINTER(ctypes.c_int32)

@@ -155,15 +155,21 @@ std::string write_results(const RunInfo& info, const std::vector<Case>& cases, c
   if (commit.empty()) commit = trim(capture("git describe --always --dirty --abbrev=12 2>/dev/null").first);
   if (commit.empty()) commit = "unknown";
 
-  char name[256] = {0};
-  CUdevice dev = 0;
-  NSAJIT_CU(cuCtxGetDevice, &dev);
-  NSAJIT_CU(cuDeviceGetName, name, int(sizeof name), dev);
-  int sm_count = 0, driver_version = 0;
-  NSAJIT_CU(cuDeviceGetAttribute, &sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
-  NSAJIT_CU(cuDriverGetVersion, &driver_version);
-  std::string driver = trim(capture("nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1").first);
-  if (driver.empty()) driver = fmt::format("CUDA {}.{}", driver_version / 1000, driver_version % 1000 / 10);
+  // `bench jit` also runs without a GPU (its compile and disk cases): no device fields then.
+  char name[256] = "none";
+  int sm_count = 0;
+  std::string driver = "none";
+  if (driver::available()) {
+    CUdevice dev = 0;
+    driver::current_context();
+    NSAJIT_CU(cuCtxGetDevice, &dev);
+    NSAJIT_CU(cuDeviceGetName, name, int(sizeof name), dev);
+    int driver_version = 0;
+    NSAJIT_CU(cuDeviceGetAttribute, &sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+    NSAJIT_CU(cuDriverGetVersion, &driver_version);
+    driver = trim(capture("nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1").first);
+    if (driver.empty()) driver = fmt::format("CUDA {}.{}", driver_version / 1000, driver_version % 1000 / 10);
+  }
 
   nlohmann::json j;
   j["family"] = info.family;

@@ -108,5 +108,7 @@ struct BenchOptions {
 // a case's check fails).
 int bench_topk(const BenchOptions& options);
 int bench_sparse_mla(const BenchOptions& options);
+// `nsajit bench jit` (tools/bench/bench_jit.cpp): also without a GPU (then the GPU cases are skipped).
+int bench_jit(const BenchOptions& options);
 
 }  // namespace nsajit::tools::bench

@@ -1,9 +1,9 @@
-// runtime/index_transform.cpp — nsajit::index_transform (§1): argument checks, spec, launch of
+// launch.cpp — nsajit::index_transform (§1): argument checks, spec, launch of
 // templates/index_transform.cuh.
 #include "nsajit/kernels.hpp"
 #include "runtime/argument_checks.hpp"
 #include "runtime/runtime.hpp"
-#include "runtime/transform_arguments.hpp"
+#include "families/index_transform/transform_arguments.hpp"
 #include "templates/kernel_params.h"
 
 namespace nsajit {

@@ -1,4 +1,4 @@
-// runtime/fp8_kv_cache.cpp — nsajit::fp8_kv_quantize and nsajit::fp8_kv_gather (§4): argument
+// launch.cpp — nsajit::fp8_kv_quantize and nsajit::fp8_kv_gather (§4): argument
 // checks, spec, launch of templates/fp8_kv_quantize.cuh and templates/fp8_kv_gather.cuh.
 #include <cstdint>
 #include <limits>

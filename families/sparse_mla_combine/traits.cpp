@@ -1,4 +1,4 @@
-// sparse_mla_combine.cpp — family traits of the split-KV combine kernel (templates/sparse_mla_combine.cuh).
+// traits.cpp — family traits of the split-KV combine kernel (templates/sparse_mla_combine.cuh).
 #include <string>
 #include <vector>
 

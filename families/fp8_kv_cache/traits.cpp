@@ -1,4 +1,4 @@
-// generator/families/fp8_kv_cache.cpp — traits of the two FP8 KV-cache families (§4):
+// traits.cpp — traits of the two FP8 KV-cache families (§4):
 // fp8_kv_quantize (templates/fp8_kv_quantize.cuh: quantize bf16 rows into slots of the paged
 // cache) and fp8_kv_gather (templates/fp8_kv_gather.cuh: gather slots and dequantize to bf16).
 // Spec fields: page_size (compile-time, so slot / P and slot % P are cheap) and threads. The scale

@@ -1,10 +1,10 @@
-// generator/families/index_transform.cpp — traits of the index-transform family
+// traits.cpp — traits of the index-transform family
 // (templates/index_transform.cuh, §1).
 #include <string>
 #include <vector>
 
 #include "generator/family.hpp"
-#include "generator/families/transform_fields.hpp"
+#include "families/index_transform/transform_fields.hpp"
 
 namespace nsajit {
 namespace {

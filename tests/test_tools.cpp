@@ -1,0 +1,438 @@
+// test_tools.cpp — spec text, the fleet enumeration, cache administration, strict mode, and the
+// nsajit tool's precompile and cache commands run as processes (CPU only).
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cache/cache_admin.hpp"
+#include "cache/cubin_cache.hpp"
+#include "nsajit/errors.hpp"
+#include "nsajit/jit.hpp"
+#include "families/topk/heuristics.hpp"
+#include "tests/spec_matrix.hpp"
+#include "tests/test_dirs.hpp"
+#include "tools/fleet_specs.hpp"
+#include "tools/spec_text.hpp"
+
+using namespace nsajit;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string error_of(auto&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Random bytes standing in for a cubin (the cache does not look inside).
+std::vector<char> random_bytes(std::mt19937_64& rng, std::size_t n) {
+  std::vector<char> out(n);
+  for (char& c : out) c = char(rng());
+  return out;
+}
+
+CacheKey key_for(const std::string& source) {
+  return make_cache_key({.nsajit_version = version(), .nvrtc_version = nvrtc_version(), .arch = "sm_90a",
+                         .options = {"--gpu-architecture=sm_90a"}, .source = source});
+}
+
+// `n` entries of random bytes (size `bytes`, plus up to `extra`) named <tag><i>.sm_90a; their paths.
+std::vector<std::string> store_random_entries(const CubinCache& cache, const std::string& tag, int n,
+                                              std::size_t bytes, std::size_t extra, std::mt19937_64& rng) {
+  std::vector<std::string> paths;
+  for (int i = 0; i < n; ++i) {
+    const std::string name = tag + std::to_string(i) + ".sm_90a";
+    const CacheKey key = key_for(name + " " + std::to_string(rng()));
+    REQUIRE(cache.store(name, key, random_bytes(rng, bytes + (extra ? rng() % extra : 0))));
+    paths.push_back(cache.entry_path(name, key));
+  }
+  return paths;
+}
+
+void set_times(const std::string& path, std::int64_t seconds_ago) {
+  const std::time_t t = std::time(nullptr) - seconds_ago;
+  const timespec times[2] = {{t, 0}, {t, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+}
+
+#ifdef NSAJIT_CLI_PATH
+struct CliResult {
+  int code = -1;
+  std::string output;  // stdout and stderr
+};
+
+// Runs the nsajit tool with `args` (shell words) and environment assignments `env`.
+CliResult run_cli(const std::string& env, const std::string& args) {
+  const std::string command = env + " '" NSAJIT_CLI_PATH "' " + args + " 2>&1";
+  CliResult r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) r.output.append(buf, n);
+  const int status = ::pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in);
+}
+
+// Cheap kernels (tens of milliseconds each) for the process tests.
+const char* const kCheapSpecs =
+    "--spec index_transform.decode.ps64.topk2048.sm_90a --spec fp8_kv_quantize.ps64.sm_90a "
+    "--spec sparse_mla_combine.sm_90a";
+#endif
+
+}  // namespace
+
+TEST_CASE("spec text: readable names and canonical text parse back to the same spec") {
+  std::vector<KernelSpec> specs = test::deepseek_v32_matrix();
+  tools::FleetConfig fleet;
+  fleet.tps = {1, 2, 4, 8};
+  fleet.archs = {Arch{90, 'a'}, Arch{100, 'a'}};
+  fleet.next_ns = {1, 2, 4};
+  fleet.sorted_topk = true;
+  for (const tools::FleetSpec& f : tools::enumerate_fleet_specs(fleet)) specs.push_back(f.spec);
+  for (const KernelSpec& s : specs) {
+    INFO(canonical_text(s));
+    CHECK(tools::parse_spec_text(readable_name(s)) == s);
+    CHECK(tools::parse_spec_text(canonical_text(s)) == s);
+  }
+  // Canonical text may leave fields at their defaults; the arch comes from the caller then.
+  CHECK(tools::parse_spec_text("family=topk topk=1024", Arch{100, 'a'}) ==
+        with_default_tile({.family = Family::topk, .topk = 1024, .arch = {100, 'a'}}));
+}
+
+TEST_CASE("spec text: bad input names the part and what is expected") {
+  CHECK(contains(error_of([] { tools::parse_spec_text("toppk.topk2048.sm_90a"); }), "\"toppk\": expected a family"));
+  CHECK(contains(error_of([] { tools::parse_spec_text("topk.topk2048.sm_70"); }), "\"sm_70\": expected an arch"));
+  CHECK(contains(error_of([] { tools::parse_spec_text("topk.topk2048.blue.sm_90a"); }), "\"blue\""));
+  CHECK(contains(error_of([] { tools::parse_spec_text("family=topk colour=3"); }), "\"colour\""));
+  CHECK(contains(error_of([] { tools::parse_spec_text("family=topk topk=2x"); }), "expected an integer"));
+  // Validation of the parsed spec: the field and value.
+  CHECK(contains(error_of([] { tools::parse_spec_text("topk.topk100.sm_90a"); }), "topk = 100"));
+  // A name nsajit would not write (the default tile spelled out) is refused with the right one.
+  const std::string e = error_of([] { tools::parse_spec_text("topk.topk2048.t512.sm_90a"); });
+  CHECK(contains(e, "topk.topk2048.sm_90a"));
+}
+
+TEST_CASE("fleet enumeration: every family, KV dtype, tp, arch and MTP depth, each spec once") {
+  tools::FleetConfig fleet;
+  fleet.tps = {1, 2, 4, 8};
+  fleet.archs = {Arch{90, 'a'}, Arch{100, 'a'}};
+  fleet.next_ns = {1, 2, 4};
+  const std::vector<tools::FleetSpec> specs = tools::enumerate_fleet_specs(fleet);
+  std::set<std::string> names;
+  for (const tools::FleetSpec& f : specs) {
+    CHECK(names.insert(readable_name(f.spec)).second);  // no duplicates
+    CHECK_NOTHROW(validate(f.spec));
+    CHECK(f.origin.starts_with("heuristics: "));
+  }
+  for (const char* arch : {"sm_90a", "sm_100a"}) {
+    const std::string a = std::string(".") + arch;
+    for (int h : {128, 64, 32, 16})
+      for (const char* kv : {"bf16", "fp8"})
+        CHECK(std::ranges::any_of(names, [&](const std::string& n) {
+          return n.starts_with(fmt::format("sparse_mla.h{}.topk2048.kv_{}.", h, kv)) && n.ends_with(a);
+        }));
+    CHECK(names.contains("sparse_mla_combine" + a));
+    for (const char* t : {".t256", "", ".t1024"}) {
+      CHECK(names.contains("topk.topk2048" + std::string(t) + a));
+      for (const char* n : {"", ".n2", ".n4"})
+        CHECK(names.contains("topk.topk2048.fused.decode.ps64" + std::string(n) + t + a));
+      CHECK(names.contains("topk.topk2048.fused.prefill.ps64" + std::string(t) + a));
+      CHECK(names.contains("topk.topk2048.fused.ragged" + std::string(t) + a));
+    }
+    for (const char* m : {"decode.ps64", "prefill.ps64", "ragged.ps1"})
+      CHECK(names.contains(fmt::format("index_transform.{}.topk2048{}", m, a)));
+    CHECK(names.contains("fp8_kv_quantize.ps64" + a));
+    CHECK(names.contains("fp8_kv_gather.ps64" + a));
+  }
+  // sm_90a's 64-head CTAs take the wgmma kernel, sm_100a's the mma.sync kernel: different specs.
+  int wgmma = 0;
+  for (const tools::FleetSpec& f : specs) wgmma += f.spec.family == Family::sparse_mla && f.spec.tile.kernel == MlaKernel::wgmma;
+  CHECK(wgmma == 4);  // h128 and h64, bf16 and fp8, on sm_90a only
+  CHECK(specs.size() == 64);
+
+  tools::FleetConfig bad = fleet;
+  bad.tps = {1, 3};
+  CHECK(contains(error_of([&] { tools::enumerate_fleet_specs(bad); }), "tp = 3"));
+  bad.tps = {1};
+  bad.next_ns = {9};
+  CHECK(contains(error_of([&] { tools::enumerate_fleet_specs(bad); }), "--next-n: 9"));
+}
+
+TEST_CASE("fleet enumeration holds every top-k thread count the launch plan picks on random shapes") {
+  tools::FleetConfig fleet;
+  const std::vector<tools::FleetSpec> specs = tools::enumerate_fleet_specs(fleet);
+  std::set<int> threads;
+  for (const tools::FleetSpec& f : specs)
+    if (f.spec.family == Family::topk && !f.spec.fused_transform) threads.insert(f.spec.tile.threads);
+  std::mt19937_64 rng(std::random_device{}());
+  for (int i = 0; i < 20000; ++i) {
+    const int rows = 1 + int(rng() % 70000);
+    const int width = 1 + int(rng() % detail::kMaxTopkWidth);
+    const int sm = std::vector<int>{132, 114, 78}[rng() % 3];
+    const int t = detail::plan_topk_launch(rows, width, 2048, sm, rng() % 2 ? 16 : 8).threads;
+    INFO(rows, " x ", width, " at ", sm, " SMs: ", t, " threads");
+    REQUIRE(threads.contains(t));
+  }
+}
+
+TEST_CASE("cache verify names a flipped byte and a truncated entry; --fix removes only those") {
+  const test::TempDir dir_tmp("verify");
+  const std::string& dir = dir_tmp.path();
+  const CubinCache cache(dir);
+  std::mt19937_64 rng(std::random_device{}());
+  const std::vector<std::string> paths = store_random_entries(cache, "kernel", 4, 1000, 5000, rng);
+  CHECK(verify_cache(dir, false).corrupt.empty());
+  CHECK(verify_cache(dir, false).checked == 4);
+  const auto size0 = fs::file_size(paths[0]);
+  {  // a byte flipped somewhere in the cubin
+    std::fstream f(paths[0], std::ios::in | std::ios::out | std::ios::binary);
+    const std::streamoff at = std::streamoff(size0 - 1 - rng() % 900);
+    f.seekg(at);
+    const char c = char(f.get());
+    f.seekp(at);
+    f.put(char(c ^ 0x01));
+  }
+  fs::resize_file(paths[1], fs::file_size(paths[1]) - 1 - rng() % 500);  // truncated
+  const VerifyResult r = verify_cache(dir, false);
+  REQUIRE(r.corrupt.size() == 2);
+  std::map<std::string, std::string> corrupt(r.corrupt.begin(), r.corrupt.end());
+  CHECK(corrupt[paths[0]] == "cubin checksum mismatch");
+  CHECK(contains(corrupt[paths[1]], "truncated"));
+  CHECK(r.removed.empty());
+  CHECK(fs::exists(paths[0]));
+#ifdef NSAJIT_CLI_PATH
+  const CliResult cli = run_cli("", "cache --dir '" + dir + "' verify");
+  CHECK(cli.code == 1);
+  CHECK(contains(cli.output, paths[0]));
+  CHECK(contains(cli.output, paths[1]));
+  CHECK_FALSE(contains(cli.output, paths[2]));
+#endif
+  const VerifyResult fixed = verify_cache(dir, true);
+  CHECK(fixed.removed.size() == 2);
+  CHECK_FALSE(fs::exists(paths[0]));
+  CHECK_FALSE(fs::exists(paths[1]));
+  CHECK(fs::exists(paths[2]));
+  CHECK(fs::exists(paths[3]));
+  CHECK(verify_cache(dir, false).corrupt.empty());
+}
+
+TEST_CASE("cache prune: least recently used first, entries being built kept, orphan files removed") {
+  const test::TempDir dir_tmp("prune");
+  const std::string& dir = dir_tmp.path();
+  const CubinCache cache(dir);
+  std::mt19937_64 rng(std::random_device{}());
+  const std::vector<std::string> paths = store_random_entries(cache, "k", 5, 4096, 0, rng);
+  for (int i = 0; i < 5; ++i) set_times(paths[i], 1000 * (5 - i));  // k0 the least recently used
+  const std::uint64_t entry_size = fs::file_size(paths[0]);
+  // k1 is being rebuilt by "another process": its lock is held (flock is per open file).
+  const int held = ::open((paths[1] + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(held >= 0);
+  REQUIRE(::flock(held, LOCK_EX) == 0);
+  // Orphans: an old lock without an entry, an old temporary file, and a fresh temporary file.
+  const std::string orphan_lock = dir + "/gone.0123456789abcdef0123456789abcdef.cubin.lock";
+  const std::string old_temp = paths[2] + ".tmp.99999.00000000deadbeef";
+  const std::string new_temp = paths[2] + ".tmp.99999.00000000feedface";
+  for (const std::string& p : {orphan_lock, old_temp, new_temp}) std::ofstream(p) << "x";
+  set_times(orphan_lock, 3600);
+  set_times(old_temp, 3600);
+
+  // Keep three entries' worth: k0 goes, k1 is held (kept), so k2 goes too.
+  const PruneResult r = prune_cache(dir, {.max_bytes = 3 * entry_size});
+  CHECK_FALSE(fs::exists(paths[0]));
+  CHECK(fs::exists(paths[1]));
+  CHECK_FALSE(fs::exists(paths[2]));
+  CHECK(fs::exists(paths[3]));
+  CHECK(fs::exists(paths[4]));
+  CHECK(r.in_use == std::vector<std::string>{paths[1]});
+  CHECK(r.removed_entries.size() == 2);
+  CHECK(r.entry_bytes_after == 3 * entry_size);
+  CHECK_FALSE(fs::exists(orphan_lock));
+  CHECK_FALSE(fs::exists(old_temp));
+  CHECK(fs::exists(new_temp));  // its writer may still be running
+  ::close(held);
+
+  // --older-than: entries unused for longer than the bound (k1 4000 s ago, k3 2000, k4 1000).
+  prune_cache(dir, {.older_than_days = 1500.0 / 86400});
+  CHECK_FALSE(fs::exists(paths[1]));  // no longer held
+  CHECK_FALSE(fs::exists(paths[3]));
+  CHECK(fs::exists(paths[4]));
+  CHECK(scan_cache(dir).entries.size() == 1);
+  CHECK(contains(error_of([] { parse_byte_count("12Q", "--max-size"); }), "--max-size = \"12Q\""));
+  CHECK(parse_byte_count("2G", "x") == (2ull << 30));
+}
+
+TEST_CASE("strict mode: a missing cubin is an error naming the kernel and the precompile command") {
+  // A spec no other test uses, so neither this process's memory nor its disk cache has it; in a
+  // child, so strict mode does not leak into the other tests.
+  const KernelSpec spec = with_default_tile({.family = Family::topk, .topk = 1856});
+  for (const auto& f : fs::directory_iterator(cache_dir()))
+    if (f.path().filename().string().starts_with(readable_name(spec) + ".")) fs::remove(f.path());
+  int pipe_fd[2];
+  REQUIRE(::pipe(pipe_fd) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(pipe_fd[0]);
+    std::string message = "no error";
+    set_strict_mode(true);
+    try {
+      precompile(spec);
+    } catch (const KernelNotPrecompiled& e) {
+      message = std::string("KernelNotPrecompiled: ") + e.what();
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    (void)!::write(pipe_fd[1], message.data(), message.size());
+    _exit(0);
+  }
+  ::close(pipe_fd[1]);
+  std::string message;
+  char buf[1024];
+  for (ssize_t n; (n = ::read(pipe_fd[0], buf, sizeof buf)) > 0;) message.append(buf, std::size_t(n));
+  ::close(pipe_fd[0]);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  INFO(message);
+  CHECK(message.starts_with("KernelNotPrecompiled: "));
+  CHECK(contains(message, "kernel topk.topk1856.sm_90a is not in the cache"));
+  CHECK(contains(message, "nsajit precompile --spec topk.topk1856.sm_90a"));
+  // Nothing was compiled or written.
+  for (const auto& f : fs::directory_iterator(cache_dir()))
+    CHECK_FALSE(f.path().filename().string().starts_with(readable_name(spec) + "."));
+}
+
+#ifdef NSAJIT_CLI_PATH
+TEST_CASE("NSAJIT_NO_JIT=1: `nsajit run` fails naming the first kernel it lacks; bad values are named") {
+  const test::TempDir dir_tmp("nojit");
+  const std::string& dir = dir_tmp.path();
+  const CliResult r = run_cli("NSAJIT_NO_JIT=1 NSAJIT_CACHE_DIR='" + dir + "'", "run --arch sm_90a");
+  INFO(r.output);
+  CHECK(r.code != 0);
+  CHECK(contains(r.output, "is not in the cache " + dir));
+  CHECK(contains(r.output, "nsajit precompile --spec "));
+  CHECK(scan_cache(dir).entries.empty());
+  const CliResult bad = run_cli("NSAJIT_NO_JIT=yes NSAJIT_CACHE_DIR='" + dir + "'", "run --arch sm_90a");
+  CHECK(bad.code != 0);
+  CHECK(contains(bad.output, "NSAJIT_NO_JIT = \"yes\""));
+}
+
+TEST_CASE("a cache directory copied to another path keeps hitting") {
+  const test::TempDir base_tmp("copy");
+  const std::string& base = base_tmp.path();
+  const std::string a = base + "/first/cache", b = base + "/elsewhere/deeper/copy";
+  fs::create_directories(a);
+  const CliResult made = run_cli("NSAJIT_CACHE_DIR='" + a + "'", std::string("precompile -q ") + kCheapSpecs);
+  REQUIRE_MESSAGE(made.code == 0, made.output);
+  CHECK(made.output.empty());  // --quiet
+  // A second run compiles nothing; list and stats see the three entries.
+  const CliResult again = run_cli("NSAJIT_CACHE_DIR='" + a + "'",
+                                  std::string("precompile --manifest '") + base + "/again.json' " + kCheapSpecs);
+  CHECK(again.code == 0);
+  CHECK(read_json(base + "/again.json")["compiled"] == 0);
+  CHECK(read_json(base + "/again.json")["hits"] == 3);
+  const CliResult stats = run_cli("", "cache --dir '" + a + "' stats --json");
+  CHECK(nlohmann::json::parse(stats.output)["entries"] == 3);
+  const CliResult list = run_cli("", "cache --dir '" + a + "' list");
+  CHECK(contains(list.output, "index_transform.decode.ps64.topk2048.sm_90a"));
+  fs::create_directories(fs::path(b).parent_path());
+  fs::copy(a, b, fs::copy_options::recursive);
+  fs::remove_all(base + "/first");  // the original path no longer exists
+  const CliResult check = run_cli("NSAJIT_CACHE_DIR='" + b + "'",
+                                  std::string("precompile --check --manifest '") + base + "/m.json' " + kCheapSpecs);
+  INFO(check.output);
+  CHECK(check.code == 0);
+  const nlohmann::json m = read_json(base + "/m.json");
+  CHECK(m["hits"] == 3);
+  for (const auto& k : m["kernels"]) {
+    CHECK(k["result"] == "hit");
+    CHECK(k["key"].get<std::string>().size() == 64);
+  }
+  // A cache lacking a kernel fails --check naming it.
+  const test::TempDir empty_tmp("copy-empty");
+  const std::string& empty = empty_tmp.path();
+  const CliResult missing = run_cli("NSAJIT_CACHE_DIR='" + empty + "'", "precompile --check --spec sparse_mla_combine.sm_90a");
+  CHECK(missing.code == 1);
+  CHECK(contains(missing.output, "missing sparse_mla_combine.sm_90a"));
+}
+
+TEST_CASE("16 processes started together on an empty cache compile each key once and all succeed") {
+  const test::TempDir base_tmp("sixteen");
+  const std::string& base = base_tmp.path();
+  const std::string dir = base + "/cache";
+  std::string script;
+  for (int i = 0; i < 16; ++i)
+    script += fmt::format("(NSAJIT_CACHE_DIR='{}' '{}' precompile -q -j 2 --manifest '{}/m{}.json' {}; echo $? > '{}/rc{}') & ",
+                          dir, NSAJIT_CLI_PATH, base, i, kCheapSpecs, base, i);
+  REQUIRE(std::system((script + "wait").c_str()) == 0);
+  std::map<std::string, int> compiled;  // key -> processes that compiled it
+  for (int i = 0; i < 16; ++i) {
+    std::ifstream rc(fmt::format("{}/rc{}", base, i));
+    int code = -1;
+    rc >> code;
+    CHECK(code == 0);
+    const nlohmann::json m = read_json(fmt::format("{}/m{}.json", base, i));
+    for (const auto& k : m["kernels"]) compiled[k["key"].get<std::string>()] += k["result"] == "compiled";
+  }
+  REQUIRE(compiled.size() == 3);
+  for (const auto& [key, n] : compiled) CHECK_MESSAGE(n == 1, key);
+  CHECK(verify_cache(dir, false).corrupt.empty());
+  CHECK(scan_cache(dir).entries.size() == 3);
+  CHECK(scan_cache(dir).temp_files.empty());
+}
+
+TEST_CASE("NSAJIT_CACHE_MAX_BYTES bounds the cache after each write") {
+  const test::TempDir dir_tmp("bound");
+  const std::string& dir = dir_tmp.path();
+  // Each of these entries is 10-20 KB: a 25000-byte bound holds one or two of them, never all.
+  const CliResult r = run_cli("NSAJIT_CACHE_MAX_BYTES=25000 NSAJIT_CACHE_DIR='" + dir + "'",
+                              std::string("precompile -q -j 1 ") + kCheapSpecs);
+  INFO(r.output);
+  CHECK(r.code == 0);
+  const CacheScan scan = scan_cache(dir);
+  CHECK((scan.entry_bytes <= 25000 || scan.entries.size() == 1));  // the entry just written is kept
+  CHECK(scan.entries.size() >= 1);
+  CHECK(scan.entries.size() < 3);
+  const CliResult bad = run_cli("NSAJIT_CACHE_MAX_BYTES=lots NSAJIT_CACHE_DIR='" + dir + "'",
+                                "precompile -q --spec sparse_mla_combine.sm_90a");
+  CHECK(bad.code == 2);
+  CHECK(contains(bad.output, "NSAJIT_CACHE_MAX_BYTES = \"lots\""));
+}
+
+TEST_CASE("gen prints the generated source of a readable name or canonical text") {
+  const KernelSpec spec{.family = Family::index_transform, .topk = 1024, .page_size = 64};
+  const std::string source = generate_source(spec);
+  CHECK(run_cli("", "gen index_transform.decode.ps64.topk1024.sm_90a").output == source);
+  CHECK(run_cli("", "gen 'family=index_transform topk=1024 page_size=64'").output == source);
+  const CliResult bad = run_cli("", "gen index_transform.decode.ps64.topk1000.sm_90a");
+  CHECK(bad.code == 2);
+  CHECK(contains(bad.output, "topk = 1000"));
+}
+#endif

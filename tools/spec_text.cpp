@@ -1,0 +1,170 @@
+// spec_text.cpp — canonical text and readable names back to specs.
+#include "tools/spec_text.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <sstream>
+#include <string_view>
+#include <vector>
+
+#include "generator/family.hpp"
+#include "nsajit/errors.hpp"
+
+namespace nsajit::tools {
+namespace {
+
+[[noreturn]] void bad(const std::string& text, std::string_view part, std::string_view expected) {
+  throw InvalidArgument(fmt::format("spec \"{}\": \"{}\": expected {}", text, part, expected));
+}
+
+// Every registered family (the registry throws past the last one).
+std::vector<Family> all_families() {
+  std::vector<Family> out;
+  for (int f = 0; f < 256; ++f) {
+    try {
+      traits(Family(f));
+    } catch (const InvalidArgument&) {
+      break;
+    }
+    out.push_back(Family(f));
+  }
+  return out;
+}
+
+std::string family_names() {
+  std::string names;
+  for (Family f : all_families()) names += (names.empty() ? "" : ", ") + to_string(f);
+  return names;
+}
+
+Family parse_family(const std::string& text, std::string_view name) {
+  for (Family f : all_families())
+    if (to_string(f) == name) return f;
+  bad(text, name, "a family: " + family_names());
+}
+
+int parse_int(const std::string& text, std::string_view part, std::string_view digits) {
+  int v = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty()) bad(text, part, "an integer");
+  return v;
+}
+
+IndexMode parse_mode(const std::string& text, std::string_view v) {
+  for (IndexMode m : {IndexMode::decode, IndexMode::prefill, IndexMode::ragged})
+    if (to_string(m) == v) return m;
+  bad(text, v, "decode, prefill or ragged");
+}
+
+KvDtype parse_kv(const std::string& text, std::string_view v) {
+  for (KvDtype d : {KvDtype::bf16, KvDtype::fp8_e4m3})
+    if (to_string(d) == v) return d;
+  bad(text, v, "bf16 or fp8");
+}
+
+MlaKernel parse_kernel(const std::string& text, std::string_view v) {
+  for (MlaKernel k : {MlaKernel::automatic, MlaKernel::mma_sync, MlaKernel::wgmma})
+    if (to_string(k) == v) return k;
+  bad(text, v, "automatic, mma_sync or wgmma");
+}
+
+Arch parse_arch_part(const std::string& text, std::string_view v) {
+  try {
+    return parse_arch(std::string(v));
+  } catch (const InvalidArgument&) {
+    bad(text, v, "an arch such as sm_90a");
+  }
+}
+
+KernelSpec parse_canonical(const std::string& text, Arch default_arch) {
+  KernelSpec s;
+  s.arch = default_arch;
+  bool has_family = false;
+  std::istringstream in(text);
+  for (std::string field; in >> field;) {
+    const std::size_t eq = field.find('=');
+    if (eq == std::string::npos) bad(text, field, "key=value");
+    const std::string key = field.substr(0, eq);
+    const std::string_view v = std::string_view(field).substr(eq + 1);
+    if (key == "family") s.family = parse_family(text, v), has_family = true;
+    else if (key == "h_q") s.h_q = parse_int(text, field, v);
+    else if (key == "topk") s.topk = parse_int(text, field, v);
+    else if (key == "page_size") s.page_size = parse_int(text, field, v);
+    else if (key == "mode") s.mode = parse_mode(text, v);
+    else if (key == "kv_dtype") s.kv_dtype = parse_kv(text, v);
+    else if (key == "next_n") s.next_n = parse_int(text, field, v);
+    else if (key == "fused_transform") s.fused_transform = parse_int(text, field, v) != 0;
+    else if (key == "sorted") s.sorted = parse_int(text, field, v) != 0;
+    else if (key == "threads") s.tile.threads = parse_int(text, field, v);
+    else if (key == "block_tokens") s.tile.block_tokens = parse_int(text, field, v);
+    else if (key == "heads_per_cta") s.tile.heads_per_cta = parse_int(text, field, v);
+    else if (key == "kernel") s.tile.kernel = parse_kernel(text, v);
+    else if (key == "producer_warps") s.tile.producer_warps = parse_int(text, field, v);
+    else if (key == "arch") s.arch = parse_arch_part(text, v);
+    else
+      bad(text, key,
+          "a field of the canonical text: family, h_q, topk, page_size, mode, kv_dtype, next_n, fused_transform, "
+          "sorted, threads, block_tokens, heads_per_cta, kernel, producer_warps, arch");
+  }
+  if (!has_family) bad(text, text, "a family=<name> field");
+  return s;
+}
+
+KernelSpec parse_readable(const std::string& text) {
+  std::vector<std::string> parts;
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t dot = text.find('.', pos);
+    parts.push_back(text.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos));
+    if (dot == std::string::npos) break;
+    pos = dot + 1;
+  }
+  if (parts.size() < 2) bad(text, text, "a readable name <family>.<fields>.<arch> or canonical text");
+  KernelSpec s;
+  s.family = parse_family(text, parts.front());
+  s.arch = parse_arch_part(text, parts.back());
+  for (std::size_t i = 1; i + 1 < parts.size(); ++i) {
+    const std::string_view p = parts[i];
+    auto number_after = [&](std::string_view prefix) { return parse_int(text, p, p.substr(prefix.size())); };
+    if (p == "fused") s.fused_transform = true;
+    else if (p == "sorted") s.sorted = true;
+    else if (p == "decode" || p == "prefill" || p == "ragged") s.mode = parse_mode(text, p);
+    else if (p.starts_with("kv_")) s.kv_dtype = parse_kv(text, p.substr(3));
+    else if (p.starts_with("topk")) s.topk = number_after("topk");
+    else if (p.starts_with("ps")) s.page_size = number_after("ps");
+    else if (p == "mma_sync" || p == "wgmma") s.tile.kernel = parse_kernel(text, p);
+    else if (p.starts_with("hpc")) s.tile.heads_per_cta = number_after("hpc");
+    else if (p.starts_with("pw")) s.tile.producer_warps = number_after("pw");
+    else if (p.starts_with("h")) s.h_q = number_after("h");
+    else if (p.starts_with("n")) s.next_n = number_after("n");
+    else if (p.starts_with("t")) {  // t<threads> or t<threads>x<block_tokens>x<heads_per_cta>
+      const std::string_view tile = p.substr(1);
+      const std::size_t x1 = tile.find('x');
+      s.tile.threads = parse_int(text, p, tile.substr(0, x1));
+      if (x1 != std::string_view::npos) {
+        const std::size_t x2 = tile.find('x', x1 + 1);
+        if (x2 == std::string_view::npos) bad(text, p, "t<threads> or t<threads>x<block_tokens>x<heads_per_cta>");
+        s.tile.block_tokens = parse_int(text, p, tile.substr(x1 + 1, x2 - x1 - 1));
+        s.tile.heads_per_cta = parse_int(text, p, tile.substr(x2 + 1));
+      }
+    } else {
+      bad(text, p, "a part of a readable name (h<N>, topk<N>, kv_<bf16|fp8>, ps<N>, decode|prefill|ragged, fused, "
+                   "n<N>, sorted, mma_sync|wgmma, hpc<N>, pw<N>, t<threads>[x<block_tokens>x<heads_per_cta>])");
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+KernelSpec parse_spec_text(const std::string& text, Arch default_arch) {
+  const bool canonical = text.find('=') != std::string::npos;
+  KernelSpec spec = with_default_tile(canonical ? parse_canonical(text, default_arch) : parse_readable(text));
+  validate(spec);
+  if (!canonical && readable_name(spec) != text)
+    bad(text, text, fmt::format("a readable name as nsajit writes it (this spec's is {})", readable_name(spec)));
+  return spec;
+}
+
+}  // namespace nsajit::tools

@@ -1,0 +1,21 @@
+// subcommands.hpp — the tool's subcommands that register themselves with CLI11: each add_*
+// function adds its subcommand and options to `app` and returns what to run when it is parsed.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace nsajit::tools {
+
+struct Subcommand {
+  CLI::App* app = nullptr;
+  std::function<int()> run;  // returns the exit code: 0 ok, 1 a check failed, 2 bad usage
+};
+
+Subcommand add_precompile_command(CLI::App& app);  // tools/precompile_command.cpp
+Subcommand add_cache_command(CLI::App& app);       // tools/cache_command.cpp
+Subcommand add_gen_command(CLI::App& app);         // tools/info_command.cpp
+Subcommand add_info_command(CLI::App& app);        // tools/info_command.cpp
+
+}  // namespace nsajit::tools
