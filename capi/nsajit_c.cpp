@@ -186,6 +186,18 @@ void fill_record(const nsajit::KernelRecord& r, nsajit_kernel_record* out, const
   out->on_disk = r.on_disk ? 1 : 0;
 }
 
+// The page-table fields (§1) the transform and the fused top-k share, C struct to C++ args.
+template <class CArgs, class CppArgs>
+void copy_transform_fields(const CArgs& a, CppArgs& c) {
+  c.page_table = a.page_table;
+  c.page_table_width = a.page_table_width;
+  c.page_table_row_stride = a.page_table_row_stride;
+  c.page_size = a.page_size;
+  c.cu_seqlens_q = a.cu_seqlens_q;
+  c.num_requests = a.num_requests;
+  c.offsets = a.offsets;
+}
+
 }  // namespace
 
 extern "C" {
@@ -230,13 +242,7 @@ nsajit_status nsajit_index_transform(const nsajit_index_transform_args* args, vo
     c.out = a.out;
     c.rows = a.rows;
     c.topk = a.topk;
-    c.page_table = a.page_table;
-    c.page_table_width = a.page_table_width;
-    c.page_table_row_stride = a.page_table_row_stride;
-    c.page_size = a.page_size;
-    c.cu_seqlens_q = a.cu_seqlens_q;
-    c.num_requests = a.num_requests;
-    c.offsets = a.offsets;
+    copy_transform_fields(a, c);
     const nsajit::LaunchStreamScope scope(stream_of(stream));
     nsajit::index_transform(c, stream_of(stream));
   });
@@ -268,13 +274,7 @@ nsajit_status nsajit_topk(const nsajit_topk_args* args, void* stream) {
     c.sorted = flag(fn, "sorted", a.sorted);
     c.fused_transform = flag(fn, "fused_transform", a.fused_transform);
     c.mode = c.fused_transform ? mode_of(fn, a.mode) : nsajit::IndexMode::decode;
-    c.page_table = a.page_table;
-    c.page_table_width = a.page_table_width;
-    c.page_table_row_stride = a.page_table_row_stride;
-    c.page_size = a.page_size;
-    c.cu_seqlens_q = a.cu_seqlens_q;
-    c.num_requests = a.num_requests;
-    c.offsets = a.offsets;
+    copy_transform_fields(a, c);
     c.next_n = a.next_n;
     const nsajit::LaunchStreamScope scope(stream_of(stream));
     nsajit::topk(c, stream_of(stream));
