@@ -69,6 +69,22 @@ void throw_bad_field(const KernelSpec& spec, std::string_view field, long long v
                                     field, value, expected));
 }
 
+void require_topk_multiple_of_64(const KernelSpec& spec, int max_topk) {
+  if (spec.topk < 64 || spec.topk > max_topk || spec.topk % 64 != 0)
+    throw_bad_field(spec, "topk", spec.topk, fmt::format("a multiple of 64 in [64, {}]", max_topk));
+}
+
+void require_topk_unused(const KernelSpec& spec) {
+  if (spec.topk != KernelSpec{}.topk)
+    throw_bad_field(spec, "topk", spec.topk,
+                    fmt::format("{} (the {} family does not use it)", KernelSpec{}.topk, to_string(spec.family)));
+}
+
+void require_threads_power_of_two(const KernelSpec& spec) {
+  const int t = spec.tile.threads;
+  if (t != 128 && t != 256 && t != 512 && t != 1024) throw_bad_field(spec, "threads", t, "one of 128, 256, 512, 1024");
+}
+
 void validate(const KernelSpec& spec) {
   const FamilyTraits& t = traits(spec.family);  // throws for an unknown family
   const KernelSpec defaults{};

@@ -9,12 +9,10 @@
 
 namespace nsajit::reference {
 
-// The host mirror of nsajit::IndexTransformArgs, on std::vector.
-struct IndexTransformProblem {
+// The §1 transform's mode and tables, on std::vector (the host mirror of the transform fields of
+// nsajit::IndexTransformArgs and of a fused nsajit::TopkArgs).
+struct TransformTables {
   IndexMode mode = IndexMode::decode;
-  std::vector<std::int32_t> topk_indices;  // [rows, topk]
-  int rows = 0;
-  int topk = 0;
   std::vector<std::int32_t> page_table;    // [num_requests, page_table_row_stride]
   int page_table_width = 0;
   std::int64_t page_table_row_stride = 0;  // 0 = page_table_width
@@ -22,6 +20,13 @@ struct IndexTransformProblem {
   std::vector<std::int32_t> cu_seqlens_q;  // prefill: [num_requests + 1]
   int num_requests = 0;
   std::vector<std::int32_t> offsets;       // ragged: [rows]
+};
+
+// The host mirror of nsajit::IndexTransformArgs.
+struct IndexTransformProblem : TransformTables {
+  std::vector<std::int32_t> topk_indices;  // [rows, topk]
+  int rows = 0;
+  int topk = 0;
 };
 
 // int32 [rows, topk]. decode / prefill: idx valid iff 0 <= idx < page_table_width * page_size;
