@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -23,6 +25,8 @@
 #include "nsajit/kernels.hpp"
 #include "reference/index_transform.hpp"
 #include "reference/topk.hpp"
+#include "compiler/nvrtc_compiler.hpp"
+#include "runtime/driver.hpp"
 #include "runtime/runtime.hpp"
 #include "families/topk/heuristics.hpp"
 #include "templates/kernel_params.h"
@@ -61,6 +65,11 @@ nsajit::detail::TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, i
   return nsajit::detail::plan_topk_launch(rows, width, topk, sm_count, max_cluster, LaunchOverride::current);
 }
 
+using Algorithm = nsajit::detail::TopkAlgorithm;
+bool speculates(const nsajit::detail::TopkLaunchPlan& q) { return q.algorithm == Algorithm::speculative_sweep; }
+bool keeps_registers(const nsajit::detail::TopkLaunchPlan& q) { return q.algorithm == Algorithm::dense_registers; }
+bool lists_over_cluster(const nsajit::detail::TopkLaunchPlan& q) { return q.algorithm == Algorithm::cluster_lists; }
+
 // The dense rows' path forced as production lays it out: nothing kept in shared memory, so the
 // list of the threshold bin's keys overlaps hist0 and the staged output (keeping the slice would
 // move hist0 past the list).
@@ -98,14 +107,59 @@ struct DeviceTopk {
   }
   I run() {
     out.poison();
-    nsajit::detail::topk(args, LaunchOverride::current);
+    nsajit::detail::topk(args, LaunchOverride::current, nullptr, kernel_loader);
     return out.download();
   }
+  // nullptr: the product's kernel; a ClusterFallbackProbe sets its probe build.
+  static inline nsajit::detail::TopkKernelLoader kernel_loader = nullptr;
   DeviceBuffer<float> scores;
   DeviceBuffer<std::int32_t> lengths;
   std::unique_ptr<DeviceBuffer<std::int32_t>> row_starts, page_table, cu_seqlens_q, offsets;
   DeviceBuffer<std::int32_t> out;
   nsajit::TopkArgs args;
+};
+
+// The probe build of a top-k kernel: the product's source, its cluster selection wrapped so that a
+// row whose cluster lists cannot hold the selection writes -2 to its first slot instead of taking
+// the exact path, so a test sees which path produced each row. Only tests compile it.
+const nsajit::LoadedKernel& load_cluster_fallback_probe(const nsajit::KernelSpec& spec) {
+  static const std::string kWrapper = R"(
+NSAJIT_DEVICE bool topk_cluster_select_or_mark(int C, uint32_t rank, const TopkClusterLists& l, int warp_n,
+                                               const KvSlotRow& t, bool apply, int* out, TopkShared& sh) {
+  if (topk_cluster_select(C, rank, l, warp_n, t, apply, out, sh)) return true;
+  topk_cluster_sync();  // no CTA leaves while a copy may still read its outbox
+  if (rank == 0 && threadIdx.x == 0) out[0] = -2;
+  return true;
+}
+#define topk_cluster_select topk_cluster_select_or_mark
+)";
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<nsajit::LoadedKernel>> loaded;  // these tests use one context
+  std::lock_guard lock(mutex);
+  std::unique_ptr<nsajit::LoadedKernel>& k = loaded[nsajit::canonical_text(spec)];
+  if (k) return *k;
+  std::string source = nsajit::generate_source(spec);
+  const std::string entry = "extern \"C\" __global__";
+  const std::size_t at = source.find(entry);
+  REQUIRE(at != std::string::npos);
+  REQUIRE(source.find(entry, at + 1) == std::string::npos);
+  REQUIRE(source.find("topk_cluster_select(", at) != std::string::npos);  // the kernel calls it
+  source.insert(at, kWrapper);
+  const nsajit::CompileResult r = nsajit::compile_cubin("topk_cluster_fallback_probe", source,
+                                                        nsajit::nvrtc_options(spec.arch));
+  CUmodule module = nullptr;
+  NSAJIT_CU(cuModuleLoadData, &module, r.cubin.data());
+  k = std::make_unique<nsajit::LoadedKernel>();
+  NSAJIT_CU(cuModuleGetFunction, &k->function, module, "nsajit_topk");
+  NSAJIT_CU(cuFuncSetAttribute, k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            int(kTopkMaxDynamicSmem));
+  return *k;
+}
+
+// While alive, DeviceTopk runs the probe build (above).
+struct ClusterFallbackProbe {
+  ClusterFallbackProbe() { DeviceTopk::kernel_loader = &load_cluster_fallback_probe; }
+  ~ClusterFallbackProbe() { DeviceTopk::kernel_loader = nullptr; }
 };
 
 const nsajit::detail::TopkPlanConstraints kDenseRows{
@@ -191,15 +245,15 @@ TEST_CASE("topk specs: plain, fused (every mode, page sizes, MTP), sorted, every
 TEST_CASE("topk launch plan: regimes by width and rows") {
   CHECK(plan_topk_launch(4096, 2048, 2048, 132).slice == 0);  // no row needs a selection
   auto p = plan_topk_launch(1, 131072, 2048, 132);
-  CHECK(p.ctas_per_row == 16);  // one long row: a 16-CTA cluster of 8K slices
+  CHECK(p.cluster_size == 16);  // one long row: a 16-CTA cluster of 8K slices
   CHECK(p.threads == 512);       // 512 threads: cheaper barriers (docs/design/topk.md)
   CHECK(plan_topk_launch(8, 131072, 2048, 132).threads == 1024);  // 8-CTA clusters: 1024
   CHECK(p.resident_vecs == p.slice / 4 + 1);  // kept whole
   {
     // Many short rows: 256-thread CTAs keeping nothing, four rows per SM, the exact path.
     const auto q = plan_topk_launch(4096, 8192, 2048, 132);
-    CHECK(q.ctas_per_row == 1);
-    CHECK_FALSE(q.speculate);
+    CHECK(q.cluster_size == 1);
+    CHECK_FALSE(speculates(q));
     CHECK(q.threads == 256);
     CHECK(q.resident_vecs == 0);
     CHECK(q.dynamic_smem <= 56u * 1024u);
@@ -207,28 +261,28 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   {
     // Many rows of 32K: two 512-thread CTAs per SM, speculative, keeping nothing.
     const auto q = plan_topk_launch(4096, 32768, 2048, 132);
-    CHECK(q.ctas_per_row == 1);
+    CHECK(q.cluster_size == 1);
     CHECK(q.threads == 512);
-    CHECK(q.speculate);
+    CHECK(speculates(q));
     CHECK(q.resident_vecs == 0);
     CHECK(q.dynamic_smem <= 102400u);
   }
-  CHECK(plan_topk_launch(64, 65536, 2048, 132).ctas_per_row == 2);
+  CHECK(plan_topk_launch(64, 65536, 2048, 132).cluster_size == 2);
   {
     // 128 rows fill one wave at one CTA each (4 CTAs each would take 4 waves): 1024 threads,
     // speculative, keeping nothing.
     const auto q = plan_topk_launch(128, 131072, 2048, 132);
-    CHECK(q.ctas_per_row == 1);
+    CHECK(q.cluster_size == 1);
     CHECK(q.threads == 1024);
-    CHECK(q.speculate);
+    CHECK(speculates(q));
     CHECK(q.resident_vecs == 0);
   }
-  CHECK(plan_topk_launch(133, 131072, 2048, 132).ctas_per_row == 4);  // more rows than SMs
-  CHECK(plan_topk_launch(8, 131072, 2048, 132).ctas_per_row == 8);
+  CHECK(plan_topk_launch(133, 131072, 2048, 132).cluster_size == 4);  // more rows than SMs
+  CHECK(plan_topk_launch(8, 131072, 2048, 132).cluster_size == 8);
   p = plan_topk_launch(1, 1 << 20, 2048, 132);
-  CHECK(p.ctas_per_row == 16);
-  CHECK(plan_topk_launch(2, 1 << 20, 2048, 132).ctas_per_row == 8);
-  CHECK(plan_topk_launch(1, 131072, 2048, 132, 8).ctas_per_row == 8);  // a 16-CTA cluster does not fit
+  CHECK(p.cluster_size == 16);
+  CHECK(plan_topk_launch(2, 1 << 20, 2048, 132).cluster_size == 8);
+  CHECK(plan_topk_launch(1, 131072, 2048, 132, 8).cluster_size == 8);  // a 16-CTA cluster does not fit
   {
     LaunchOverride bad({.ctas_per_row = 3});  // not a cluster size
     CHECK_THROWS_AS(plan_topk_launch(1, 131072, 2048, 132), std::invalid_argument);
@@ -246,16 +300,16 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   }
   {
     const auto q = plan_topk_launch(4096, 65536, 2048, 132);  // 2 CTAs of 32768 positions: whole
-    CHECK(q.ctas_per_row == 2);
+    CHECK(q.cluster_size == 2);
     CHECK(q.resident_vecs == q.slice / 4 + 1);
   }
   CHECK(p.slice % 4 == 0);
   // Many short rows: keys in registers at 256 threads, one CTA per row; the tests' override
   // reaches the path up to slices of 9212 positions and no further.
-  CHECK(plan_topk_launch(4096, 8192, 2048, 132).dense_registers);
-  CHECK(!plan_topk_launch(4096, 8192, 2048, 132).speculate);
-  CHECK(!plan_topk_launch(8, 8192, 2048, 132).dense_registers);
-  CHECK(!plan_topk_launch(4096, 32768, 2048, 132).dense_registers);
+  CHECK(keeps_registers(plan_topk_launch(4096, 8192, 2048, 132)));
+  CHECK(!speculates(plan_topk_launch(4096, 8192, 2048, 132)));
+  CHECK(!keeps_registers(plan_topk_launch(8, 8192, 2048, 132)));
+  CHECK(!keeps_registers(plan_topk_launch(4096, 32768, 2048, 132)));
   {  // as planned, nothing is kept: the list of the threshold bin's keys from word 0 overlaps hist0
     const auto planned = plan_topk_launch(4096, 8192, 2048, 132);
     CHECK(planned.hist_offset == 0);
@@ -263,19 +317,19 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   }
   {
     LaunchOverride dense({.ctas_per_row = 1, .threads = 256, .dense_registers = 1});
-    CHECK(plan_topk_launch(6, 9212, 4096, 132).dense_registers);
-    CHECK(plan_topk_launch(6, 9212, 512, 132).dense_registers);
-    CHECK(!plan_topk_launch(6, 9212, 512, 132).speculate);
-    CHECK(!plan_topk_launch(6, 9213, 2048, 132).dense_registers);
+    CHECK(keeps_registers(plan_topk_launch(6, 9212, 4096, 132)));
+    CHECK(keeps_registers(plan_topk_launch(6, 9212, 512, 132)));
+    CHECK(!speculates(plan_topk_launch(6, 9212, 512, 132)));
+    CHECK(!keeps_registers(plan_topk_launch(6, 9213, 2048, 132)));
   }
   {  // the GPU tests' forced path lays shared memory out as production does
     LaunchOverride dense(kDenseRows);
     const auto forced = plan_topk_launch(6, 9212, 2048, 132);
-    CHECK(forced.dense_registers);
+    CHECK(keeps_registers(forced));
     CHECK(forced.hist_offset == 0);
     CHECK(forced.dynamic_smem >= 4u * 4 * 256 * NSAJIT_TOPK_DENSE_VECS);
   }
-  // The measured slice-prefetch regimes (docs/notes/topk.md, run 34), and its override.
+  // The slice-prefetch regimes of docs/design/topk.md, and its override.
   CHECK(plan_topk_launch(1, 131072, 2048, 132).prefetch_slice);
   CHECK(plan_topk_launch(8, 131072, 2048, 132).prefetch_slice);
   CHECK(!plan_topk_launch(64, 65536, 2048, 132).prefetch_slice);
@@ -298,7 +352,7 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       CHECK(q.cand_capacity >= 2048);
       CHECK(q.slots_offset == q.hist_offset + 4096);
       CHECK(q.cand_offset == q.slots_offset + 4096);
-      CHECK(q.overflow_warp_offset == q.cand_offset + (q.ctas_per_row > 1 ? q.cand_capacity : 0));
+      CHECK(q.overflow_warp_offset == q.cand_offset + (q.cluster_size > 1 ? q.cand_capacity : 0));
       CHECK(q.bitmap_offset == q.overflow_warp_offset + (q.cand_capacity + 1) / 2);
       CHECK(q.bitmap_words >= 4 * ((q.slice / 4 + 1 + 31) / 32));  // a bit per position, whole rounds
       CHECK(q.dynamic_smem >= 4u * unsigned(q.bitmap_offset + 2 * q.bitmap_words));
@@ -306,38 +360,38 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       CHECK(q.hist_offset == 4 * q.resident_vecs);
       CHECK(q.resident_vecs <= q.slice / 4 + 1);
       if (q.threads < 1024 && rows <= 132) CHECK((q.resident_vecs == 0 || q.resident_vecs == q.slice / 4 + 1));
-      if (q.threads == 512 && rows > 132 && q.ctas_per_row == 1) CHECK(q.dynamic_smem <= 102400u);
+      if (q.threads == 512 && rows > 132 && q.cluster_size == 1) CHECK(q.dynamic_smem <= 102400u);
       // One CTA per row of long slices speculates; its lists start at the slots and cover at least
       // what follows them (the sample's histograms first), never the kept keys or hist0.
-      CHECK(q.speculate == (q.ctas_per_row == 1 && q.slice >= 12 * 2048));
-      CHECK(q.prefetch_row == (q.speculate && rows > 132));
+      CHECK(speculates(q) == (q.cluster_size == 1 && q.slice >= 12 * 2048));
+      CHECK(q.prefetch_row == (speculates(q) && rows > 132));
       // The slice prefetch only for a handful of rows in one wave of 8- or 16-CTA clusters whose
       // scores are a small part of L2 (never for the 2-CTA or multi-wave plans).
-      if (q.dense_registers) CHECK((q.threads == 256 && q.ctas_per_row == 1 && q.slice <= 4 * (256 * 9 - 1)));
+      if (keeps_registers(q)) CHECK((q.threads == 256 && q.cluster_size == 1 && q.slice <= 4 * (256 * 9 - 1)));
       if (q.prefetch_slice) {
-        CHECK(q.ctas_per_row >= 8);
-        CHECK(2LL * rows * q.ctas_per_row <= 132);
+        CHECK(q.cluster_size >= 8);
+        CHECK(2LL * rows * q.cluster_size <= 132);
         CHECK(4LL * rows * width <= (16LL << 20));
       }
       // Cluster lists: only over a cluster at >= 512 threads with the whole slice kept, after
       // every part of the exact path, 16-byte aligned, within the dynamic limit.
-      if (q.cluster_lists) {
-        CHECK(q.ctas_per_row > 1);
+      if (lists_over_cluster(q)) {
+        CHECK(q.cluster_size > 1);
         CHECK(q.threads >= 512);
         CHECK(q.resident_vecs == q.slice / 4 + 1);
         CHECK(q.cluster_list_offset >= q.bitmap_offset + 2 * q.bitmap_words);
         CHECK(q.cluster_list_offset % 4 == 0);
         CHECK(q.cluster_list_capacity % 4 == 0);
         CHECK(q.cluster_list_capacity >= q.cluster_list_rank);
-        CHECK(q.threads >= 32 * q.ctas_per_row);  // a warp or more reads each list
+        CHECK(q.threads >= 32 * q.cluster_size);  // a warp or more reads each list
         const int message = NSAJIT_TOPK_MSG_KEYS + q.cluster_list_capacity;  // header, 32 bin counts, keys
         CHECK(NSAJIT_TOPK_MSG_KEYS % 4 == 0);
         CHECK(q.cluster_warp_capacity >= 64);
         CHECK(q.cluster_inbox_offset == q.cluster_list_offset + message + 2 * q.threads / 32 * q.cluster_warp_capacity);
         CHECK(q.cluster_inbox_offset % 4 == 0);
-        CHECK(4u * unsigned(q.cluster_inbox_offset + q.ctas_per_row * message) <= q.dynamic_smem);
+        CHECK(4u * unsigned(q.cluster_inbox_offset + q.cluster_size * message) <= q.dynamic_smem);
       }
-      if (q.speculate) {
+      if (speculates(q)) {
         CHECK(q.list_offset == q.slots_offset);
         CHECK(q.list_offset + q.list_words >= q.bitmap_offset + 2 * q.bitmap_words);
         CHECK(q.list_words >= 8192);
@@ -352,29 +406,59 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       INFO("width " << width << " topk " << small_topk);
       const auto m = plan_topk_launch(4096, width, small_topk, 132);
       CHECK(m.threads == 256);
-      CHECK_FALSE(m.speculate);
+      CHECK_FALSE(speculates(m));
       CHECK(m.dynamic_smem <= 56u * 1024u);
     }
   }
   {
     LaunchOverride exact({.speculate = 0});
-    CHECK_FALSE(plan_topk_launch(4096, 32768, 2048, 132).speculate);
-    CHECK_FALSE(plan_topk_launch(1, 131072, 2048, 132).cluster_lists);
+    CHECK_FALSE(speculates(plan_topk_launch(4096, 32768, 2048, 132)));
+    CHECK_FALSE(lists_over_cluster(plan_topk_launch(1, 131072, 2048, 132)));
   }
   // The cluster lists where the single long rows run (1 and 8 rows of 131072 at 16 and 8 CTAs,
   // every topk), not where they do not fit beside the kept 32K slices (64 rows of 65536).
   for (const int topk : {64, 512, 2048, 4096}) {
     INFO("topk " << topk);
-    CHECK(plan_topk_launch(1, 131072, topk, 132).cluster_lists == 1);
-    CHECK(plan_topk_launch(8, 131072, topk, 132).cluster_lists == 1);
+    CHECK(lists_over_cluster(plan_topk_launch(1, 131072, topk, 132)));
+    CHECK(lists_over_cluster(plan_topk_launch(8, 131072, topk, 132)));
   }
   CHECK(plan_topk_launch(1, 131072, 2048, 132).cluster_list_rank == 176);
-  CHECK(plan_topk_launch(64, 65536, 2048, 132).cluster_lists == 0);
-  CHECK(plan_topk_launch(4096, 8192, 2048, 132).cluster_lists == 0);
+  CHECK_FALSE(lists_over_cluster(plan_topk_launch(64, 65536, 2048, 132)));
+  CHECK_FALSE(lists_over_cluster(plan_topk_launch(4096, 8192, 2048, 132)));
+  // A demanded algorithm: taken where the shape allows it, else an error naming it and the plan.
   {
-    LaunchOverride strict({.strict_cluster_lists = true});
-    CHECK(plan_topk_launch(1, 131072, 2048, 132).cluster_lists == 2);
+    LaunchOverride exact({.algorithm = Algorithm::exact_sweeps});
+    CHECK(plan_topk_launch(1, 131072, 2048, 132).algorithm == Algorithm::exact_sweeps);
+    CHECK(plan_topk_launch(4096, 8192, 2048, 132).algorithm == Algorithm::exact_sweeps);
   }
+  {
+    LaunchOverride lists({.algorithm = Algorithm::cluster_lists});
+    CHECK(lists_over_cluster(plan_topk_launch(8, 131072, 2048, 132)));
+    try {
+      plan_topk_launch(4096, 32768, 2048, 132);
+      FAIL("one CTA per row took cluster_lists");
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      CHECK(what.find("algorithm = cluster_lists") != std::string::npos);
+      CHECK(what.find("algorithm=speculative_sweep cluster_size=1") != std::string::npos);
+    }
+  }
+  {
+    LaunchOverride spec({.ctas_per_row = 8, .algorithm = Algorithm::speculative_sweep});
+    CHECK_THROWS_AS(plan_topk_launch(8, 131072, 2048, 132), std::invalid_argument);
+  }
+  {
+    LaunchOverride dense({.ctas_per_row = 1, .threads = 256, .algorithm = Algorithm::dense_registers});
+    CHECK(keeps_registers(plan_topk_launch(6, 9212, 2048, 132)));
+    CHECK_THROWS_AS(plan_topk_launch(6, 9213, 2048, 132), std::invalid_argument);
+  }
+  for (const Algorithm a : {Algorithm::exact_sweeps, Algorithm::speculative_sweep, Algorithm::dense_registers,
+                            Algorithm::cluster_lists})
+    CHECK(nsajit::detail::parse_topk_algorithm(to_string(a)) == a);
+  CHECK(to_string(Algorithm::cluster_lists) == "cluster_lists");
+  CHECK_THROWS_AS(nsajit::detail::parse_topk_algorithm("clusters"), std::invalid_argument);
+  CHECK(to_string(plan_topk_launch(8, 131072, 2048, 132))
+            .starts_with("algorithm=cluster_lists cluster_size=8 threads=1024 "));
 }
 
 // --- GPU ---------------------------------------------------------------------------------------------
@@ -806,9 +890,9 @@ TEST_CASE("topk gpu: cluster lists hold the selection of spread rows and fall ba
     const I expected = ref::topk_index_order(p);
     check_topk(p);  // the crowded rows take the exact path
     {
-      // Strict: a row that falls back writes -2 to its first slot, so the spread rows show that
+      // The probe: a row that falls back writes -2 to its first slot, so the spread rows show that
       // the lists held their selection and the crowded ones that they did not.
-      LaunchOverride strict({.strict_cluster_lists = true});
+      ClusterFallbackProbe probe;
       const I got = DeviceTopk(p).run();
       for (int r = 0; r < 8; ++r) {
         INFO("row " << r);
@@ -826,7 +910,7 @@ TEST_CASE("topk gpu: cluster lists hold the selection of spread rows and fall ba
       INFO("row " << r << " alone");
       const I alone = check_topk(one);
       CHECK(std::equal(alone.begin(), alone.end(), expected.begin() + std::ptrdiff_t(r) * topk));
-      LaunchOverride strict({.strict_cluster_lists = true});
+      ClusterFallbackProbe probe;
       const I got = DeviceTopk(one).run();
       if (r == 0) CHECK(got == alone);
       else CHECK(got[0] == -2);
@@ -846,7 +930,7 @@ TEST_CASE("topk gpu: cluster lists hold the selection of spread rows and fall ba
     t.page_table = ref::real_page_table(pt1, rows, width, 64);
     t.num_requests = rows;
     INFO("fused, rows " << rows);
-    LaunchOverride strict({.strict_cluster_lists = true});
+    ClusterFallbackProbe probe;
     check_fused(p, t);
   }
 }
@@ -883,7 +967,7 @@ TEST_CASE("topk gpu: cluster lists with T's 20-bit bin crowded (ties ranked, the
     }
   }
   const I expected = ref::topk_index_order(p);
-  LaunchOverride strict({.strict_cluster_lists = true});  // -2 in a row's first slot if it fell back
+  ClusterFallbackProbe probe;  // -2 in a row's first slot if it fell back
   const I got = DeviceTopk(p).run();
   for (int r = 0; r < 8; ++r) {
     INFO("row " << r << ", " << crowds[std::size_t(r)].extra << (crowds[std::size_t(r)].ties ? " ties" : " variants"));

@@ -239,11 +239,8 @@ int bench_topk(const BenchOptions& options) {
           TimingOptions quick = timing;
           quick.iters = 20;
           const double us = median_us([&] { detail::topk(args, o); }, quick);
-          std::fprintf(stderr, "    sweep %-20s ctas %2d threads %4d kept %6d of %6d vectors%s%s%s: %8.1f us %s\n",
-                       shape.name.c_str(), sh2.ctas, sh2.threads, plan.resident_vecs, plan.slice / 4 + 1,
-                       plan.speculate ? (plan.prefetch_row ? " speculative+prefetch" : " speculative") : "",
-                       plan.prefetch_slice ? " slice-prefetch" : "", plan.dense_registers ? " dense-registers" : "", us,
-                       same ? "" : "OUTPUT DIFFERS");
+          std::fprintf(stderr, "    sweep %-20s %s: %8.1f us %s\n", shape.name.c_str(), detail::to_string(plan).c_str(),
+                       us, same ? "" : "OUTPUT DIFFERS");
         }
         // The launch's floor for this grid: the same launch with every length = topk (rows
         // written through, no score read), so a shape's time can be split into launch and work.
