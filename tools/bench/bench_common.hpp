@@ -19,8 +19,8 @@
 
 namespace nsajit::tools::bench {
 
-inline constexpr double kCopyTBps = 4.17;      // measured device-to-device copy ceiling (H200)
-inline constexpr double kBf16TFLOPs = 752.0;   // measured bf16 GEMM ceiling (H200)
+inline constexpr double kCopyTBps = 4.17;      // the H200's device-to-device copy ceiling
+inline constexpr double kBf16TFLOPs = 752.0;   // the H200's bf16 GEMM ceiling
 
 // max(bytes / 4.17 TB/s, flops / 752 TFLOP/s) in microseconds.
 double floor_us(double bytes, double flops);
