@@ -13,31 +13,18 @@ namespace nsajit {
 
 std::string to_string(Family f) { return traits(f).name; }
 
-std::string to_string(IndexMode m) {
-  switch (m) {
-    case IndexMode::decode: return "decode";
-    case IndexMode::prefill: return "prefill";
-    case IndexMode::ragged: return "ragged";
-  }
-  return fmt::format("IndexMode({})", int(m));
+namespace {
+// The name of an enum value numbered 0, 1, ... in the order of `names`; "Type(value)" past them.
+template <class Enum, std::size_t N>
+std::string enum_name(Enum e, const char* type, const char* const (&names)[N]) {
+  const auto i = static_cast<std::size_t>(e);
+  return i < N ? std::string(names[i]) : fmt::format("{}({})", type, i);
 }
+}  // namespace
 
-std::string to_string(KvDtype d) {
-  switch (d) {
-    case KvDtype::bf16: return "bf16";
-    case KvDtype::fp8_e4m3: return "fp8";
-  }
-  return fmt::format("KvDtype({})", int(d));
-}
-
-std::string to_string(MlaKernel k) {
-  switch (k) {
-    case MlaKernel::automatic: return "automatic";
-    case MlaKernel::mma_sync: return "mma_sync";
-    case MlaKernel::wgmma: return "wgmma";
-  }
-  return fmt::format("MlaKernel({})", int(k));
-}
+std::string to_string(IndexMode m) { return enum_name(m, "IndexMode", {"decode", "prefill", "ragged"}); }
+std::string to_string(KvDtype d) { return enum_name(d, "KvDtype", {"bf16", "fp8"}); }
+std::string to_string(MlaKernel k) { return enum_name(k, "MlaKernel", {"automatic", "mma_sync", "wgmma"}); }
 
 std::string to_string(Arch a) {
   return a.suffix ? fmt::format("sm_{}{}", a.sm, a.suffix) : fmt::format("sm_{}", a.sm);

@@ -13,6 +13,7 @@
 #include "nsajit/errors.hpp"
 #include "nsajit/kernels.hpp"
 #include "reference/index_transform.hpp"
+#include "tests/argument_cases.hpp"
 #include "tests/gpu_support.hpp"
 
 namespace ref = nsajit::reference;
@@ -21,8 +22,6 @@ using nsajit::test::DeviceBuffer;
 using I = std::vector<std::int32_t>;
 
 namespace {
-
-unsigned fresh_seed() { return std::random_device{}(); }
 
 std::unique_ptr<DeviceBuffer<std::int32_t>> upload_or_null(const I& host) {
   return host.empty() ? nullptr : std::make_unique<DeviceBuffer<std::int32_t>>(host);
@@ -108,10 +107,7 @@ I edge_indices(std::mt19937& rng, int rows, int topk, long long max_position) {
 }  // namespace
 
 TEST_CASE("index_transform gpu: decode, page size 1, edge positions") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   for (const int topk : {64, 2048, 16384}) {
     INFO("topk " << topk);
     ref::IndexTransformProblem p;
@@ -131,10 +127,7 @@ TEST_CASE("index_transform gpu: decode, page size 1, edge positions") {
 }
 
 TEST_CASE("index_transform gpu: page sizes 1, 3 and 64 give the same slots") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   const int rows = 9, topk = 2048;
   for (const int P : {3, 64}) {
     INFO("page size " << P);
@@ -164,10 +157,7 @@ TEST_CASE("index_transform gpu: page sizes 1, 3 and 64 give the same slots") {
 }
 
 TEST_CASE("index_transform gpu: prefill with 3 requests through cu_seqlens_q") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   for (const int P : {1, 64}) {
     INFO("page size " << P);
     ref::IndexTransformProblem p;
@@ -193,10 +183,7 @@ TEST_CASE("index_transform gpu: prefill with 3 requests through cu_seqlens_q") {
 }
 
 TEST_CASE("index_transform gpu: ragged offsets") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   ref::IndexTransformProblem p;
   p.mode = IndexMode::ragged;
   p.rows = 13;
@@ -227,69 +214,32 @@ nsajit::IndexTransformArgs valid_transform_args() {
   return a;
 }
 
-std::string transform_error(const nsajit::IndexTransformArgs& a) {
-  try {
-    nsajit::index_transform(a);
-  } catch (const nsajit::InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no InvalidArgument)";
-}
-
-bool names(const std::string& message, const std::string& what) {
-  INFO(message);
-  return message.find(what) != std::string::npos;
-}
-
 }  // namespace
 
 TEST_CASE("index_transform arguments: each bad argument is named before anything is launched") {
+  const auto call = [](const nsajit::IndexTransformArgs& a) { nsajit::index_transform(a); };
   auto a = valid_transform_args();
   a.topk = 100;
-  CHECK(transform_error(a) ==
+  CHECK(nsajit::test::invalid_argument_message(call, a) ==
         "nsajit::index_transform: argument topk = 100: expected a multiple of 64 in [64, 16384]");
-  a.topk = 16448;
-  CHECK(names(transform_error(a), "argument topk = 16448"));
-  a = valid_transform_args();
-  a.rows = -1;
-  CHECK(names(transform_error(a), "argument rows = -1"));
-  a = valid_transform_args();
-  a.page_size = 0;
-  CHECK(names(transform_error(a), "argument page_size = 0"));
-  a.page_size = 5000;
-  CHECK(names(transform_error(a), "argument page_size = 5000"));
-  a = valid_transform_args();
-  a.page_table_width = -1;
-  CHECK(names(transform_error(a), "argument page_table_width = -1"));
-  a = valid_transform_args();
-  a.page_table_row_stride = 99;
-  CHECK(names(transform_error(a), "argument page_table_row_stride = 99"));
-  a = valid_transform_args();
-  a.num_requests = 3;  // decode needs num_requests == rows
-  CHECK(names(transform_error(a), "argument num_requests = 3"));
-  a = valid_transform_args();
-  a.page_table = nullptr;
-  CHECK(names(transform_error(a), "argument page_table = null"));
-  a = valid_transform_args();
-  a.topk_indices = nullptr;
-  CHECK(names(transform_error(a), "argument topk_indices = null"));
-  a = valid_transform_args();
-  a.out = nullptr;
-  CHECK(names(transform_error(a), "argument out = null"));
-  a = valid_transform_args();
-  a.mode = IndexMode::prefill;
-  a.num_requests = -1;
-  CHECK(names(transform_error(a), "argument num_requests = -1"));
-  a.num_requests = 2;
-  a.cu_seqlens_q = nullptr;
-  CHECK(names(transform_error(a), "argument cu_seqlens_q = null"));
-  a = valid_transform_args();
-  a.mode = IndexMode::ragged;
-  a.offsets = nullptr;
-  CHECK(names(transform_error(a), "argument offsets = null"));
-  a = valid_transform_args();
-  a.mode = static_cast<IndexMode>(7);
-  CHECK(names(transform_error(a), "argument mode = 7"));
+  using Args = nsajit::IndexTransformArgs;
+  nsajit::test::check_bad_arguments<Args>(
+      call, valid_transform_args(),
+      {{[](Args& a) { a.topk = 16448; }, "argument topk = 16448"},
+       {[](Args& a) { a.rows = -1; }, "argument rows = -1"},
+       {[](Args& a) { a.page_size = 0; }, "argument page_size = 0"},
+       {[](Args& a) { a.page_size = 5000; }, "argument page_size = 5000"},
+       {[](Args& a) { a.page_table_width = -1; }, "argument page_table_width = -1"},
+       {[](Args& a) { a.page_table_row_stride = 99; }, "argument page_table_row_stride = 99"},
+       {[](Args& a) { a.num_requests = 3; }, "argument num_requests = 3"},  // decode: num_requests == rows
+       {[](Args& a) { a.page_table = nullptr; }, "argument page_table = null"},
+       {[](Args& a) { a.topk_indices = nullptr; }, "argument topk_indices = null"},
+       {[](Args& a) { a.out = nullptr; }, "argument out = null"},
+       {[](Args& a) { a.mode = IndexMode::prefill; a.num_requests = -1; }, "argument num_requests = -1"},
+       {[](Args& a) { a.mode = IndexMode::prefill; a.num_requests = 2; a.cu_seqlens_q = nullptr; },
+        "argument cu_seqlens_q = null"},
+       {[](Args& a) { a.mode = IndexMode::ragged; a.offsets = nullptr; }, "argument offsets = null"},
+       {[](Args& a) { a.mode = static_cast<IndexMode>(7); }, "argument mode = 7"}});
 }
 
 TEST_CASE("index_transform arguments: rows == 0 launches nothing (null pointers allowed)") {

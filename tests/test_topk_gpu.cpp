@@ -30,6 +30,7 @@
 #include "runtime/runtime.hpp"
 #include "families/topk/heuristics.hpp"
 #include "templates/kernel_params.h"
+#include "tests/argument_cases.hpp"
 #include "tests/gpu_support.hpp"
 #include "tests/parallel.hpp"
 
@@ -42,8 +43,6 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-unsigned fresh_seed() { return std::random_device{}(); }
 
 float from_bits(std::uint32_t u) { return std::bit_cast<float>(u); }
 
@@ -464,10 +463,7 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
 // --- GPU ---------------------------------------------------------------------------------------------
 
 TEST_CASE("topk gpu: lengths 0, negative, 1, topk-1, topk, topk+1, ~16384, ~65536, 131072, clamped") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   for (const int topk : {64, 512, 1024, 1984, 2048, 4096}) {
     INFO("topk " << topk);
@@ -481,10 +477,7 @@ TEST_CASE("topk gpu: lengths 0, negative, 1, topk-1, topk, topk+1, ~16384, ~6553
 }
 
 TEST_CASE("topk gpu: a row of 2^20 and rows past 2^20 (global re-read path)") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   auto p = make_problem(1, 1 << 20, 2048, [&] { return normal(rng); });
   check_topk(p);
@@ -499,10 +492,7 @@ TEST_CASE("topk gpu: a row of 2^20 and rows past 2^20 (global re-read path)") {
 }
 
 TEST_CASE("topk gpu: distributions, at 1, 2, 8 and 16 CTAs per row, list, rescans or overflow list") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   std::uniform_int_distribution<std::uint32_t> bits;
   struct Dist {
@@ -600,10 +590,7 @@ TEST_CASE("topk gpu: distributions, at 1, 2, 8 and 16 CTAs per row, list, rescan
 }
 
 TEST_CASE("topk gpu: row_starts (clamped) and a padded odd row stride") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   for (const int width : {9000, 40000}) {
     const int rows = 64, topk = 2048;
@@ -640,10 +627,7 @@ TEST_CASE("topk gpu: row_starts (clamped) and a padded odd row stride") {
 }
 
 TEST_CASE("topk gpu: the slice prefetch forced on, every cluster size, short rows, odd stride, past-width slices") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   // topk 64 at width 300: the last CTA of a 16-CTA cluster starts at the width (rank * slice >= width:
   // nothing to prefetch, nothing to read).
@@ -659,10 +643,7 @@ TEST_CASE("topk gpu: the slice prefetch forced on, every cluster size, short row
 }
 
 TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads it or a warp's list overflows") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   const int width = 32768;
   auto p = make_problem(5, width, 2048, [&] { return normal(rng); });
@@ -701,10 +682,7 @@ TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads i
 }
 
 TEST_CASE("topk gpu: batches of 1 to 4096 rows (the last query rows of a prefill)") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   for (const int rows : {1, 3, 64, 1000, 4096}) {
     const int width = rows == 4096 ? 4096 + 2048 : 8192;
@@ -716,10 +694,7 @@ TEST_CASE("topk gpu: batches of 1 to 4096 rows (the last query rows of a prefill
 }
 
 TEST_CASE("topk gpu: deterministic across 20 launches, batchmates, launch shapes, thread counts, list sizes") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   const int rows = 6, width = 100000, topk = 2048;
   // Heavy ties (5 values: resolved by rescans) and quantised normal scores (a few ties at the
@@ -783,10 +758,7 @@ TEST_CASE("topk gpu: deterministic across 20 launches, batchmates, launch shapes
 }
 
 TEST_CASE("topk gpu: sorted output is the reference's (score descending, ties by index)") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   for (const int topk : {512, 1984, 2048, 4096}) {
     auto p = make_problem(5, 50000, topk, [&] { return rng() % 3 == 0 ? float(rng() % 4) : normal(rng); });
@@ -830,10 +802,7 @@ void check_fused(const ref::TopkProblem& p, const ref::TopkTransform& t) {
 }  // namespace
 
 TEST_CASE("topk gpu fused: decode, page sizes 1 and 64 give the same slots, partial last page, MTP") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   for (const int next_n : {1, 2}) {
     const int requests = 6, rows = requests * next_n, width = 40000, topk = 2048;
@@ -867,10 +836,7 @@ TEST_CASE("topk gpu fused: decode, page sizes 1 and 64 give the same slots, part
 }
 
 TEST_CASE("topk gpu: cluster lists hold the selection of spread rows and fall back on crowded ones") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   const int width = 131072;
   // 8 rows (8-CTA clusters, 1024 threads) and 1 row (16 CTAs, 512 threads). Rows 0-4: normal
@@ -936,10 +902,7 @@ TEST_CASE("topk gpu: cluster lists hold the selection of spread rows and fall ba
 }
 
 TEST_CASE("topk gpu: cluster lists with T's 20-bit bin crowded (ties ranked, the short list, 10-bit digits)") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   const int width = 131072, topk = 2048;
   // Normal rows (T's bin of the refinement's 8-bit digit holds ~6 keys) with extra keys that
@@ -981,10 +944,7 @@ TEST_CASE("topk gpu: cluster lists with T's 20-bit bin crowded (ties ranked, the
 }
 
 TEST_CASE("topk gpu: keys in registers (dense rows): topk 512..4096, sorted, fused modes, batchmates, 20 launches") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   LaunchOverride dense(kDenseRows);
   for (const int topk : {512, 1984, 2048, 4096}) {
@@ -1048,10 +1008,7 @@ TEST_CASE("topk gpu: keys in registers (dense rows): topk 512..4096, sorted, fus
 }
 
 TEST_CASE("topk gpu: keys in registers (dense rows): copies of the threshold in a small first-digit bin") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   LaunchOverride dense(kDenseRows);
   const int width = 6001, topk = 2048;
@@ -1074,10 +1031,7 @@ TEST_CASE("topk gpu: keys in registers (dense rows): copies of the threshold in 
 }
 
 TEST_CASE("topk gpu fused: prefill with a cached prefix (row_starts, cu_seqlens_q) and ragged offsets") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   // Request 0: 3000 new tokens; request 1: 20000 cached + 40 new; request 2: 1 new token.
   const I extend = {3000, 40, 1}, prefix = {0, 20000, 5000};
@@ -1130,91 +1084,59 @@ nsajit::TopkArgs valid_topk_args() {
   return a;
 }
 
-std::string topk_error(const nsajit::TopkArgs& a) {
-  try {
-    nsajit::topk(a);
-  } catch (const nsajit::InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no InvalidArgument)";
-}
-
 }  // namespace
 
 TEST_CASE("topk arguments: each bad argument is named before anything is launched") {
+  const auto call = [](const nsajit::TopkArgs& a) { nsajit::topk(a); };
+  using Args = nsajit::TopkArgs;
+  using nsajit::test::invalid_argument_message;
   auto a = valid_topk_args();
   a.topk = 100;
-  CHECK(topk_error(a) == "nsajit::topk: argument topk = 100: expected a multiple of 64 in [64, 4096]");
-  a.topk = 0;
-  CHECK(topk_error(a).find("argument topk = 0") != std::string::npos);
-  a.topk = 4160;
-  CHECK(topk_error(a).find("argument topk = 4160") != std::string::npos);
-  a = valid_topk_args();
-  a.rows = -1;
-  CHECK(topk_error(a).find("argument rows = -1") != std::string::npos);
-  a = valid_topk_args();
-  a.rows = 1 << 27;
-  CHECK(topk_error(a).find("argument rows = 134217728: expected 0 <= rows < 2^27") != std::string::npos);
-  a = valid_topk_args();
-  a.lengths = reinterpret_cast<const std::int32_t*>(reinterpret_cast<const char*>(a.lengths) + 2);
-  CHECK(topk_error(a).find("argument lengths = 0x") != std::string::npos);
-  CHECK(topk_error(a).find("expected a 4-byte aligned device pointer") != std::string::npos);
-  a = valid_topk_args();
-  a.row_starts = reinterpret_cast<const std::int32_t*>(std::uintptr_t(0x1002));
-  CHECK(topk_error(a).find("argument row_starts = 0x1002") != std::string::npos);
-  a = valid_topk_args();
-  a.width = -2;
-  CHECK(topk_error(a).find("argument width = -2") != std::string::npos);
+  CHECK(invalid_argument_message(call, a) ==
+        "nsajit::topk: argument topk = 100: expected a multiple of 64 in [64, 4096]");
   a = valid_topk_args();
   a.width = (1 << 22) + 1;
   a.score_row_stride = a.width;
-  CHECK(topk_error(a) == "nsajit::topk: argument width = 4194305: expected 0 <= width <= 4194304");
-  a = valid_topk_args();
-  a.score_row_stride = 999;
-  CHECK(topk_error(a).find("argument score_row_stride = 999") != std::string::npos);
-  a = valid_topk_args();
-  a.scores = nullptr;
-  CHECK(topk_error(a).find("argument scores = null") != std::string::npos);
-  a = valid_topk_args();
-  a.lengths = nullptr;
-  CHECK(topk_error(a).find("argument lengths = null") != std::string::npos);
-  a = valid_topk_args();
-  a.out = nullptr;
-  CHECK(topk_error(a).find("argument out = null") != std::string::npos);
+  CHECK(invalid_argument_message(call, a) ==
+        "nsajit::topk: argument width = 4194305: expected 0 <= width <= 4194304");
+  auto* const misaligned = reinterpret_cast<const std::int32_t*>(reinterpret_cast<const char*>(a.lengths) + 2);
+  nsajit::test::check_bad_arguments<Args>(
+      call, valid_topk_args(),
+      {{[](Args& a) { a.topk = 0; }, "argument topk = 0"},
+       {[](Args& a) { a.topk = 4160; }, "argument topk = 4160"},
+       {[](Args& a) { a.rows = -1; }, "argument rows = -1"},
+       {[](Args& a) { a.rows = 1 << 27; }, "argument rows = 134217728: expected 0 <= rows < 2^27"},
+       {[&](Args& a) { a.lengths = misaligned; }, "argument lengths = 0x"},
+       {[&](Args& a) { a.lengths = misaligned; }, "expected a 4-byte aligned device pointer"},
+       {[](Args& a) { a.row_starts = reinterpret_cast<const std::int32_t*>(std::uintptr_t(0x1002)); },
+        "argument row_starts = 0x1002"},
+       {[](Args& a) { a.width = -2; }, "argument width = -2"},
+       {[](Args& a) { a.score_row_stride = 999; }, "argument score_row_stride = 999"},
+       {[](Args& a) { a.scores = nullptr; }, "argument scores = null"},
+       {[](Args& a) { a.lengths = nullptr; }, "argument lengths = null"},
+       {[](Args& a) { a.out = nullptr; }, "argument out = null"}});
 }
 
 TEST_CASE("topk arguments: fused transform checks") {
   static std::int32_t table_storage;
-  auto a = valid_topk_args();
-  a.fused_transform = true;
-  a.page_table = &table_storage;
-  a.page_table_width = 10;
-  a.num_requests = 4;
-  a.next_n = 3;
-  CHECK(topk_error(a).find("argument rows = 4: expected a multiple of next_n = 3") != std::string::npos);
-  a.next_n = 2;
-  CHECK(topk_error(a).find("argument num_requests = 4: expected rows / next_n = 2") != std::string::npos);
-  a.next_n = 9;
-  CHECK(topk_error(a).find("argument next_n = 9") != std::string::npos);
-  a.next_n = 1;
-  a.page_size = 0;
-  CHECK(topk_error(a).find("argument page_size = 0") != std::string::npos);
-  a.page_size = 1;
-  a.page_table_row_stride = 5;
-  CHECK(topk_error(a).find("argument page_table_row_stride = 5") != std::string::npos);
-  a.page_table_row_stride = 0;
-  a.page_table = nullptr;
-  CHECK(topk_error(a).find("argument page_table = null") != std::string::npos);
-  a.page_table = &table_storage;
-  a.mode = IndexMode::prefill;
-  CHECK(topk_error(a).find("argument cu_seqlens_q = null") != std::string::npos);
-  a.next_n = 2;
-  CHECK(topk_error(a).find("argument next_n = 2: expected 1 unless mode decode") != std::string::npos);
-  a.next_n = 1;
-  a.mode = IndexMode::ragged;
-  CHECK(topk_error(a).find("argument offsets = null") != std::string::npos);
-  a.mode = static_cast<IndexMode>(7);
-  CHECK(topk_error(a).find("argument mode = 7") != std::string::npos);
+  using Args = nsajit::TopkArgs;
+  auto fused = valid_topk_args();
+  fused.fused_transform = true;
+  fused.page_table = &table_storage;
+  fused.page_table_width = 10;
+  fused.num_requests = 4;
+  nsajit::test::check_bad_arguments<Args>(
+      [](const Args& a) { nsajit::topk(a); }, fused,
+      {{[](Args& a) { a.next_n = 3; }, "argument rows = 4: expected a multiple of next_n = 3"},
+       {[](Args& a) { a.next_n = 2; }, "argument num_requests = 4: expected rows / next_n = 2"},
+       {[](Args& a) { a.next_n = 9; }, "argument next_n = 9"},
+       {[](Args& a) { a.page_size = 0; }, "argument page_size = 0"},
+       {[](Args& a) { a.page_table_row_stride = 5; }, "argument page_table_row_stride = 5"},
+       {[](Args& a) { a.page_table = nullptr; }, "argument page_table = null"},
+       {[](Args& a) { a.mode = IndexMode::prefill; }, "argument cu_seqlens_q = null"},
+       {[](Args& a) { a.mode = IndexMode::prefill; a.next_n = 2; }, "argument next_n = 2: expected 1 unless mode decode"},
+       {[](Args& a) { a.mode = IndexMode::ragged; }, "argument offsets = null"},
+       {[](Args& a) { a.mode = static_cast<IndexMode>(7); }, "argument mode = 7"}});
 }
 
 TEST_CASE("topk arguments: rows == 0 launches nothing (null pointers allowed)") {

@@ -27,18 +27,18 @@
 namespace nsajit::tools {
 namespace {
 
-// A fast generator for hundreds of MB of inputs (mt19937 + normal_distribution is too slow).
-struct FastRandom {
-  std::uint64_t state;
-  std::uint64_t next() {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
+using bench::FastRandom;
+
+// Rows `rows` of `all` (rows of `per_row` elements), one after another.
+template <class T>
+std::vector<T> sampled_rows(const std::vector<T>& all, const std::vector<int>& rows, std::size_t per_row) {
+  std::vector<T> out;
+  for (int r : rows) {
+    const auto first = all.begin() + std::ptrdiff_t(std::size_t(r) * per_row);
+    out.insert(out.end(), first, first + std::ptrdiff_t(per_row));
   }
-  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
-  float roughly_normal() { return (uniform() + uniform() + uniform() - 1.5f) * 2.0f; }
-};
+  return out;
+}
 
 struct Batch {
   int b = 0, h_q = 0, topk = 0, page_size = 0, width = 0, max_pages = 0;
@@ -132,19 +132,10 @@ bool check_and_time_mla(const char* label, const SparseMlaDecodeArgs& args, cons
   sparse_mla_decode(a);
   const std::vector<std::uint16_t> got_out = out.download();
   const std::vector<float> got_lse = lse.download();
-  std::vector<std::uint16_t> q_rows, out_rows;
-  std::vector<std::int32_t> idx_rows;
-  std::vector<float> lse_rows;
-  for (int r : rows) {
-    q_rows.insert(q_rows.end(), q_host.begin() + std::ptrdiff_t(r) * a.h_q * kMlaDimQK,
-                  q_host.begin() + std::ptrdiff_t(r + 1) * a.h_q * kMlaDimQK);
-    idx_rows.insert(idx_rows.end(), idx_host.begin() + std::ptrdiff_t(r) * a.topk,
-                    idx_host.begin() + std::ptrdiff_t(r + 1) * a.topk);
-    out_rows.insert(out_rows.end(), got_out.begin() + std::ptrdiff_t(r) * a.h_q * kMlaDimV,
-                    got_out.begin() + std::ptrdiff_t(r + 1) * a.h_q * kMlaDimV);
-    lse_rows.insert(lse_rows.end(), got_lse.begin() + std::ptrdiff_t(r) * a.h_q,
-                    got_lse.begin() + std::ptrdiff_t(r + 1) * a.h_q);
-  }
+  const auto q_rows = sampled_rows(q_host, rows, std::size_t(a.h_q) * kMlaDimQK);
+  const auto idx_rows = sampled_rows(idx_host, rows, std::size_t(a.topk));
+  const auto out_rows = sampled_rows(got_out, rows, std::size_t(a.h_q) * kMlaDimV);
+  const auto lse_rows = sampled_rows(got_lse, rows, std::size_t(a.h_q));
   const int n = int(rows.size());
   const reference::SparseMlaOutput ref = reference::sparse_mla({.q = q_rows, .kv = ref_pool, .num_slots = num_slots,
                                                                 .indices = idx_rows, .rows = n, .h_q = a.h_q,
@@ -305,19 +296,10 @@ int run_decode_step(const ModelConfig& c) {
   tp.topk = t.topk;
   const std::string transform_diff = reference::first_difference(got_slots, reference::index_transform(tp), t.topk);
 
-  std::vector<std::uint16_t> q_rows, out_rows;
-  std::vector<std::int32_t> idx_rows;
-  std::vector<float> lse_rows;
-  for (int r : check) {
-    q_rows.insert(q_rows.end(), t.q.begin() + std::ptrdiff_t(r) * t.h_q * kMlaDimQK,
-                  t.q.begin() + std::ptrdiff_t(r + 1) * t.h_q * kMlaDimQK);
-    idx_rows.insert(idx_rows.end(), got_slots.begin() + std::ptrdiff_t(r) * t.topk,
-                    got_slots.begin() + std::ptrdiff_t(r + 1) * t.topk);
-    out_rows.insert(out_rows.end(), got_out.begin() + std::ptrdiff_t(r) * t.h_q * kMlaDimV,
-                    got_out.begin() + std::ptrdiff_t(r + 1) * t.h_q * kMlaDimV);
-    lse_rows.insert(lse_rows.end(), got_lse.begin() + std::ptrdiff_t(r) * t.h_q,
-                    got_lse.begin() + std::ptrdiff_t(r + 1) * t.h_q);
-  }
+  const auto q_rows = sampled_rows(t.q, check, std::size_t(t.h_q) * kMlaDimQK);
+  const auto idx_rows = sampled_rows(got_slots, check, std::size_t(t.topk));
+  const auto out_rows = sampled_rows(got_out, check, std::size_t(t.h_q) * kMlaDimV);
+  const auto lse_rows = sampled_rows(got_lse, check, std::size_t(t.h_q));
   const int n = int(check.size());
   const reference::SparseMlaOutput ref = reference::sparse_mla({.q = q_rows, .kv = t.kv, .num_slots = t.num_slots,
                                                                 .indices = idx_rows, .rows = n, .h_q = t.h_q,

@@ -22,6 +22,28 @@ namespace nsajit::tools::bench {
 inline constexpr double kCopyTBps = 4.17;      // the H200's device-to-device copy ceiling
 inline constexpr double kBf16TFLOPs = 752.0;   // the H200's bf16 GEMM ceiling
 
+// xorshift64: inputs of hundreds of MB fast (mt19937 + normal_distribution is too slow); the
+// benches' inputs are a function of the seed.
+struct FastRandom {
+  std::uint64_t state;
+  std::uint64_t next() {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  }
+  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
+  // Three uniforms, centred and scaled: close enough to a normal for timing.
+  float roughly_normal() { return (uniform() + uniform() + uniform() - 1.5f) * 2.0f; }
+  // The four 16-bit uniforms of one draw, centred and scaled to unit variance.
+  float sum4_normal() {
+    const std::uint64_t x = next();
+    float sum = 0;
+    for (int i = 0; i < 4; ++i) sum += float((x >> (16 * i)) & 0xffff) * (1.0f / 65536.0f);
+    return (sum - 2.0f) * 1.7320508f;
+  }
+};
+
 // max(bytes / 4.17 TB/s, flops / 752 TFLOP/s) in microseconds.
 double floor_us(double bytes, double flops);
 

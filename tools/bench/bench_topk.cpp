@@ -36,23 +36,6 @@ struct Shape {
   std::string name;
 };
 
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  // Sum of four uniforms, centred and scaled: close enough to a normal for top-k timing.
-  float normal() {
-    const std::uint64_t x = next();
-    float sum = 0;
-    for (int i = 0; i < 4; ++i) sum += float((x >> (16 * i)) & 0xffff) * (1.0f / 65536.0f);
-    return (sum - 2.0f) * 1.7320508f;
-  }
-};
-
 int length_of_row(const Shape& s, int r) { return s.len_lo >= s.width ? s.width : std::min(s.width, s.len_lo + r); }
 
 std::vector<int> sample_rows(int rows) {
@@ -90,8 +73,8 @@ int bench_topk(const BenchOptions& options) {
     std::fprintf(stderr, "topk bench: %s\n", shape.name.c_str());
     const std::size_t count = std::size_t(shape.rows) * shape.width;
     std::vector<float> scores(count);
-    Rng rng{0x9e3779b97f4a7c15ull ^ std::uint64_t(shape.rows) * 1315423911ull ^ std::uint64_t(shape.width)};
-    for (float& x : scores) x = rng.normal();
+    FastRandom rng{0x9e3779b97f4a7c15ull ^ std::uint64_t(shape.rows) * 1315423911ull ^ std::uint64_t(shape.width)};
+    for (float& x : scores) x = rng.sum4_normal();
     std::vector<std::int32_t> lengths(shape.rows);
     double score_bytes = 0;
     for (int r = 0; r < shape.rows; ++r) {
