@@ -45,6 +45,11 @@ int request_of_row(const std::vector<std::int32_t>& cu_seqlens_q, int num_reques
 std::vector<std::int32_t> real_page_table(const std::vector<std::int32_t>& page_table_1, int rows,
                                           int width, int page_size);
 
+// Decode tables over page_table_1 (int32 [requests, width], slots) at page size P: P = 1 the table
+// itself, P > 1 its real_page_table (then pages must be page-aligned). Row r uses request r.
+TransformTables decode_tables(const std::vector<std::int32_t>& page_table_1, int requests, int width,
+                              int page_size = 1);
+
 // Exclusive prefix sum with a leading 0: [n] -> [n + 1] (cu_seqlens from per-request lengths).
 std::vector<std::int32_t> cu_seqlens(const std::vector<std::int32_t>& lengths);
 

@@ -28,9 +28,10 @@ template <class Args>
 struct BadArgument {
   std::function<void(Args&)> change;  // applied to a copy of the valid arguments
   std::string expected;               // part of the message, e.g. "argument rows = -1"
+  bool whole = false;                 // expected is the whole message
 };
 
-// Every case's arguments must give an InvalidArgument whose message contains its `expected`.
+// Every case's arguments must give an InvalidArgument whose message contains (or is) its `expected`.
 template <class Args, class Call>
 void check_bad_arguments(const Call& call, const Args& valid, const std::vector<BadArgument<Args>>& cases) {
   for (const BadArgument<Args>& c : cases) {
@@ -38,7 +39,10 @@ void check_bad_arguments(const Call& call, const Args& valid, const std::vector<
     c.change(a);
     const std::string message = invalid_argument_message(call, a);
     INFO("expected a message with: " << c.expected);
-    CHECK_MESSAGE(message.find(c.expected) != std::string::npos, message);
+    if (c.whole)
+      CHECK(message == c.expected);
+    else
+      CHECK_MESSAGE(message.find(c.expected) != std::string::npos, message);
   }
 }
 

@@ -408,39 +408,24 @@ namespace {
 alignas(16) std::uint8_t fake_storage[64];
 
 // Plausible, aligned fake device pointers: never dereferenced because validation fails first.
+const auto* const fake_slots = reinterpret_cast<const std::int32_t*>(fake_storage);
+
 nsajit::Fp8KvQuantizeArgs valid_quantize_args() {
-  nsajit::Fp8KvQuantizeArgs a;
-  a.kv = fake_storage;
-  a.slots = reinterpret_cast<const std::int32_t*>(fake_storage);
-  a.n = 4;
-  a.cache = fake_storage;
-  a.num_pages = 10;
-  a.page_size = 64;
-  return a;
+  return {.kv = fake_storage, .slots = fake_slots, .n = 4, .cache = fake_storage, .num_pages = 10, .page_size = 64};
 }
 
 nsajit::Fp8KvGatherArgs valid_gather_args() {
-  nsajit::Fp8KvGatherArgs a;
-  a.cache = fake_storage;
-  a.num_pages = 10;
-  a.page_size = 64;
-  a.slots = reinterpret_cast<const std::int32_t*>(fake_storage);
-  a.n = 4;
-  a.out = fake_storage;
-  return a;
+  return {.cache = fake_storage, .num_pages = 10, .page_size = 64, .slots = fake_slots, .n = 4, .out = fake_storage};
 }
 
 }  // namespace
 
 TEST_CASE("fp8_kv arguments: quantize names each bad argument before anything is launched") {
   using Args = nsajit::Fp8KvQuantizeArgs;
-  const auto call = [](const Args& a) { nsajit::fp8_kv_quantize(a); };
-  auto a = valid_quantize_args();
-  a.n = -1;
-  CHECK(nsajit::test::invalid_argument_message(call, a) == "nsajit::fp8_kv_quantize: argument n = -1: expected >= 0");
   nsajit::test::check_bad_arguments<Args>(
-      call, valid_quantize_args(),
-      {{[](Args& a) { a.kv_row_stride = 575; }, "nsajit::fp8_kv_quantize: argument kv_row_stride = 575"},
+      [](const Args& a) { nsajit::fp8_kv_quantize(a); }, valid_quantize_args(),
+      {{[](Args& a) { a.n = -1; }, "nsajit::fp8_kv_quantize: argument n = -1: expected >= 0", true},
+       {[](Args& a) { a.kv_row_stride = 575; }, "nsajit::fp8_kv_quantize: argument kv_row_stride = 575"},
        {[](Args& a) { a.scale_fmt = Fp8ScaleFormat(7); }, "argument scale_fmt = 7: expected fp32 or ue8m0"},
        {[](Args& a) { a.page_size = 0; }, "argument page_size = 0"},
        {[](Args& a) { a.page_size = 5000; }, "argument page_size = 5000"},
@@ -462,13 +447,10 @@ TEST_CASE("fp8_kv arguments: quantize names each bad argument before anything is
 
 TEST_CASE("fp8_kv arguments: gather names each bad argument before anything is launched") {
   using Args = nsajit::Fp8KvGatherArgs;
-  const auto call = [](const Args& a) { nsajit::fp8_kv_gather(a); };
-  auto a = valid_gather_args();
-  a.n = -2;
-  CHECK(nsajit::test::invalid_argument_message(call, a) == "nsajit::fp8_kv_gather: argument n = -2: expected >= 0");
   nsajit::test::check_bad_arguments<Args>(
-      call, valid_gather_args(),
-      {{[](Args& a) { a.out_row_stride = 512; }, "nsajit::fp8_kv_gather: argument out_row_stride = 512"},
+      [](const Args& a) { nsajit::fp8_kv_gather(a); }, valid_gather_args(),
+      {{[](Args& a) { a.n = -2; }, "nsajit::fp8_kv_gather: argument n = -2: expected >= 0", true},
+       {[](Args& a) { a.out_row_stride = 512; }, "nsajit::fp8_kv_gather: argument out_row_stride = 512"},
        {[](Args& a) { a.page_size = -1; }, "argument page_size = -1"},
        {[](Args& a) { a.num_pages = -1; }, "argument num_pages = -1"},
        {[](Args& a) { a.page_stride_bytes = 100; }, "argument page_stride_bytes = 100"},

@@ -110,17 +110,13 @@ TEST_CASE("index_transform gpu: decode, page size 1, edge positions") {
   NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   for (const int topk : {64, 2048, 16384}) {
     INFO("topk " << topk);
-    ref::IndexTransformProblem p;
-    p.mode = IndexMode::decode;
-    p.rows = 11;
-    p.topk = topk;
-    p.page_table_width = 5000;
-    p.page_table_row_stride = 5003;
-    p.num_requests = p.rows;
-    p.page_table.resize(std::size_t(p.rows) * p.page_table_row_stride);
-    for (auto& e : p.page_table) e = std::int32_t(rng() % 1000000);
-    p.page_table[7] = -1;  // a negative entry gives -1
-    p.topk_indices = edge_indices(rng, p.rows, topk, p.page_table_width);
+    const int rows = 11, width = 5000, stride = 5003;  // padded page-table rows
+    I table(std::size_t(rows) * stride);
+    for (auto& e : table) e = std::int32_t(rng() % 1000000);
+    table[7] = -1;  // a negative entry gives -1
+    ref::IndexTransformProblem p{ref::decode_tables(table, rows, width), edge_indices(rng, rows, topk, width), rows,
+                                 topk};
+    p.page_table_row_stride = stride;
     p.topk_indices[0] = 7;
     check_transform(p);
   }
@@ -133,20 +129,12 @@ TEST_CASE("index_transform gpu: page sizes 1, 3 and 64 give the same slots") {
     INFO("page size " << P);
     const int width = 40 * P + 5;  // last page partly used
     const I page_table_1 = shuffled_page_table_1(rng, rows, width, P);
-    ref::IndexTransformProblem p1;
-    p1.mode = IndexMode::decode;
-    p1.rows = rows;
-    p1.topk = topk;
-    p1.num_requests = rows;
-    p1.page_table = page_table_1;
-    p1.page_table_width = width;
-    p1.topk_indices = edge_indices(rng, rows, topk, width);
+    // {tables, topk_indices, rows, topk}
+    ref::IndexTransformProblem p1{ref::decode_tables(page_table_1, rows, width), edge_indices(rng, rows, topk, width),
+                                  rows, topk};
     check_transform(p1);
 
-    ref::IndexTransformProblem pp = p1;
-    pp.page_size = P;
-    pp.page_table = ref::real_page_table(page_table_1, rows, width, P);
-    pp.page_table_width = (width + P - 1) / P;
+    ref::IndexTransformProblem pp{ref::decode_tables(page_table_1, rows, width, P), p1.topk_indices, rows, topk};
     // Positions beyond page_table_1's width exist in the real table's last page; keep them out
     // so both forms must agree everywhere.
     for (auto& i : pp.topk_indices) if (i >= width) i = -7;
@@ -199,33 +187,20 @@ namespace {
 
 nsajit::IndexTransformArgs valid_transform_args() {
   static std::int32_t storage;  // fake device pointers, never dereferenced
-  nsajit::IndexTransformArgs a;
-  a.mode = IndexMode::decode;
-  a.topk_indices = &storage;
-  a.out = &storage;
-  a.rows = 4;
-  a.topk = 2048;
-  a.page_table = &storage;
-  a.page_table_width = 100;
-  a.page_size = 64;
-  a.num_requests = 4;
-  a.cu_seqlens_q = &storage;
-  a.offsets = &storage;
-  return a;
+  return {.mode = IndexMode::decode, .topk_indices = &storage, .out = &storage, .rows = 4, .topk = 2048,
+          .page_table = &storage, .page_table_width = 100, .page_size = 64, .cu_seqlens_q = &storage,
+          .num_requests = 4, .offsets = &storage};
 }
 
 }  // namespace
 
 TEST_CASE("index_transform arguments: each bad argument is named before anything is launched") {
-  const auto call = [](const nsajit::IndexTransformArgs& a) { nsajit::index_transform(a); };
-  auto a = valid_transform_args();
-  a.topk = 100;
-  CHECK(nsajit::test::invalid_argument_message(call, a) ==
-        "nsajit::index_transform: argument topk = 100: expected a multiple of 64 in [64, 16384]");
   using Args = nsajit::IndexTransformArgs;
   nsajit::test::check_bad_arguments<Args>(
-      call, valid_transform_args(),
-      {{[](Args& a) { a.topk = 16448; }, "argument topk = 16448"},
+      [](const Args& a) { nsajit::index_transform(a); }, valid_transform_args(),
+      {{[](Args& a) { a.topk = 100; },
+        "nsajit::index_transform: argument topk = 100: expected a multiple of 64 in [64, 16384]", true},
+       {[](Args& a) { a.topk = 16448; }, "argument topk = 16448"},
        {[](Args& a) { a.rows = -1; }, "argument rows = -1"},
        {[](Args& a) { a.page_size = 0; }, "argument page_size = 0"},
        {[](Args& a) { a.page_size = 5000; }, "argument page_size = 5000"},

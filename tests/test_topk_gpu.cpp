@@ -810,16 +810,8 @@ TEST_CASE("topk gpu fused: decode, page sizes 1 and 64 give the same slots, part
     I request_len = {40000, 2049, 2048, 5, 0, 33333};  // partial last pages; len <= topk rows
     for (int r = 0; r < rows; ++r) p.lengths[r] = request_len[r / next_n] - (next_n - 1 - r % next_n);
     const I pt1 = shuffled_page_table_1(rng, requests, width, 64, request_len);
-    ref::TopkTransform t1;
-    t1.mode = IndexMode::decode;
-    t1.page_table = pt1;
-    t1.page_table_width = width;
-    t1.num_requests = requests;
-    t1.next_n = next_n;
-    ref::TopkTransform t64 = t1;
-    t64.page_size = 64;
-    t64.page_table_width = (width + 63) / 64;
-    t64.page_table = ref::real_page_table(pt1, requests, width, 64);
+    const ref::TopkTransform t1{ref::decode_tables(pt1, requests, width), next_n};
+    const ref::TopkTransform t64{ref::decode_tables(pt1, requests, width, 64), next_n};
     INFO("next_n " << next_n);
     check_fused(p, t1);
     check_fused(p, t64);
@@ -888,13 +880,8 @@ TEST_CASE("topk gpu: cluster lists hold the selection of spread rows and fall ba
     auto p = make_problem(rows, width, topk, [&] { return normal(rng); });
     I request_len(rows, width);
     p.lengths[0] = width - 5;
-    const I pt1 = shuffled_page_table_1(rng, rows, width, 64, request_len);
-    ref::TopkTransform t;
-    t.mode = IndexMode::decode;
-    t.page_size = 64;
-    t.page_table_width = width / 64;
-    t.page_table = ref::real_page_table(pt1, rows, width, 64);
-    t.num_requests = rows;
+    const ref::TopkTransform t{ref::decode_tables(shuffled_page_table_1(rng, rows, width, 64, request_len), rows,
+                                                  width, 64)};
     INFO("fused, rows " << rows);
     ClusterFallbackProbe probe;
     check_fused(p, t);
@@ -984,13 +971,9 @@ TEST_CASE("topk gpu: keys in registers (dense rows): topk 512..4096, sorted, fus
     const std::string why_sorted = explain(p, sorted, ref::topk(p));
     CHECK_MESSAGE(why_sorted.empty(), why_sorted);
     if (topk != 2048) continue;
-    ref::TopkTransform t64;
-    t64.mode = IndexMode::decode;
-    t64.page_size = 64;
-    t64.page_table_width = (width + 63) / 64;
-    t64.num_requests = p.rows;
     const I request_len(p.lengths.begin(), p.lengths.end());
-    t64.page_table = ref::real_page_table(shuffled_page_table_1(rng, p.rows, width, 64, request_len), p.rows, width, 64);
+    const ref::TopkTransform t64{
+        ref::decode_tables(shuffled_page_table_1(rng, p.rows, width, 64, request_len), p.rows, width, 64)};
     check_fused(p, t64);
     // Prefill: rows 0-1 of request 0, rows 2-4 of request 1, row 5 of no request (all -1); ragged.
     ref::TopkTransform prefill;
@@ -1074,35 +1057,22 @@ namespace {
 nsajit::TopkArgs valid_topk_args() {
   static float scores_storage;
   static std::int32_t ints_storage;
-  nsajit::TopkArgs a;
-  a.scores = &scores_storage;
-  a.lengths = &ints_storage;
-  a.out = &ints_storage;
-  a.rows = 4;
-  a.width = 1000;
-  a.topk = 2048;
-  return a;
+  return {.scores = &scores_storage, .lengths = &ints_storage, .out = &ints_storage, .rows = 4, .width = 1000,
+          .topk = 2048};
 }
 
 }  // namespace
 
 TEST_CASE("topk arguments: each bad argument is named before anything is launched") {
-  const auto call = [](const nsajit::TopkArgs& a) { nsajit::topk(a); };
   using Args = nsajit::TopkArgs;
-  using nsajit::test::invalid_argument_message;
-  auto a = valid_topk_args();
-  a.topk = 100;
-  CHECK(invalid_argument_message(call, a) ==
-        "nsajit::topk: argument topk = 100: expected a multiple of 64 in [64, 4096]");
-  a = valid_topk_args();
-  a.width = (1 << 22) + 1;
-  a.score_row_stride = a.width;
-  CHECK(invalid_argument_message(call, a) ==
-        "nsajit::topk: argument width = 4194305: expected 0 <= width <= 4194304");
-  auto* const misaligned = reinterpret_cast<const std::int32_t*>(reinterpret_cast<const char*>(a.lengths) + 2);
+  const auto* const misaligned =
+      reinterpret_cast<const std::int32_t*>(reinterpret_cast<const char*>(valid_topk_args().lengths) + 2);
   nsajit::test::check_bad_arguments<Args>(
-      call, valid_topk_args(),
-      {{[](Args& a) { a.topk = 0; }, "argument topk = 0"},
+      [](const Args& a) { nsajit::topk(a); }, valid_topk_args(),
+      {{[](Args& a) { a.topk = 100; }, "nsajit::topk: argument topk = 100: expected a multiple of 64 in [64, 4096]", true},
+       {[](Args& a) { a.width = (1 << 22) + 1; a.score_row_stride = a.width; },
+        "nsajit::topk: argument width = 4194305: expected 0 <= width <= 4194304", true},
+       {[](Args& a) { a.topk = 0; }, "argument topk = 0"},
        {[](Args& a) { a.topk = 4160; }, "argument topk = 4160"},
        {[](Args& a) { a.rows = -1; }, "argument rows = -1"},
        {[](Args& a) { a.rows = 1 << 27; }, "argument rows = 134217728: expected 0 <= rows < 2^27"},
