@@ -131,7 +131,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
       c == 1 && (speculate_switch == 1 || (speculate_switch != 0 && plan.slice >= 12 * topk && !many_short));
   // Row prefetch into L2 only over several waves: one wave's rows would not stay in L2.
   plan.prefetch_row = speculate && (constraints.prefetch_row == 1 ||
-                                         (constraints.prefetch_row != 0 && (long long)rows * c > sm_count));
+                                    (constraints.prefetch_row != 0 && (long long)rows * c > sm_count));
   // Slice prefetch for a few long rows in 8-16 CTA clusters (latency-bound, a small part of L2): the
   // first score loads need not wait for two DRAM round trips in a row (lengths[r], then the scores).
   const bool few_long_rows = c >= 8 && 2LL * rows * c <= sm_count && 4LL * rows * width <= kPrefetchSliceMaxBytes;
