@@ -271,16 +271,7 @@ struct ScaledProblem {
       for (int j = 0; j < topk; ++j) idx.push_back((r * 37 + j * 3) % slots);
   }
   ref::SparseMlaOutput run(const I& indices) const {
-    ref::SparseMlaInput in;
-    in.q = q;
-    in.kv = kv;
-    in.num_slots = slots;
-    in.indices = indices;
-    in.rows = rows;
-    in.h_q = h_q;
-    in.topk = topk;
-    in.sm_scale = 0.13524;
-    return ref::sparse_mla(in);
+    return run_ref(q, kv, slots, indices, 0.13524, I(std::size_t(rows), topk), D, h_q);
   }
   const std::uint16_t* key(int r, int j) const { return kv.data() + std::size_t(idx[std::size_t(r) * topk + j]) * D; }
   double score(int r, int h, int j) const {

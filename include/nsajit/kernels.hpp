@@ -163,7 +163,8 @@ struct SparseMlaDecodeArgs {
   int num_splits = 0;                 // 0 = automatic (with a workspace), 1 = no split, 2..64 forced
   bool programmatic_launch = true;    // split-KV: launch the combine as a programmatic dependent (PDL)
   // Precision (nsa-semantics.md "Tolerances"). false (default): P is rounded to bf16 before P.V,
-  // as FlashMLA and FlashAttention-3 do: |out - ref| <= max(3e-3, 2/128 |ref|). true: P is carried
+  // as FlashMLA and FlashAttention-3 do: |out - ref| <= max(3e-3, 2/128 |ref|, 2^-8 sum_j p_j |v_j|)
+  // (the last term scales with V; 2^-8 bounds bf16 P's relative rounding). true: P is carried
   // as bf16 hi + lo (two P.V products), max(1e-3, 2/128 |ref|); no anchor offers it, and it costs
   // ~13-19 % of the prefill throughput (docs/notes/sparse_mla.md).
   bool precise = false;
