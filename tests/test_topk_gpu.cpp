@@ -460,6 +460,14 @@ TEST_CASE("topk gpu: distributions, at 1, 2, 8 and 16 CTAs per row, list, rescan
       {"90% NaN", per_element([&] { return rng() % 10 < 9 ? kNaN : normal(rng); })},
       {"100% NaN", per_element([&] { return kNaN; })},
       {"NaN and -inf", per_element([&] { return rng() % 2 ? kNaN : -kInf; })},
+      {"ReLU sums: 80% exact 0.0, a positive tail",
+       per_element([&] { return rng() % 5 ? 0.0f : std::fabs(normal(rng)) + 0x1.0p-20f; })},
+      {"ReLU sums, fewer non-zeros than topk (the threshold on the 0.0 plateau)",
+       [&](std::vector<float>& row, int width) {
+         const int nonzero = std::min(width, 300 + int(rng() % 200));  // < 512 <= topk
+         std::fill(row.begin(), row.end(), 0.0f);
+         for (int i = 0; i < nonzero; ++i) row[rng() % std::uint32_t(width)] = std::fabs(normal(rng)) + 0x1.0p-20f;
+       }},
       {"small integers (many ties)", per_element([&] { return float(int(rng() % 7) - 3); })},
       {"plateau", per_element([&] { return 0.5f; })},
       {"raw bit patterns", per_element([&] { return from_bits(bits(rng)); })},
@@ -638,11 +646,16 @@ TEST_CASE("topk gpu: deterministic across 20 launches, batchmates, launch shapes
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
   const int rows = 6, width = 100000, topk = 2048;
-  // Heavy ties (5 values: resolved by rescans) and quantised normal scores (a few ties at the
-  // threshold, resolved through the candidate list), so that any order dependence would show.
-  for (const bool heavy_ties : {true, false}) {
-    INFO((heavy_ties ? "5 distinct values" : "normal quantised to 1e-3"));
-    auto value = [&] { return heavy_ties ? float(rng() % 5) : std::round(normal(rng) * 1000.0f) / 1000.0f; };
+  // Heavy ties (5 values: resolved by rescans), quantised normal scores (a few ties at the
+  // threshold, resolved through the candidate list) and ReLU sums with fewer non-zeros than topk
+  // (the threshold on the 0.0 plateau), so that any order dependence would show.
+  for (const int kind : {0, 1, 2}) {
+    INFO((kind == 0 ? "5 distinct values" : kind == 1 ? "normal quantised to 1e-3" : "ReLU sums, 1% non-zero"));
+    auto value = [&] {
+      if (kind == 0) return float(rng() % 5);
+      if (kind == 1) return std::round(normal(rng) * 1000.0f) / 1000.0f;
+      return rng() % 100 ? 0.0f : std::fabs(normal(rng)) + 0x1.0p-20f;
+    };
     auto p = make_problem(rows, width, topk, value);
     for (int r = 0; r < rows; ++r) p.lengths[r] = width - 9973 * r;
     p.lengths[5] = 30000;

@@ -1,7 +1,9 @@
 // bench_topk.cpp — `nsajit bench topk`: nsajit::topk (plain and fused with the paged transform)
 // against torch.topk(k, sorted=False) on the same inputs, on the shapes of issue 3.
 //
-// Inputs are built on the host (a fast xorshift generator, roughly normal scores), uploaded once;
+// Inputs are built on the host (a fast xorshift generator), uploaded once, in two distributions:
+// roughly normal scores, and ReLU sums like the indexer's (" relu": most scores exactly 0.0, a
+// positive tail; every third row has fewer non-zeros than topk, so its threshold is the 0.0 plateau);
 // outputs are poisoned before the checked run; each case is checked against the CPU reference
 // (byte for byte against reference::topk_index_order, on sampled rows for large cases). Bytes for
 // the floor: the scores each row reads (len * 4) + lengths + the output written once.
@@ -10,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -51,9 +54,34 @@ struct Rng {
     for (int i = 0; i < 4; ++i) sum += float((x >> (16 * i)) & 0xffff) * (1.0f / 65536.0f);
     return (sum - 2.0f) * 1.7320508f;
   }
+  double uniform() { return double(next() >> 11) * 0x1.0p-53; }
 };
 
+enum class Distribution { normal, relu };
+
 int length_of_row(const Shape& s, int r) { return s.len_lo >= s.width ? s.width : std::min(s.width, s.len_lo + r); }
+
+// Fraction of non-zero scores in row r of a ReLU-sum row of `len` scores: a quarter, a twentieth,
+// or half of topk (the threshold on the 0.0 plateau), by r % 3.
+double relu_nonzero_fraction(int r, int len, int topk) {
+  if (r % 3 == 0) return 0.25;
+  if (r % 3 == 1) return 0.05;
+  return len > 0 ? std::min(0.25, 0.5 * topk / len) : 0.0;
+}
+
+void fill_scores(Distribution dist, const Shape& shape, int topk, Rng& rng, std::vector<float>& scores) {
+  for (int r = 0; r < shape.rows; ++r) {
+    float* row = scores.data() + std::ptrdiff_t(r) * shape.width;
+    if (dist == Distribution::normal) {
+      for (int i = 0; i < shape.width; ++i) row[i] = rng.normal();
+      continue;
+    }
+    const double nonzero = relu_nonzero_fraction(r, length_of_row(shape, r), topk);
+    for (int i = 0; i < shape.width; ++i)
+      row[i] = rng.uniform() < nonzero ? std::fabs(rng.normal()) + 0x1.0p-20f : 0.0f;  // ReLU: exact +0.0
+  }
+}
+
 
 std::vector<int> sample_rows(int rows) {
   if (rows <= 16) {
@@ -83,15 +111,17 @@ int bench_topk(const BenchOptions& options) {
   std::vector<Case> cases;
   bool all_pass = true;
   driver::current_context();
+  for (const Distribution dist : {Distribution::normal, Distribution::relu})
   for (const Shape& shape : shapes) {
-    const bool want_plain = options.only.empty() || shape.name.find(options.only) != std::string::npos;
-    const bool want_fused = options.only.empty() || (shape.name + " fused").find(options.only) != std::string::npos;
+    const std::string suffix = dist == Distribution::relu ? " relu" : "";
+    const bool want_plain = options.only.empty() || (shape.name + suffix).find(options.only) != std::string::npos;
+    const bool want_fused = options.only.empty() || (shape.name + " fused" + suffix).find(options.only) != std::string::npos;
     if (!want_plain && !want_fused) continue;
-    std::fprintf(stderr, "topk bench: %s\n", shape.name.c_str());
+    std::fprintf(stderr, "topk bench: %s%s\n", shape.name.c_str(), suffix.c_str());
     const std::size_t count = std::size_t(shape.rows) * shape.width;
     std::vector<float> scores(count);
     Rng rng{0x9e3779b97f4a7c15ull ^ std::uint64_t(shape.rows) * 1315423911ull ^ std::uint64_t(shape.width)};
-    for (float& x : scores) x = rng.normal();
+    fill_scores(dist, shape, topk, rng, scores);
     std::vector<std::int32_t> lengths(shape.rows);
     double score_bytes = 0;
     for (int r = 0; r < shape.rows; ++r) {
@@ -111,7 +141,8 @@ int bench_topk(const BenchOptions& options) {
 
     // Baseline inputs: scores with positions >= len set to -inf (torch.topk over the full width
     // then selects within each row's length), the page table, the parameters.
-    const std::string input_dir = options.work_dir + "/topk-" + std::to_string(shape.rows) + "x" + std::to_string(shape.width);
+    const std::string input_dir = options.work_dir + "/topk-" + std::to_string(shape.rows) + "x" +
+                                  std::to_string(shape.width) + (dist == Distribution::relu ? "-relu" : "");
     {
       std::vector<float> masked = scores;
       for (int r = 0; r < shape.rows; ++r)
@@ -161,10 +192,10 @@ int bench_topk(const BenchOptions& options) {
         args.num_requests = shape.rows;
       }
       Case c;
-      c.name = shape.name + (fused ? " fused" : "");
+      c.name = shape.name + (fused ? " fused" : "") + suffix;
       c.params = {{"rows", shape.rows}, {"width", shape.width}, {"len_lo", lengths.front()},
                   {"len_hi", lengths.back()}, {"topk", topk}, {"fused", fused}, {"page_size", page_size},
-                  {"pages", pages}};
+                  {"pages", pages}, {"distribution", dist == Distribution::relu ? "relu" : "normal"}};
       if (fused) c.params["transform"] = "decode, real page table of page size 64";
       c.baseline = fused ? "torch.topk(sorted=False) + page-table gather" : "torch.topk(sorted=False)";
       c.baseline_input = input_dir;
