@@ -2,6 +2,8 @@
 // checks, exceptions to status codes plus a thread-local message.
 #include "nsajit/nsajit.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -63,25 +65,27 @@ nsajit_status guarded(Body&& body) noexcept {
   }
 }
 
-// Copies the caller's struct: its struct_size must cover this version's fields; bytes past them
-// (a newer caller) must be zero.
+// Copies the caller's struct: its struct_size must cover the struct's first version (first_size;
+// an older caller's missing fields keep `defaults`); bytes past this version's fields (a newer
+// caller) must be zero.
 template <class T>
-T read_struct(const T* in, const char* function, const char* argument) {
+T read_struct(const T* in, const char* function, const char* argument, std::size_t first_size = sizeof(T),
+              const T& defaults = T{}) {
   static_assert(std::is_trivially_copyable_v<T>);
   if (in == nullptr) nsajit::detail::throw_bad_argument(function, argument, "null", "a pointer to the struct");
   const std::size_t size = in->struct_size;
-  if (size < sizeof(T))
+  if (size < first_size)
     bad(function, (std::string(argument) + "->struct_size").c_str(), static_cast<long long>(size),
-        ">= " + std::to_string(sizeof(T)) + " (sizeof the struct in nsajit.h ABI " +
-            std::to_string(NSAJIT_ABI_VERSION) + ")");
+        ">= " + std::to_string(first_size) + " (sizeof the struct in nsajit.h ABI " +
+            std::to_string(NSAJIT_ABI_VERSION) + ", or of its first version)");
   const auto* bytes = reinterpret_cast<const unsigned char*>(in);
   for (std::size_t i = sizeof(T); i < size; ++i)
     if (bytes[i] != 0)
       bad(function, (std::string(argument) + "->struct_size").c_str(), static_cast<long long>(size),
           "fields past byte " + std::to_string(sizeof(T)) + " (unknown to this library, ABI " +
               std::to_string(NSAJIT_ABI_VERSION) + ") to be zero; byte " + std::to_string(i) + " is not");
-  T out;
-  std::memcpy(&out, in, sizeof(T));
+  T out = defaults;
+  std::memcpy(&out, in, std::min(size, sizeof(T)));
   return out;
 }
 
@@ -102,10 +106,17 @@ nsajit::KvDtype kv_dtype_of(const char* function, std::int32_t v) {
   return static_cast<nsajit::KvDtype>(v);
 }
 
+nsajit::ScoreDtype score_dtype_of(const char* function, const char* argument, std::int32_t v) {
+  if (v != NSAJIT_SCORES_FP32 && v != NSAJIT_SCORES_BF16)
+    bad(function, argument, v, "NSAJIT_SCORES_FP32 (0) or NSAJIT_SCORES_BF16 (1)");
+  return static_cast<nsajit::ScoreDtype>(v);
+}
+
 CUstream stream_of(void* stream) { return static_cast<CUstream>(stream); }
 
 nsajit::KernelSpec spec_of(const nsajit_kernel_spec* in, const char* function) {
-  const nsajit_kernel_spec s = read_struct(in, function, "spec");
+  const nsajit_kernel_spec s = read_struct(in, function, "spec", offsetof(nsajit_kernel_spec, score_dtype),
+                                           nsajit_kernel_spec_defaults());
   if (s.family < NSAJIT_FAMILY_INDEX_TRANSFORM || s.family > NSAJIT_FAMILY_FP8_KV_GATHER)
     bad(function, "spec->family", s.family, "an NSAJIT_FAMILY_* value (0..5)");
   nsajit::KernelSpec spec;
@@ -118,6 +129,7 @@ nsajit::KernelSpec spec_of(const nsajit_kernel_spec* in, const char* function) {
   spec.next_n = s.next_n;
   spec.fused_transform = flag(function, "spec->fused_transform", s.fused_transform);
   spec.sorted = flag(function, "spec->sorted", s.sorted);
+  spec.score_dtype = score_dtype_of(function, "spec->score_dtype", s.score_dtype);
   spec.tile.threads = s.threads;
   spec.tile.block_tokens = s.block_tokens;
   spec.tile.heads_per_cta = s.heads_per_cta;
@@ -261,10 +273,12 @@ nsajit_topk_args nsajit_topk_defaults(void) {
 nsajit_status nsajit_topk(const nsajit_topk_args* args, void* stream) {
   return guarded([&] {
     constexpr const char* fn = "nsajit_topk";
-    const nsajit_topk_args a = read_struct(args, fn, "args");
+    const nsajit_topk_args a =
+        read_struct(args, fn, "args", offsetof(nsajit_topk_args, score_dtype), nsajit_topk_defaults());
     nsajit::TopkArgs c;
     c.scores = a.scores;
     c.score_row_stride = a.score_row_stride;
+    c.score_dtype = score_dtype_of(fn, "score_dtype", a.score_dtype);
     c.lengths = a.lengths;
     c.row_starts = a.row_starts;
     c.out = a.out;

@@ -116,6 +116,7 @@ TEST_CASE("spec text: readable names and canonical text parse back to the same s
   fleet.archs = {Arch{90, 'a'}, Arch{100, 'a'}};
   fleet.next_ns = {1, 2, 4};
   fleet.sorted_topk = true;
+  fleet.score_dtypes = {ScoreDtype::fp32, ScoreDtype::bf16};
   for (const tools::FleetSpec& f : tools::enumerate_fleet_specs(fleet)) specs.push_back(f.spec);
   for (const KernelSpec& s : specs) {
     INFO(canonical_text(s));
