@@ -115,7 +115,7 @@ nsajit::ScoreDtype score_dtype_of(const char* function, const char* argument, st
 CUstream stream_of(void* stream) { return static_cast<CUstream>(stream); }
 
 nsajit::KernelSpec spec_of(const nsajit_kernel_spec* in, const char* function) {
-  const nsajit_kernel_spec s = read_struct(in, function, "spec", offsetof(nsajit_kernel_spec, score_dtype),
+  const nsajit_kernel_spec s = read_struct(in, function, "spec", offsetof(nsajit_kernel_spec, precise),
                                            nsajit_kernel_spec_defaults());
   if (s.family < NSAJIT_FAMILY_INDEX_TRANSFORM || s.family > NSAJIT_FAMILY_FP8_KV_GATHER)
     bad(function, "spec->family", s.family, "an NSAJIT_FAMILY_* value (0..5)");
@@ -129,6 +129,7 @@ nsajit::KernelSpec spec_of(const nsajit_kernel_spec* in, const char* function) {
   spec.next_n = s.next_n;
   spec.fused_transform = flag(function, "spec->fused_transform", s.fused_transform);
   spec.sorted = flag(function, "spec->sorted", s.sorted);
+  spec.precise = flag(function, "spec->precise", s.precise);
   spec.score_dtype = score_dtype_of(function, "spec->score_dtype", s.score_dtype);
   spec.tile.threads = s.threads;
   spec.tile.block_tokens = s.block_tokens;
@@ -310,7 +311,8 @@ nsajit_sparse_mla_args nsajit_sparse_mla_defaults(void) {
 namespace {
 nsajit_status sparse_mla(const nsajit_sparse_mla_args* args, void* stream, const char* fn, bool prefill) {
   return guarded([&] {
-    const nsajit_sparse_mla_args a = read_struct(args, fn, "args");
+    const nsajit_sparse_mla_args a = read_struct(args, fn, "args", offsetof(nsajit_sparse_mla_args, precise),
+                                                 nsajit_sparse_mla_defaults());
     if (prefill && a.next_n != 1) bad(fn, "next_n", a.next_n, "1 (prefill rows are single query tokens)");
     nsajit::SparseMlaDecodeArgs c;
     c.q = a.q;
@@ -333,6 +335,8 @@ nsajit_status sparse_mla(const nsajit_sparse_mla_args* args, void* stream, const
     c.workspace = a.workspace;
     c.workspace_bytes = a.workspace_bytes;
     c.num_splits = a.num_splits;
+    c.precise = flag(fn, "precise", a.precise);
+    c.attn_sink = a.attn_sink;
     if (c.workspace == nullptr && c.workspace_bytes != 0)
       bad(fn, "workspace_bytes", static_cast<long long>(c.workspace_bytes), "0 when workspace is null");
     const nsajit::LaunchStreamScope scope(stream_of(stream));
