@@ -119,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   TopkSlice s;
   const int b = int(rank) * p.slice;
   s.n = max(0, min(len - b, p.slice));
-  s.sp = topk_row_scores(p, r, row_start + b);
+  s.sp = topk_row_scores(p, r) + row_start + b;
   s.head = int((reinterpret_cast<unsigned long long>(s.sp) / sizeof(TopkScore)) & 3ull);
   s.abase = s.sp - s.head;
   s.nvec = s.n > 0 ? (s.head + s.n + 3) >> 2 : 0;

@@ -64,9 +64,9 @@ NSAJIT_DEVICE float topk_score(const TopkScore* row, int i) {
 #endif
 }
 
-// The scores of row r from position `from` (row_starts applied by the caller).
-NSAJIT_DEVICE const TopkScore* topk_row_scores(const TopkParams& p, int r, int from) {
-  return reinterpret_cast<const TopkScore*>(p.scores) + (long long)r * p.score_row_stride + from;
+// Row r of the scores (position 0 of the score row; row_starts are the caller's).
+NSAJIT_DEVICE const TopkScore* topk_row_scores(const TopkParams& p, int r) {
+  return reinterpret_cast<const TopkScore*>(p.scores) + (long long)r * p.score_row_stride;
 }
 
 // --- thread-block cluster helpers (sm_90 PTX) -----------------------------------------------------
@@ -136,7 +136,7 @@ NSAJIT_DEVICE void topk_prefetch_slice(const TopkParams& p, int r, uint32_t rank
   const int b = int(rank) * p.slice;
   const int n = min(p.slice, p.width - b);
   if (n <= 0) return;
-  const char* base = reinterpret_cast<const char*>(topk_row_scores(p, r, b));
+  const char* base = reinterpret_cast<const char*>(topk_row_scores(p, r) + b);
   for (int o = threadIdx.x * 128; o < int(sizeof(TopkScore)) * n; o += NSAJIT_THREADS * 128)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(base + o));
 }

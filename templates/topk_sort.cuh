@@ -17,7 +17,7 @@ NSAJIT_DEVICE void topk_sort_phase(const TopkParams& p, unsigned long long* s) {
 #endif
     return;
   }
-  const TopkScore* row = topk_row_scores(p, r, row_start);
+  const TopkScore* row = topk_row_scores(p, r) + row_start;
   for (int i = threadIdx.x; i < NSAJIT_SORT_N; i += NSAJIT_THREADS) {
     unsigned long long v = 0ull;  // padding sorts last
     if (i < NSAJIT_TOPK) {

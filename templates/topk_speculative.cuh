@@ -76,11 +76,17 @@ NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, const u32x4 (&head)
 NSAJIT_DEVICE void topk_prefetch_segment(const TopkSlice& s, int round_begin, int round_end) {
   const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
   const int v0 = max(vw0, 32 * round_begin), v1 = min(vw1, 32 * round_end);
+#if NSAJIT_SCORE_BF16
   // The bulk prefetch takes 16-byte aligned bounds: bf16 vectors (8 bytes) are trimmed inward.
   const unsigned long long first = (reinterpret_cast<unsigned long long>(s.abase + 4 * v0) + 15ull) & ~15ull;
   const unsigned long long end = reinterpret_cast<unsigned long long>(s.abase + 4 * v1) & ~15ull;
   if (end > first)
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(first), "r"(uint32_t(end - first)) : "memory");
+#else
+  if (v1 > v0)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(s.abase + 4 * v0), "r"(uint32_t(16 * (v1 - v0)))
+                 : "memory");
+#endif
 }
 
 // The float f with x >= f <=> key(x) >= bound for every score x (NaN never passes, as its key 1
