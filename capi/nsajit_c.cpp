@@ -107,6 +107,12 @@ nsajit::KvDtype kv_dtype_of(const char* function, std::int32_t v) {
   return static_cast<nsajit::KvDtype>(v);
 }
 
+nsajit::ScoreDtype score_dtype_of(const char* function, const char* argument, std::int32_t v) {
+  if (v != NSAJIT_SCORES_FP32 && v != NSAJIT_SCORES_BF16)
+    bad(function, argument, v, "NSAJIT_SCORES_FP32 (0) or NSAJIT_SCORES_BF16 (1)");
+  return static_cast<nsajit::ScoreDtype>(v);
+}
+
 CUstream stream_of(void* stream) { return static_cast<CUstream>(stream); }
 
 nsajit::KernelSpec spec_of(const nsajit_kernel_spec* in, const char* function) {
@@ -125,6 +131,7 @@ nsajit::KernelSpec spec_of(const nsajit_kernel_spec* in, const char* function) {
   spec.fused_transform = flag(function, "spec->fused_transform", s.fused_transform);
   spec.sorted = flag(function, "spec->sorted", s.sorted);
   spec.precise = flag(function, "spec->precise", s.precise);
+  spec.score_dtype = score_dtype_of(function, "spec->score_dtype", s.score_dtype);
   spec.tile.threads = s.threads;
   spec.tile.block_tokens = s.block_tokens;
   spec.tile.heads_per_cta = s.heads_per_cta;
@@ -240,6 +247,7 @@ nsajit::IndexTransformArgs to_cpp(const nsajit_index_transform_args& a, const ch
 nsajit::TopkArgs to_cpp(const nsajit_topk_args& a, const char* fn) {
   nsajit::TopkArgs c;
   NSAJIT_COPY_FIELDS(c, a, scores, score_row_stride, lengths, row_starts, out, rows, width, topk, next_n);
+  c.score_dtype = score_dtype_of(fn, "score_dtype", a.score_dtype);
   c.sorted = flag(fn, "sorted", a.sorted);
   c.fused_transform = flag(fn, "fused_transform", a.fused_transform);
   c.mode = c.fused_transform ? mode_of(fn, a.mode) : nsajit::IndexMode::decode;
@@ -280,6 +288,11 @@ template <class T>
 struct StructVersions {
   static constexpr std::size_t first_size = sizeof(T);
   static T defaults() { return T{}; }
+};
+template <>
+struct StructVersions<nsajit_topk_args> {
+  static constexpr std::size_t first_size = offsetof(nsajit_topk_args, score_dtype);
+  static nsajit_topk_args defaults() { return nsajit_topk_defaults(); }
 };
 template <>
 struct StructVersions<nsajit_sparse_mla_args> {

@@ -24,6 +24,7 @@ std::string enum_name(Enum e, const char* type, const char* const (&names)[N]) {
 
 std::string to_string(IndexMode m) { return enum_name(m, "IndexMode", {"decode", "prefill", "ragged"}); }
 std::string to_string(KvDtype d) { return enum_name(d, "KvDtype", {"bf16", "fp8"}); }
+std::string to_string(ScoreDtype d) { return enum_name(d, "ScoreDtype", {"fp32", "bf16"}); }
 std::string to_string(MlaKernel k) { return enum_name(k, "MlaKernel", {"automatic", "mma_sync", "wgmma"}); }
 
 std::string to_string(Arch a) {
@@ -92,6 +93,9 @@ void validate(const KernelSpec& spec) {
   unused(uses_fused_transform, "fused_transform", spec.fused_transform, defaults.fused_transform);
   unused(uses_sorted, "sorted", spec.sorted, defaults.sorted);
   unused(uses_precise, "precise", spec.precise, defaults.precise);
+  unused(uses_score_dtype, "score_dtype", int(spec.score_dtype), int(defaults.score_dtype));
+  if (spec.score_dtype != ScoreDtype::fp32 && spec.score_dtype != ScoreDtype::bf16)
+    throw_bad_field(spec, "score_dtype", int(spec.score_dtype), "fp32 (0) or bf16 (1)");
   if (spec.tile.threads <= 0 || spec.tile.threads > 1024 || spec.tile.threads % 32 != 0)
     throw_bad_field(spec, "threads", spec.tile.threads, "a multiple of 32 in [32, 1024]");
   if (spec.arch.sm < 90 || spec.arch.sm > 199)
@@ -106,10 +110,10 @@ void validate(const KernelSpec& spec) {
 std::string canonical_text(const KernelSpec& s) {
   return fmt::format(
       "family={} h_q={} topk={} page_size={} mode={} kv_dtype={} next_n={} fused_transform={} sorted={} "
-      "precise={} threads={} block_tokens={} heads_per_cta={} kernel={} producer_warps={} arch={}",
+      "precise={} score_dtype={} threads={} block_tokens={} heads_per_cta={} kernel={} producer_warps={} arch={}",
       to_string(s.family), s.h_q, s.topk, s.page_size, to_string(s.mode), to_string(s.kv_dtype),
-      s.next_n, int(s.fused_transform), int(s.sorted), int(s.precise), s.tile.threads, s.tile.block_tokens,
-      s.tile.heads_per_cta, to_string(s.tile.kernel), s.tile.producer_warps, to_string(s.arch));
+      s.next_n, int(s.fused_transform), int(s.sorted), int(s.precise), to_string(s.score_dtype), s.tile.threads,
+      s.tile.block_tokens, s.tile.heads_per_cta, to_string(s.tile.kernel), s.tile.producer_warps, to_string(s.arch));
 }
 
 std::string readable_name(const KernelSpec& spec) {
@@ -147,6 +151,7 @@ std::size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
   mix(s.fused_transform);
   mix(s.sorted);
   mix(s.precise);
+  mix(int(s.score_dtype));
   mix(s.tile.threads);
   mix(s.tile.block_tokens);
   mix(s.tile.heads_per_cta);

@@ -67,12 +67,14 @@ void add_heuristic_specs(const FleetConfig& fleet, Arch arch, std::vector<FleetS
   forms.push_back({true, IndexMode::ragged, 1, 1});
   for (bool sorted : {false, true}) {
     if (sorted && !fleet.sorted_topk) continue;
-    for (const Form& f : forms)
-      for (const auto& [t, example] : threads) {
-        KernelSpec s{.family = Family::topk, .topk = m.index_topk, .page_size = f.page_size, .mode = f.mode,
-                     .next_n = f.next_n, .fused_transform = f.fused, .sorted = sorted, .tile = {.threads = t}};
-        out.push_back(make(s, arch, fmt::format("top-k launch plan: {} threads (e.g. {})", t, example)));
-      }
+    for (ScoreDtype score_dtype : fleet.score_dtypes)
+      for (const Form& f : forms)
+        for (const auto& [t, example] : threads) {
+          KernelSpec s{.family = Family::topk, .topk = m.index_topk, .page_size = f.page_size, .mode = f.mode,
+                       .next_n = f.next_n, .fused_transform = f.fused, .sorted = sorted,
+                       .score_dtype = score_dtype, .tile = {.threads = t}};
+          out.push_back(make(s, arch, fmt::format("top-k launch plan: {} threads (e.g. {})", t, example)));
+        }
   }
   // The §1 transform on its own, each mode.
   for (IndexMode mode : {IndexMode::decode, IndexMode::prefill, IndexMode::ragged})

@@ -40,6 +40,7 @@ struct PrecompileOptions {
   bool quiet = false;
   bool check = false;
   bool sorted = false;
+  std::vector<std::string> score_dtypes;
 };
 
 struct Item {
@@ -181,6 +182,9 @@ nlohmann::json manifest_of(const std::vector<Item>& items, const FleetConfig& fl
                   {"index_topk", fleet.model.index_topk}, {"page_size", fleet.model.page_size},
                   {"tp", fleet.tps},                       {"arch", archs},
                   {"next_n", fleet.next_ns},               {"sorted_topk", fleet.sorted_topk}};
+    std::vector<std::string> score_dtypes;
+    for (ScoreDtype d : fleet.score_dtypes) score_dtypes.push_back(to_string(d));
+    j["fleet"]["score_dtype"] = score_dtypes;
   }
   j["kernels"] = std::move(kernels);
   return j;
@@ -202,6 +206,14 @@ int run_precompile(const PrecompileOptions& o) {
   if (fleet.archs.empty()) fleet.archs.push_back(target_arch(""));
   if (!o.next_ns.empty()) fleet.next_ns = o.next_ns;
   fleet.sorted_topk = o.sorted;
+  if (!o.score_dtypes.empty()) {
+    fleet.score_dtypes.clear();
+    for (const std::string& d : o.score_dtypes) {
+      if (d == "fp32") fleet.score_dtypes.push_back(ScoreDtype::fp32);
+      else if (d == "bf16") fleet.score_dtypes.push_back(ScoreDtype::bf16);
+      else throw InvalidArgument(fmt::format("--score-dtype {}: expected fp32 or bf16", d));
+    }
+  }
 
   std::vector<Item> items;
   const bool enumerated = o.specs.empty();
@@ -307,6 +319,8 @@ Subcommand add_precompile_command(CLI::App& app) {
   cmd->add_option("--arch", o->archs, "target archs, e.g. sm_90a,sm_100a (default: sm_90a)")->delimiter(',');
   cmd->add_option("--next-n", o->next_ns, "MTP query tokens per request, e.g. 1,2,4 (default: 1)")->delimiter(',');
   cmd->add_flag("--sorted", o->sorted, "also the sorted top-k forms");
+  cmd->add_option("--score-dtype", o->score_dtypes, "top-k score dtypes, e.g. fp32,bf16 (default: fp32)")
+      ->delimiter(',');
   cmd->add_option("--spec", o->specs,
                   "precompile just this kernel: canonical text or readable name (repeatable; replaces the "
                   "enumeration; canonical text without arch= takes the first --arch)");

@@ -119,7 +119,8 @@ _FP8_CACHE_FIELDS = "ptr cache, i64 num_pages, i32 page_size, i64 page_stride_by
 IndexTransformArgs = _struct("IndexTransformArgs",
                              "i32 mode, ptr topk_indices, ptr out, i32 rows, i32 topk, " + _TRANSFORM_FIELDS)
 TopkArgs = _struct("TopkArgs", f"""ptr scores, i64 score_row_stride, ptr lengths, ptr row_starts, ptr out,
-    i32 rows, i32 width, i32 topk, i32 sorted, i32 fused_transform, i32 mode, {_TRANSFORM_FIELDS}, i32 next_n""")
+    i32 rows, i32 width, i32 topk, i32 sorted, i32 fused_transform, i32 mode, {_TRANSFORM_FIELDS}, i32 next_n,
+    i32 score_dtype""")
 SparseMlaArgs = _struct("SparseMlaArgs", """ptr q, ptr kv, i64 num_slots, i64 kv_row_stride, i32 kv_dtype,
     i32 page_size, i64 kv_page_stride, ptr indices, ptr topk_length, ptr out, ptr lse, ptr max_logits, i32 rows,
     i32 next_n, i32 h_q, i32 topk, f32 sm_scale, ptr workspace, size workspace_bytes, i32 num_splits, i32 precise,
@@ -129,7 +130,7 @@ Fp8KvQuantizeArgs = _struct("Fp8KvQuantizeArgs",
 Fp8KvGatherArgs = _struct("Fp8KvGatherArgs", f"{_FP8_CACHE_FIELDS}, ptr slots, i32 n, ptr out, i64 out_row_stride")
 KernelSpec = _struct("KernelSpec", """i32 family, i32 h_q, i32 topk, i32 page_size, i32 mode, i32 kv_dtype,
     i32 next_n, i32 fused_transform, i32 sorted, i32 threads, i32 block_tokens, i32 heads_per_cta, i32 arch_sm,
-    i32 arch_suffix, i32 precise""")
+    i32 arch_suffix, i32 precise, i32 score_dtype""")
 KernelRecord = _struct("KernelRecord",
                        "char256 name, i32 source, f64 compile_ms, f64 load_ms, u64 cubin_bytes, i32 on_disk")
 

@@ -33,6 +33,7 @@ struct FastRandom {
     return state;
   }
   float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
+  double uniform53() { return double(next() >> 11) * 0x1.0p-53; }        // [0, 1), 53 bits
   // Three uniforms, centred and scaled: close enough to a normal for timing.
   float roughly_normal() { return (uniform() + uniform() + uniform() - 1.5f) * 2.0f; }
   // The four 16-bit uniforms of one draw, centred and scaled to unit variance.
