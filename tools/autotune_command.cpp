@@ -168,9 +168,16 @@ void tune_topk_bucket(const TopkTuneBucket& b, std::vector<TopkCandidate> cands,
     // The heuristics' plan through the plain constraints (no database: autotune runs without one).
     const detail::TopkPlanConstraints constraints = c.heuristic ? detail::TopkPlanConstraints{} : c.constraints;
     auto launch = [&] { detail::topk(args, constraints); };
-    d_out.poison();
-    launch();
-    const std::vector<std::int32_t> got = d_out.download();
+    std::vector<std::int32_t> got;
+    try {  // a plan the device cannot launch (e.g. a cluster that does not fit) is dropped
+      d_out.poison();
+      launch();
+      got = d_out.download();
+    } catch (const Error& e) {
+      if (c.heuristic) outcome.failures.push_back(fmt::format("topk bucket {}: heuristics' plan: {}", b.bucket.name, e.what()));
+      dropped.push_back({c.describe(), e.what()});
+      continue;
+    }
     std::string check;
     for (std::size_t i = 0; i < sampled.size() && check.empty(); ++i)
       if (!std::equal(got.begin() + std::ptrdiff_t(sampled[i]) * topk, got.begin() + std::ptrdiff_t(sampled[i] + 1) * topk,
@@ -334,7 +341,11 @@ void tune_sparse_mla_bucket(const SparseMlaTuneBucket& b, KvDtype kv, std::vecto
     const std::string key = fmt::format("{} {} {}", canonical_text(c.spec), c.splits, to_string(kv));
     if (!checks.contains(key)) {
       if (!want) want = std::make_unique<reference::SparseMlaOutput>(in.reference_rows(h_q, topk, kv));
-      checks[key] = check_sparse_mla(in, c, h_q, topk, kv, *want);
+      try {
+        checks[key] = check_sparse_mla(in, c, h_q, topk, kv, *want);
+      } catch (const Error& e) {
+        checks[key] = e.what();
+      }
     }
     if (!checks[key].empty()) {
       if (c.heuristic)
