@@ -22,27 +22,30 @@
 #include "reference/sparse_mla.hpp"
 #include "reference/topk.hpp"
 #include "runtime/tuning_db.hpp"
+#include "tests/cli_helpers.hpp"
 #include "tests/gpu_support.hpp"
+#include "tests/process_helpers.hpp"
 #include "tests/test_dirs.hpp"
 #include "tools/fleet_specs.hpp"
 #include "tools/progress.hpp"
 #include "tools/tuning_config.hpp"
 
 using namespace nsajit;
+using test::contains;
+using test::error_of;
+#ifdef NSAJIT_CLI_PATH
+using test::CliResult;
+using test::run_cli;
+#endif
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+std::size_t count_of(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
@@ -77,26 +80,6 @@ nlohmann::json db_json(const tuning::TuningKey& key, int h_q, tuning::Range rows
 }
 
 #ifdef NSAJIT_CLI_PATH
-struct CliResult {
-  int code = -1;
-  std::string output;
-};
-CliResult run_cli(const std::string& env, const std::string& args) {
-  const std::string command = env + " '" NSAJIT_CLI_PATH "' " + args + " 2>&1";
-  CliResult r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) r.output.append(buf, n);
-  const int status = ::pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-std::size_t count_of(const std::string& text, const std::string& part) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
-}
 #endif
 
 }  // namespace
@@ -481,8 +464,16 @@ TEST_CASE("tuning database gpu: sparse MLA and top-k dispatch take the database'
   other.gpu = "Some Other GPU";
   write_file(dir.path() + "/other.json", db_json(other, 64, {1, 4}, mla, {1, 1}, {65537, 262144}, topk).dump());
   set_tuning_db(dir.path() + "/other.json");
-  CHECK(contains(tuning_db_in_use(), "made for Some Other GPU"));
-  const detail::SparseMlaLaunchPlan heuristic = detail::plan_sparse_mla(a);
+  detail::SparseMlaLaunchPlan heuristic;
+  const std::string said = test::capture_stderr([&] {
+    heuristic = detail::plan_sparse_mla(a);
+    detail::plan_sparse_mla(a);
+    nsajit::topk(t);
+    CHECK(contains(tuning_db_in_use(), "made for Some Other GPU"));
+  });
+  CAPTURE(said);
+  CHECK(count_of(said, "nsajit: tuning database") == 1);
+  CHECK(contains(said, "other.json"));
   CHECK(heuristic.spec == detail::plan_sparse_mla(a, TileConfig{}).spec);
   CHECK(heuristic.spec.tile.kernel == MlaKernel::wgmma);
   set_tuning_db("none");

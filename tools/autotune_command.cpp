@@ -57,22 +57,6 @@ struct AutotuneOptions {
   std::string arch;   // --dry-run without a GPU
 };
 
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    s ^= s >> 12;
-    s ^= s << 25;
-    s ^= s >> 27;
-    return s * 2685821657736338717ull;
-  }
-  float normal() {  // sum of four uniforms, rescaled: close enough to N(0, 1) for timing and checks
-    const std::uint64_t v = next();
-    float sum = 0;
-    for (int i = 0; i < 4; ++i) sum += float((v >> (16 * i)) & 0xffff) * (1.f / 65536.f);
-    return (sum - 2.f) * 1.7320508f;
-  }
-};
-
 KernelSpec topk_spec(int topk, int threads, Arch arch) {
   KernelSpec s;
   s.family = Family::topk;
@@ -114,25 +98,16 @@ bool compiled(const std::vector<CompileItem>& items, const KernelSpec& spec, std
   return false;
 }
 
-std::vector<int> sample_rows(int rows) {
-  std::vector<int> s;
-  for (int r : {0, 1, rows / 3, rows / 2, rows - 2, rows - 1})
-    if (r >= 0 && r < rows) s.push_back(r);
-  std::sort(s.begin(), s.end());
-  s.erase(std::unique(s.begin(), s.end()), s.end());
-  return s;
-}
-
 void tune_topk_bucket(const TopkTuneBucket& b, std::vector<TopkCandidate> cands, std::vector<Dropped> dropped,
                       const std::vector<CompileItem>& compiled_items, Arch arch, const bench::TimingOptions& timing,
                       Outcome& outcome) {
   const int topk = int(b.bucket.topk.lo);
   std::vector<float> scores(std::size_t(b.rows) * b.width);
-  Rng rng{0x9e3779b97f4a7c15ull ^ std::uint64_t(b.rows) * 1315423911ull ^ std::uint64_t(b.width)};
+  bench::NormalRng rng{0x9e3779b97f4a7c15ull ^ std::uint64_t(b.rows) * 1315423911ull ^ std::uint64_t(b.width)};
   for (float& x : scores) x = rng.normal();
   std::vector<std::int32_t> lengths(b.rows);
   for (int r = 0; r < b.rows; ++r) lengths[r] = b.len_lo >= b.width ? b.width : std::min(b.width, b.len_lo + r);
-  const std::vector<int> sampled = sample_rows(b.rows);
+  const std::vector<int> sampled = bench::sample_rows(b.rows);
   reference::TopkProblem sub;
   sub.rows = int(sampled.size());
   sub.width = b.width;
@@ -228,7 +203,7 @@ struct MlaInputs {
   std::unique_ptr<DeviceBuffer<float>> d_lse;
 
   MlaInputs(std::size_t max_heads_rows, std::size_t max_rows, int topk) {
-    Rng rng{1};
+    bench::NormalRng rng{1};
     pool.resize(std::size_t(kSlots) * kDim);
     for (auto& x : pool) x = reference::float_to_bf16(rng.normal());
     cache.resize(std::size_t(kSlots) * kTokenBytes);
