@@ -137,6 +137,7 @@ void tune_topk_bucket(const TopkTuneBucket& b, std::vector<TopkCandidate> cands,
   for (const TopkCandidate& c : cands) {
     std::string error;
     if (!compiled(compiled_items, topk_spec(topk, c.plan.threads, arch), error)) {
+      if (c.heuristic) outcome.failures.push_back(fmt::format("topk bucket {}: heuristics' plan: {}", b.bucket.name, error));
       dropped.push_back({c.describe(), "compile failed: " + error});
       continue;
     }
@@ -309,6 +310,8 @@ void tune_sparse_mla_bucket(const SparseMlaTuneBucket& b, KvDtype kv, std::vecto
   for (const SparseMlaCandidate& c : cands) {
     std::string error;
     if (!compiled(compiled_items, c.spec, error)) {
+      if (c.heuristic)
+        outcome.failures.push_back(fmt::format("sparse_mla bucket {}: heuristics' choice: {}", b.bucket.name, error));
       dropped.push_back({c.describe(), "compile failed: " + error});
       continue;
     }
@@ -384,6 +387,7 @@ int run_autotune(const AutotuneOptions& o) {
       throw InvalidArgument(fmt::format("--db {}: the directory {} does not exist or is not writable", o.db, parent.string()));
   }
   set_tuning_db("none");  // the heuristics' choices are timed as they are, whatever database is installed
+  set_strict_mode(false);  // the tool compiles its candidates whatever NSAJIT_NO_JIT says
   const tuning::TuningKey key = tuning::current_key();
   const Arch arch = parse_arch(key.arch);
   const int sm_count = key.sm_count;
