@@ -351,6 +351,31 @@ TEST_CASE("nsajit autotune: bad configs exit 2 naming file and field and write n
   CHECK(contains(r.output, "candidates in all"));
 }
 
+TEST_CASE("nsajit precompile --tuning-db: the database's choices are enumerated; a bad database exits 2") {
+  test::TempDir dir("tune-precompile");
+  const tuning::SparseMlaChoice mla{.tile = {.heads_per_cta = 32, .kernel = MlaKernel::mma_sync, .producer_warps = 0}};
+  const nlohmann::json j = db_json(key_of("NVIDIA H200", 132), 128, {1, 4}, mla, {1, 1}, {65537, 262144}, {});
+  write_file(dir.path() + "/db.json", j.dump());
+  const std::string env = "NSAJIT_CACHE_DIR='" + dir.path() + "/cache'";
+  CliResult r = run_cli(env, "precompile --tp 1 --check --quiet --manifest " + dir.path() + "/m.json --tuning-db " +
+                                 dir.path() + "/db.json");
+  CAPTURE(r.output);
+  CHECK(r.code == 1);  // --check on an empty cache: every kernel missing
+  std::ifstream in(dir.path() + "/m.json");
+  const nlohmann::json manifest = nlohmann::json::parse(in);
+  const std::string want = readable_name(tuning::sparse_mla_spec_of(mla, 128, 2048, KvDtype::bf16, Arch{90, 'a'}));
+  bool found = false;
+  for (const auto& k : manifest["kernels"])
+    found = found || (k["name"] == want && contains(k["origin"].get<std::string>(), "db.json: sparse MLA bucket test"));
+  CHECK(found);
+  nlohmann::json bad = j;
+  bad["families"]["sparse_mla"][0]["choice"]["heads_per_cta"] = 7;
+  write_file(dir.path() + "/bad.json", bad.dump());
+  r = run_cli(env, "precompile --tp 1 --check --quiet --tuning-db " + dir.path() + "/bad.json");
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "bad.json: families.sparse_mla[0].choice.heads_per_cta = 7"));
+}
+
 TEST_CASE("NSAJIT_TUNING_DB: a truncated or other-schema database is reported once, naming the file and field") {
   test::TempDir dir("tune-env");
   const nlohmann::json j = db_json(key_of("NVIDIA H200", 132), 64, {1, 4}, {}, {1, 1}, {65537, 262144}, {});

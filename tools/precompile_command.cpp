@@ -7,7 +7,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -37,6 +40,7 @@ struct PrecompileOptions {
   bool quiet = false;
   bool check = false;
   bool sorted = false;
+  std::vector<std::string> tuning_dbs;
 };
 
 struct Item : CompileItem {
@@ -102,6 +106,18 @@ int run_precompile(const PrecompileOptions& o) {
   if (fleet.archs.empty()) fleet.archs.push_back(target_arch(""));
   if (!o.next_ns.empty()) fleet.next_ns = o.next_ns;
   fleet.sorted_topk = o.sorted;
+  // Tuning databases whose choices are compiled besides the shipped ones: --tuning-db, else the
+  // one NSAJIT_TUNING_DB names (what the fleet's processes will read).
+  std::vector<std::string> dbs = o.tuning_dbs;
+  if (const char* env = std::getenv(tuning::kEnvVariable); dbs.empty() && env && *env && std::string(env) != "none")
+    dbs.push_back(env);
+  for (const std::string& path : dbs) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) throw InvalidArgument(fmt::format("--tuning-db {}: cannot read the file", path));
+    fleet.tuning_dbs.push_back(tuning::parse_tuning_db(text.str(), path));
+  }
 
   std::vector<Item> items;
   const bool enumerated = o.specs.empty();
@@ -165,7 +181,7 @@ Subcommand add_precompile_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "precompile",
       "compile every kernel a fleet of the model config can dispatch into the cache (no GPU needed): all "
-      "families, both KV dtypes, every tp, arch and MTP depth, every variant the heuristics choose");
+      "families, both KV dtypes, every tp, arch and MTP depth, every variant the heuristics or a tuning database choose");
   auto* model = cmd->add_option("--model", o->model, "built-in model config: deepseek-v3.2 (the default)");
   cmd->add_option("--config", o->config_path, "JSON model config (keys as for `nsajit run --config`)")
       ->check(CLI::ExistingFile)
@@ -176,6 +192,9 @@ Subcommand add_precompile_command(CLI::App& app) {
   cmd->add_option("--arch", o->archs, "target archs, e.g. sm_90a,sm_100a (default: sm_90a)")->delimiter(',');
   cmd->add_option("--next-n", o->next_ns, "MTP query tokens per request, e.g. 1,2,4 (default: 1)")->delimiter(',');
   cmd->add_flag("--sorted", o->sorted, "also the sorted top-k forms");
+  cmd->add_option("--tuning-db", o->tuning_dbs,
+                  "also every kernel this tuning database chooses (repeatable; default: $NSAJIT_TUNING_DB; the "
+                  "shipped databases always)");
   cmd->add_option("--spec", o->specs,
                   "precompile just this kernel: canonical text or readable name (repeatable; replaces the "
                   "enumeration; canonical text without arch= takes the first --arch)");
