@@ -2,6 +2,8 @@
 // checks, exceptions to status codes plus a thread-local message.
 #include "nsajit/nsajit.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -63,25 +65,27 @@ nsajit_status guarded(Body&& body) noexcept {
   }
 }
 
-// Copies the caller's struct: its struct_size must cover this version's fields; bytes past them
-// (a newer caller) must be zero.
+// Copies the caller's struct: its struct_size must cover the struct's first version (first_size;
+// an older caller's missing fields keep `defaults`); bytes past this version's fields (a newer
+// caller) must be zero.
 template <class T>
-T read_struct(const T* in, const char* function, const char* argument) {
+T read_struct(const T* in, const char* function, const char* argument, std::size_t first_size = sizeof(T),
+              const T& defaults = T{}) {
   static_assert(std::is_trivially_copyable_v<T>);
   if (in == nullptr) nsajit::detail::throw_bad_argument(function, argument, "null", "a pointer to the struct");
   const std::size_t size = in->struct_size;
-  if (size < sizeof(T))
+  if (size < first_size)
     bad(function, (std::string(argument) + "->struct_size").c_str(), static_cast<long long>(size),
-        ">= " + std::to_string(sizeof(T)) + " (sizeof the struct in nsajit.h ABI " +
-            std::to_string(NSAJIT_ABI_VERSION) + ")");
+        ">= " + std::to_string(first_size) + " (sizeof the struct in nsajit.h ABI " +
+            std::to_string(NSAJIT_ABI_VERSION) + ", or of its first version)");
   const auto* bytes = reinterpret_cast<const unsigned char*>(in);
   for (std::size_t i = sizeof(T); i < size; ++i)
     if (bytes[i] != 0)
       bad(function, (std::string(argument) + "->struct_size").c_str(), static_cast<long long>(size),
           "fields past byte " + std::to_string(sizeof(T)) + " (unknown to this library, ABI " +
               std::to_string(NSAJIT_ABI_VERSION) + ") to be zero; byte " + std::to_string(i) + " is not");
-  T out;
-  std::memcpy(&out, in, sizeof(T));
+  T out = defaults;
+  std::memcpy(&out, in, std::min(size, sizeof(T)));
   return out;
 }
 
@@ -105,7 +109,8 @@ nsajit::KvDtype kv_dtype_of(const char* function, std::int32_t v) {
 CUstream stream_of(void* stream) { return static_cast<CUstream>(stream); }
 
 nsajit::KernelSpec spec_of(const nsajit_kernel_spec* in, const char* function) {
-  const nsajit_kernel_spec s = read_struct(in, function, "spec");
+  const nsajit_kernel_spec s = read_struct(in, function, "spec", offsetof(nsajit_kernel_spec, precise),
+                                           nsajit_kernel_spec_defaults());
   if (s.family < NSAJIT_FAMILY_INDEX_TRANSFORM || s.family > NSAJIT_FAMILY_FP8_KV_GATHER)
     bad(function, "spec->family", s.family, "an NSAJIT_FAMILY_* value (0..5)");
   nsajit::KernelSpec spec;
@@ -118,6 +123,7 @@ nsajit::KernelSpec spec_of(const nsajit_kernel_spec* in, const char* function) {
   spec.next_n = s.next_n;
   spec.fused_transform = flag(function, "spec->fused_transform", s.fused_transform);
   spec.sorted = flag(function, "spec->sorted", s.sorted);
+  spec.precise = flag(function, "spec->precise", s.precise);
   spec.tile.threads = s.threads;
   spec.tile.block_tokens = s.block_tokens;
   spec.tile.heads_per_cta = s.heads_per_cta;
@@ -296,7 +302,8 @@ nsajit_sparse_mla_args nsajit_sparse_mla_defaults(void) {
 namespace {
 nsajit_status sparse_mla(const nsajit_sparse_mla_args* args, void* stream, const char* fn, bool prefill) {
   return guarded([&] {
-    const nsajit_sparse_mla_args a = read_struct(args, fn, "args");
+    const nsajit_sparse_mla_args a = read_struct(args, fn, "args", offsetof(nsajit_sparse_mla_args, precise),
+                                                 nsajit_sparse_mla_defaults());
     if (prefill && a.next_n != 1) bad(fn, "next_n", a.next_n, "1 (prefill rows are single query tokens)");
     nsajit::SparseMlaDecodeArgs c;
     c.q = a.q;
@@ -319,6 +326,8 @@ nsajit_status sparse_mla(const nsajit_sparse_mla_args* args, void* stream, const
     c.workspace = a.workspace;
     c.workspace_bytes = a.workspace_bytes;
     c.num_splits = a.num_splits;
+    c.precise = flag(fn, "precise", a.precise);
+    c.attn_sink = a.attn_sink;
     if (c.workspace == nullptr && c.workspace_bytes != 0)
       bad(fn, "workspace_bytes", static_cast<long long>(c.workspace_bytes), "0 when workspace is null");
     const nsajit::LaunchStreamScope scope(stream_of(stream));

@@ -30,6 +30,7 @@ enum SpecField : unsigned {
   uses_fused_transform = 1u << 7,
   uses_sorted = 1u << 8,
   uses_kernel_variant = 1u << 9,  // tile.kernel and tile.producer_warps
+  uses_precise = 1u << 10,
 };
 
 struct FamilyTraits {

@@ -88,6 +88,7 @@ void validate(const KernelSpec& spec) {
   unused(uses_kernel_variant, "producer_warps", spec.tile.producer_warps, defaults.tile.producer_warps);
   unused(uses_fused_transform, "fused_transform", spec.fused_transform, defaults.fused_transform);
   unused(uses_sorted, "sorted", spec.sorted, defaults.sorted);
+  unused(uses_precise, "precise", spec.precise, defaults.precise);
   if (spec.tile.threads <= 0 || spec.tile.threads > 1024 || spec.tile.threads % 32 != 0)
     throw_bad_field(spec, "threads", spec.tile.threads, "a multiple of 32 in [32, 1024]");
   if (spec.arch.sm < 90 || spec.arch.sm > 199)
@@ -102,9 +103,9 @@ void validate(const KernelSpec& spec) {
 std::string canonical_text(const KernelSpec& s) {
   return fmt::format(
       "family={} h_q={} topk={} page_size={} mode={} kv_dtype={} next_n={} fused_transform={} sorted={} "
-      "threads={} block_tokens={} heads_per_cta={} kernel={} producer_warps={} arch={}",
+      "precise={} threads={} block_tokens={} heads_per_cta={} kernel={} producer_warps={} arch={}",
       to_string(s.family), s.h_q, s.topk, s.page_size, to_string(s.mode), to_string(s.kv_dtype),
-      s.next_n, int(s.fused_transform), int(s.sorted), s.tile.threads, s.tile.block_tokens,
+      s.next_n, int(s.fused_transform), int(s.sorted), int(s.precise), s.tile.threads, s.tile.block_tokens,
       s.tile.heads_per_cta, to_string(s.tile.kernel), s.tile.producer_warps, to_string(s.arch));
 }
 
@@ -142,6 +143,7 @@ std::size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
   mix(s.next_n);
   mix(s.fused_transform);
   mix(s.sorted);
+  mix(s.precise);
   mix(s.tile.threads);
   mix(s.tile.block_tokens);
   mix(s.tile.heads_per_cta);

@@ -3,6 +3,7 @@
 # disassembles each (cuobjdump --dump-sass), strips symbol names, and diffs against a saved set.
 #   scripts/compare_sass.sh record DIR [KEY_SUBSTRING]   # render + compile + disassemble into DIR
 #   scripts/compare_sass.sh diff BEFORE AFTER             # name every kernel whose SASS differs
+# SASS_MLA_PRECISE=1 with record: the sparse MLA kernels with precise = true, same keys.
 # Needs a build in ./build (libnsajit.a) and cuobjdump that reads sm_90a (CUDA >= 12; e.g. PyPI's
 # nvidia-cuda-cuobjdump; set CUOBJDUMP=...).
 set -euo pipefail

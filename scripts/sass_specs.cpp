@@ -2,6 +2,7 @@
 // specs render, writing <dir>/<key>.cubin; scripts/compare_sass.sh disassembles and diffs two
 // such sets. Keys name the kernel, not the spec's spelling, so sets from different commits compare.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -79,9 +80,15 @@ int main(int argc, char** argv) {
   }
   const std::string dir = argv[1];
   const std::string only = argc > 2 ? argv[2] : "";
+  // SASS_MLA_PRECISE=1: the sparse MLA kernels with precise = true under the same keys, to compare
+  // them with the default-precision kernels of a commit before the option (they must not change).
+  const char* precise_env = std::getenv("SASS_MLA_PRECISE");
+  const bool precise = precise_env != nullptr && std::string(precise_env) == "1";
   std::vector<std::pair<std::string, KernelSpec>> list;
-  for (auto& k : kernels())
+  for (auto& k : kernels()) {
+    if (precise && k.second.family == Family::sparse_mla) k.second.precise = true;
     if (only.empty() || k.first.find(only) != std::string::npos) list.push_back(k);
+  }
   std::atomic<size_t> next{0};
   std::atomic<int> failures{0};
   auto work = [&] {

@@ -100,6 +100,16 @@ NSAJIT_DEVICE void mbar_wait(uint32_t bar, uint32_t parity) {
 NSAJIT_DEVICE float neg_inf() { return __uint_as_float(0xff800000u); }
 NSAJIT_DEVICE float pos_inf() { return __uint_as_float(0x7f800000u); }
 
+// Sparse MLA's output scale for a row with l = sum_j 2^(s_j - m) (base-2 logits s, reference m):
+// 1 / l, times FlashMLA's attention-sink factor 1 / (1 + exp(sink - lse)) when sink is not null
+// (lse = (m + log2 l) ln 2, sink in natural-log units): 1 / (l + 2^(sink log2 e - m)). sink +inf
+// gives 0, -inf gives 1 / l; l == 0 (no valid token) gives 0.
+NSAJIT_DEVICE float mla_output_scale(float l, float m, const float* sink) {
+  if (!(l > 0.f)) return 0.f;
+  const float extra = sink != nullptr ? exp2f(fmaf(*sink, 1.4426950408889634f, -m)) : 0.f;
+  return 1.f / (l + extra);
+}
+
 // The 32-bit shared-memory address of a generic pointer into shared memory.
 NSAJIT_DEVICE uint32_t smem_u32(const void* p) {
   uint32_t a;

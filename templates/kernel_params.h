@@ -148,6 +148,7 @@ struct SparseMlaDecodeParams {
   unsigned short* out;             // bf16 [rows, h_q, 512]
   float* lse;                      // [rows, h_q] natural log
   float* max_logits;               // [rows, h_q] or null
+  const float* attn_sink;          // [h_q] natural-log units, or null; applied here only without splits
   // Split-KV (gridDim.z > 1): partial results, combined by nsajit_sparse_mla_combine.
   float* o_part;                   // fp32 [splits, rows, h_q, 512]
   float* lse_part;                 // fp32 [splits, rows, h_q], base 2
@@ -163,6 +164,7 @@ struct SparseMlaCombineParams {
   unsigned short* out;    // bf16 [rows, h_q, 512]
   float* lse;             // [rows, h_q] natural log
   float* max_logits;      // [rows, h_q] or null
+  const float* attn_sink; // [h_q] natural-log units, or null
   int rows;
   int h_q;
   int num_splits;

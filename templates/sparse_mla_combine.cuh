@@ -3,7 +3,8 @@
 // For (row r, head h), over splits s with partial output o_s (already divided by the split's own
 // softmax sum), base-2 lse_s (-inf when the split saw no valid token) and base-2 max m_s:
 //   L = log2 sum_s 2^lse_s;  out = sum_s 2^(lse_s - L) o_s  (bf16);  lse = L * ln 2;
-//   max_logits = max_s m_s * ln 2.
+//   max_logits = max_s m_s * ln 2; with an attention sink (p.attn_sink[h], natural log) out is
+//   scaled by 1 / (1 + exp(sink - lse)) (FlashMLA's definition; lse and max_logits unchanged).
 // No valid token in any split: out 0, lse +inf, max_logits -inf. Every sum runs in a fixed order
 // (a fixed shuffle tree for L, ascending splits for out), so the result is deterministic for a
 // given number of splits.
@@ -92,6 +93,13 @@ nsajit_sparse_mla_combine(const SparseMlaCombineParams p) {
       acc2 += w * v[s].z;
       acc3 += w * v[s].w;
     }
+  }
+  if (p.attn_sink != nullptr) {  // FlashMLA's sink: out / (1 + exp(sink - lse)); lse itself unchanged
+    const float f = mla_output_scale(1.f, total, p.attn_sink + blockIdx.y);
+    acc0 *= f;
+    acc1 *= f;
+    acc2 *= f;
+    acc3 *= f;
   }
   const uint32_t lo = uint32_t(float_to_bf16(acc0)) | (uint32_t(float_to_bf16(acc1)) << 16);
   const uint32_t hi = uint32_t(float_to_bf16(acc2)) | (uint32_t(float_to_bf16(acc3)) << 16);

@@ -6,6 +6,8 @@
 //   S_j = sm_scale * q[r, h, 0:576] . kv[idx_j, 0:576]
 //   out[r, h, :] = sum_j softmax(S)_j * kv[idx_j, 0:512]        (bf16, round to nearest even)
 //   lse[r, h]    = ln sum_j exp(S_j); max_logits[r, h] = max_j S_j
+//   attn_sink (optional, [H_Q] natural log): out[r, h, :] *= 1 / (1 + exp(attn_sink[h] - lse[r, h]))
+//   in this epilogue without splits, in the combine with them; lse and max_logits unchanged.
 // An index is valid iff 0 <= idx < num_slots; invalid entries are never dereferenced. A row (or a
 // split) with no valid entry gives out 0, lse +inf, max_logits -inf.
 //
@@ -26,9 +28,10 @@
 //        sum l of its own columns (summed once, in the epilogue). P (bf16) goes to smem [heads][64].
 //   PV:  warp (mg, cs) owns O[HEADS_PER_WARP heads][dims cs*DW .. +DW) (DW = 512 / WARPS_PER_GROUP) in fp32 registers:
 //        A = P (ldmatrix), B = V (ldmatrix.trans from the same KV tile).
-//   P is split into bf16 P_hi + P_lo (P_lo over the tile's rope columns, free after QK) and both
-//        are multiplied with V: bf16 P alone (2^-9 relative) misses the 1e-3 tolerance when a few
-//        tokens dominate the softmax.
+//   P is rounded to bf16 once (the field's precision, nsa-semantics.md "Tolerances"). PRECISE splits
+//        it into bf16 P_hi + P_lo (P_lo over the tile's rope columns, free after QK) and multiplies
+//        both with V: bf16 P alone (2^-9 relative) misses the 1e-3 tolerance when a few tokens
+//        dominate the softmax.
 // KV tiles. bf16 KV (BULK): two tiles; each valid token row (1152 bytes) is one
 // cp.async.bulk completing on the tile's mbarrier, issued one tile ahead; rows padded to 1168
 // bytes (conflict-free ldmatrix), validity flag and mbarrier in the padding. FP8 KV: the raw
@@ -48,7 +51,7 @@
 // The math runs in base 2 (scores pre-multiplied by sm_scale * log2 e).
 //
 // Constants (FamilyTraits::constants): NSAJIT_H_Q, NSAJIT_TOPK, NSAJIT_HEADS_PER_CTA,
-// NSAJIT_KV_FP8 (0/1), NSAJIT_THREADS (256; 320 or 512 with producer warps),
+// NSAJIT_KV_FP8 (0/1), NSAJIT_PRECISE (0/1: P as bf16 hi + lo), NSAJIT_THREADS (256; 320 or 512 with producer warps),
 // NSAJIT_BLOCK_TOKENS (64), NSAJIT_DYNAMIC_SMEM (the host's byte count; checked below against
 // this file's layout). Spec tile.kernel = mma_sync; tile.kernel = wgmma renders
 // templates/sparse_mla_wgmma.cuh instead.
@@ -66,6 +69,7 @@ constexpr int H_Q = NSAJIT_H_Q;
 constexpr int TOPK = NSAJIT_TOPK;
 constexpr int HEADS_PER_CTA = NSAJIT_HEADS_PER_CTA;  // real heads of one CTA
 constexpr bool FP8 = NSAJIT_KV_FP8 != 0;
+constexpr bool PRECISE = NSAJIT_PRECISE != 0;  // P = P_hi + P_lo (two PV MMAs) instead of bf16 P
 constexpr int THREADS = NSAJIT_THREADS;
 // Producer warps beside the 8 MMA warps: 2 for bf16 (320 threads: they issue the bulk copies), 8
 // for FP8 (512 threads: they copy and dequantize).
@@ -632,16 +636,22 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         rs1 += p2 + p3;
         const int r = mrow0 + mt * 16 + g;
         const int chunk = (tok0 + nt * 8) >> 3;
-        // P = P_hi + P_lo, both bf16: P_hi to the P tile, P_lo over the rope columns (dims
-        // 512..575) of the KV tile, row = head, which QK no longer needs. bf16 P alone (2^-9
-        // relative) breaks the 1e-3 tolerance when a few tokens dominate the softmax.
+        // P (P_hi) to the P tile. PRECISE: P = P_hi + P_lo, both bf16, P_lo over the rope columns
+        // (dims 512..575) of the KV tile, row = head, which QK no longer needs. bf16 P alone
+        // (2^-9 relative) breaks the 1e-3 tolerance when a few tokens dominate the softmax.
         const uint32_t h01 = pack_bf16x2_rn(p0, p1), h23 = pack_bf16x2_rn(p2, p3);
-        const uint32_t l01 = pack_bf16x2_rn(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01));
-        const uint32_t l23 = pack_bf16x2_rn(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23));
-        st_shared_4(s_p + sw64(r, chunk) + 4 * t4, h01);
-        st_shared_4(s_p + sw64(r + 8, chunk) + 4 * t4, h23);
-        st_shared_4(s_kv + kvo(r, 64 + chunk) + 4 * t4, l01);
-        st_shared_4(s_kv + kvo(r + 8, 64 + chunk) + 4 * t4, l23);
+        // One statement order per precision: PRECISE's is the pre-option kernel's (same SASS).
+        if constexpr (PRECISE) {
+          const uint32_t l01 = pack_bf16x2_rn(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01));
+          const uint32_t l23 = pack_bf16x2_rn(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23));
+          st_shared_4(s_p + sw64(r, chunk) + 4 * t4, h01);
+          st_shared_4(s_p + sw64(r + 8, chunk) + 4 * t4, h23);
+          st_shared_4(s_kv + kvo(r, 64 + chunk) + 4 * t4, l01);
+          st_shared_4(s_kv + kvo(r + 8, 64 + chunk) + 4 * t4, l23);
+        } else {
+          st_shared_4(s_p + sw64(r, chunk) + 4 * t4, h01);
+          st_shared_4(s_p + sw64(r + 8, chunk) + 4 * t4, h23);
+        }
       }
       l_run[mt][0] = l_run[mt][0] * alpha[mt][0] + rs0;
       l_run[mt][1] = l_run[mt][1] * alpha[mt][1] + rs1;
@@ -659,12 +669,12 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     // ---- O += P . V over the tile's 64 tokens, this warp's DW dims
 #pragma unroll
     for (int kk = 0; kk < TILE_TOKENS / 16; ++kk) {
-      uint32_t a[MT][4], al[MT][4];
+      uint32_t a[MT][4], al[MT][4];  // al: P_lo (PRECISE)
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const int pr = mrow0 + mt * 16 + (lane & 15);
         ldsm_x4(s_p + sw64(pr, 2 * kk + (lane >> 4)), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
-        ldsm_x4(s_kv + kvo(pr, 64 + 2 * kk + (lane >> 4)), al[mt][0], al[mt][1], al[mt][2], al[mt][3]);
+        if constexpr (PRECISE) ldsm_x4(s_kv + kvo(pr, 64 + 2 * kk + (lane >> 4)), al[mt][0], al[mt][1], al[mt][2], al[mt][3]);
       }
       const int v_tok = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
@@ -675,8 +685,10 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         for (int mt = 0; mt < MT; ++mt) {
           mma_bf16(o[mt][nd], a[mt], b0, b1);
           mma_bf16(o[mt][nd + 1], a[mt], b2, b3);
-          mma_bf16(o[mt][nd], al[mt], b0, b1);
-          mma_bf16(o[mt][nd + 1], al[mt], b2, b3);
+          if constexpr (PRECISE) {
+            mma_bf16(o[mt][nd], al[mt], b0, b1);
+            mma_bf16(o[mt][nd + 1], al[mt], b2, b3);
+          }
         }
       }
     }
@@ -729,7 +741,9 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       if (hl >= HEADS_PER_CTA) continue;
       const long long head = row * H_Q + head0 + hl;
       const float l = l_run[mt][h];
-      const float inv_l = l > 0.f ? 1.f / l : 0.f;
+      // The sink scales the final output only: a split's partial stays normalised by its own l.
+      const float* sink = !partial && p.attn_sink != nullptr ? p.attn_sink + (head0 + hl) : nullptr;
+      const float inv_l = mla_output_scale(l, m_run[mt][h], sink);
       if (!partial) {
         unsigned short* out = p.out + head * kDimV + dim0 + 2 * t4;
 #pragma unroll

@@ -10,14 +10,16 @@
 // 384 threads = 3 warpgroups (FP8 512: 4, two producers), 1 CTA per SM:
 //   WG0 (warps 0-3, 240 / 200 / 224 registers with bf16 / FP8 at 384 / FP8 at 512 threads):
 //        S = Q K^T (64 heads x 64 tokens, wgmma m64n64k16 SS over
-//        576 dims), online softmax in base 2 against a reference max raised only when a tile
-//        exceeds it by more than 8 (log2 units: P <= 2^8; O is rescaled in few tiles),
-//        P = P_hi + P_lo (both bf16), O[:, 0:256] += P_hi V + P_lo V (wgmma m64n256k16, or two
+//        576 dims), online softmax in base 2 against the running max (PRECISE: a reference
+//        raised only when a tile exceeds it by more than 8, log2 units: P <= 2^8; O is rescaled
+//        in few tiles),
+//        P rounded to bf16 (PRECISE: P = P_hi + P_lo, both bf16), O[:, 0:256] += P V (PRECISE:
+//        P_hi V + P_lo V; wgmma m64n256k16, or two
 //        m64n128k16 at 512 threads; RS, P from registers; FP8 at 384 threads: SS, P from shared
 //        memory like WG1, which frees WG0's P registers for the producer; issued before WG0
 //        signals P_READY, so they queue ahead of WG1's).
-//   WG1 (warps 4-7): O[:, 256:512] += P_hi V + P_lo V (SS: P_hi over the tile's rope columns, which
-//        QK no longer needs; P_lo in its own 8 KB buffer), after rescaling by WG0's alpha.
+//   WG1 (warps 4-7): O[:, 256:512] += P V (PRECISE: + P_lo V; SS: P over the tile's rope columns,
+//        which QK no longer needs; P_lo in its own 8 KB buffer), after rescaling by WG0's alpha.
 //   WG2 (warps 8-11, 56 / 144 registers; FP8 at 512 threads WG2 and WG3, 64 each): producer.
 //        bf16: 16-byte cp.async gathers (zero-filled for
 //        invalid tokens) of each token row into the 128-byte-swizzled KV tile, not waiting for
@@ -25,8 +27,9 @@
 //        so both tiles' copies can be in flight; FP8: register loads
 //        of the 656-byte tokens' fp8 part, dequantised bf16(float(e4m3) * scale) and stored
 //        swizzled, the bf16 rope by cp.async (no registers).
-// Why P_lo: bf16 P alone (2^-9 relative) misses the 1e-3 absolute tolerance where a few dominant
-// tokens' V values cancel (docs/notes/sparse_mla.md, "Measurements / 2").
+// Default precision is the field's (bf16 P, as FlashMLA and FlashAttention-3; nsa-semantics.md
+// "Tolerances"). Why PRECISE adds P_lo: bf16 P alone (2^-9 relative) misses the 1e-3 absolute
+// tolerance where a few dominant tokens' V values cancel (docs/notes/sparse_mla.md, "Measurements / 2").
 // Shared memory: Q [64][576] and two KV tiles [64][576], each as nine [64 rows][128 B] subtiles
 // with the 128-byte swizzle (16-byte chunk c of row r at c ^ (r & 7)), which wgmma reads K-major
 // (Q, K, P) and MN-major (V = the same tile, transposed view). Two tiles in flight: full[b]
@@ -46,6 +49,7 @@ constexpr int H_Q = NSAJIT_H_Q;
 constexpr int TOPK = NSAJIT_TOPK;
 constexpr int HEADS_PER_CTA = NSAJIT_HEADS_PER_CTA;
 constexpr bool FP8 = NSAJIT_KV_FP8 != 0;
+constexpr bool PRECISE = NSAJIT_PRECISE != 0;  // P = P_hi + P_lo (two PV wgmmas) instead of bf16 P
 constexpr int TILE_TOKENS = NSAJIT_BLOCK_TOKENS;
 // Producer threads: one warpgroup, or two for FP8 at 512 threads (the default at 64 heads): the
 // dequantisation then issues from two warps per scheduler.
@@ -65,7 +69,7 @@ constexpr uint32_t SUB = 8192;                   // [64 rows][128 B] swizzled su
 constexpr uint32_t TILE = 9 * SUB;               // [64][576] bf16
 constexpr uint32_t OFF_Q = 0;
 constexpr uint32_t OFF_KV = TILE;                // two tiles
-constexpr uint32_t OFF_PLO = 3 * TILE;           // P_lo [64 heads][64 tokens] bf16, swizzled
+constexpr uint32_t OFF_PLO = 3 * TILE;           // P_lo [64 heads][64 tokens] bf16, swizzled (PRECISE)
 constexpr uint32_t OFF_VALID = OFF_PLO + SUB;    // [2][64] int
 constexpr uint32_t OFF_ALPHA = OFF_VALID + 512;  // [64] float
 constexpr uint32_t OFF_INVL = OFF_ALPHA + 256;   // [64] float
@@ -266,8 +270,8 @@ NSAJIT_DEVICE void pv_k16(float (&o)[128], const uint32_t (&a)[4], uint64_t dv) 
   }
 }
 
-// O[:, half of 256 dims] += P_hi V + P_lo V, both P from shared memory (one commit group). dph:
-// P_hi over the tile's rope columns, dpl: P_lo (both [64 heads][64 tokens], K-major); dv: the
+// O[:, half of 256 dims] += P_hi V (PRECISE: + P_lo V), P from shared memory (one commit group).
+// dph: P_hi over the tile's rope columns, dpl: P_lo (both [64 heads][64 tokens], K-major); dv: the
 // tile's 256 latent dims of this half, MN-major.
 NSAJIT_DEVICE void pv_half_ss(float (&o)[128], uint64_t dph, uint64_t dpl, uint64_t dv) {
   wgmma_fence();
@@ -276,7 +280,7 @@ NSAJIT_DEVICE void pv_half_ss(float (&o)[128], uint64_t dph, uint64_t dpl, uint6
     const uint64_t offp = uint64_t((uint32_t(kk) * 32u) >> 4);
     const uint64_t offv = uint64_t((uint32_t(kk) * 2048u) >> 4);
     pv_k16(o, dph + offp, dv + offv);
-    pv_k16(o, dpl + offp, dv + offv);
+    if constexpr (PRECISE) pv_k16(o, dpl + offp, dv + offv);
   }
   wgmma_commit();
 }
@@ -552,12 +556,15 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
     const float scale_log2 = p.sm_scale * 1.4426950408889634f;
     // m: the reference of the exponentials (P = 2^(s - m)), raised only when a tile's max exceeds
-    // it by more than kLazyRescale (P <= 2^8 stays exact enough in bf16 hi + lo and fp32), so O
-    // and l are rescaled in few tiles; mt: the true running max (max_logits, the split's max).
-    constexpr float kLazyRescale = 8.f;
+    // it by more than kLazyRescale (PRECISE: P <= 2^8 stays exact enough in bf16 hi + lo and fp32),
+    // so O and l are rescaled in few tiles; mt: the true running max (max_logits, the split's max).
+    // Default precision: 0, the reference is the running max, so the row's largest P is exactly 1
+    // in bf16; a stale reference rounds the dominant token's P too, and bf16 P then misses the
+    // tolerance ~50x more often (docs/notes/sparse_mla.md, "Default precision").
+    constexpr float kLazyRescale = PRECISE ? 8.f : 0.f;
     float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f, mt0 = neg_inf(), mt1 = neg_inf();
-    // RS PV (bf16, and FP8 at 512 threads): P_hi / P_lo A fragments of the 4 k16 steps, kept live
-    // while WG0's PV runs
+    // RS PV (bf16, and FP8 at 512 threads): P_hi / P_lo (PRECISE) A fragments of the 4 k16 steps,
+    // kept live while WG0's PV runs
     uint32_t ph[4][4], pl[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
@@ -600,7 +607,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         fence_regs_u(ph[kk]);
-        fence_regs_u(pl[kk]);
+        if constexpr (PRECISE) fence_regs_u(pl[kk]);
       }
 
       // ---- online softmax (base 2); invalid tokens -> -inf
@@ -630,8 +637,9 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       const float al0 = up0 ? exp2_ftz(m0 - mu0) : 1.f, al1 = up1 ? exp2_ftz(m1 - mu1) : 1.f;
       m0 = mn0;
       m1 = mn1;
-      // ---- P = P_hi + P_lo; P_hi (over the tile's rope columns, which QK no longer needs), P_lo
-      // and alpha to shared memory for WG1; WG0 keeps P in registers for its RS PV and stores it after.
+      // ---- P = P_hi (+ P_lo, PRECISE); P_hi (over the tile's rope columns, which QK no longer
+      // needs), P_lo and alpha to shared memory for WG1; WG0 keeps P in registers for its RS PV and
+      // stores it after.
       const uint32_t sph = kvb + 8 * SUB;
       float rs0 = 0.f, rs1 = 0.f;
 #pragma unroll
@@ -643,8 +651,10 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         const uint32_t h01 = pack_bf16x2_rn(p0, p1), h23 = pack_bf16x2_rn(p2, p3);
         ph[j >> 1][2 * (j & 1)] = h01;
         ph[j >> 1][2 * (j & 1) + 1] = h23;
-        pl[j >> 1][2 * (j & 1)] = pack_bf16x2_rn(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01));
-        pl[j >> 1][2 * (j & 1) + 1] = pack_bf16x2_rn(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23));
+        if constexpr (PRECISE) {
+          pl[j >> 1][2 * (j & 1)] = pack_bf16x2_rn(p0 - bf16x2_lo(h01), p1 - bf16x2_hi(h01));
+          pl[j >> 1][2 * (j & 1) + 1] = pack_bf16x2_rn(p2 - bf16x2_lo(h23), p3 - bf16x2_hi(h23));
+        }
       }
       l0 = l0 * al0 + rs0;
       l1 = l1 * al1 + rs1;
@@ -659,7 +669,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         for (int kk = 0; kk < 4; ++kk) {
           const int chunk = 2 * kk + (lane >> 4);
           stmatrix_x4(sph + swz(srow, chunk), ph[kk]);
-          stmatrix_x4(s_plo + swz(srow, chunk), pl[kk]);
+          if constexpr (PRECISE) stmatrix_x4(s_plo + swz(srow, chunk), pl[kk]);
         }
       }
       if (t4 == 0) {
@@ -667,7 +677,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         alpha_s[r1] = al1;
       }
 
-      // ---- O[:, 0:256] = alpha O + P_hi V + P_lo V (V MN-major), issued before WG1 may start
+      // ---- O[:, 0:256] = alpha O + P_hi V (+ P_lo V) (V MN-major), issued before WG1 may start
       // its PV: WG0's wgmmas enter the tensor pipe first, and WG0 reaches the next tile's QK
       // sooner.
       {
@@ -678,7 +688,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         for (int kk = 0; kk < 4; ++kk) {
           const uint64_t off = uint64_t((uint32_t(kk) * 2048u) >> 4);
           pv_k16(o, ph[kk], dv + off);
-          pv_k16(o, pl[kk], dv + off);
+          if constexpr (PRECISE) pv_k16(o, pl[kk], dv + off);
         }
         wgmma_commit();
         fence_proxy_async();  // P written by generic stores, read by WG1's wgmma
@@ -690,7 +700,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       fence_regs_u(ph[kk]);
-      fence_regs_u(pl[kk]);
+      if constexpr (PRECISE) fence_regs_u(pl[kk]);
     }
 
     // ---- row sums over the 4 lanes of a row; lse / max_logits; 1/l for WG1
@@ -698,12 +708,16 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    // 1 / l (times the attention sink's factor without splits; padding rows read no sink)
+    const bool sink = !partial && p.attn_sink != nullptr;
+    const float inv0 = mla_output_scale(l0, m0, sink && r0 < HEADS_PER_CTA ? p.attn_sink + (head0 + r0) : nullptr);
+    const float inv1 = mla_output_scale(l1, m1, sink && r1 < HEADS_PER_CTA ? p.attn_sink + (head0 + r1) : nullptr);
     if (t4 == 0) {
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int r = hh ? r1 : r0;
         const float l = hh ? l1 : l0, m = hh ? m1 : m0, mt = hh ? mt1 : mt0;
-        invl_s[r] = l > 0.f ? 1.f / l : 0.f;
+        invl_s[r] = hh ? inv1 : inv0;
         if (r >= HEADS_PER_CTA) continue;  // padding row
         const long long head = row * H_Q + head0 + r;
         if (!partial) {
@@ -717,7 +731,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       }
     }
     bar_arrive(BAR_EPILOGUE, 256);
-    store_o(p, o, 0, r0, r1, t4, l0 > 0.f ? 1.f / l0 : 0.f, l1 > 0.f ? 1.f / l1 : 0.f, row, head0, split, partial);
+    store_o(p, o, 0, r0, r1, t4, inv0, inv1, row, head0, split, partial);
   } else {
     // ================= WG1: O[:, 256:512] =================
     set_max_regs<REG_WG1>();

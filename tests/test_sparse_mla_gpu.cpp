@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "nsajit/errors.hpp"
+#include "nsajit/jit.hpp"
 #include "nsajit/kernels.hpp"
 #include "reference/bf16.hpp"
 #include "reference/fp8_kv_cache.hpp"
@@ -50,9 +51,10 @@ struct Mode {
   std::int64_t page_pad = 0;    // fp8: extra bytes per page (kv_page_stride = page_size * 656 + pad)
   int splits = 1;               // 1: no workspace (batch-invariant); 0: workspace, automatic; > 1 forced
   nsajit::TileConfig tile{};    // kernel automatic: the default variant; else this one
+  bool precise = false;         // P as bf16 hi + lo, checked under the precise (1e-3) tolerance
   std::string name() const {
     return std::string(fp8 ? "fp8 ps" + std::to_string(page_size) : "bf16") + " splits " +
-           (splits == 0 ? std::string("auto") : std::to_string(splits));
+           (splits == 0 ? std::string("auto") : std::to_string(splits)) + (precise ? " precise" : "");
   }
 };
 
@@ -64,6 +66,7 @@ struct Problem {
   std::vector<std::uint8_t> cache;   // fp8: [num_slots / page_size pages][page stride]
   std::vector<std::int32_t> indices;
   std::vector<std::int32_t> topk_length;  // empty: not passed
+  std::vector<float> attn_sink;           // [h_q], empty: not passed
   std::int32_t poison_slot(int i) const { return std::int32_t(num_slots - kPoisonSlots + i); }
 };
 
@@ -144,6 +147,7 @@ ref::SparseMlaOutput reference(const Problem& p) {
   in.h_q = p.h_q;
   in.topk = p.topk;
   in.sm_scale = double(p.sm_scale);  // the kernel gets the float
+  in.attn_sink = p.attn_sink;
   return ref::sparse_mla(in);
 }
 
@@ -162,6 +166,7 @@ Result launch(const Problem& p, const Mode& m = {}, const void* kv_device = null
   DeviceBuffer<std::uint8_t> cache(kv_device || !m.fp8 ? std::vector<std::uint8_t>{} : p.cache);
   DeviceBuffer<std::int32_t> indices(p.indices);
   DeviceBuffer<std::int32_t> lengths(p.topk_length);
+  DeviceBuffer<float> sink(p.attn_sink);
   DeviceBuffer<std::uint16_t> out(std::size_t(p.rows) * p.h_q * DV);
   DeviceBuffer<float> lse(std::size_t(p.rows) * p.h_q);
   DeviceBuffer<float> max_logits(std::size_t(p.rows) * p.h_q);
@@ -189,6 +194,8 @@ Result launch(const Problem& p, const Mode& m = {}, const void* kv_device = null
   a.h_q = p.h_q;
   a.topk = p.topk;
   a.sm_scale = p.sm_scale;
+  a.precise = m.precise;
+  a.attn_sink = p.attn_sink.empty() ? nullptr : sink.get();
   std::size_t ws_bytes = 0;
   if (m.splits != 1) {
     a.num_splits = m.splits;
@@ -206,12 +213,12 @@ Result launch(const Problem& p, const Mode& m = {}, const void* kv_device = null
   return {out.download(), lse.download(), max_logits.download()};
 }
 
-// Launch + compare with the fp64 reference under the spec's tolerance.
+// Launch + compare with the fp64 reference under the spec's tolerance (the mode's precision).
 Result check(const Problem& p, const std::string& what, const Mode& m = {}) {
   INFO(what, " [", m.name(), "] (rows ", p.rows, ", h_q ", p.h_q, ", topk ", p.topk, ", sm_scale ", p.sm_scale, ")");
   Result got = launch(p, m);
   const ref::SparseMlaOutput want = reference(p);
-  const ref::MlaComparison c = ref::compare_sparse_mla(got.out, got.lse, want, p.rows, p.h_q);
+  const ref::MlaComparison c = ref::compare_sparse_mla(got.out, got.lse, want, p.rows, p.h_q, ref::mla_tolerance(m.precise));
   CHECK_MESSAGE(c.ok, c.message);
   std::string msg;
   const std::size_t bad_max = ref::compare_max_logits(got.max_logits, want, msg);
@@ -227,6 +234,13 @@ const std::vector<Mode>& all_modes() {
       Mode{.splits = 3},                             // bf16, split-KV
       Mode{.fp8 = true, .page_size = 1, .splits = 0} // fp8 page size 1, automatic splits
   };
+  return modes;
+}
+
+// all_modes() with P carried as bf16 hi + lo (the precise option).
+std::vector<Mode> precise_modes() {
+  std::vector<Mode> modes = all_modes();
+  for (Mode& m : modes) m.precise = true;
   return modes;
 }
 
@@ -317,6 +331,99 @@ TEST_CASE("sparse_mla gpu: the bf16 wgmma kernel at 16 and 32 heads, splits, inv
   }
   check_forced_variant({.kernel = nsajit::MlaKernel::wgmma, .producer_warps = 4}, 900,
                        {Mode{}, Mode{.splits = 3}, Mode{.splits = 0}}, {16, 32});
+}
+
+// The precise option (P = P_hi + P_lo) on every kernel the defaults pick and on the forced
+// variants, under the precise tolerance (1e-3 floor), which bf16 P alone does not meet on these
+// inputs; and it reaches the kernel: its results differ from the default's.
+TEST_CASE("sparse_mla gpu: precise: every h_q and mode under the 1e-3 tolerance; forced variants") {
+  NSAJIT_REQUIRE_GPU();
+  for (const Mode& m : precise_modes()) {
+    for (int h_q : {8, 16, 32, 64, 128}) {
+      Problem p = make_problem(2, h_q, 2048, 6000, std::uint32_t(300 + h_q));
+      set_range(p, 1, 500, 600, -1);
+      finalize(p, m);
+      const Result precise = check(p, "precise, random valid slots", m);
+      Mode field = m;
+      field.precise = false;
+      const Result standard = launch(p, field);
+      CHECK_MESSAGE(!same_bits(precise, 0, standard, 0, std::size_t(p.rows) * p.h_q),
+                    "the precise option changed nothing (h_q ", h_q, ", ", m.name(), ")");
+    }
+  }
+  check_forced_variant({.kernel = nsajit::MlaKernel::mma_sync, .producer_warps = 0}, 760,
+                       {Mode{.precise = true}, Mode{.fp8 = true, .precise = true}}, {16, 32});
+  if (const auto& device = nsajit::driver::current_context_info(); device.major == 9 && device.minor == 0)
+    check_forced_variant({.kernel = nsajit::MlaKernel::wgmma, .producer_warps = 4}, 960, {Mode{.precise = true}}, {16});
+}
+
+// FlashMLA's attention sink in the epilogue (split: in the combine): out of head h times
+// 1 / (1 + exp(sink[h] - lse)); sinks random around the rows' lse, head 0 +inf (out 0), head 1
+// -inf (the plain output, bit for bit); lse and max_logits bit-identical to the call without a
+// sink; rows with no valid index (all -1, topk_length 0) keep out 0, lse +inf. Decode rows
+// (both kernels the defaults pick, the forced mma_sync kernel at 64 heads, bf16 and FP8, split
+// and unsplit, precise) and prefill rows.
+TEST_CASE("sparse_mla gpu: attn_sink: random, +inf, -inf; split and unsplit; both kernels; lse unchanged") {
+  NSAJIT_REQUIRE_GPU();
+  std::vector<Mode> modes = all_modes();
+  modes.push_back(Mode{.splits = 3, .precise = true});
+  modes.push_back(Mode{.tile = {.kernel = nsajit::MlaKernel::mma_sync, .producer_warps = 0}});
+  modes.push_back(Mode{.fp8 = true, .splits = 4, .tile = {.kernel = nsajit::MlaKernel::mma_sync, .producer_warps = 0}});
+  const float inf = std::numeric_limits<float>::infinity();
+  for (bool prefill : {false, true}) {
+    for (const Mode& m : modes) {
+      if (prefill && m.splits != 1) continue;  // prefill rows fill the GPU: one CTA per row
+      for (int h_q : {16, 64, 128}) {
+        if (m.tile.kernel == nsajit::MlaKernel::mma_sync && h_q != 64) continue;
+        const int rows = prefill ? 48 : 4, topk = prefill ? 512 : 2048;
+        Problem p = make_problem(rows, h_q, topk, 6000, std::uint32_t(500 + h_q + rows));
+        set_range(p, 1, 0, topk, -1);  // no valid index
+        p.topk_length.assign(std::size_t(rows), topk);
+        p.topk_length[2] = 0;          // no entry used
+        p.topk_length[3] = topk / 3;
+        finalize(p, m);
+        // lse of these rows is ~ln(topk) + a few: sinks around it make the factor anywhere in (0, 1).
+        std::mt19937 rng(std::uint32_t(h_q + 7 * rows));
+        std::uniform_real_distribution<float> around(std::log(float(topk)) - 3.f, std::log(float(topk)) + 6.f);
+        p.attn_sink.resize(std::size_t(h_q));
+        for (float& s : p.attn_sink) s = around(rng);
+        p.attn_sink[0] = inf;
+        p.attn_sink[1] = -inf;
+        INFO((prefill ? "prefill" : "decode"), " rows ", rows, " h_q ", h_q, " ", m.name(),
+             (m.tile.kernel == nsajit::MlaKernel::mma_sync ? " forced mma_sync" : ""));
+        Runner run;  // a forced tile goes through launch()'s explicit plan
+        if (prefill && m.tile.kernel == nsajit::MlaKernel::automatic)
+          run = [](const nsajit::SparseMlaDecodeArgs& a) { nsajit::sparse_mla_prefill(a); };
+        const Result got = launch(p, m, nullptr, run);
+        const ref::SparseMlaOutput want = reference(p);
+        const ref::MlaComparison c = ref::compare_sparse_mla(got.out, got.lse, want, p.rows, p.h_q, ref::mla_tolerance(m.precise));
+        CHECK_MESSAGE(c.ok, c.message);
+        Problem plain = p;
+        plain.attn_sink.clear();
+        const Result base = launch(plain, m, nullptr, run);
+        bool lse_same = true, zero = true, plain_same = true, scaled = false;
+        for (int r = 0; r < rows; ++r) {
+          for (int h = 0; h < h_q; ++h) {
+            const std::size_t hd = std::size_t(r) * h_q + h;
+            lse_same &= std::bit_cast<std::uint32_t>(got.lse[hd]) == std::bit_cast<std::uint32_t>(base.lse[hd]) &&
+                        std::bit_cast<std::uint32_t>(got.max_logits[hd]) == std::bit_cast<std::uint32_t>(base.max_logits[hd]);
+            for (int d = 0; d < DV; ++d) {
+              const std::uint16_t g = got.out[hd * DV + d], b = base.out[hd * DV + d];
+              if (h == 0) zero &= ref::bf16_to_float(g) == 0.f;
+              if (h == 1) plain_same &= g == b;
+              if (h >= 2 && g != b) scaled = true;
+            }
+          }
+        }
+        CHECK_MESSAGE(lse_same, "lse / max_logits changed by the sink");
+        CHECK_MESSAGE(zero, "sink +inf: out must be 0");
+        CHECK_MESSAGE(plain_same, "sink -inf: out must equal the call without a sink");
+        CHECK_MESSAGE(scaled, "the finite sinks changed nothing");
+        check_empty_row(got, p, 1);
+        check_empty_row(got, p, 2);
+      }
+    }
+  }
 }
 
 TEST_CASE("sparse_mla gpu: invalid entries at the front, middle, end, whole blocks, all") {
@@ -505,7 +612,9 @@ TEST_CASE("sparse_mla gpu: topk 64, 576 (odd block count), 16384") {
 
 TEST_CASE("sparse_mla gpu: peaked softmax (large scores) stays finite and accurate") {
   NSAJIT_REQUIRE_GPU();
-  for (const Mode& m : all_modes()) {
+  std::vector<Mode> modes = all_modes();
+  for (const Mode& m : precise_modes()) modes.push_back(m);
+  for (const Mode& m : modes) {
     Problem p = make_problem(4, 16, 1024, 3000, 31);
     p.sm_scale = 1.0f;  // scores ~ N(0, 24^2): one token dominates, exp underflows for most
     set_range(p, 2, 0, 512, -1);
@@ -525,7 +634,7 @@ TEST_CASE("sparse_mla gpu: scores that jump mid-row raise the softmax reference 
   // reach 2^8; dropping either warpgroup's rescale, l's rescale, or taking max_logits from the
   // reference or lse from the true max each fails in dozens of heads. max_logits must stay the
   // true maximum.
-  for (const Mode& m : {Mode{}, Mode{.splits = 3}}) {
+  for (const Mode& m : {Mode{}, Mode{.splits = 3}, Mode{.precise = true}}) {
     for (int h_q : {64, 128}) {
       Problem p = make_problem(2, h_q, 2048, 6000, 41);
       finalize(p, m);
@@ -902,4 +1011,18 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   CHECK(nsajit::readable_name(spec(16, fp8, {.threads = 512})) == nsajit::readable_name(spec(16, fp8)));
   CHECK(nsajit::readable_name(spec(16, fp8, {.threads = 256})) == "sparse_mla.h16.topk2048.kv_fp8.mma_sync.hpc16.pw0.sm_90a");
   CHECK(nsajit::readable_name(spec(128, fp8)) == "sparse_mla.h128.topk2048.kv_fp8.wgmma.hpc64.pw8.sm_90a");
+  // precise: a named field, in the name only when set, a different kernel (source and cache key).
+  KernelSpec precise = spec(128, fp8);
+  precise.precise = true;
+  CHECK(message(precise) == "(valid)");
+  CHECK(nsajit::readable_name(precise) == "sparse_mla.h128.topk2048.kv_fp8.wgmma.hpc64.pw8.precise.sm_90a");
+  CHECK(nsajit::canonical_text(precise).find("precise=1") != std::string::npos);
+  CHECK(nsajit::canonical_text(spec(128, fp8)).find("precise=0") != std::string::npos);
+  CHECK(nsajit::generate_source(precise).find("#define NSAJIT_PRECISE 1") != std::string::npos);
+  CHECK(nsajit::generate_source(spec(128, fp8)).find("#define NSAJIT_PRECISE 0") != std::string::npos);
+  CHECK_FALSE(nsajit::KernelSpecHash{}(precise) == nsajit::KernelSpecHash{}(spec(128, fp8)));
+  KernelSpec topk_precise{.family = Family::topk, .precise = true};
+  topk_precise = nsajit::with_default_tile(topk_precise);
+  CHECK(message(topk_precise).find("precise = 1") != std::string::npos);
+  CHECK(message(topk_precise).find("does not use") != std::string::npos);
 }

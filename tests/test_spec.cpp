@@ -91,10 +91,14 @@ TEST_CASE("canonical text lists every field and separates different specs") {
   const KernelSpec a = with_default_tile(sparse(16));
   const std::string text = canonical_text(a);
   for (const char* field : {"family=sparse_mla", "h_q=16", "topk=2048", "page_size=1", "mode=decode",
-                            "kv_dtype=bf16", "next_n=1", "fused_transform=0", "sorted=0", "threads=", "block_tokens=", "heads_per_cta=", "kernel=mma_sync", "producer_warps=2", "arch=sm_90a"})
+                            "kv_dtype=bf16", "next_n=1", "fused_transform=0", "sorted=0", "precise=0", "threads=", "block_tokens=", "heads_per_cta=", "kernel=mma_sync", "producer_warps=2", "arch=sm_90a"})
     CHECK(text.find(field) != std::string::npos);
   CHECK(canonical_text(a) == canonical_text(with_default_tile(sparse(16))));
   CHECK(canonical_text(a) != canonical_text(with_default_tile(sparse(32))));
   CHECK(KernelSpecHash{}(a) == KernelSpecHash{}(with_default_tile(sparse(16))));
   CHECK(KernelSpecHash{}(a) != KernelSpecHash{}(with_default_tile(sparse(32))));
+  KernelSpec precise = a;
+  precise.precise = true;
+  CHECK(canonical_text(precise) != canonical_text(a));
+  CHECK(KernelSpecHash{}(precise) != KernelSpecHash{}(a));
 }

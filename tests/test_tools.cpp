@@ -95,6 +95,9 @@ TEST_CASE("spec text: readable names and canonical text parse back to the same s
   fleet.next_ns = {1, 2, 4};
   fleet.sorted_topk = true;
   for (const tools::FleetSpec& f : tools::enumerate_fleet_specs(fleet)) specs.push_back(f.spec);
+  for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3})
+    for (int h_q : {16, 128})
+      specs.push_back(with_default_tile({.family = Family::sparse_mla, .h_q = h_q, .kv_dtype = kv, .precise = true}));
   for (const KernelSpec& s : specs) {
     INFO(canonical_text(s));
     CHECK(tools::parse_spec_text(readable_name(s)) == s);

@@ -96,6 +96,7 @@ KernelSpec parse_canonical(const std::string& text, Arch default_arch) {
     else if (key == "next_n") s.next_n = parse_int(text, field, v);
     else if (key == "fused_transform") s.fused_transform = parse_int(text, field, v) != 0;
     else if (key == "sorted") s.sorted = parse_int(text, field, v) != 0;
+    else if (key == "precise") s.precise = parse_int(text, field, v) != 0;
     else if (key == "threads") s.tile.threads = parse_int(text, field, v);
     else if (key == "block_tokens") s.tile.block_tokens = parse_int(text, field, v);
     else if (key == "heads_per_cta") s.tile.heads_per_cta = parse_int(text, field, v);
@@ -105,7 +106,7 @@ KernelSpec parse_canonical(const std::string& text, Arch default_arch) {
     else
       bad(text, key,
           "a field of the canonical text: family, h_q, topk, page_size, mode, kv_dtype, next_n, fused_transform, "
-          "sorted, threads, block_tokens, heads_per_cta, kernel, producer_warps, arch");
+          "sorted, precise, threads, block_tokens, heads_per_cta, kernel, producer_warps, arch");
   }
   if (!has_family) bad(text, text, "a family=<name> field");
   return s;
@@ -129,6 +130,7 @@ KernelSpec parse_readable(const std::string& text) {
     auto number_after = [&](std::string_view prefix) { return parse_int(text, p, p.substr(prefix.size())); };
     if (p == "fused") s.fused_transform = true;
     else if (p == "sorted") s.sorted = true;
+    else if (p == "precise") s.precise = true;
     else if (p == "decode" || p == "prefill" || p == "ragged") s.mode = parse_mode(text, p);
     else if (p.starts_with("kv_")) s.kv_dtype = parse_kv(text, p.substr(3));
     else if (p.starts_with("topk")) s.topk = number_after("topk");
@@ -150,7 +152,7 @@ KernelSpec parse_readable(const std::string& text) {
       }
     } else {
       bad(text, p, "a part of a readable name (h<N>, topk<N>, kv_<bf16|fp8>, ps<N>, decode|prefill|ragged, fused, "
-                   "n<N>, sorted, mma_sync|wgmma, hpc<N>, pw<N>, t<threads>[x<block_tokens>x<heads_per_cta>])");
+                   "n<N>, sorted, mma_sync|wgmma, hpc<N>, pw<N>, precise, t<threads>[x<block_tokens>x<heads_per_cta>])");
     }
   }
   return s;

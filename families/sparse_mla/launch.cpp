@@ -103,6 +103,8 @@ void check_args(const SparseMlaDecodeArgs& a) {
   check_pointer("lse", a.lse, 4);
   if (a.max_logits != nullptr && reinterpret_cast<std::uintptr_t>(a.max_logits) % 4 != 0)
     bad("max_logits", detail::pointer_text(a.max_logits), "a 4-byte aligned device pointer or null");
+  if (a.attn_sink != nullptr && reinterpret_cast<std::uintptr_t>(a.attn_sink) % 4 != 0)
+    bad("attn_sink", detail::pointer_text(a.attn_sink), "a 4-byte aligned device pointer or null");
   if (a.workspace != nullptr && reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0)
     bad("workspace", detail::pointer_text(a.workspace), "a 16-byte aligned device pointer or null");
 }
@@ -146,6 +148,7 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
   plan.spec.h_q = a.h_q;
   plan.spec.topk = a.topk;
   plan.spec.kv_dtype = a.kv_dtype;
+  plan.spec.precise = a.precise;
   if (tile.kernel != MlaKernel::automatic) plan.spec.tile = tile;
   else if (tuned) plan.spec.tile = tuned->choice.tile;
   // next_n stays 1: rows are already flattened (b * next_n), so every MTP depth shares one kernel.
@@ -177,6 +180,7 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
   p.out = static_cast<unsigned short*>(a.out);
   p.lse = a.lse;
   p.max_logits = a.max_logits;
+  p.attn_sink = a.attn_sink;
   p.sm_scale = a.sm_scale;
   p.rows = a.rows;
   const std::size_t heads = std::size_t(a.rows) * std::size_t(a.h_q);
@@ -213,6 +217,7 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
     c.out = p.out;
     c.lse = p.lse;
     c.max_logits = p.max_logits;
+    c.attn_sink = a.attn_sink;
     c.rows = a.rows;
     c.h_q = a.h_q;
     c.num_splits = splits;

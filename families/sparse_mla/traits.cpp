@@ -75,15 +75,17 @@ std::vector<KernelConstant> constants(const KernelSpec& spec) {
       {"BLOCK_TOKENS", spec.tile.block_tokens},
       {"HEADS_PER_CTA", spec.tile.heads_per_cta},
       {"KV_FP8", fp8(spec) ? 1 : 0},
+      {"PRECISE", spec.precise ? 1 : 0},
       {"DYNAMIC_SMEM", smem_bytes(spec)},
   };
 }
 
-// "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2" (readable_name appends the arch).
+// "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2", ".precise" appended when set
+// (readable_name appends the arch).
 std::string readable_stem(const KernelSpec& spec) {
   return "sparse_mla.h" + std::to_string(spec.h_q) + ".topk" + std::to_string(spec.topk) + ".kv_" +
          to_string(spec.kv_dtype) + "." + to_string(spec.tile.kernel) + ".hpc" +
-         std::to_string(spec.tile.heads_per_cta) + ".pw" + std::to_string(spec.tile.producer_warps);
+         std::to_string(spec.tile.heads_per_cta) + ".pw" + std::to_string(spec.tile.producer_warps) + (spec.precise ? ".precise" : "");
 }
 
 unsigned max_dynamic_smem(const KernelSpec& spec) { return smem_bytes(spec); }
@@ -98,7 +100,7 @@ extern const FamilyTraits sparse_mla_traits;
 const FamilyTraits sparse_mla_traits = {
     .family = Family::sparse_mla,
     // not next_n: rows are flattened
-    .used_fields = uses_h_q | uses_kv_dtype | uses_block_tokens | uses_heads_per_cta | uses_kernel_variant,
+    .used_fields = uses_h_q | uses_kv_dtype | uses_block_tokens | uses_heads_per_cta | uses_kernel_variant | uses_precise,
     .name = "sparse_mla",
     .kernel_entry = "nsajit_sparse_mla",
     .template_file = &template_file,

@@ -162,6 +162,19 @@ struct SparseMlaDecodeArgs {
   std::size_t workspace_bytes = 0;
   int num_splits = 0;                 // 0 = automatic (with a workspace), 1 = no split, 2..64 forced
   bool programmatic_launch = true;    // split-KV: launch the combine as a programmatic dependent (PDL)
+  // Precision (nsa-semantics.md "Tolerances"). false (default): P is rounded to bf16 before P.V,
+  // as FlashMLA and FlashAttention-3 do: |out - ref| <= max(3e-3, 2/128 |ref|, 2^-8 sum_j p_j |v_j|)
+  // (the last term scales with V; 2^-8 bounds bf16 P's relative rounding). true: P is carried
+  // as bf16 hi + lo (two P.V products), max(1e-3, 2/128 |ref|); no anchor offers it, and it costs
+  // ~13-19 % of the prefill throughput (docs/notes/sparse_mla.md).
+  bool precise = false;
+  // Attention sink (FlashMLA's attn_sink): optional fp32 [h_q] device array in natural-log units
+  // (the units of lse), 4-byte aligned. Each output row of head h is scaled by
+  // 1 / (1 + exp(attn_sink[h] - lse[row, h])), lse being the row's own (natural log, without the
+  // sink): +inf gives out 0, -inf the plain output. lse and max_logits are not affected; a row
+  // with no valid index keeps out 0, lse +inf. Applied in the kernel's epilogue (the combine's
+  // with split-KV). nullptr: no sink.
+  const float* attn_sink = nullptr;
 };
 void sparse_mla_decode(const SparseMlaDecodeArgs& args, CUstream stream = nullptr);
 // The same kernel for prefill rows (s_q query tokens; next_n must be 1).

@@ -181,6 +181,12 @@ typedef struct nsajit_sparse_mla_args {
   void* workspace;                /* NULL: no split */
   size_t workspace_bytes;
   int32_t num_splits;             /* 0 automatic (with a workspace), 1 no split, 2..64 forced */
+  int32_t precise;                /* 0 (default): P rounded to bf16 before P.V (FlashMLA's precision);
+                                     1: P as bf16 hi + lo, tighter (nsa-semantics.md "Tolerances"), slower */
+  const float* attn_sink;         /* optional fp32 [h_q], natural log (FlashMLA's attn_sink; NULL: none, the
+                                     default): out[row, h] scaled by 1 / (1 + exp(attn_sink[h] - lse[row, h]));
+                                     +inf gives 0, -inf the plain output; lse, max_logits and rows with no
+                                     valid index (out 0) unchanged. 4-byte aligned. */
 } nsajit_sparse_mla_args;
 NSAJIT_API nsajit_sparse_mla_args nsajit_sparse_mla_defaults(void);
 NSAJIT_API nsajit_status nsajit_sparse_mla_decode(const nsajit_sparse_mla_args* args, void* stream);
@@ -247,6 +253,7 @@ typedef struct nsajit_kernel_spec {
   int32_t heads_per_cta;          /* tile: sparse MLA heads per CTA, 0 = default */
   int32_t arch_sm;                /* 0 = current device; e.g. 90 */
   int32_t arch_suffix;            /* 'a' or 0 */
+  int32_t precise;                /* sparse MLA: 0 or 1 (P as bf16 hi + lo); default 0 */
 } nsajit_kernel_spec;
 NSAJIT_API nsajit_kernel_spec nsajit_kernel_spec_defaults(void);
 

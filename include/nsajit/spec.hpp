@@ -76,6 +76,8 @@ struct KernelSpec {
   int next_n = 1;         // sparse_mla_decode, fused topk decode: query tokens per request (MTP), 1..8
   bool fused_transform = false;  // topk: output transformed indices (§2 fused forms) instead of positions
   bool sorted = false;           // topk: output ordered by score descending
+  bool precise = false;          // sparse_mla: P as bf16 hi + lo before P.V (tighter tolerance, slower);
+                                 // false: P rounded to bf16 once, the field's precision (FlashMLA's)
   TileConfig tile{};
   Arch arch{};
   friend bool operator==(const KernelSpec&, const KernelSpec&) = default;
@@ -92,12 +94,12 @@ void validate(const KernelSpec& spec);
 
 // Canonical text form: every field, fixed order, e.g.
 // "family=sparse_mla h_q=16 topk=2048 page_size=1 mode=decode kv_dtype=bf16 next_n=1
-//  fused_transform=0 sorted=0 threads=320 block_tokens=64 heads_per_cta=16 kernel=mma_sync
+//  fused_transform=0 sorted=0 precise=0 threads=320 block_tokens=64 heads_per_cta=16 kernel=mma_sync
 //  producer_warps=2 arch=sm_90a".
 std::string canonical_text(const KernelSpec& spec);
 
 // Stable readable name with only the fields the family uses, e.g.
-// "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_90a",
+// "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_90a" (".precise" before the arch when set),
 // "index_transform.decode.ps64.topk2048.sm_90a".
 std::string readable_name(const KernelSpec& spec);
 

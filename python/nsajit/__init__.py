@@ -193,7 +193,7 @@ def _kv_fields(args, kv, device, page_size=None):
 
 
 def sparse_mla(q, kv, indices, sm_scale, *, topk_length=None, next_n=1, num_splits=1, prefill=False,
-               return_max_logits=False, out=None, lse=None):
+               return_max_logits=False, out=None, lse=None, precise=False, attn_sink=None):
     """Sparse MLA attention over the top-k KV tokens of each query row (FlashMLA semantics).
 
     q: bf16 [rows, h_q, 576] contiguous (h_q 8, 16, 32, 64 or 128); kv: bf16 [num_slots, 576]
@@ -204,6 +204,11 @@ def sparse_mla(q, kv, indices, sm_scale, *, topk_length=None, next_n=1, num_spli
     allocated from torch's caching allocator), 2..64 forced. Returns (out bf16 [rows, h_q, 512],
     lse fp32 [rows, h_q] natural log) and max_logits fp32 [rows, h_q] when return_max_logits.
     A row with no valid index gives out 0, lse +inf, max_logits -inf.
+    precise: False (default) rounds P to bf16 before P.V, as FlashMLA does; True carries P as bf16
+    hi + lo (tighter tolerance, nsa-semantics.md "Tolerances"; slower).
+    attn_sink: optional fp32 [h_q] (FlashMLA's attn_sink, natural log): out of head h is scaled by
+    1 / (1 + exp(attn_sink[h] - lse)) in the kernel (+inf gives 0, -inf the plain output); lse,
+    max_logits and rows with no valid index are unchanged.
     """
     t = torch()
     tensor(q, "q", t.bfloat16, ndim=3, contiguous=True)
@@ -217,6 +222,7 @@ def sparse_mla(q, kv, indices, sm_scale, *, topk_length=None, next_n=1, num_spli
                          "(one index row per query row)")
     k = indices.shape[1]
     tensor(topk_length, "topk_length", t.int32, shape=(rows,), device=device, contiguous=True, optional=True)
+    tensor(attn_sink, "attn_sink", t.float32, shape=(h_q,), device=device, contiguous=True, optional=True)
     if out is None:
         out = t.empty((rows, h_q, 512), dtype=t.bfloat16, device=device)
     tensor(out, "out", t.bfloat16, shape=(rows, h_q, 512), device=device, contiguous=True)
@@ -231,7 +237,8 @@ def sparse_mla(q, kv, indices, sm_scale, *, topk_length=None, next_n=1, num_spli
     args = _lib.SparseMlaArgs(q=ptr(q), indices=ptr(indices), topk_length=ptr(topk_length), out=ptr(out),
                               lse=ptr(lse), max_logits=ptr(max_logits), rows=_int32(rows, "q.shape[0]", 0),
                               next_n=_int32(next_n, "next_n", 1, 8), h_q=_int32(h_q, "h_q", 0),
-                              topk=_int32(k, "topk", 0), sm_scale=scale, page_size=1, kv_row_stride=576)
+                              topk=_int32(k, "topk", 0), sm_scale=scale, page_size=1, kv_row_stride=576,
+                              precise=1 if precise else 0, attn_sink=ptr(attn_sink))
     _kv_fields(args, kv, device)
     splits = _int32(num_splits, "num_splits", 0, 64)
     args.num_splits = splits
@@ -325,7 +332,7 @@ def fp8_kv_gather(cache, slots, *, out=None):
 
 
 def _spec(family, h_q=0, topk=2048, page_size=1, mode="decode", kv_dtype="bf16", next_n=1, fused_transform=False,
-          sorted=False, threads=0, block_tokens=0, heads_per_cta=0, arch=None):
+          sorted=False, threads=0, block_tokens=0, heads_per_cta=0, arch=None, precise=False):
     if family not in _lib.FAMILIES:
         raise ValueError(f"nsajit: argument family = {family!r}: expected one of {', '.join(_lib.FAMILIES)}")
     if kv_dtype not in ("bf16", "fp8"):
@@ -336,7 +343,7 @@ def _spec(family, h_q=0, topk=2048, page_size=1, mode="decode", kv_dtype="bf16",
                         next_n=_int32(next_n, "next_n"), fused_transform=1 if fused_transform else 0,
                         sorted=1 if sorted else 0, threads=_int32(threads, "threads"),
                         block_tokens=_int32(block_tokens, "block_tokens"),
-                        heads_per_cta=_int32(heads_per_cta, "heads_per_cta"))
+                        heads_per_cta=_int32(heads_per_cta, "heads_per_cta"), precise=1 if precise else 0)
     if arch is not None:
         text = str(arch).removeprefix("sm_")
         suffix = text[-1] if text and text[-1].isalpha() else ""
@@ -357,7 +364,7 @@ def precompile(family, **spec):
     """Puts one kernel's cubin into the disk cache (nsajit::precompile). family: 'topk',
     'index_transform', 'sparse_mla_decode', 'sparse_mla_combine', 'fp8_kv_quantize',
     'fp8_kv_gather'; keyword fields as in nsajit/spec.hpp (h_q, topk, page_size, mode, kv_dtype
-    'bf16' / 'fp8', next_n, fused_transform, sorted, threads, block_tokens, heads_per_cta) and
+    'bf16' / 'fp8', next_n, fused_transform, sorted, threads, block_tokens, heads_per_cta, precise) and
     arch ('sm_90a'; None = the current device). Returns a KernelRecord."""
     s = _spec(family, **spec)
     r = _lib.KernelRecord()

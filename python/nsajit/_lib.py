@@ -156,6 +156,8 @@ class SparseMlaArgs(_Struct):
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_size_t),
         ("num_splits", ctypes.c_int32),
+        ("precise", ctypes.c_int32),
+        ("attn_sink", ctypes.c_void_p),
     ]
 
 
@@ -205,6 +207,7 @@ class KernelSpec(_Struct):
         ("heads_per_cta", ctypes.c_int32),
         ("arch_sm", ctypes.c_int32),
         ("arch_suffix", ctypes.c_int32),
+        ("precise", ctypes.c_int32),
     ]
 
 

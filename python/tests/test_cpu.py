@@ -96,6 +96,8 @@ def test_errors_map_to_python_exceptions():
 
 def test_names_sources_records():
     assert nsajit.kernel_name("sparse_mla_decode", h_q=16, kv_dtype="fp8", arch="sm_90a").startswith("sparse_mla.h16")
+    assert "precise" not in nsajit.kernel_name("sparse_mla_decode", h_q=128, arch="sm_90a")
+    assert nsajit.kernel_name("sparse_mla_decode", h_q=128, arch="sm_90a", precise=True).endswith(".precise.sm_90a")
     src = nsajit.generate_source("index_transform", topk=2048, page_size=64, arch="sm_90a")
     assert len(src) > 1000
     assert isinstance(nsajit.jit_records(), list)

@@ -271,6 +271,21 @@ def close(got, want, atol, rtol, name):
     torch.testing.assert_close(got.float(), want, atol=atol, rtol=rtol, msg=lambda m: f"{name}: {m}")
 
 
+def sink_reference(out, lse, sink):
+    """FlashMLA's sink on a reference [rows, h_q, 512]: out / (1 + exp(sink - lse)); rows with no
+    valid index (lse +inf) stay 0."""
+    factor = torch.sigmoid(lse - sink[None, :])
+    factor = torch.where(torch.isinf(lse) & (lse > 0), torch.ones_like(factor), factor)
+    return out * factor[..., None]
+
+
+def random_sinks(g, h_q, around):
+    """fp32 [h_q] sinks around the rows' lse (the factor anywhere in (0, 1)); head 0 +inf, head 1 -inf."""
+    sink = around + 3 * torch.randn(h_q, generator=g, device="cuda")
+    sink[0], sink[1] = float("inf"), float("-inf")
+    return sink
+
+
 @pytest.mark.parametrize("h_q", [64])
 def test_flash_mla_sparse_fwd_flashmla_inputs(h_q):
     g = gen(7)
@@ -291,14 +306,21 @@ def test_flash_mla_sparse_fwd_flashmla_inputs(h_q):
     close(lse, rl, 1e-4, 1e-4, "lse")
     close(max_logits, rm, 1e-4, 1e-4, "max_logits")
     assert torch.isinf(lse[0]).all() and (lse[0] > 0).all() and (out[0] == 0).all()
-    # topk_length and attn_sink.
+    # topk_length and attn_sink (applied in the kernel): +inf gives 0, -inf the plain output, lse
+    # and max_logits as without a sink, an empty row stays 0.
     tl = torch.randint(0, topk + 1, (s_q,), generator=g, device="cuda", dtype=torch.int32)
-    sink = torch.randn(h_q, generator=g, device="cuda")
-    out2, _, lse2 = flash_mla.flash_mla_sparse_fwd(q, kv, idx.unsqueeze(1), sm_scale, attn_sink=sink, topk_length=tl)
+    tl[3] = 0
+    sink = random_sinks(g, h_q, math.log(topk / 2))
+    out2, ml2, lse2 = flash_mla.flash_mla_sparse_fwd(q, kv, idx.unsqueeze(1), sm_scale, attn_sink=sink, topk_length=tl)
+    out3, ml3, lse3 = flash_mla.flash_mla_sparse_fwd(q, kv, idx.unsqueeze(1), sm_scale, topk_length=tl)
     ro2, rl2, _ = ref_attention(q, kv[:, 0, :], idx, sm_scale, tl)
-    ro2 = ro2 * torch.sigmoid(rl2 - sink[None, :])[..., None]
-    close(out2, ro2, 2e-3, 2 / 128, "out (topk_length, attn_sink)")
+    close(out2, sink_reference(ro2, rl2, sink), 2e-3, 2 / 128, "out (topk_length, attn_sink)")
     close(lse2, rl2, 1e-4, 1e-4, "lse (topk_length)")
+    assert torch.equal(lse2, lse3) and torch.equal(ml2, ml3), "the sink changed lse / max_logits"
+    assert (out2[:, 0] == 0).all() and torch.equal(out2[:, 1], out3[:, 1])
+    assert (out2[3] == 0).all() and (out2[0] == 0).all()
+    with pytest.raises(ValueError, match="attn_sink"):
+        flash_mla.flash_mla_sparse_fwd(q, kv, idx.unsqueeze(1), sm_scale, attn_sink=sink[:-1])
     with pytest.raises(NotImplementedError, match="d_qk"):
         flash_mla.flash_mla_sparse_fwd(q_big[:, :, :512], kv_big[:, :, :512], idx.unsqueeze(1), sm_scale)
 
@@ -346,6 +368,13 @@ def test_flash_mla_with_kvcache_fp8_sparse_decode(metadata):
     close(out.view(rows, h_q, 512), ro, 2e-3, 2 / 128, "out")
     close(lse.transpose(1, 2).reshape(rows, h_q), rl, 1e-4, 1e-4, "lse")
     assert torch.isinf(lse[0, :, 1]).all()
+    # attn_sink in the kernel's epilogue (metadata: in the split-KV combine).
+    sink = random_sinks(g, h_q, math.log(topk / 2))
+    out_s, lse_s = flash_mla.flash_mla_with_kvcache(q, k_cache, None, None, 512, meta, splits, sm_scale,
+                                                    is_fp8_kvcache=True, indices=idx.view(b, s_q, topk), attn_sink=sink)
+    close(out_s.view(rows, h_q, 512), sink_reference(ro, rl, sink), 2e-3, 2 / 128, "out (attn_sink)")
+    assert torch.equal(lse_s, lse), "the sink changed lse"
+    assert (out_s[:, :, 0] == 0).all() and torch.equal(out_s[:, :, 1], out[:, :, 1])
     with pytest.raises(NotImplementedError, match="extra_k_cache"):
         flash_mla.flash_mla_with_kvcache(q, k_cache, None, None, 512, meta, splits, sm_scale, is_fp8_kvcache=True,
                                          indices=idx.view(b, s_q, topk), extra_k_cache=k_cache)

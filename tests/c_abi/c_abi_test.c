@@ -3,6 +3,7 @@
  * what was expected; nothing crashes. Built with -std=c99 -Wall -Wextra -Werror -pedantic. */
 #include "nsajit/nsajit.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -137,6 +138,10 @@ int main(void) {
   m.h_q = 12;
   EXPECT(nsajit_sparse_mla_decode(&m, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "argument h_q = 12", "8, 16", NULL);
   m.h_q = 16;
+  CHECK(m.precise == 0);
+  m.precise = 2;
+  EXPECT(nsajit_sparse_mla_decode(&m, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "argument precise = 2", "0 or 1", NULL);
+  m.precise = 0;
   m.kv_dtype = 5;
   EXPECT(nsajit_sparse_mla_decode(&m, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "argument kv_dtype = 5", NULL, NULL);
   m.kv_dtype = NSAJIT_KV_BF16;
@@ -149,6 +154,19 @@ int main(void) {
   EXPECT(nsajit_sparse_mla_decode(&m, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "argument q = 0x10008",
          "16-byte aligned", NULL);
   m.q = FAKE(const void*, 0);
+  /* attn_sink: NULL by default; checked for alignment; an older caller's struct (without the field)
+   * reads NULL: the next check (workspace's alignment) answers instead. */
+  CHECK(m.attn_sink == NULL);
+  m.attn_sink = FAKE(const float*, 2);
+  m.workspace = FAKE(void*, 8);
+  EXPECT(nsajit_sparse_mla_decode(&m, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "argument attn_sink = 0x10002",
+         "4-byte aligned", NULL);
+  m.struct_size = offsetof(nsajit_sparse_mla_args, attn_sink);
+  EXPECT(nsajit_sparse_mla_decode(&m, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "argument workspace = 0x10008",
+         "16-byte aligned", NULL);
+  m.struct_size = sizeof m;
+  m.attn_sink = NULL;
+  m.workspace = NULL;
   m.workspace_bytes = 64;
   EXPECT(nsajit_sparse_mla_decode(&m, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "argument workspace_bytes = 64",
          "workspace is null", NULL);
@@ -213,6 +231,27 @@ int main(void) {
   EXPECT(nsajit_kernel_name(&spec, NULL, 16, &needed), NSAJIT_ERROR_INVALID_ARGUMENT, "buffer", NULL, NULL);
   EXPECT(nsajit_generate_source(&spec, text, sizeof text, &needed), NSAJIT_OK, NULL, NULL, NULL);
   CHECK(strlen(text) + 1 == needed && strlen(text) > 1000);
+  /* precise: named when set; 0 or 1; an older caller's struct (without the field) reads 0. */
+  spec = nsajit_kernel_spec_defaults();
+  spec.arch_sm = 90;
+  spec.arch_suffix = 'a';
+  spec.family = NSAJIT_FAMILY_SPARSE_MLA_DECODE;
+  spec.h_q = 128;
+  spec.kv_dtype = NSAJIT_KV_FP8_E4M3;
+  CHECK(spec.precise == 0);
+  spec.precise = 1;
+  EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_OK, NULL, NULL, NULL);
+  CHECK(strstr(text, ".precise.sm_90a") != NULL);
+  spec.struct_size = offsetof(nsajit_kernel_spec, precise);
+  EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_OK, NULL, NULL, NULL);
+  CHECK(strstr(text, "precise") == NULL && strstr(text, "sparse_mla.h128") == text);
+  spec.struct_size = offsetof(nsajit_kernel_spec, precise) - 4;
+  EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_ERROR_INVALID_ARGUMENT, "spec->struct_size",
+         "expected >=", NULL);
+  spec.struct_size = sizeof spec;
+  spec.precise = 2;
+  EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_ERROR_INVALID_ARGUMENT, "spec->precise = 2",
+         "0 or 1", NULL);
   spec.family = 9;
   EXPECT(nsajit_precompile(&spec, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "spec->family = 9", NULL, NULL);
   spec = nsajit_kernel_spec_defaults();

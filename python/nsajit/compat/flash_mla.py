@@ -10,8 +10,9 @@ NotImplementedError naming the argument): d_qk other than 576, d_v / head_dim_v 
 h_kv > 1, causal=True, dense decode (indices=None), extra_k_cache / extra_indices_in_kvcache /
 extra_topk_length. Non-contiguous q / indices / topk_length are copied to contiguous tensors; the KV
 cache is read in place with its own strides (FlashMLA's padded page stride included) when its rows
-are 16-byte aligned, else copied. attn_sink is applied to out in fp32 after the kernel
-(out * 1 / (1 + exp(attn_sink - lse))), lse unchanged, as FlashMLA defines it.
+are 16-byte aligned, else copied. attn_sink (fp32 [h_q], natural log) is applied in the kernel's
+epilogue as FlashMLA defines it: out * 1 / (1 + exp(attn_sink - lse)), lse unchanged; a row with
+no valid index keeps out 0.
 
 get_mla_metadata: called with no arguments (FlashMLA HEAD) it returns (FlashMLASchedMeta(), None);
 called with the first release's arguments it returns (tile_scheduler_metadata int32
@@ -40,16 +41,13 @@ def _aligned(x):
     return x.data_ptr() % 16 == 0
 
 
-def _apply_sink(out, lse, attn_sink, h_axis):
-    """out *= 1 / (1 + exp(attn_sink[h] - lse)) in fp32 (FlashMLA's sink; lse unchanged)."""
+def _sink(attn_sink, h_q, device):
+    """attn_sink checked (fp32 [h_q] on the device) and made contiguous, or None."""
+    if attn_sink is None:
+        return None
     t = _torch()
-    _tensor(attn_sink, "attn_sink", t.float32, ndim=1, device=out.device)
-    if attn_sink.shape[0] != out.shape[h_axis]:
-        raise ValueError(f"nsajit: argument attn_sink has shape {list(attn_sink.shape)}: expected [{out.shape[h_axis]}] (h_q)")
-    shape = [1] * (out.dim() - 1)
-    shape[h_axis] = -1
-    factor = t.sigmoid(lse - attn_sink.view(shape))  # 1 / (1 + exp(sink - lse)); lse +inf -> 1
-    return (out.float() * factor.unsqueeze(-1)).to(out.dtype)
+    _tensor(attn_sink, "attn_sink", t.float32, shape=(h_q,), device=device)
+    return attn_sink.contiguous()
 
 
 def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None):
@@ -81,9 +79,8 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk
         _tensor(topk_length, "topk_length", t.int32, shape=(s_q,), device=q.device)
         topk_length = topk_length.contiguous()
     out, lse, max_logits = _sparse_mla(q.contiguous(), kv2, indices.reshape(s_q, -1).contiguous(), sm_scale,
-                                       topk_length=topk_length, prefill=True, return_max_logits=True)
-    if attn_sink is not None:
-        out = _apply_sink(out, lse, attn_sink, 1)
+                                       topk_length=topk_length, prefill=True, return_max_logits=True,
+                                       attn_sink=_sink(attn_sink, h_q, q.device))
     return out, max_logits, lse
 
 
@@ -173,7 +170,6 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
     scale = d_qk ** -0.5 if softmax_scale is None else softmax_scale
     out, lse = _sparse_mla(q.reshape(rows, h_q, d_qk).contiguous(), kv, indices.reshape(rows, -1).contiguous(), scale,
                            topk_length=topk_length, next_n=s_q if s_q <= 8 else 1,
-                           num_splits=0 if tile_scheduler_metadata is not None else 1)
-    if attn_sink is not None:
-        out = _apply_sink(out, lse, attn_sink, 1)
+                           num_splits=0 if tile_scheduler_metadata is not None else 1,
+                           attn_sink=_sink(attn_sink, h_q, q.device))
     return out.view(b, s_q, h_q, 512), lse.view(b, s_q, h_q).transpose(1, 2)
