@@ -103,6 +103,7 @@ TEST_CASE("tune config: a valid config expands its bucket groups; bad input name
   const std::vector<Bad> bad = {
       {"/topk/search/tile_size", {1}, {"t.json", "topk.search.tile_size", "unknown field"}},
       {"/topk/search/threads", {300}, {"t.json", "topk.search.threads[0]", "300", "256, 512, 1024"}},
+      {"/topk/search/threads", {4294967552LL}, {"topk.search.threads[0]", "4294967552"}},  // 256 mod 2^32
       {"/sparse_mla/search/kernel", {"tensor"}, {"t.json", "sparse_mla.search.kernel[0]", "mma_sync"}},
       {"/sparse_mla/search/num_splits", {65}, {"sparse_mla.search.num_splits[0]", "[1, 64]"}},
       {"/topk/search/speculate", nlohmann::json::array(), {"topk.search.speculate", "non-empty list"}},

@@ -20,25 +20,23 @@ using tuning::bad_field;
 struct Field {
   const char* name;
   std::vector<int> values;  // accepted integers besides "auto"
+  int unset;                // the value that leaves the plan's choice ("auto")
   int TopkPlanConstraints::* member = nullptr;
   bool TopkPlanConstraints::* flag = nullptr;  // force_streaming
 };
 
 const std::vector<Field>& fields() {
   static const std::vector<Field> f = {
-      {"ctas_per_row", {1, 2, 4, 8, 16}, &TopkPlanConstraints::ctas_per_row},
-      {"threads", {256, 512, 1024}, &TopkPlanConstraints::threads},
-      {"speculate", {0, 1}, &TopkPlanConstraints::speculate},
-      {"dense_registers", {0, 1}, &TopkPlanConstraints::dense_registers},
-      {"prefetch_row", {0, 1}, &TopkPlanConstraints::prefetch_row},
-      {"prefetch_slice", {0, 1}, &TopkPlanConstraints::prefetch_slice},
-      {"force_streaming", {0, 1}, nullptr, &TopkPlanConstraints::force_streaming},
+      {"ctas_per_row", {1, 2, 4, 8, 16}, 0, &TopkPlanConstraints::ctas_per_row},
+      {"threads", {256, 512, 1024}, 0, &TopkPlanConstraints::threads},
+      {"speculate", {0, 1}, -1, &TopkPlanConstraints::speculate},
+      {"dense_registers", {0, 1}, -1, &TopkPlanConstraints::dense_registers},
+      {"prefetch_row", {0, 1}, -1, &TopkPlanConstraints::prefetch_row},
+      {"prefetch_slice", {0, 1}, -1, &TopkPlanConstraints::prefetch_slice},
+      {"force_streaming", {0, 1}, 0, nullptr, &TopkPlanConstraints::force_streaming},
   };
   return f;
 }
-
-// The value an unconstrained field holds.
-int unconstrained(const Field& f) { return f.name == std::string("ctas_per_row") || f.name == std::string("threads") ? 0 : -1; }
 
 }  // namespace
 
@@ -60,11 +58,12 @@ void set_topk_choice_field(TopkPlanConstraints& c, const std::string& field, con
     const std::string expected = fmt::format("\"auto\" or one of {}", fmt::join(f.values, ", "));
     int v = 0;
     if (value.is_string() && value.get<std::string>() == "auto") {
-      v = f.flag ? 0 : unconstrained(f);
+      v = f.unset;
     } else {
       if (!value.is_number_integer()) bad_field(where, value, expected);
-      v = value.get<int>();
-      if (std::find(f.values.begin(), f.values.end(), v) == f.values.end()) bad_field(where, value, expected);
+      const long long given = value.get<long long>();
+      if (std::find(f.values.begin(), f.values.end(), given) == f.values.end()) bad_field(where, value, expected);
+      v = int(given);
     }
     if (f.flag) c.*f.flag = v == 1;
     else c.*f.member = v;
@@ -79,7 +78,7 @@ nlohmann::json topk_choice_json(const TopkPlanConstraints& c) {
   for (const Field& f : fields()) {
     if (f.flag) {
       if (c.*f.flag) j[f.name] = 1;
-    } else if (c.*f.member != unconstrained(f)) {
+    } else if (c.*f.member != f.unset) {
       j[f.name] = c.*f.member;
     }
   }
