@@ -115,6 +115,10 @@ TEST_CASE("tune config: a valid config expands its bucket groups; bad input name
       {"/sparse_mla/buckets/0/tune_rows", {2}, {"sparse_mla.buckets[0].tune_rows", "one value per rows range"}},
       {"/sparse_mla/buckets/0/tune_rows", {9, 64}, {"tune_rows[0]", "inside its rows range"}},
       {"/schema", 2, {"t.json: schema", "expected 1"}},
+      {"/sparse_mla/buckets/0/name", 5, {"sparse_mla.buckets[0].name", "a string"}},
+      {"/sparse_mla/buckets/0/kv_dtype", nlohmann::json::array(), {"sparse_mla.buckets[0]", "kv_dtype"}},
+      {"/iters", 0, {"t.json: iters = 0"}},
+      {"/sparse_mla/buckets/0/rows", nlohmann::json::array(), {"sparse_mla.buckets[0].rows"}},
       {"/gpu", "H200", {"t.json.gpu", "unknown field"}},
   };
   for (const Bad& b : bad) {

@@ -100,10 +100,13 @@ std::vector<SparseMlaTuneBucket> parse_sparse_mla_tune_group(const nlohmann::jso
   const nlohmann::json& r = j["rows"];
   const bool many = r.is_array() && !r.empty() && r[0].is_array();
   const nlohmann::json rows = many ? r : nlohmann::json::array({r});
+  if (r.is_array() && r.empty()) bad_field(where + ".rows", r, "a range or a non-empty list of ranges");
   const nlohmann::json tune_rows = list(j["tune_rows"]);
   if (tune_rows.size() != rows.size())
     bad_field(where + ".tune_rows", j["tune_rows"], fmt::format("one value per rows range ({})", rows.size()));
   if (h_qs.empty()) bad_field(where + ".h_q", j["h_q"], "a non-empty list");
+  if (kvs.empty()) bad_field(where + ".kv_dtype", j["kv_dtype"], "\"bf16\", \"fp8\" or a non-empty list of them");
+  if (j.contains("name") && !j["name"].is_string()) bad_field(where + ".name", j["name"], "a string");
   SearchSpace search;
   if (j.contains("search"))
     search = parse_search(j["search"], where + ".search", tuning::sparse_mla_choice_fields(),
