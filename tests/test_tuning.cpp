@@ -118,6 +118,10 @@ TEST_CASE("tune config: a valid config expands its bucket groups; bad input name
       {"/sparse_mla/buckets/0/name", 5, {"sparse_mla.buckets[0].name", "a string"}},
       {"/sparse_mla/buckets/0/kv_dtype", nlohmann::json::array(), {"sparse_mla.buckets[0]", "kv_dtype"}},
       {"/iters", 0, {"t.json: iters = 0"}},
+      {"/topk/buckets/0",
+       {{"rows", {1, 1000}}, {"width", {1, 1 << 22}}, {"topk", 2048}, {"tune", {{"rows", 1000}, {"width", 1 << 22}}}},
+       {"topk.buckets[0].tune", "rows x width <= 1073741824"}},
+      {"/sparse_mla/buckets/0/tune_rows", {2, 100000}, {"tune_rows[1]", "rows x h_q <= 1048576"}},
       {"/sparse_mla/buckets/0/rows", nlohmann::json::array(), {"sparse_mla.buckets[0].rows"}},
       {"/gpu", "H200", {"t.json.gpu", "unknown field"}},
   };

@@ -16,6 +16,10 @@ namespace {
 
 using tuning::bad_field;
 
+// Bounds on the inputs a bucket is timed on: 4 GiB of top-k scores, 1.2 GB of sparse MLA queries.
+constexpr long long kMaxTopkScores = 1LL << 30;
+constexpr long long kMaxMlaQueryHeads = 1LL << 20;
+
 int positive_int(const nlohmann::json& v, const std::string& where, int max = 1 << 30) {
   if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > max)
     bad_field(where, v, fmt::format("an integer in [1, {}]", max));
@@ -78,6 +82,8 @@ TopkTuneBucket parse_topk_tune_bucket(const nlohmann::json& j, const std::string
   b.width = positive_int(t["width"], where + ".tune.width", detail::kMaxTopkWidth);
   b.len_lo = t.contains("len_lo") ? positive_int(t["len_lo"], where + ".tune.len_lo", b.width) : b.width;
   if (!b.bucket.rows.contains(b.rows)) bad_field(where + ".tune.rows", t["rows"], "a value inside the bucket's rows range");
+  if ((long long)b.rows * b.width > kMaxTopkScores)
+    bad_field(where + ".tune", t, fmt::format("rows x width <= {} scores (the timed input is held in memory)", kMaxTopkScores));
   if (!b.bucket.width.contains(b.width))
     bad_field(where + ".tune.width", t["width"], "a value inside the bucket's width range");
   if (j.contains("search"))
@@ -130,6 +136,9 @@ std::vector<SparseMlaTuneBucket> parse_sparse_mla_tune_group(const nlohmann::jso
         t.rows = positive_int(tune_rows[ri], fmt::format("{}.tune_rows[{}]", where, ri), 1 << 20);
         if (!t.bucket.rows.contains(t.rows))
           bad_field(fmt::format("{}.tune_rows[{}]", where, ri), tune_rows[ri], "a value inside its rows range");
+        if ((long long)t.rows * t.bucket.h_q > kMaxMlaQueryHeads)
+          bad_field(fmt::format("{}.tune_rows[{}]", where, ri), tune_rows[ri],
+                    fmt::format("rows x h_q <= {} (the timed queries are held in memory)", kMaxMlaQueryHeads));
         t.bucket.name = fmt::format("{}h{} {} rows {}", j.contains("name") ? j["name"].get<std::string>() + " " : "",
                                     t.bucket.h_q, kvs[ki].is_null() ? "any KV" : kvs[ki].get<std::string>(),
                                     rows[ri].dump());
