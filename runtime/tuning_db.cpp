@@ -193,7 +193,8 @@ const TuningDb* resolve(State& s) {
   // A file is read and parsed first, so a malformed one is reported even where no device is.
   std::unique_ptr<TuningDb> file_db;
   const std::string origin = fmt::format("{} ({})", path, how);
-  auto ignore = [&](const std::string& why) -> const TuningDb* {
+  auto ignore = [&](std::string why) -> const TuningDb* {
+    if (why.starts_with(path + ": ")) why = why.substr(path.size() + 2);  // parse errors name the file already
     s.in_use = fmt::format("none ({}: {})", origin, why);
     report(fmt::format("tuning database {}: {}: ignored, the heuristics decide", origin, why));
     return nullptr;

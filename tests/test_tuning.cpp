@@ -393,7 +393,7 @@ TEST_CASE("NSAJIT_TUNING_DB: a truncated or other-schema database is reported on
   CAPTURE(r.output);
   CHECK(r.code == 0);
   CHECK(count_of(r.output, "nsajit: tuning database") == 1);
-  CHECK(contains(r.output, "trunc.json: not a complete JSON document"));
+  CHECK(contains(r.output, "trunc.json (NSAJIT_TUNING_DB): not a complete JSON document"));
   CHECK(contains(r.output, "tuning database: none ("));
   nlohmann::json other = j;
   other["schema"] = 7;
