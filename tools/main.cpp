@@ -22,7 +22,7 @@ using namespace nsajit::tools;
 
 const char* const kFooter =
     "Exit codes: 0 ok; 1 a check, kernel, compile or cache write failed; 2 bad usage or input (flags, config "
-    "file, arch); 3 no GPU where one is required (bench, run --require-gpu).\n"
+    "file, arch); 3 no GPU where one is required (bench, autotune, run --require-gpu).\n"
     "Environment: NSAJIT_CACHE_DIR (cache directory), NSAJIT_CACHE_LOCK_TIMEOUT (seconds, default 120), "
     "NSAJIT_PDL (0 or 1), NSAJIT_TUNING_DB (tuning database file or none); see the README.";
 
