@@ -72,12 +72,15 @@ def main():
 
 @family("topk")
 def topk_baseline(case):
-    """torch.topk(k, sorted=False) over [rows, width] fp32 scores whose positions >= len were set to
+    """torch.topk(k, sorted=False) over [rows, width] fp32 or bf16 scores whose positions >= len were set to
     -inf by the bench (so the selection stays inside each row's length); fused cases add the
     page-table gather of a real page table: slot = page_table[r, idx // P] * P + idx % P."""
     p = case["params"]
     rows, width, k = p["rows"], p["width"], p["topk"]
-    scores = load(case["input"], "scores.f32", torch.float32, (rows, width))
+    if p.get("score_dtype") == "bf16":
+        scores = load(case["input"], "scores.bf16", torch.bfloat16, (rows, width))
+    else:
+        scores = load(case["input"], "scores.f32", torch.float32, (rows, width))
     if p.get("fused"):
         ps, pages = p["page_size"], p["pages"]
         table = load(case["input"], "page_table.i32", torch.int32, (rows, pages))

@@ -106,6 +106,12 @@ nsajit::KvDtype kv_dtype_of(const char* function, std::int32_t v) {
   return static_cast<nsajit::KvDtype>(v);
 }
 
+nsajit::ScoreDtype score_dtype_of(const char* function, const char* argument, std::int32_t v) {
+  if (v != NSAJIT_SCORES_FP32 && v != NSAJIT_SCORES_BF16)
+    bad(function, argument, v, "NSAJIT_SCORES_FP32 (0) or NSAJIT_SCORES_BF16 (1)");
+  return static_cast<nsajit::ScoreDtype>(v);
+}
+
 CUstream stream_of(void* stream) { return static_cast<CUstream>(stream); }
 
 nsajit::KernelSpec spec_of(const nsajit_kernel_spec* in, const char* function) {
@@ -124,6 +130,7 @@ nsajit::KernelSpec spec_of(const nsajit_kernel_spec* in, const char* function) {
   spec.fused_transform = flag(function, "spec->fused_transform", s.fused_transform);
   spec.sorted = flag(function, "spec->sorted", s.sorted);
   spec.precise = flag(function, "spec->precise", s.precise);
+  spec.score_dtype = score_dtype_of(function, "spec->score_dtype", s.score_dtype);
   spec.tile.threads = s.threads;
   spec.tile.block_tokens = s.block_tokens;
   spec.tile.heads_per_cta = s.heads_per_cta;
@@ -267,10 +274,12 @@ nsajit_topk_args nsajit_topk_defaults(void) {
 nsajit_status nsajit_topk(const nsajit_topk_args* args, void* stream) {
   return guarded([&] {
     constexpr const char* fn = "nsajit_topk";
-    const nsajit_topk_args a = read_struct(args, fn, "args");
+    const nsajit_topk_args a =
+        read_struct(args, fn, "args", offsetof(nsajit_topk_args, score_dtype), nsajit_topk_defaults());
     nsajit::TopkArgs c;
     c.scores = a.scores;
     c.score_row_stride = a.score_row_stride;
+    c.score_dtype = score_dtype_of(fn, "score_dtype", a.score_dtype);
     c.lengths = a.lengths;
     c.row_starts = a.row_starts;
     c.out = a.out;

@@ -31,6 +31,7 @@ enum SpecField : unsigned {
   uses_sorted = 1u << 8,
   uses_kernel_variant = 1u << 9,  // tile.kernel and tile.producer_warps
   uses_precise = 1u << 10,
+  uses_score_dtype = 1u << 11,
 };
 
 struct FamilyTraits {

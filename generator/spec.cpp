@@ -30,6 +30,14 @@ std::string to_string(KvDtype d) {
   return fmt::format("KvDtype({})", int(d));
 }
 
+std::string to_string(ScoreDtype d) {
+  switch (d) {
+    case ScoreDtype::fp32: return "fp32";
+    case ScoreDtype::bf16: return "bf16";
+  }
+  return fmt::format("ScoreDtype({})", int(d));
+}
+
 std::string to_string(MlaKernel k) {
   switch (k) {
     case MlaKernel::automatic: return "automatic";
@@ -89,6 +97,9 @@ void validate(const KernelSpec& spec) {
   unused(uses_fused_transform, "fused_transform", spec.fused_transform, defaults.fused_transform);
   unused(uses_sorted, "sorted", spec.sorted, defaults.sorted);
   unused(uses_precise, "precise", spec.precise, defaults.precise);
+  unused(uses_score_dtype, "score_dtype", int(spec.score_dtype), int(defaults.score_dtype));
+  if (spec.score_dtype != ScoreDtype::fp32 && spec.score_dtype != ScoreDtype::bf16)
+    throw_bad_field(spec, "score_dtype", int(spec.score_dtype), "fp32 (0) or bf16 (1)");
   if (spec.tile.threads <= 0 || spec.tile.threads > 1024 || spec.tile.threads % 32 != 0)
     throw_bad_field(spec, "threads", spec.tile.threads, "a multiple of 32 in [32, 1024]");
   if (spec.arch.sm < 90 || spec.arch.sm > 199)
@@ -103,10 +114,10 @@ void validate(const KernelSpec& spec) {
 std::string canonical_text(const KernelSpec& s) {
   return fmt::format(
       "family={} h_q={} topk={} page_size={} mode={} kv_dtype={} next_n={} fused_transform={} sorted={} "
-      "precise={} threads={} block_tokens={} heads_per_cta={} kernel={} producer_warps={} arch={}",
+      "precise={} score_dtype={} threads={} block_tokens={} heads_per_cta={} kernel={} producer_warps={} arch={}",
       to_string(s.family), s.h_q, s.topk, s.page_size, to_string(s.mode), to_string(s.kv_dtype),
-      s.next_n, int(s.fused_transform), int(s.sorted), int(s.precise), s.tile.threads, s.tile.block_tokens,
-      s.tile.heads_per_cta, to_string(s.tile.kernel), s.tile.producer_warps, to_string(s.arch));
+      s.next_n, int(s.fused_transform), int(s.sorted), int(s.precise), to_string(s.score_dtype), s.tile.threads,
+      s.tile.block_tokens, s.tile.heads_per_cta, to_string(s.tile.kernel), s.tile.producer_warps, to_string(s.arch));
 }
 
 std::string readable_name(const KernelSpec& spec) {
@@ -144,6 +155,7 @@ std::size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
   mix(s.fused_transform);
   mix(s.sorted);
   mix(s.precise);
+  mix(int(s.score_dtype));
   mix(s.tile.threads);
   mix(s.tile.block_tokens);
   mix(s.tile.heads_per_cta);

@@ -49,7 +49,7 @@ constexpr unsigned kTopkMaxDynamicSmem = 215040;
 #endif
 
 struct TopkParams {
-  const float* scores;         // [rows, width]
+  const void* scores;          // fp32 or bf16 (NSAJIT_SCORE_BF16) [rows, width]
   long long score_row_stride;  // elements
   const int* lengths;          // [rows]
   const int* row_starts;       // [rows] or null

@@ -1,4 +1,4 @@
-// topk.cuh — §2: exact per-row top-k of fp32 indexer scores, optionally fused with the §1
+// topk.cuh — §2: exact per-row top-k of fp32 or bf16 indexer scores, optionally fused with the §1
 // transform (positions -> KV slots) and optionally sorted by score descending.
 //
 // Per row: row_start = clamp(row_starts[r], 0, width) (0 without row_starts);
@@ -10,7 +10,7 @@
 // Launch shape (chosen by families/topk/heuristics.cpp from width and rows): grid = rows * ctas_per_row CTAs;
 // with ctas_per_row = C > 1 the C CTAs of a row form one thread-block cluster (sm_90) and share
 // histograms, candidates and counts through distributed shared memory. CTA c covers the positions
-// [c * slice, (c + 1) * slice) of its row. The slice is loaded once (16-byte loads) and its first
+// [c * slice, (c + 1) * slice) of its row. The slice is loaded once (vector loads of 4 scores) and its first
 // resident_vecs vectors are kept as order-preserving keys in dynamic shared memory: all of them
 // when the slice fits, as many as fit when a slice too long for shared memory has the SM to itself
 // (1024 threads, e.g. 128 rows of 131072 in one wave), none when shared memory is left to other
@@ -119,8 +119,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   TopkSlice s;
   const int b = int(rank) * p.slice;
   s.n = max(0, min(len - b, p.slice));
-  s.sp = p.scores + (long long)r * p.score_row_stride + row_start + b;
-  s.head = int((reinterpret_cast<unsigned long long>(s.sp) >> 2) & 3ull);
+  s.sp = topk_row_scores(p, r) + row_start + b;
+  s.head = int((reinterpret_cast<unsigned long long>(s.sp) / sizeof(TopkScore)) & 3ull);
   s.abase = s.sp - s.head;
   s.nvec = s.n > 0 ? (s.head + s.n + 3) >> 2 : 0;
   const int resident_vecs = p.resident_vecs;
@@ -244,7 +244,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   } else {
 
     // Pass 0: load the slice, keep the keys of its first resident_vecs vectors, and count the first
-    // digit (bits 31..20) of every key. The whole 16-byte vectors [vw0, vw1) go through a lean loop
+    // digit (bits 31..20) of every key. The whole vectors [vw0, vw1) go through a lean loop
     // (several loads in flight per thread, no per-element checks: their keys are never 0); the at
     // most two partial vectors at the edges are read element by element.
     {
@@ -256,7 +256,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int v = base + u * NSAJIT_THREADS + tid;
-          if (v < vw1) raw[u] = topk_load_16(s.abase + 4 * v);
+          if (v < vw1) raw[u] = topk_load_vec(s.abase + 4 * v);
         }
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
@@ -276,7 +276,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
           }
         }
       }
-      // Partial vectors: v = 0 (when the slice is not 16-byte aligned) and v = nvec - 1.
+      // Partial vectors: v = 0 (when the slice is not vector-aligned) and v = nvec - 1.
       const int edge = tid == 0 ? 0 : tid == 1 ? s.nvec - 1 : -1;
       if (edge >= 0 && edge < s.nvec && (edge < vw0 || edge >= vw1) && !(tid == 1 && edge == 0)) {
         const u32x4 kv = topk_global_keys(s, edge);

@@ -20,6 +20,18 @@
 #ifndef NSAJIT_SORT_N
 #define NSAJIT_SORT_N 2048
 #endif
+#ifndef NSAJIT_SCORE_BF16
+#define NSAJIT_SCORE_BF16 0
+#endif
+
+// A score as stored: fp32, or the bits of a bf16 (widened exactly to fp32 on load, so keys,
+// ties and the selection are those of the bf16 values). A vector is 4 scores: 16 or 8 bytes.
+#if NSAJIT_SCORE_BF16
+typedef unsigned short TopkScore;
+#else
+typedef float TopkScore;
+#endif
+#define NSAJIT_TOPK_VEC_BYTES (4 * int(sizeof(TopkScore)))
 
 #define NSAJIT_TOPK_WARPS (NSAJIT_THREADS / 32)
 #define NSAJIT_TOPK_FULL 0xffffffffu
@@ -41,6 +53,20 @@ NSAJIT_DEVICE uint32_t topk_key(float f) {
   const uint32_t u = __float_as_uint(g);
   const uint32_t key = u ^ (uint32_t(int(u) >> 31) | 0x80000000u);  // negatives reversed, below positives
   return g != g ? 1u : key;                                          // NaN: below -inf
+}
+
+// Score i of `row`, as fp32.
+NSAJIT_DEVICE float topk_score(const TopkScore* row, int i) {
+#if NSAJIT_SCORE_BF16
+  return __uint_as_float(uint32_t(row[i]) << 16);
+#else
+  return row[i];
+#endif
+}
+
+// Row r of the scores (position 0 of the score row; row_starts are the caller's).
+NSAJIT_DEVICE const TopkScore* topk_row_scores(const TopkParams& p, int r) {
+  return reinterpret_cast<const TopkScore*>(p.scores) + (long long)r * p.score_row_stride;
 }
 
 // --- thread-block cluster helpers (sm_90 PTX) -----------------------------------------------------
@@ -110,54 +136,64 @@ NSAJIT_DEVICE void topk_prefetch_slice(const TopkParams& p, int r, uint32_t rank
   const int b = int(rank) * p.slice;
   const int n = min(p.slice, p.width - b);
   if (n <= 0) return;
-  const char* base = reinterpret_cast<const char*>(p.scores + (long long)r * p.score_row_stride + b);
-  for (int o = threadIdx.x * 128; o < 4 * n; o += NSAJIT_THREADS * 128)
+  const char* base = reinterpret_cast<const char*>(topk_row_scores(p, r) + b);
+  for (int o = threadIdx.x * 128; o < int(sizeof(TopkScore)) * n; o += NSAJIT_THREADS * 128)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(base + o));
 }
 
 // --- slice access ----------------------------------------------------------------------------------
 
-// The CTA's slice: positions [b, b + n) of the row, seen as nvec 16-byte vectors of global memory
-// starting `head` elements before position b (vector v, element j = position b + 4v + j - head).
+// The CTA's slice: positions [b, b + n) of the row, seen as nvec vectors of 4 scores of global
+// memory starting `head` elements before position b (vector v, element j = position b + 4v + j - head).
 struct TopkSlice {
-  const float* sp;     // row + b
-  const float* abase;  // sp - head, 16-byte aligned
+  const TopkScore* sp;     // row + b
+  const TopkScore* abase;  // sp - head, aligned to a vector (16 or 8 bytes)
   int head;
   int n;
   int nvec;
 };
 
-// The slice's whole 16-byte vectors are [topk_whole_begin, topk_whole_end): all but the partial
-// vectors at its edges (the first when the slice is not 16-byte aligned, the last when it ends
+// The slice's whole vectors are [topk_whole_begin, topk_whole_end): all but the partial
+// vectors at its edges (the first when the slice is not vector-aligned, the last when it ends
 // inside a vector).
 NSAJIT_DEVICE int topk_whole_begin(const TopkSlice& s) { return s.head == 0 ? 0 : 1; }
 NSAJIT_DEVICE int topk_whole_end(const TopkSlice& s) { return max(topk_whole_begin(s), (s.head + s.n) >> 2); }
 
-// 16-byte read-only load, not volatile so that the compiler may batch several before their use.
-NSAJIT_DEVICE u32x4 topk_load_16(const void* ptr) {
+// The 4 scores of an aligned vector as fp32 bits: one read-only load (16 bytes, or 8 of bf16),
+// not volatile so that the compiler may batch several before their use.
+NSAJIT_DEVICE u32x4 topk_load_vec(const TopkScore* ptr) {
   u32x4 v;
+#if NSAJIT_SCORE_BF16
+  uint32_t lo, hi;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "l"(ptr));
+  v.x = lo << 16;
+  v.y = lo & 0xffff0000u;
+  v.z = hi << 16;
+  v.w = hi & 0xffff0000u;
+#else
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(ptr));
+#endif
   return v;
 }
 
-// Keys of vector v; elements outside the slice get key 0. 16-byte load when the vector lies
+// Keys of vector v; elements outside the slice get key 0. One vector load when the vector lies
 // inside the slice, element loads at the two edges (never a read outside [b, b + n)).
 NSAJIT_DEVICE u32x4 topk_global_keys(const TopkSlice& s, int v) {
   const int first = 4 * v - s.head;
   u32x4 k;
   if (first >= 0 && first + 4 <= s.n) {
-    const u32x4 raw = topk_load_16(s.abase + 4 * v);
+    const u32x4 raw = topk_load_vec(s.abase + 4 * v);
     k.x = topk_key(__uint_as_float(raw.x));
     k.y = topk_key(__uint_as_float(raw.y));
     k.z = topk_key(__uint_as_float(raw.z));
     k.w = topk_key(__uint_as_float(raw.w));
   } else {
-    k.x = (first + 0 >= 0 && first + 0 < s.n) ? topk_key(s.sp[first + 0]) : 0u;
-    k.y = (first + 1 >= 0 && first + 1 < s.n) ? topk_key(s.sp[first + 1]) : 0u;
-    k.z = (first + 2 >= 0 && first + 2 < s.n) ? topk_key(s.sp[first + 2]) : 0u;
-    k.w = (first + 3 >= 0 && first + 3 < s.n) ? topk_key(s.sp[first + 3]) : 0u;
+    k.x = (first + 0 >= 0 && first + 0 < s.n) ? topk_key(topk_score(s.sp, first + 0)) : 0u;
+    k.y = (first + 1 >= 0 && first + 1 < s.n) ? topk_key(topk_score(s.sp, first + 1)) : 0u;
+    k.z = (first + 2 >= 0 && first + 2 < s.n) ? topk_key(topk_score(s.sp, first + 2)) : 0u;
+    k.w = (first + 3 >= 0 && first + 3 < s.n) ? topk_key(topk_score(s.sp, first + 3)) : 0u;
   }
   return k;
 }
@@ -182,7 +218,7 @@ NSAJIT_DEVICE uint32_t topk_lane(const u32x4& k, int j) { return j == 0 ? k.x : 
 
 // Key u = 4 v + j of the slice (element j of vector v), which the caller knows to be inside it.
 NSAJIT_DEVICE uint32_t topk_slice_key(const TopkSlice& s, const uint32_t* kept, int resident_vecs, int u) {
-  return (u >> 2) < resident_vecs ? kept[u] : topk_key(s.abase[u]);
+  return (u >> 2) < resident_vecs ? kept[u] : topk_key(topk_score(s.abase, u));
 }
 
 // --- per-position bitmaps of the classify sweep ------------------------------------------------------

@@ -16,7 +16,7 @@
 
 // Not inlined: its registers are allocated apart from the rest of the kernel's (inlined, the
 // whole kernel spilled at 64 registers); scalar arguments, so that nothing goes through the stack.
-__device__ __noinline__ void topk_dense_row(const float* sp, const float* abase, int head, int n, int nvec,
+__device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore* abase, int head, int n, int nvec,
                                             const int* table_row, int limit, int offset, bool apply,
                                             int* out, uint32_t* hist0, int* staged, TopkShared& sh) {
   constexpr int DV = NSAJIT_TOPK_DENSE_VECS;
@@ -38,7 +38,7 @@ __device__ __noinline__ void topk_dense_row(const float* sp, const float* abase,
   for (int j = 0; j < DV; ++j) {
     const int v = tid + j * NSAJIT_THREADS;
     k[j].x = k[j].y = k[j].z = k[j].w = 0u;
-    if (v >= vw0 && v < vw1) k[j] = topk_load_16(s.abase + 4 * v);
+    if (v >= vw0 && v < vw1) k[j] = topk_load_vec(s.abase + 4 * v);
   }
   // While the loads are in flight: hist0 (16-byte stores; the plan aligns it) and the list's fill.
   for (int i = tid; i < NSAJIT_TOPK_BINS0 / 4; i += NSAJIT_THREADS)

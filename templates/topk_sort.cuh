@@ -17,12 +17,12 @@ NSAJIT_DEVICE void topk_sort_phase(const TopkParams& p, unsigned long long* s) {
 #endif
     return;
   }
-  const float* row = p.scores + (long long)r * p.score_row_stride + row_start;
+  const TopkScore* row = topk_row_scores(p, r) + row_start;
   for (int i = threadIdx.x; i < NSAJIT_SORT_N; i += NSAJIT_THREADS) {
     unsigned long long v = 0ull;  // padding sorts last
     if (i < NSAJIT_TOPK) {
       const int idx = out[i];  // phase 0 wrote topk positions in [0, len)
-      v = ((unsigned long long)topk_key(row[idx]) << 32) | (unsigned long long)(0xffffffffu - uint32_t(idx));
+      v = ((unsigned long long)topk_key(topk_score(row, idx)) << 32) | (unsigned long long)(0xffffffffu - uint32_t(idx));
     }
     s[i] = v;
   }

@@ -25,7 +25,7 @@ NSAJIT_DEVICE void topk_sweep_load(const TopkSlice& s, int q0, int round_end, u3
 #pragma unroll
   for (int u = 0; u < kTopkSweepUnroll; ++u) {
     const int v = (q0 + u) * 32 + lane;
-    if (q0 + u < round_end && v >= vw0 && v < vw1) raw[u] = topk_load_16(s.abase + 4 * v);
+    if (q0 + u < round_end && v >= vw0 && v < vw1) raw[u] = topk_load_vec(s.abase + 4 * v);
   }
 }
 
@@ -70,15 +70,23 @@ NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, const u32x4 (&head)
   return d == 0u ? 0u : d << NSAJIT_TOPK_SHIFT0;  // bin 0 (NaN, below -inf): the exact path
 }
 
-// Asks L2 for the whole 16-byte vectors of rounds [round_begin, round_end) (a hint, no
+// Asks L2 for the whole vectors of rounds [round_begin, round_end) (a hint, no
 // completion): the sweep's later batches then wait on L2, not on DRAM, and the row streams at
 // the copy engine's pace rather than at 4 loads in flight per thread.
 NSAJIT_DEVICE void topk_prefetch_segment(const TopkSlice& s, int round_begin, int round_end) {
   const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
   const int v0 = max(vw0, 32 * round_begin), v1 = min(vw1, 32 * round_end);
+#if NSAJIT_SCORE_BF16
+  // The bulk prefetch takes 16-byte aligned bounds: bf16 vectors (8 bytes) are trimmed inward.
+  const unsigned long long first = (reinterpret_cast<unsigned long long>(s.abase + 4 * v0) + 15ull) & ~15ull;
+  const unsigned long long end = reinterpret_cast<unsigned long long>(s.abase + 4 * v1) & ~15ull;
+  if (end > first)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(first), "r"(uint32_t(end - first)) : "memory");
+#else
   if (v1 > v0)
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(s.abase + 4 * v0), "r"(uint32_t(16 * (v1 - v0)))
                  : "memory");
+#endif
 }
 
 // The float f with x >= f <=> key(x) >= bound for every score x (NaN never passes, as its key 1
@@ -120,7 +128,7 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, ui
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int e = 4 * v + j - s.head;
-          x[j] = e >= 0 && e < s.n ? s.sp[e] : kNaN;
+          x[j] = e >= 0 && e < s.n ? topk_score(s.sp, e) : kNaN;
         }
       }
       // Ballots by element: lane l's element j is position 4 (32 q + l) + j, so the list order

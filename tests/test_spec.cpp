@@ -53,6 +53,11 @@ TEST_CASE("validation names the bad field, its value and what is allowed") {
   CHECK(unused.find("page_size = 64") != std::string::npos);
   CHECK(unused.find("does not use") != std::string::npos);
   CHECK(validation_error({.family = Family::topk, .h_q = 16}).find("h_q = 16") != std::string::npos);
+  KernelSpec bf16_scores = sparse(16);
+  bf16_scores.score_dtype = ScoreDtype::bf16;
+  CHECK(validation_error(bf16_scores).find("score_dtype = 1") != std::string::npos);
+  CHECK(validation_error({.family = Family::topk, .score_dtype = static_cast<ScoreDtype>(5)}).find(
+            "score_dtype = 5: expected fp32 (0) or bf16 (1)") != std::string::npos);
 
   KernelSpec threads = sparse(16);
   threads.tile.threads = 100;
@@ -82,6 +87,7 @@ TEST_CASE("readable names are stable and carry only the fields the family uses")
   tiled.tile.threads = 128;
   CHECK(readable_name(tiled).find(".mma_sync.hpc64.pw0") != std::string::npos);  // variants are named
   CHECK(readable_name({.family = Family::topk, .tile = {.threads = 1024}}) == "topk.topk2048.t1024.sm_90a");
+  CHECK(readable_name({.family = Family::topk, .score_dtype = ScoreDtype::bf16}) == "topk.topk2048.scores_bf16.sm_90a");
   KernelSpec other_arch = sparse(16);
   other_arch.arch = {100, 'a'};
   CHECK(readable_name(other_arch) == "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_100a");
@@ -91,7 +97,7 @@ TEST_CASE("canonical text lists every field and separates different specs") {
   const KernelSpec a = with_default_tile(sparse(16));
   const std::string text = canonical_text(a);
   for (const char* field : {"family=sparse_mla", "h_q=16", "topk=2048", "page_size=1", "mode=decode",
-                            "kv_dtype=bf16", "next_n=1", "fused_transform=0", "sorted=0", "precise=0", "threads=", "block_tokens=", "heads_per_cta=", "kernel=mma_sync", "producer_warps=2", "arch=sm_90a"})
+                            "kv_dtype=bf16", "next_n=1", "fused_transform=0", "sorted=0", "precise=0", "score_dtype=fp32", "threads=", "block_tokens=", "heads_per_cta=", "kernel=mma_sync", "producer_warps=2", "arch=sm_90a"})
     CHECK(text.find(field) != std::string::npos);
   CHECK(canonical_text(a) == canonical_text(with_default_tile(sparse(16))));
   CHECK(canonical_text(a) != canonical_text(with_default_tile(sparse(32))));

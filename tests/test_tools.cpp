@@ -94,6 +94,7 @@ TEST_CASE("spec text: readable names and canonical text parse back to the same s
   fleet.archs = {Arch{90, 'a'}, Arch{100, 'a'}};
   fleet.next_ns = {1, 2, 4};
   fleet.sorted_topk = true;
+  fleet.score_dtypes = {ScoreDtype::fp32, ScoreDtype::bf16};
   for (const tools::FleetSpec& f : tools::enumerate_fleet_specs(fleet)) specs.push_back(f.spec);
   for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3})
     for (int h_q : {16, 128})

@@ -21,6 +21,7 @@
 #include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
 #include "nsajit/kernels.hpp"
+#include "reference/bf16.hpp"
 #include "reference/index_transform.hpp"
 #include "reference/topk.hpp"
 #include "runtime/runtime.hpp"
@@ -65,13 +66,21 @@ nsajit::detail::TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, i
 // list of the threshold bin's keys overlaps hist0 and the staged output (keeping the slice would
 // move hist0 past the list).
 // Device copies of a problem's inputs (and of a transform's), and a poisoned output.
+// bf16: the scores (already bf16 values) go up as bf16 bits.
 struct DeviceTopk {
-  explicit DeviceTopk(const ref::TopkProblem& p, const ref::TopkTransform* t = nullptr, bool sorted = false)
+  explicit DeviceTopk(const ref::TopkProblem& p, const ref::TopkTransform* t = nullptr, bool sorted = false,
+                      nsajit::ScoreDtype dtype = nsajit::ScoreDtype::fp32)
       : scores(p.scores.empty() ? std::vector<float>{0.f} : p.scores),
         lengths(p.lengths),
         row_starts(device_or_null(p.row_starts)),
         out(std::size_t(p.rows) * p.topk) {
     args.scores = scores.get();
+    if (dtype == nsajit::ScoreDtype::bf16) {
+      scores_bf16 = std::make_unique<DeviceBuffer<std::uint16_t>>(
+          ref::to_bf16(p.scores.empty() ? std::vector<float>{0.f} : p.scores));
+      args.scores = scores_bf16->get();
+      args.score_dtype = dtype;
+    }
     args.score_row_stride = p.score_row_stride;
     args.lengths = lengths.get();
     args.row_starts = row_starts ? row_starts->get() : nullptr;
@@ -102,6 +111,7 @@ struct DeviceTopk {
     return out.download();
   }
   DeviceBuffer<float> scores;
+  std::unique_ptr<DeviceBuffer<std::uint16_t>> scores_bf16;
   DeviceBuffer<std::int32_t> lengths;
   std::unique_ptr<DeviceBuffer<std::int32_t>> row_starts, page_table, cu_seqlens_q, offsets;
   DeviceBuffer<std::int32_t> out;
@@ -127,8 +137,8 @@ std::string explain(const ref::TopkProblem& p, const I& got, const I& expected) 
 }
 
 // Runs the plain top-k and checks it byte for byte against the kernel-order reference.
-I check_topk(const ref::TopkProblem& p) {
-  const I got = DeviceTopk(p).run();
+I check_topk(const ref::TopkProblem& p, nsajit::ScoreDtype dtype = nsajit::ScoreDtype::fp32) {
+  const I got = DeviceTopk(p, nullptr, false, dtype).run();
   const std::string why = explain(p, got, ref::topk_index_order(p));
   CHECK_MESSAGE(why.empty(), why);
   return got;
@@ -172,6 +182,13 @@ TEST_CASE("topk specs: plain, fused (every mode, page sizes, MTP), sorted, every
     s.tile.threads = threads;
     specs.push_back(s);
   }
+  for (int threads : {256, 512, 1024}) {  // bf16 scores: plain, fused, sorted
+    S s{.family = nsajit::Family::topk, .score_dtype = nsajit::ScoreDtype::bf16};
+    s.tile.threads = threads;
+    specs.push_back(s);
+  }
+  specs.push_back(S{.family = nsajit::Family::topk, .page_size = 64, .next_n = 2, .fused_transform = true,
+                    .sorted = true, .score_dtype = nsajit::ScoreDtype::bf16});
   const auto outcomes = nsajit::test::run_in_parallel<nsajit::KernelRecord>(
       specs.size(), [&](std::size_t i) { return nsajit::precompile(specs[i]); });
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -460,6 +477,14 @@ TEST_CASE("topk gpu: distributions, at 1, 2, 8 and 16 CTAs per row, list, rescan
       {"90% NaN", per_element([&] { return rng() % 10 < 9 ? kNaN : normal(rng); })},
       {"100% NaN", per_element([&] { return kNaN; })},
       {"NaN and -inf", per_element([&] { return rng() % 2 ? kNaN : -kInf; })},
+      {"ReLU sums: 80% exact 0.0, a positive tail",
+       per_element([&] { return rng() % 5 ? 0.0f : std::fabs(normal(rng)) + 0x1.0p-20f; })},
+      {"ReLU sums, fewer non-zeros than topk (the threshold on the 0.0 plateau)",
+       [&](std::vector<float>& row, int width) {
+         const int nonzero = std::min(width, 300 + int(rng() % 200));  // < 512 <= topk
+         std::fill(row.begin(), row.end(), 0.0f);
+         for (int i = 0; i < nonzero; ++i) row[rng() % std::uint32_t(width)] = std::fabs(normal(rng)) + 0x1.0p-20f;
+       }},
       {"small integers (many ties)", per_element([&] { return float(int(rng() % 7) - 3); })},
       {"plateau", per_element([&] { return 0.5f; })},
       {"raw bit patterns", per_element([&] { return from_bits(bits(rng)); })},
@@ -638,11 +663,16 @@ TEST_CASE("topk gpu: deterministic across 20 launches, batchmates, launch shapes
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
   const int rows = 6, width = 100000, topk = 2048;
-  // Heavy ties (5 values: resolved by rescans) and quantised normal scores (a few ties at the
-  // threshold, resolved through the candidate list), so that any order dependence would show.
-  for (const bool heavy_ties : {true, false}) {
-    INFO((heavy_ties ? "5 distinct values" : "normal quantised to 1e-3"));
-    auto value = [&] { return heavy_ties ? float(rng() % 5) : std::round(normal(rng) * 1000.0f) / 1000.0f; };
+  // Heavy ties (5 values: resolved by rescans), quantised normal scores (a few ties at the
+  // threshold, resolved through the candidate list) and ReLU sums with fewer non-zeros than topk
+  // (the threshold on the 0.0 plateau), so that any order dependence would show.
+  for (const int kind : {0, 1, 2}) {
+    INFO((kind == 0 ? "5 distinct values" : kind == 1 ? "normal quantised to 1e-3" : "ReLU sums, 1% non-zero"));
+    auto value = [&] {
+      if (kind == 0) return float(rng() % 5);
+      if (kind == 1) return std::round(normal(rng) * 1000.0f) / 1000.0f;
+      return rng() % 100 ? 0.0f : std::fabs(normal(rng)) + 0x1.0p-20f;
+    };
     auto p = make_problem(rows, width, topk, value);
     for (int r = 0; r < rows; ++r) p.lengths[r] = width - 9973 * r;
     p.lengths[5] = 30000;
@@ -734,12 +764,13 @@ I shuffled_page_table_1(std::mt19937& rng, int requests, int width, int page, co
 }
 
 // Runs fused (and, when check_sorted, fused + sorted) and compares with the reference.
-void check_fused(const ref::TopkProblem& p, const ref::TopkTransform& t) {
+void check_fused(const ref::TopkProblem& p, const ref::TopkTransform& t,
+                 nsajit::ScoreDtype dtype = nsajit::ScoreDtype::fp32) {
   const I expected = ref::apply_transform(t, p.rows, p.topk, ref::topk_index_order(p));
-  const I got = DeviceTopk(p, &t).run();
+  const I got = DeviceTopk(p, &t, false, dtype).run();
   CHECK_MESSAGE(got == expected, ref::first_difference(got, expected, p.topk));
   const I expected_sorted = ref::apply_transform(t, p.rows, p.topk, ref::topk(p));
-  const I got_sorted = DeviceTopk(p, &t, true).run();
+  const I got_sorted = DeviceTopk(p, &t, true, dtype).run();
   CHECK_MESSAGE(got_sorted == expected_sorted, ref::first_difference(got_sorted, expected_sorted, p.topk));
 }
 
@@ -1029,6 +1060,149 @@ TEST_CASE("topk gpu fused: prefill with a cached prefix (row_starts, cu_seqlens_
   check_fused(p, rg);
 }
 
+// --- bf16 scores -------------------------------------------------------------------------------------
+
+namespace {
+
+// The problem's scores rounded to bf16 (RNE): the values a bf16 launch sees, widened exactly.
+ref::TopkProblem rounded_to_bf16(ref::TopkProblem p) {
+  for (float& x : p.scores) x = ref::bf16_to_float(ref::float_to_bf16(x));
+  return p;
+}
+
+// A bf16 launch against the reference on the bf16 values, and against the fp32 launch on the
+// same (widened) values: both byte for byte.
+void check_bf16(const ref::TopkProblem& p) {
+  const I got = check_topk(p, nsajit::ScoreDtype::bf16);
+  CHECK(got == DeviceTopk(p).run());
+}
+
+}  // namespace
+
+TEST_CASE("topk gpu bf16: distributions, at 1, 2, 8 and 16 CTAs per row, speculative, dense, exact paths") {
+  NSAJIT_REQUIRE_GPU();
+  const unsigned seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  struct Dist {
+    const char* name;
+    std::function<float()> draw;
+  };
+  const std::vector<Dist> dists = {
+      {"normal", [&] { return normal(rng); }},
+      {"ReLU sums: 80% exact 0.0", [&] { return rng() % 5 ? 0.0f : std::fabs(normal(rng)); }},
+      {"ReLU sums: 0.3% non-zero (threshold on the 0.0 plateau)",
+       [&] { return rng() % 300 ? 0.0f : std::fabs(normal(rng)) + 1.0f; }},
+      {"bf16 bit patterns (NaN, inf, subnormals, -0.0)",
+       [&] { return ref::bf16_to_float(std::uint16_t(rng())); }},
+      {"small integers (many ties)", [&] { return float(int(rng() % 7) - 3); }},
+      {"one bf16 bucket: 1 + k / 128", [&] { return 1.0f + float(rng() % 8) / 128.0f; }},
+  };
+  for (const int width : {9000, 20000, 131072}) {  // default plans for 2 rows: 1, 2 and 8 CTAs per row
+    for (const Dist& d : dists) {
+      for (const int topk : {512, 2048}) {
+        INFO(d.name << ", width " << width << ", topk " << topk);
+        auto p = rounded_to_bf16(make_problem(2, width, topk, d.draw));
+        p.lengths[1] = width - 4097 > topk ? width - 4097 : topk + 1;
+        check_bf16(p);
+        {
+          LaunchOverride speculative({.ctas_per_row = 1, .speculate = 1});
+          check_bf16(p);
+        }
+        {
+          LaunchOverride exact({.ctas_per_row = 1, .speculate = 0});
+          check_bf16(p);
+        }
+        if (width <= 9212) {
+          LaunchOverride dense(kDenseRows);
+          check_bf16(p);
+        }
+        if (width == 131072)
+          for (const int c : {8, 16}) {
+            LaunchOverride exact_cluster({.ctas_per_row = c, .speculate = 0});
+            check_bf16(p);
+            LaunchOverride cluster({.ctas_per_row = c});
+            check_bf16(p);
+          }
+      }
+    }
+  }
+}
+
+TEST_CASE("topk gpu bf16: row strides (odd, 1024-byte aligned), row_starts, topk 64..4096, many rows") {
+  NSAJIT_REQUIRE_GPU();
+  const unsigned seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  for (const int stride_pad : {1, 3, 512 - 5000 % 512}) {  // unaligned rows; rows 1024 bytes apart
+    INFO("stride width + " << stride_pad);
+    auto p = rounded_to_bf16(make_problem(5, 5000, 1024, [&] { return normal(rng); }, 5000 + stride_pad));
+    p.lengths = {5000, 4000, 1025, 1024, 3};
+    check_bf16(p);
+    p.row_starts = {0, 1, 999, 3, 4998};
+    check_bf16(p);
+  }
+  for (const int topk : {64, 4096}) {
+    INFO("topk " << topk);
+    auto p = rounded_to_bf16(make_problem(3, 70000, topk, [&] { return normal(rng); }));
+    p.lengths = {70000, topk + 1, 12345};
+    check_bf16(p);
+  }
+  {  // many short rows (the dense-registers and one-CTA plans)
+    auto p = rounded_to_bf16(make_problem(300, 6000, 2048, [&] { return normal(rng); }));
+    for (int r = 0; r < p.rows; ++r) p.lengths[r] = 2000 + 13 * r;
+    check_bf16(p);
+  }
+}
+
+TEST_CASE("topk gpu bf16 fused: decode (MTP, page sizes 1 and 64), prefill, ragged, sorted") {
+  NSAJIT_REQUIRE_GPU();
+  const unsigned seed = fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  const auto bf16 = nsajit::ScoreDtype::bf16;
+  {
+    const int next_n = 2, requests = 3, rows = requests * next_n, width = 40000, topk = 2048;
+    auto p = rounded_to_bf16(make_problem(rows, width, topk, [&] { return normal(rng); }));
+    const I request_len = {40000, 2049, 33333};
+    for (int r = 0; r < rows; ++r) p.lengths[r] = request_len[r / next_n] - (next_n - 1 - r % next_n);
+    ref::TopkTransform t1;
+    t1.mode = IndexMode::decode;
+    t1.page_table = shuffled_page_table_1(rng, requests, width, 64, request_len);
+    t1.page_table_width = width;
+    t1.num_requests = requests;
+    t1.next_n = next_n;
+    ref::TopkTransform t64 = t1;
+    t64.page_size = 64;
+    t64.page_table_width = (width + 63) / 64;
+    t64.page_table = ref::real_page_table(t1.page_table, requests, width, 64);
+    check_fused(p, t1, bf16);
+    check_fused(p, t64, bf16);
+  }
+  {
+    const I extend = {3000, 40}, prefix = {0, 20000};
+    const I cu = ref::cu_seqlens(extend);
+    const int rows = cu.back(), width = 20040;
+    auto p = rounded_to_bf16(make_problem(rows, width, 2048, [&] { return rng() % 4 ? 0.0f : std::fabs(normal(rng)); }));
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < extend[b]; ++i) p.lengths[cu[b] + i] = prefix[b] + i + 1;
+    ref::TopkTransform t;
+    t.mode = IndexMode::prefill;
+    t.page_table = shuffled_page_table_1(rng, 2, width, 1, I{3000, 20040});
+    t.page_table_width = width;
+    t.num_requests = 2;
+    t.cu_seqlens_q = cu;
+    check_fused(p, t, bf16);
+    ref::TopkTransform rg;
+    rg.mode = IndexMode::ragged;
+    for (int r = 0; r < rows; ++r) rg.offsets.push_back(r < 3000 ? 0 : 3000);
+    check_fused(p, rg, bf16);
+  }
+}
+
 // --- host-side argument checks: no GPU needed ----------------------------------------------------
 
 namespace {
@@ -1097,6 +1271,15 @@ TEST_CASE("topk arguments: each bad argument is named before anything is launche
   a = valid_topk_args();
   a.out = nullptr;
   CHECK(topk_error(a).find("argument out = null") != std::string::npos);
+  a = valid_topk_args();  // fp32 scores need 4-byte alignment, bf16 2-byte
+  a.scores = reinterpret_cast<const char*>(a.scores) + 2;
+  CHECK(topk_error(a).find("argument scores = 0x") != std::string::npos);
+  a.score_dtype = nsajit::ScoreDtype::bf16;
+  a.scores = reinterpret_cast<const char*>(a.scores) + 1;
+  CHECK(topk_error(a).find("expected a 2-byte aligned device pointer") != std::string::npos);
+  a = valid_topk_args();
+  a.score_dtype = static_cast<nsajit::ScoreDtype>(7);
+  CHECK(topk_error(a) == "nsajit::topk: argument score_dtype = 7: expected fp32 (0) or bf16 (1)");
 }
 
 TEST_CASE("topk arguments: fused transform checks") {

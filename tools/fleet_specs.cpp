@@ -69,12 +69,14 @@ void add_topk_forms(const FleetConfig& fleet, Arch arch, const std::map<int, std
   forms.push_back({true, IndexMode::ragged, 1, 1});
   for (bool sorted : {false, true}) {
     if (sorted && !fleet.sorted_topk) continue;
-    for (const Form& f : forms)
-      for (const auto& [t, example] : threads) {
-        KernelSpec s{.family = Family::topk, .topk = m.index_topk, .page_size = f.page_size, .mode = f.mode,
-                     .next_n = f.next_n, .fused_transform = f.fused, .sorted = sorted, .tile = {.threads = t}};
-        out.push_back(make(s, arch, fmt::format("{}: {} threads (e.g. {})", why, t, example)));
-      }
+    for (ScoreDtype score_dtype : fleet.score_dtypes)
+      for (const Form& f : forms)
+        for (const auto& [t, example] : threads) {
+          KernelSpec s{.family = Family::topk, .topk = m.index_topk, .page_size = f.page_size, .mode = f.mode,
+                       .next_n = f.next_n, .fused_transform = f.fused, .sorted = sorted,
+                       .score_dtype = score_dtype, .tile = {.threads = t}};
+          out.push_back(make(s, arch, fmt::format("{}: {} threads (e.g. {})", why, t, example)));
+        }
   }
 }
 

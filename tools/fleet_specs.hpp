@@ -23,6 +23,7 @@ struct FleetConfig {
   std::vector<int> next_ns = {1};  // MTP query tokens per request (fused decode top-k)
   bool sorted_topk = false;        // also the sorted top-k forms (a second, sorting launch)
   std::vector<tuning::TuningDb> tuning_dbs;  // databases whose choices are enumerated besides the shipped ones
+  std::vector<ScoreDtype> score_dtypes = {ScoreDtype::fp32};  // the indexer logits' dtypes (top-k)
 };
 
 struct FleetSpec {

@@ -41,6 +41,7 @@ struct PrecompileOptions {
   bool check = false;
   bool sorted = false;
   std::vector<std::string> tuning_dbs;
+  std::vector<std::string> score_dtypes;
 };
 
 struct Item : CompileItem {
@@ -85,6 +86,9 @@ nlohmann::json manifest_of(const std::vector<Item>& items, const FleetConfig& fl
                   {"index_topk", fleet.model.index_topk}, {"page_size", fleet.model.page_size},
                   {"tp", fleet.tps},                       {"arch", archs},
                   {"next_n", fleet.next_ns},               {"sorted_topk", fleet.sorted_topk}};
+    std::vector<std::string> score_dtypes;
+    for (ScoreDtype d : fleet.score_dtypes) score_dtypes.push_back(to_string(d));
+    j["fleet"]["score_dtype"] = score_dtypes;
   }
   j["kernels"] = std::move(kernels);
   return j;
@@ -117,6 +121,14 @@ int run_precompile(const PrecompileOptions& o) {
     text << in.rdbuf();
     if (!in) throw InvalidArgument(fmt::format("--tuning-db {}: cannot read the file", path));
     fleet.tuning_dbs.push_back(tuning::parse_tuning_db(text.str(), path));
+  }
+  if (!o.score_dtypes.empty()) {
+    fleet.score_dtypes.clear();
+    for (const std::string& d : o.score_dtypes) {
+      if (d == "fp32") fleet.score_dtypes.push_back(ScoreDtype::fp32);
+      else if (d == "bf16") fleet.score_dtypes.push_back(ScoreDtype::bf16);
+      else throw InvalidArgument(fmt::format("--score-dtype {}: expected fp32 or bf16", d));
+    }
   }
 
   std::vector<Item> items;
@@ -195,6 +207,8 @@ Subcommand add_precompile_command(CLI::App& app) {
   cmd->add_option("--tuning-db", o->tuning_dbs,
                   "also every kernel this tuning database chooses (repeatable; default: $NSAJIT_TUNING_DB; the "
                   "shipped databases always)");
+  cmd->add_option("--score-dtype", o->score_dtypes, "top-k score dtypes, e.g. fp32,bf16 (default: fp32)")
+      ->delimiter(',');
   cmd->add_option("--spec", o->specs,
                   "precompile just this kernel: canonical text or readable name (repeatable; replaces the "
                   "enumeration; canonical text without arch= takes the first --arch)");

@@ -63,6 +63,12 @@ KvDtype parse_kv(const std::string& text, std::string_view v) {
   bad(text, v, "bf16 or fp8");
 }
 
+ScoreDtype parse_score_dtype(const std::string& text, std::string_view v) {
+  for (ScoreDtype d : {ScoreDtype::fp32, ScoreDtype::bf16})
+    if (to_string(d) == v) return d;
+  bad(text, v, "fp32 or bf16");
+}
+
 MlaKernel parse_kernel(const std::string& text, std::string_view v) {
   for (MlaKernel k : {MlaKernel::automatic, MlaKernel::mma_sync, MlaKernel::wgmma})
     if (to_string(k) == v) return k;
@@ -97,6 +103,7 @@ KernelSpec parse_canonical(const std::string& text, Arch default_arch) {
     else if (key == "fused_transform") s.fused_transform = parse_int(text, field, v) != 0;
     else if (key == "sorted") s.sorted = parse_int(text, field, v) != 0;
     else if (key == "precise") s.precise = parse_int(text, field, v) != 0;
+    else if (key == "score_dtype") s.score_dtype = parse_score_dtype(text, v);
     else if (key == "threads") s.tile.threads = parse_int(text, field, v);
     else if (key == "block_tokens") s.tile.block_tokens = parse_int(text, field, v);
     else if (key == "heads_per_cta") s.tile.heads_per_cta = parse_int(text, field, v);
@@ -106,7 +113,7 @@ KernelSpec parse_canonical(const std::string& text, Arch default_arch) {
     else
       bad(text, key,
           "a field of the canonical text: family, h_q, topk, page_size, mode, kv_dtype, next_n, fused_transform, "
-          "sorted, precise, threads, block_tokens, heads_per_cta, kernel, producer_warps, arch");
+          "sorted, precise, score_dtype, threads, block_tokens, heads_per_cta, kernel, producer_warps, arch");
   }
   if (!has_family) bad(text, text, "a family=<name> field");
   return s;
@@ -133,6 +140,7 @@ KernelSpec parse_readable(const std::string& text) {
     else if (p == "precise") s.precise = true;
     else if (p == "decode" || p == "prefill" || p == "ragged") s.mode = parse_mode(text, p);
     else if (p.starts_with("kv_")) s.kv_dtype = parse_kv(text, p.substr(3));
+    else if (p.starts_with("scores_")) s.score_dtype = parse_score_dtype(text, p.substr(7));
     else if (p.starts_with("topk")) s.topk = number_after("topk");
     else if (p.starts_with("ps")) s.page_size = number_after("ps");
     else if (p == "mma_sync" || p == "wgmma") s.tile.kernel = parse_kernel(text, p);
@@ -152,7 +160,7 @@ KernelSpec parse_readable(const std::string& text) {
       }
     } else {
       bad(text, p, "a part of a readable name (h<N>, topk<N>, kv_<bf16|fp8>, ps<N>, decode|prefill|ragged, fused, "
-                   "n<N>, sorted, mma_sync|wgmma, hpc<N>, pw<N>, precise, t<threads>[x<block_tokens>x<heads_per_cta>])");
+                   "n<N>, sorted, scores_<fp32|bf16>, mma_sync|wgmma, hpc<N>, pw<N>, precise, t<threads>[x<block_tokens>x<heads_per_cta>])");
     }
   }
   return s;

@@ -43,13 +43,15 @@ void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream
   if (args.width < 0 || args.width > detail::kMaxTopkWidth)
     throw_bad_argument(kFunction, "width", args.width, "0 <= width <= " + std::to_string(detail::kMaxTopkWidth));
   detail::require_topk(kFunction, args.topk, 4096);
+  if (args.score_dtype != ScoreDtype::fp32 && args.score_dtype != ScoreDtype::bf16)
+    throw_bad_argument(kFunction, "score_dtype", int(args.score_dtype), "fp32 (0) or bf16 (1)");
   const long long stride = args.score_row_stride ? args.score_row_stride : args.width;
   if (stride < args.width)
     throw_bad_argument(kFunction, "score_row_stride", args.score_row_stride,
                        "0 (= width) or >= width = " + std::to_string(args.width));
   if (args.rows > 0) {
     // With width 0 every length clamps to <= 0 and no score is read: scores may be null then.
-    if (args.width > 0) require_pointer(kFunction, "scores", args.scores);
+    if (args.width > 0) require_pointer(kFunction, "scores", args.scores, args.score_dtype == ScoreDtype::bf16 ? 2 : 4);
     detail::require_pointer_or_null(kFunction, "row_starts", args.row_starts);
     require_pointer(kFunction, "lengths", args.lengths);
     require_pointer(kFunction, "out", args.out);
@@ -61,6 +63,7 @@ void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream
   spec.family = Family::topk;
   spec.topk = args.topk;
   spec.sorted = args.sorted;
+  spec.score_dtype = args.score_dtype;
   if (args.fused_transform) {
     spec.fused_transform = true;
     spec.mode = args.mode;

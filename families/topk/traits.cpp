@@ -51,10 +51,11 @@ std::vector<KernelConstant> constants(const KernelSpec& spec) {
           {"PAGE_SIZE", spec.page_size},
           {"NEXT_N", spec.next_n},
           {"SORTED", spec.sorted ? 1 : 0},
+          {"SCORE_BF16", spec.score_dtype == ScoreDtype::bf16 ? 1 : 0},
           {"SORT_N", sort_size(spec.topk)}};
 }
 
-// "topk.topk2048", "topk.topk2048.fused.decode.ps64.n2.sorted" (readable_name() appends a
+// "topk.topk2048", "topk.topk2048.fused.decode.ps64.n2.sorted.scores_bf16" (readable_name() appends a
 // non-default tile and the arch).
 std::string readable_stem(const KernelSpec& spec) {
   std::string s = "topk.topk" + std::to_string(spec.topk);
@@ -64,6 +65,7 @@ std::string readable_stem(const KernelSpec& spec) {
     if (spec.next_n != 1) s += ".n" + std::to_string(spec.next_n);
   }
   if (spec.sorted) s += ".sorted";
+  if (spec.score_dtype != ScoreDtype::fp32) s += ".scores_" + to_string(spec.score_dtype);
   return s;
 }
 
@@ -77,7 +79,7 @@ std::string_view template_file(const KernelSpec&) { return "topk.cuh"; }
 extern const FamilyTraits topk_traits;
 const FamilyTraits topk_traits = {
     Family::topk,
-    uses_page_size | uses_mode | uses_next_n | uses_fused_transform | uses_sorted,
+    uses_page_size | uses_mode | uses_next_n | uses_fused_transform | uses_sorted | uses_score_dtype,
     "topk",
     "nsajit_topk",
     &template_file,

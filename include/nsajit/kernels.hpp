@@ -61,6 +61,8 @@ void index_transform(const IndexTransformArgs& args, CUstream stream = nullptr);
 //   len > topk:      exactly topk distinct positions in [0, len) whose scores are the true top-k
 //                    multiset: NaN ranks below -inf, -0.0 == +0.0, ties at the threshold go to the
 //                    lower index. Exact for every input (no candidate buffer that can overflow).
+// Scores: fp32, or bf16 (score_dtype; DeepGEMM's MQA-logits kernels can write bf16 logits): bf16
+// values are widened exactly, so the selection, ties and order are those of the bf16 values.
 // Positions are relative to row_start. Every output slot is written; the valid entries are the
 // first min(len, topk). The output is bit-identical across runs, launch shapes and batchmates
 // (each row depends on its own scores only). Order: sorted == false: the positions whose score is
@@ -89,12 +91,14 @@ void index_transform(const IndexTransformArgs& args, CUstream stream = nullptr);
 // templates/topk.cuh and docs/notes/topk.md.
 // Errors: InvalidArgument for rows < 0, width < 0 or > 4194304 (2^22: the classify's per-position
 // bitmaps of a slice must fit shared memory), topk not a multiple of 64 in [64, 4096],
-// score_row_stride in (0, width), a null pointer that would be read, and (fused) the
+// score_row_stride in (0, width), score_dtype not fp32 or bf16, a null pointer that would be read
+// or scores not aligned to their element size, and (fused) the
 // index_transform checks: mode, page_size in [1, 4096], page_table_width >= 0, row stride,
 // num_requests (decode: rows / next_n; rows % next_n == 0), next_n in [1, 8] (decode only).
 struct TopkArgs {
-  const float* scores = nullptr;         // fp32 [rows, width], row stride score_row_stride
-  std::int64_t score_row_stride = 0;     // elements; 0 = width
+  const void* scores = nullptr;          // fp32 or bf16 (score_dtype) [rows, width], row stride score_row_stride
+  std::int64_t score_row_stride = 0;     // elements; 0 = width (any stride: 1024-byte aligned rows are fine)
+  ScoreDtype score_dtype = ScoreDtype::fp32;  // bf16: exact on the bf16 values, half the bytes read
   const std::int32_t* lengths = nullptr;  // int32 [rows]
   const std::int32_t* row_starts = nullptr;  // optional int32 [rows]; nullptr = all 0
   std::int32_t* out = nullptr;           // int32 [rows, topk]: positions, or slots when fused

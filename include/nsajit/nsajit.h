@@ -66,6 +66,8 @@ typedef enum nsajit_status {
 /* Values of the int32 enum fields. */
 enum { NSAJIT_MODE_DECODE = 0, NSAJIT_MODE_PREFILL = 1, NSAJIT_MODE_RAGGED = 2 };
 enum { NSAJIT_KV_BF16 = 0, NSAJIT_KV_FP8_E4M3 = 1 };
+/* Dtype of the top-k scores (nsajit_topk_args::score_dtype). */
+enum { NSAJIT_SCORES_FP32 = 0, NSAJIT_SCORES_BF16 = 1 };
 enum { NSAJIT_SCALE_FP32 = 0, NSAJIT_SCALE_UE8M0 = 1 };
 enum {
   NSAJIT_FAMILY_INDEX_TRANSFORM = 0,
@@ -119,13 +121,14 @@ NSAJIT_API nsajit_status nsajit_index_transform(const nsajit_index_transform_arg
  * fast_topk_transform_ragged_fused, for any topk that is a multiple of 64 up to 4096. Per row:
  * row_start = clamp(row_starts[r], 0, width); len = min(lengths[r], width - row_start);
  * len <= 0: all -1; len <= topk: 0..len-1 then -1; else exactly topk positions of the top-k
- * scores (NaN lowest, ties to the lower index). Positions are relative to row_start. sorted = 1
+ * scores (NaN lowest, ties to the lower index); bf16 scores (score_dtype) are exact on the bf16
+ * values. Positions are relative to row_start. sorted = 1
  * orders by score descending. Every [width] column of every row must be mapped memory.
  * fused_transform = 1: each position goes through the §1 transform (decode: row r uses
  * page-table row r / next_n; prefill: through cu_seqlens_q; ragged: + offsets[r]). */
 typedef struct nsajit_topk_args {
   size_t struct_size;
-  const float* scores;            /* fp32 [rows, width], row stride score_row_stride */
+  const void* scores;             /* fp32 or bf16 (score_dtype) [rows, width], row stride score_row_stride */
   int64_t score_row_stride;       /* elements; 0 = width */
   const int32_t* lengths;         /* int32 [rows] */
   const int32_t* row_starts;      /* optional int32 [rows]; NULL = all 0 */
@@ -144,6 +147,8 @@ typedef struct nsajit_topk_args {
   int32_t num_requests;           /* decode: rows / next_n; prefill: requests */
   const int32_t* offsets;         /* ragged: int32 [rows] */
   int32_t next_n;                 /* decode: query rows per request, 1..8; default 1 */
+  int32_t score_dtype;            /* NSAJIT_SCORES_*; default fp32 (added after ABI 1's first
+                                     struct: a caller whose struct_size ends before it gets fp32) */
 } nsajit_topk_args;
 NSAJIT_API nsajit_topk_args nsajit_topk_defaults(void);
 NSAJIT_API nsajit_status nsajit_topk(const nsajit_topk_args* args, void* stream);
@@ -254,6 +259,7 @@ typedef struct nsajit_kernel_spec {
   int32_t arch_sm;                /* 0 = current device; e.g. 90 */
   int32_t arch_suffix;            /* 'a' or 0 */
   int32_t precise;                /* sparse MLA: 0 or 1 (P as bf16 hi + lo); default 0 */
+  int32_t score_dtype;            /* top-k: NSAJIT_SCORES_*; default fp32 (a shorter struct_size: fp32) */
 } nsajit_kernel_spec;
 NSAJIT_API nsajit_kernel_spec nsajit_kernel_spec_defaults(void);
 

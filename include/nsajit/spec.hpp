@@ -39,6 +39,13 @@ enum class KvDtype : std::uint8_t {
   fp8_e4m3,  // [num_pages, page_size, 656] bytes (§4), dequantized inside the kernel
 };
 
+// Dtype of the top-k family's scores (§2): the indexer's logits as DeepGEMM's MQA-logits kernels
+// write them.
+enum class ScoreDtype : std::uint8_t {
+  fp32,
+  bf16,  // read as bf16 and widened exactly: the selection is that of the bf16 values
+};
+
 // Target architecture: compute capability and suffix ('a' for arch-specific sm_90a, 0 for none).
 struct Arch {
   int sm = 90;
@@ -78,6 +85,7 @@ struct KernelSpec {
   bool sorted = false;           // topk: output ordered by score descending
   bool precise = false;          // sparse_mla: P as bf16 hi + lo before P.V (tighter tolerance, slower);
                                  // false: P rounded to bf16 once, the field's precision (FlashMLA's)
+  ScoreDtype score_dtype = ScoreDtype::fp32;  // topk: dtype of the scores
   TileConfig tile{};
   Arch arch{};
   friend bool operator==(const KernelSpec&, const KernelSpec&) = default;
@@ -94,18 +102,20 @@ void validate(const KernelSpec& spec);
 
 // Canonical text form: every field, fixed order, e.g.
 // "family=sparse_mla h_q=16 topk=2048 page_size=1 mode=decode kv_dtype=bf16 next_n=1
-//  fused_transform=0 sorted=0 precise=0 threads=320 block_tokens=64 heads_per_cta=16 kernel=mma_sync
+//  fused_transform=0 sorted=0 precise=0 score_dtype=fp32 threads=320 block_tokens=64 heads_per_cta=16
+//  kernel=mma_sync
 //  producer_warps=2 arch=sm_90a".
 std::string canonical_text(const KernelSpec& spec);
 
 // Stable readable name with only the fields the family uses, e.g.
 // "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_90a" (".precise" before the arch when set),
-// "index_transform.decode.ps64.topk2048.sm_90a".
+// "index_transform.decode.ps64.topk2048.sm_90a", "topk.topk2048.scores_bf16.sm_90a".
 std::string readable_name(const KernelSpec& spec);
 
 std::string to_string(Family f);
 std::string to_string(IndexMode m);
 std::string to_string(KvDtype d);
+std::string to_string(ScoreDtype d);  // "fp32", "bf16"
 std::string to_string(MlaKernel k);  // "automatic", "mma_sync", "wgmma"
 std::string to_string(Arch a);  // "sm_90a"
 Arch parse_arch(const std::string& text);  // "sm_90a", "sm_90", "90a"; throws InvalidArgument

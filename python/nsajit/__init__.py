@@ -78,7 +78,8 @@ def topk(scores, lengths, topk=2048, *, row_starts=None, sorted=False, transform
          page_size=1, cu_seqlens_q=None, offsets=None, next_n=1, out=None):
     """Top-k positions of each row of the indexer scores (sgl_kernel fast_topk_v2 semantics, any topk).
 
-    scores: float32 [rows, width] (last dim contiguous, any row stride); lengths: int32 [rows];
+    scores: float32 or bfloat16 [rows, width] (last dim contiguous, any row stride; bf16 is exact
+    on the bf16 values); lengths: int32 [rows];
     row_starts: optional int32 [rows]. topk: a multiple of 64 in [64, 4096]. Returns int32
     [rows, topk]: per row the positions (relative to row_start) of the top-k scores among the
     first lengths[r], or 0..len-1 then -1 when len <= topk. sorted=True orders them by score.
@@ -89,7 +90,7 @@ def topk(scores, lengths, topk=2048, *, row_starts=None, sorted=False, transform
     holds page ids (slot = page_table[b, p // P] * P + p % P).
     """
     t = torch()
-    tensor(scores, "scores", t.float32, ndim=2, inner_contiguous=True)
+    tensor(scores, "scores", (t.float32, t.bfloat16), ndim=2, inner_contiguous=True)
     device = scores.device
     rows, width = scores.shape
     tensor(lengths, "lengths", t.int32, shape=(rows,), device=device, contiguous=True)
@@ -100,7 +101,8 @@ def topk(scores, lengths, topk=2048, *, row_starts=None, sorted=False, transform
     tensor(out, "out", t.int32, shape=(rows, k), device=device, contiguous=True)
     args = _lib.TopkArgs(scores=ptr(scores), lengths=ptr(lengths), row_starts=ptr(row_starts), out=ptr(out),
                          rows=_int32(rows, "scores.shape[0]", 0), width=_int32(width, "scores.shape[1]", 0),
-                         topk=k, sorted=1 if sorted else 0, page_size=1, next_n=1)
+                         topk=k, sorted=1 if sorted else 0, page_size=1, next_n=1,
+                         score_dtype=1 if scores.dtype == t.bfloat16 else 0)
     args.score_row_stride = max(scores.stride(0), width) if rows > 0 else 0
     if transform is not None:
         args.fused_transform = 1
@@ -332,18 +334,21 @@ def fp8_kv_gather(cache, slots, *, out=None):
 
 
 def _spec(family, h_q=0, topk=2048, page_size=1, mode="decode", kv_dtype="bf16", next_n=1, fused_transform=False,
-          sorted=False, threads=0, block_tokens=0, heads_per_cta=0, arch=None, precise=False):
+          sorted=False, threads=0, block_tokens=0, heads_per_cta=0, arch=None, precise=False, score_dtype="fp32"):
     if family not in _lib.FAMILIES:
         raise ValueError(f"nsajit: argument family = {family!r}: expected one of {', '.join(_lib.FAMILIES)}")
     if kv_dtype not in ("bf16", "fp8"):
         raise ValueError(f"nsajit: argument kv_dtype = {kv_dtype!r}: expected 'bf16' or 'fp8'")
+    if score_dtype not in ("fp32", "bf16"):
+        raise ValueError(f"nsajit: argument score_dtype = {score_dtype!r}: expected 'fp32' or 'bf16'")
     s = _lib.KernelSpec(family=_lib.FAMILIES[family], h_q=_int32(h_q, "h_q"), topk=_int32(topk, "topk"),
                         page_size=_int32(page_size, "page_size"), mode=_mode(mode, "mode"),
                         kv_dtype=_lib.KV_BF16 if kv_dtype == "bf16" else _lib.KV_FP8_E4M3,
                         next_n=_int32(next_n, "next_n"), fused_transform=1 if fused_transform else 0,
                         sorted=1 if sorted else 0, threads=_int32(threads, "threads"),
                         block_tokens=_int32(block_tokens, "block_tokens"),
-                        heads_per_cta=_int32(heads_per_cta, "heads_per_cta"), precise=1 if precise else 0)
+                        heads_per_cta=_int32(heads_per_cta, "heads_per_cta"), precise=1 if precise else 0,
+                        score_dtype=1 if score_dtype == "bf16" else 0)
     if arch is not None:
         text = str(arch).removeprefix("sm_")
         suffix = text[-1] if text and text[-1].isalpha() else ""
@@ -364,7 +369,8 @@ def precompile(family, **spec):
     """Puts one kernel's cubin into the disk cache (nsajit::precompile). family: 'topk',
     'index_transform', 'sparse_mla_decode', 'sparse_mla_combine', 'fp8_kv_quantize',
     'fp8_kv_gather'; keyword fields as in nsajit/spec.hpp (h_q, topk, page_size, mode, kv_dtype
-    'bf16' / 'fp8', next_n, fused_transform, sorted, threads, block_tokens, heads_per_cta, precise) and
+    'bf16' / 'fp8', next_n, fused_transform, sorted, threads, block_tokens, heads_per_cta, precise,
+    score_dtype 'fp32' / 'bf16') and
     arch ('sm_90a'; None = the current device). Returns a KernelRecord."""
     s = _spec(family, **spec)
     r = _lib.KernelRecord()

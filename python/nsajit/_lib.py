@@ -130,6 +130,7 @@ class TopkArgs(_Struct):
         ("num_requests", ctypes.c_int32),
         ("offsets", ctypes.c_void_p),
         ("next_n", ctypes.c_int32),
+        ("score_dtype", ctypes.c_int32),
     ]
 
 
@@ -208,6 +209,7 @@ class KernelSpec(_Struct):
         ("arch_sm", ctypes.c_int32),
         ("arch_suffix", ctypes.c_int32),
         ("precise", ctypes.c_int32),
+        ("score_dtype", ctypes.c_int32),
     ]
 
 

@@ -1,15 +1,19 @@
 // bench_topk.cpp — `nsajit bench topk`: nsajit::topk (plain and fused with the paged transform)
 // against torch.topk(k, sorted=False) on the same inputs, on the shapes of issue 3.
 //
-// Inputs are built on the host (a fast xorshift generator, roughly normal scores), uploaded once;
+// Inputs are built on the host (a fast xorshift generator), uploaded once, in two distributions:
+// roughly normal scores, and ReLU sums like the indexer's (" relu": most scores exactly 0.0, a
+// positive tail; every third row has fewer non-zeros than topk, so its threshold is the 0.0 plateau),
+// each as fp32 and as bf16 (" bf16": the same values rounded to bf16, torch.topk on bf16 too);
 // outputs are poisoned before the checked run; each case is checked against the CPU reference
 // (byte for byte against reference::topk_index_order, on sampled rows for large cases). Bytes for
-// the floor: the scores each row reads (len * 4) + lengths + the output written once.
+// the floor: the scores each row reads (len * 4 or 2) + lengths + the output written once.
 // NSAJIT_TOPK_SWEEP=1 also times every launch shape per case and the write-through floor of the
 // plan's grid (every len = topk: launch and write, no selection), printed to stderr only.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "nsajit/kernels.hpp"
+#include "reference/bf16.hpp"
 #include "reference/index_transform.hpp"
 #include "reference/topk.hpp"
 #include "runtime/device_buffer.hpp"
@@ -51,9 +56,33 @@ struct Rng {
     for (int i = 0; i < 4; ++i) sum += float((x >> (16 * i)) & 0xffff) * (1.0f / 65536.0f);
     return (sum - 2.0f) * 1.7320508f;
   }
+  double uniform() { return double(next() >> 11) * 0x1.0p-53; }
 };
 
+enum class Distribution { normal, relu };
+
 int length_of_row(const Shape& s, int r) { return s.len_lo >= s.width ? s.width : std::min(s.width, s.len_lo + r); }
+
+// Fraction of non-zero scores in row r of a ReLU-sum row of `len` scores: a quarter, a twentieth,
+// or half of topk (the threshold on the 0.0 plateau), by r % 3.
+double relu_nonzero_fraction(int r, int len, int topk) {
+  if (r % 3 == 0) return 0.25;
+  if (r % 3 == 1) return 0.05;
+  return len > 0 ? std::min(0.25, 0.5 * topk / len) : 0.0;
+}
+
+void fill_scores(Distribution dist, const Shape& shape, int topk, Rng& rng, std::vector<float>& scores) {
+  for (int r = 0; r < shape.rows; ++r) {
+    float* row = scores.data() + std::ptrdiff_t(r) * shape.width;
+    if (dist == Distribution::normal) {
+      for (int i = 0; i < shape.width; ++i) row[i] = rng.normal();
+      continue;
+    }
+    const double nonzero = relu_nonzero_fraction(r, length_of_row(shape, r), topk);
+    for (int i = 0; i < shape.width; ++i)
+      row[i] = rng.uniform() < nonzero ? std::fabs(rng.normal()) + 0x1.0p-20f : 0.0f;  // ReLU: exact +0.0
+  }
+}
 
 }  // namespace
 
@@ -70,20 +99,29 @@ int bench_topk(const BenchOptions& options) {
   std::vector<Case> cases;
   bool all_pass = true;
   driver::current_context();
+  for (const ScoreDtype dtype : {ScoreDtype::fp32, ScoreDtype::bf16})
+  for (const Distribution dist : {Distribution::normal, Distribution::relu})
   for (const Shape& shape : shapes) {
-    const bool want_plain = options.only.empty() || shape.name.find(options.only) != std::string::npos;
-    const bool want_fused = options.only.empty() || (shape.name + " fused").find(options.only) != std::string::npos;
+    const bool bf16 = dtype == ScoreDtype::bf16;
+    const std::string suffix = std::string(bf16 ? " bf16" : "") + (dist == Distribution::relu ? " relu" : "");
+    const bool want_plain = options.only.empty() || (shape.name + suffix).find(options.only) != std::string::npos;
+    const bool want_fused = options.only.empty() || (shape.name + " fused" + suffix).find(options.only) != std::string::npos;
     if (!want_plain && !want_fused) continue;
-    std::fprintf(stderr, "topk bench: %s\n", shape.name.c_str());
+    std::fprintf(stderr, "topk bench: %s%s\n", shape.name.c_str(), suffix.c_str());
     const std::size_t count = std::size_t(shape.rows) * shape.width;
     std::vector<float> scores(count);
     Rng rng{0x9e3779b97f4a7c15ull ^ std::uint64_t(shape.rows) * 1315423911ull ^ std::uint64_t(shape.width)};
-    for (float& x : scores) x = rng.normal();
+    fill_scores(dist, shape, topk, rng, scores);
+    std::vector<std::uint16_t> scores_bf16;
+    if (bf16) {  // the bf16 values; the reference reads them widened (exactly) from `scores`
+      scores_bf16 = reference::to_bf16(scores);
+      scores = reference::from_bf16(scores_bf16);
+    }
     std::vector<std::int32_t> lengths(shape.rows);
     double score_bytes = 0;
     for (int r = 0; r < shape.rows; ++r) {
       lengths[r] = length_of_row(shape, r);
-      score_bytes += 4.0 * lengths[r];
+      score_bytes += (bf16 ? 2.0 : 4.0) * lengths[r];
     }
     // A shuffled real page table of page size 64, one row per score row (decode).
     const int pages = (shape.width + page_size - 1) / page_size;
@@ -91,20 +129,28 @@ int bench_topk(const BenchOptions& options) {
     std::iota(page_table.begin(), page_table.end(), 0);
     for (std::size_t i = page_table.size(); i > 1; --i) std::swap(page_table[i - 1], page_table[rng.next() % i]);
 
-    DeviceBuffer<float> d_scores(scores);
+    DeviceBuffer<float> d_scores(bf16 ? std::vector<float>{0.0f} : scores);
+    DeviceBuffer<std::uint16_t> d_scores_bf16(bf16 ? scores_bf16 : std::vector<std::uint16_t>{0});
     DeviceBuffer<std::int32_t> d_lengths(lengths);
     DeviceBuffer<std::int32_t> d_table(page_table);
     DeviceBuffer<std::int32_t> d_out(std::size_t(shape.rows) * topk);
 
     // Baseline inputs: scores with positions >= len set to -inf (torch.topk over the full width
     // then selects within each row's length), the page table, the parameters.
-    const std::string input_dir = options.work_dir + "/topk-" + std::to_string(shape.rows) + "x" + std::to_string(shape.width);
+    const std::string input_dir = options.work_dir + "/topk-" + std::to_string(shape.rows) + "x" +
+                                  std::to_string(shape.width) + (dist == Distribution::relu ? "-relu" : "") +
+                                  (bf16 ? "-bf16" : "");
     {
       std::vector<float> masked = scores;
       for (int r = 0; r < shape.rows; ++r)
         std::fill(masked.begin() + std::ptrdiff_t(r) * shape.width + lengths[r],
                   masked.begin() + std::ptrdiff_t(r + 1) * shape.width, -std::numeric_limits<float>::infinity());
-      write_blob(input_dir, "scores.f32", masked.data(), masked.size() * 4);
+      if (bf16) {
+        const std::vector<std::uint16_t> masked_bf16 = reference::to_bf16(masked);
+        write_blob(input_dir, "scores.bf16", masked_bf16.data(), masked_bf16.size() * 2);
+      } else {
+        write_blob(input_dir, "scores.f32", masked.data(), masked.size() * 4);
+      }
       write_blob(input_dir, "page_table.i32", page_table.data(), page_table.size() * 4);
     }
 
@@ -133,7 +179,8 @@ int bench_topk(const BenchOptions& options) {
     for (const bool fused : {false, true}) {
       if (fused ? !want_fused : !want_plain) continue;
       TopkArgs args;
-      args.scores = d_scores.get();
+      args.scores = bf16 ? static_cast<const void*>(d_scores_bf16.get()) : d_scores.get();
+      args.score_dtype = dtype;
       args.lengths = d_lengths.get();
       args.out = d_out.get();
       args.rows = shape.rows;
@@ -148,10 +195,11 @@ int bench_topk(const BenchOptions& options) {
         args.num_requests = shape.rows;
       }
       Case c;
-      c.name = shape.name + (fused ? " fused" : "");
+      c.name = shape.name + (fused ? " fused" : "") + suffix;
       c.params = {{"rows", shape.rows}, {"width", shape.width}, {"len_lo", lengths.front()},
                   {"len_hi", lengths.back()}, {"topk", topk}, {"fused", fused}, {"page_size", page_size},
-                  {"pages", pages}};
+                  {"pages", pages}, {"distribution", dist == Distribution::relu ? "relu" : "normal"},
+                  {"score_dtype", to_string(dtype)}};
       if (fused) c.params["transform"] = "decode, real page table of page size 64";
       c.baseline = fused ? "torch.topk(sorted=False) + page-table gather" : "torch.topk(sorted=False)";
       c.baseline_input = input_dir;
@@ -190,7 +238,7 @@ int bench_topk(const BenchOptions& options) {
                    c.check.c_str());
       cases.push_back(c);
 
-      if (sweep && !fused) {  // every launch shape (global re-read only at 1-2 CTAs)
+      if (sweep && !fused && !bf16) {  // every launch shape (global re-read only at 1-2 CTAs)
         struct Shape2 {
           int ctas, threads;
           bool streaming;
