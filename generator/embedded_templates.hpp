@@ -15,6 +15,9 @@ struct File {
 // Every embedded file, in the order of the CMake list.
 std::span<const File> files();
 
+// The shipped tuning databases (tune/db/*.json), embedded the same way (runtime/tuning_db.cpp).
+std::span<const File> tuning_databases();
+
 // The text of the embedded file `name`; throws std::logic_error when there is none (a template
 // includes a file missing from the CMake list).
 std::string_view file(std::string_view name);

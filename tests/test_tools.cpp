@@ -24,26 +24,22 @@
 #include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
 #include "families/topk/heuristics.hpp"
+#include "tests/cli_helpers.hpp"
 #include "tests/spec_matrix.hpp"
 #include "tests/test_dirs.hpp"
 #include "tools/fleet_specs.hpp"
 #include "tools/spec_text.hpp"
 
 using namespace nsajit;
+using test::contains;
+using test::error_of;
+#ifdef NSAJIT_CLI_PATH
+using test::CliResult;
+using test::run_cli;
+#endif
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // Random bytes standing in for a cubin (the cache does not look inside).
 std::vector<char> random_bytes(std::mt19937_64& rng, std::size_t n) {
@@ -77,24 +73,6 @@ void set_times(const std::string& path, std::int64_t seconds_ago) {
 }
 
 #ifdef NSAJIT_CLI_PATH
-struct CliResult {
-  int code = -1;
-  std::string output;  // stdout and stderr
-};
-
-// Runs the nsajit tool with `args` (shell words) and environment assignments `env`.
-CliResult run_cli(const std::string& env, const std::string& args) {
-  const std::string command = env + " '" NSAJIT_CLI_PATH "' " + args + " 2>&1";
-  CliResult r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) r.output.append(buf, n);
-  const int status = ::pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
   REQUIRE(in.good());

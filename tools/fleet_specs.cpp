@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <set>
 
 #include "nsajit/errors.hpp"
 #include "families/topk/heuristics.hpp"
+#include "tools/tuning_config.hpp"
 
 namespace nsajit::tools {
 namespace {
@@ -51,11 +53,11 @@ std::map<int, std::string> topk_thread_choices(const ModelConfig& m, Arch arch) 
   return threads;
 }
 
-void add_heuristic_specs(const FleetConfig& fleet, Arch arch, std::vector<FleetSpec>& out) {
+// Top-k, plain and fused with the transform (decode at every MTP depth, prefill, ragged), at each
+// thread count of `threads` (-> an example of why it is chosen).
+void add_topk_forms(const FleetConfig& fleet, Arch arch, const std::map<int, std::string>& threads,
+                    const std::string& why, std::vector<FleetSpec>& out) {
   const ModelConfig& m = fleet.model;
-  // Top-k, plain and fused with the transform (decode at every MTP depth, prefill, ragged),
-  // at every thread count its launch plan picks.
-  const std::map<int, std::string> threads = topk_thread_choices(m, arch);
   struct Form {
     bool fused;
     IndexMode mode;
@@ -73,9 +75,14 @@ void add_heuristic_specs(const FleetConfig& fleet, Arch arch, std::vector<FleetS
           KernelSpec s{.family = Family::topk, .topk = m.index_topk, .page_size = f.page_size, .mode = f.mode,
                        .next_n = f.next_n, .fused_transform = f.fused, .sorted = sorted,
                        .score_dtype = score_dtype, .tile = {.threads = t}};
-          out.push_back(make(s, arch, fmt::format("top-k launch plan: {} threads (e.g. {})", t, example)));
+          out.push_back(make(s, arch, fmt::format("{}: {} threads (e.g. {})", why, t, example)));
         }
   }
+}
+
+void add_heuristic_specs(const FleetConfig& fleet, Arch arch, std::vector<FleetSpec>& out) {
+  const ModelConfig& m = fleet.model;
+  add_topk_forms(fleet, arch, topk_thread_choices(m, arch), "top-k launch plan", out);
   // The §1 transform on its own, each mode.
   for (IndexMode mode : {IndexMode::decode, IndexMode::prefill, IndexMode::ragged})
     out.push_back(make({.family = Family::index_transform, .topk = m.index_topk,
@@ -97,10 +104,33 @@ void add_heuristic_specs(const FleetConfig& fleet, Arch arch, std::vector<FleetS
   out.push_back(make({.family = Family::sparse_mla_combine}, arch, "sparse MLA split-KV combine"));
 }
 
+// The choices of the tuning databases (the shipped ones and fleet.tuning_dbs) for this arch: sparse
+// MLA variants at the fleet's h_q, top-k thread counts in every form.
+void add_tuning_db_specs(const FleetConfig& fleet, Arch arch, std::vector<FleetSpec>& out) {
+  std::vector<const tuning::TuningDb*> dbs;
+  for (const tuning::TuningDb& db : tuning::shipped_tuning_dbs()) dbs.push_back(&db);
+  for (const tuning::TuningDb& db : fleet.tuning_dbs) dbs.push_back(&db);
+  std::set<int> h_qs;
+  for (int tp : fleet.tps) {
+    ModelConfig c = fleet.model;
+    c.tp = tp;
+    h_qs.insert(c.h_q());
+  }
+  for (const tuning::TuningDb* db : dbs) {
+    std::map<int, std::string> threads;
+    for (const DbSpec& d : tuning_db_specs(*db, arch, fleet.model.index_topk)) {
+      if (d.spec.family == Family::topk) threads.emplace(d.spec.tile.threads, d.origin);
+      else if (h_qs.contains(d.spec.h_q)) out.push_back({d.spec, d.origin});
+    }
+    add_topk_forms(fleet, arch, threads, db->origin, out);
+  }
+}
+
 }  // namespace
 
 const std::vector<FleetSpecSource>& fleet_spec_sources() {
-  static const std::vector<FleetSpecSource> sources = {{"heuristics", &add_heuristic_specs}};
+  static const std::vector<FleetSpecSource> sources = {{"heuristics", &add_heuristic_specs},
+                                                       {"tuning database", &add_tuning_db_specs}};
   return sources;
 }
 

@@ -2,15 +2,16 @@
 // `nsajit precompile`.
 //
 // The enumeration is a list of sources (fleet_spec_sources()); each adds the specs it knows for
-// one target arch, and the result keeps the first of equal specs. Today's source asks the
-// runtime's own choices (the default tiles and top-k's launch plan, run over a grid of shape
-// buckets); a tuning database's choices are one more source appended to the list.
+// one target arch, and the result keeps the first of equal specs. The sources: the runtime's own
+// choices (the default tiles and top-k's launch plan, run over a grid of shape buckets) and the
+// choices of the tuning databases (the shipped ones and any given).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "nsajit/spec.hpp"
+#include "runtime/tuning_db.hpp"
 #include "tools/model_config.hpp"
 
 namespace nsajit::tools {
@@ -21,6 +22,7 @@ struct FleetConfig {
   std::vector<Arch> archs = {Arch{}};
   std::vector<int> next_ns = {1};  // MTP query tokens per request (fused decode top-k)
   bool sorted_topk = false;        // also the sorted top-k forms (a second, sorting launch)
+  std::vector<tuning::TuningDb> tuning_dbs;  // databases whose choices are enumerated besides the shipped ones
   std::vector<ScoreDtype> score_dtypes = {ScoreDtype::fp32};  // the indexer logits' dtypes (top-k)
 };
 

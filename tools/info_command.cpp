@@ -1,5 +1,6 @@
 // info_command.cpp — `nsajit gen SPEC` and `nsajit info`.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdlib>
 #include <memory>
@@ -8,6 +9,7 @@
 #include "cache/cache_admin.hpp"
 #include "nsajit/jit.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/tuning_db.hpp"
 #include "tools/spec_text.hpp"
 #include "tools/subcommands.hpp"
 
@@ -33,6 +35,16 @@ nlohmann::json device_info() {
           {"driver_cuda_version", fmt::format("{}.{}", driver_version / 1000, driver_version % 1000 / 10)}};
 }
 
+// The database the dispatcher would use here (a driver call for the device) and the shipped ones.
+nlohmann::json tuning_database_info() {
+  nlohmann::json shipped = nlohmann::json::array();
+  for (const tuning::TuningDb& db : tuning::shipped_tuning_dbs())
+    shipped.push_back(fmt::format("{} for {} ({} SMs, {}, NVRTC {}, nsajit {}): {} top-k and {} sparse MLA buckets",
+                                  db.origin, db.key.gpu, db.key.sm_count, db.key.arch, db.key.nvrtc, db.key.nsajit,
+                                  db.topk.size(), db.sparse_mla.size()));
+  return {{"in_use", tuning_db_in_use()}, {"shipped", shipped}};
+}
+
 int info(bool json) {
   const std::string dir = cache_dir();
   const CacheScan scan = scan_cache(dir);
@@ -46,7 +58,7 @@ int info(bool json) {
       {"cache", {{"dir", dir}, {"entries", scan.entries.size()}, {"entry_bytes", scan.entry_bytes},
                  {"max_bytes", max_bytes}}},
       {"strict_mode", strict_mode()},
-      {"tuning_database", "none"}};
+      {"tuning_database", tuning_database_info()}};
   if (json) {
     fmt::print("{}\n", j.dump(2));
     return 0;
@@ -63,7 +75,9 @@ int info(bool json) {
              max_bytes ? fmt::format("{} bytes (NSAJIT_CACHE_MAX_BYTES)", max_bytes) : "none");
   fmt::print("strict mode: {}{}\n", strict_mode() ? "on" : "off",
              no_jit ? fmt::format(" (NSAJIT_NO_JIT={})", no_jit) : "");
-  fmt::print("tuning database: none\n");
+  const nlohmann::json db = j["tuning_database"];
+  fmt::print("tuning database: {}{}\n", db["in_use"].get<std::string>(),
+             db["shipped"].empty() ? "" : fmt::format(" (shipped: {})", fmt::join(db["shipped"], ", ")));
   return 0;
 }
 

@@ -22,9 +22,9 @@ using namespace nsajit::tools;
 
 const char* const kFooter =
     "Exit codes: 0 ok; 1 a check, kernel, compile or cache write failed; 2 bad usage or input (flags, config "
-    "file, arch); 3 no GPU where one is required (bench, run --require-gpu).\n"
+    "file, arch); 3 no GPU where one is required (bench, autotune, run --require-gpu).\n"
     "Environment: NSAJIT_CACHE_DIR (cache directory), NSAJIT_CACHE_LOCK_TIMEOUT (seconds, default 120), "
-    "NSAJIT_PDL (0 or 1); see the README.";
+    "NSAJIT_PDL (0 or 1), NSAJIT_TUNING_DB (tuning database file or none); see the README.";
 
 // nsajit, NVRTC and CUDA driver versions (the driver's "not available" without libcuda).
 std::string versions() {
@@ -74,7 +74,7 @@ int run_cli(int argc, char** argv) {
   add_config_options(run);
   run->add_flag("--require-gpu", require_gpu, "exit 3 when there is no GPU instead of only compiling");
   std::vector<Subcommand> subcommands = {add_precompile_command(app), add_cache_command(app), add_gen_command(app),
-                                         add_info_command(app)};
+                                         add_info_command(app), add_autotune_command(app)};
   for (Subcommand& sub : subcommands) add_common(sub.app);
 
   nsajit::tools::bench::BenchOptions bench_options;
@@ -98,7 +98,7 @@ int run_cli(int argc, char** argv) {
   std::string help_topic;
   CLI::App* help = app.add_subcommand("help", "print this help, or a subcommand's: nsajit help run");
   add_common(help);
-  help->add_option("subcommand", help_topic, "run | precompile | cache | gen | info | bench | help");
+  help->add_option("subcommand", help_topic, "run | precompile | autotune | cache | gen | info | bench | help");
 
   auto find_subcommand = [&](const std::string& name) -> CLI::App* {
     const auto found = app.get_subcommands([&](CLI::App* s) { return s->get_name() == name; });
@@ -108,8 +108,8 @@ int run_cli(int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-') {
     const std::string first = argv[1];
     if (!find_subcommand(first))
-      return error_exit(fmt::format("unknown subcommand \"{}\" (expected run, precompile, cache, gen, info, bench "
-                                    "or help; see nsajit --help)",
+      return error_exit(fmt::format("unknown subcommand \"{}\" (expected run, precompile, autotune, cache, gen, info, "
+                                    "bench or help; see nsajit --help)",
                                     first)
                             .c_str(),
                         kExitUsage);
@@ -129,8 +129,8 @@ int run_cli(int argc, char** argv) {
     }
     const CLI::App* topic = find_subcommand(help_topic);
     if (!topic)
-      return error_exit(fmt::format("help {}: no such subcommand (expected run, precompile, cache, gen, info, bench "
-                                    "or help)",
+      return error_exit(fmt::format("help {}: no such subcommand (expected run, precompile, autotune, cache, gen, info, "
+                                    "bench or help)",
                                     help_topic)
                             .c_str(),
                         kExitUsage);

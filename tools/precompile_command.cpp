@@ -1,18 +1,17 @@
 // precompile_command.cpp — `nsajit precompile`: every kernel a fleet can dispatch, compiled into
 // the cache on N threads, with progress and a JSON manifest.
 #include <fmt/format.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -20,6 +19,7 @@
 #include "nsajit/jit.hpp"
 #include "tools/commands.hpp"
 #include "tools/fleet_specs.hpp"
+#include "tools/progress.hpp"
 #include "tools/spec_text.hpp"
 #include "tools/subcommands.hpp"
 
@@ -40,112 +40,16 @@ struct PrecompileOptions {
   bool quiet = false;
   bool check = false;
   bool sorted = false;
+  std::vector<std::string> tuning_dbs;
   std::vector<std::string> score_dtypes;
 };
 
-struct Item {
+struct Item : CompileItem {
   FleetSpec fleet;
-  std::string name;
-  KernelRecord record;
-  double wall_ms = 0;
-  std::string result;  // hit | compiled | missing | failed
-  std::string error;
 };
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-int terminal_width() {
-  winsize w{};
-  return ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 20 ? w.ws_col : 100;
-}
-
-// The one updating progress line of a terminal, or one plain line per finished kernel.
-class Progress {
- public:
-  Progress(std::size_t total, bool quiet) : total_(total), quiet_(quiet), tty_(!quiet && ::isatty(STDOUT_FILENO)) {
-    if (tty_) ticker_ = std::thread([this] { tick(); });
-  }
-  ~Progress() { finish(); }
-
-  void started(const std::string& name) {
-    std::lock_guard lock(mutex_);
-    running_.push_back(name);
-    if (tty_) draw();
-  }
-  void finished(const Item& item) {
-    std::lock_guard lock(mutex_);
-    ++done_;
-    running_.erase(std::find(running_.begin(), running_.end(), item.name));
-    if (tty_) {
-      if (!item.error.empty()) fmt::print("\r\033[K{} {}: {}\n", item.result, item.name, item.error);
-      draw();
-    } else if (!quiet_) {
-      fmt::print("[{}/{}] {} {} ({:.0f} ms{})\n", done_, total_, item.result, item.name, item.wall_ms,
-                 item.error.empty() ? "" : ": " + item.error);
-      std::fflush(stdout);
-    }
-  }
-  void finish() {
-    {
-      std::lock_guard lock(mutex_);
-      if (stop_) return;
-      stop_ = true;
-    }
-    wake_.notify_all();
-    if (ticker_.joinable()) ticker_.join();
-    if (tty_) {
-      fmt::print("\r\033[K");
-      std::fflush(stdout);
-    }
-  }
-
- private:
-  void draw() {
-    const double s = ms_since(start_) / 1000;
-    std::string line = fmt::format("[{}/{}] {:.1f} s", done_, total_, s);
-    if (!running_.empty())
-      line += fmt::format("  {}{}", running_.back(),
-                          running_.size() > 1 ? fmt::format(" (+{} more)", running_.size() - 1) : "");
-    const std::size_t width = std::size_t(terminal_width() - 1);
-    if (line.size() > width) line.resize(width);
-    fmt::print("\r\033[K{}", line);
-    std::fflush(stdout);
-  }
-  void tick() {
-    std::unique_lock lock(mutex_);
-    while (!stop_) {
-      draw();
-      wake_.wait_for(lock, std::chrono::milliseconds(250));
-    }
-  }
-
-  std::size_t total_;
-  std::size_t done_ = 0;
-  bool quiet_, tty_;
-  bool stop_ = false;
-  Clock::time_point start_ = Clock::now();
-  std::vector<std::string> running_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::thread ticker_;
-};
-
-// Writes `text` to `path` through a temporary file and rename, so a reader never sees half.
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << text;
-    if (!out.flush()) throw InvalidArgument(fmt::format("--manifest {}: cannot write {}", path, temp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(temp, path, ec);
-  if (ec) {
-    std::filesystem::remove(temp, ec);
-    throw InvalidArgument(fmt::format("--manifest {}: cannot write the file ({})", path, ec.message()));
-  }
 }
 
 nlohmann::json manifest_of(const std::vector<Item>& items, const FleetConfig& fleet, bool enumerated, int jobs,
@@ -206,6 +110,18 @@ int run_precompile(const PrecompileOptions& o) {
   if (fleet.archs.empty()) fleet.archs.push_back(target_arch(""));
   if (!o.next_ns.empty()) fleet.next_ns = o.next_ns;
   fleet.sorted_topk = o.sorted;
+  // Tuning databases whose choices are compiled besides the shipped ones: --tuning-db, else the
+  // one NSAJIT_TUNING_DB names (what the fleet's processes will read).
+  std::vector<std::string> dbs = o.tuning_dbs;
+  if (const char* env = std::getenv(tuning::kEnvVariable); dbs.empty() && env && *env && std::string(env) != "none")
+    dbs.push_back(env);
+  for (const std::string& path : dbs) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) throw InvalidArgument(fmt::format("--tuning-db {}: cannot read the file", path));
+    fleet.tuning_dbs.push_back(tuning::parse_tuning_db(text.str(), path));
+  }
   if (!o.score_dtypes.empty()) {
     fleet.score_dtypes.clear();
     for (const std::string& d : o.score_dtypes) {
@@ -218,12 +134,15 @@ int run_precompile(const PrecompileOptions& o) {
   std::vector<Item> items;
   const bool enumerated = o.specs.empty();
   if (enumerated) {
-    for (FleetSpec& f : enumerate_fleet_specs(fleet)) items.push_back({.fleet = std::move(f)});
+    for (FleetSpec& f : enumerate_fleet_specs(fleet)) items.emplace_back().fleet = std::move(f);
   } else {
     for (const std::string& text : o.specs)
-      items.push_back({.fleet = {parse_spec_text(text, fleet.archs.front()), "--spec " + text}});
+      items.emplace_back().fleet = {parse_spec_text(text, fleet.archs.front()), "--spec " + text};
   }
-  for (Item& it : items) it.name = readable_name(it.fleet.spec);
+  for (Item& it : items) {
+    it.spec = it.fleet.spec;
+    it.name = readable_name(it.spec);
+  }
 
   const std::string dir = cache_dir();  // settles the cache's environment (a bad value is bad usage)
   // The tool's job is to compile: the environment's strict mode (NSAJIT_NO_JIT) does not apply;
@@ -237,43 +156,9 @@ int run_precompile(const PrecompileOptions& o) {
 
   const auto start = Clock::now();
   {
-    Progress progress(items.size(), o.quiet);
-    // Longest compiles first (top-k, then sparse MLA: seconds each; the rest ~0.1 s), so the last
-    // thread is not left with a long one at the end; the manifest keeps the enumeration's order.
-    std::vector<std::size_t> order(items.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    auto weight = [&](std::size_t i) {
-      const Family f = items[i].fleet.spec.family;
-      return f == Family::topk ? 2 : f == Family::sparse_mla ? 1 : 0;
-    };
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return weight(a) > weight(b); });
-    std::atomic<std::size_t> next{0};
-    auto worker = [&] {
-      for (std::size_t n; (n = next++) < items.size();) {
-        Item& it = items[order[n]];
-        progress.started(it.name);
-        const auto t0 = Clock::now();
-        try {
-          it.record = precompile(it.fleet.spec);
-          it.result = it.record.source == CubinSource::compiled ? "compiled" : "hit";
-          if (!it.record.on_disk) {
-            it.result = "failed";
-            it.error = "compiled, but the cache entry could not be written";
-          }
-        } catch (const KernelNotPrecompiled&) {
-          it.result = "missing";
-          it.error = "not in the cache";
-        } catch (const std::exception& e) {
-          it.result = "failed";
-          it.error = e.what();
-        }
-        it.wall_ms = ms_since(t0);
-        progress.finished(it);
-      }
-    };
-    std::vector<std::thread> threads;
-    for (int t = 0; t < std::min<int>(jobs, int(items.size())); ++t) threads.emplace_back(worker);
-    for (std::thread& t : threads) t.join();
+    std::vector<CompileItem*> pointers;
+    for (Item& it : items) pointers.push_back(&it);
+    compile_all(pointers, jobs, o.quiet);
   }
   const double elapsed_ms = ms_since(start);
 
@@ -286,7 +171,7 @@ int run_precompile(const PrecompileOptions& o) {
     compile_ms += it.record.compile_ms;
   }
   if (!o.manifest.empty())
-    write_atomically(o.manifest, manifest_of(items, fleet, enumerated, jobs, elapsed_ms).dump(2) + "\n");
+    write_atomically(o.manifest, manifest_of(items, fleet, enumerated, jobs, elapsed_ms).dump(2) + "\n", "--manifest");
   std::fflush(stdout);
   // Plain output named each failure on its line already.
   if (o.quiet || ::isatty(STDOUT_FILENO))
@@ -308,7 +193,7 @@ Subcommand add_precompile_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "precompile",
       "compile every kernel a fleet of the model config can dispatch into the cache (no GPU needed): all "
-      "families, both KV dtypes, every tp, arch and MTP depth, every variant the heuristics choose");
+      "families, both KV dtypes, every tp, arch and MTP depth, every variant the heuristics or a tuning database choose");
   auto* model = cmd->add_option("--model", o->model, "built-in model config: deepseek-v3.2 (the default)");
   cmd->add_option("--config", o->config_path, "JSON model config (keys as for `nsajit run --config`)")
       ->check(CLI::ExistingFile)
@@ -319,6 +204,9 @@ Subcommand add_precompile_command(CLI::App& app) {
   cmd->add_option("--arch", o->archs, "target archs, e.g. sm_90a,sm_100a (default: sm_90a)")->delimiter(',');
   cmd->add_option("--next-n", o->next_ns, "MTP query tokens per request, e.g. 1,2,4 (default: 1)")->delimiter(',');
   cmd->add_flag("--sorted", o->sorted, "also the sorted top-k forms");
+  cmd->add_option("--tuning-db", o->tuning_dbs,
+                  "also every kernel this tuning database chooses (repeatable; default: $NSAJIT_TUNING_DB; the "
+                  "shipped databases always)");
   cmd->add_option("--score-dtype", o->score_dtypes, "top-k score dtypes, e.g. fp32,bf16 (default: fp32)")
       ->delimiter(',');
   cmd->add_option("--spec", o->specs,

@@ -17,5 +17,6 @@ Subcommand add_precompile_command(CLI::App& app);  // tools/precompile_command.c
 Subcommand add_cache_command(CLI::App& app);       // tools/cache_command.cpp
 Subcommand add_gen_command(CLI::App& app);         // tools/info_command.cpp
 Subcommand add_info_command(CLI::App& app);        // tools/info_command.cpp
+Subcommand add_autotune_command(CLI::App& app);    // tools/autotune_command.cpp
 
 }  // namespace nsajit::tools

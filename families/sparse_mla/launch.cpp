@@ -9,6 +9,7 @@
 
 #include "families/sparse_mla/heuristics.hpp"
 #include "families/sparse_mla/launch.hpp"
+#include "families/sparse_mla/tuning.hpp"
 #include "generator/family.hpp"
 #include "nsajit/errors.hpp"
 #include "nsajit/kernels.hpp"
@@ -34,9 +35,12 @@ void check_pointer(const char* name, const void* p, unsigned alignment) {
 using sparse_mla::kMaxSplits;
 using sparse_mla::workspace_bytes;
 
+// An automatic count covers what the tuning database may choose for the shape (workspace sizing).
 int resolve_splits(int rows, int h_q, int topk, int num_splits) {
   if (num_splits > 0) return std::min(num_splits, topk / sparse_mla::kBlockTokens);
-  return sparse_mla::auto_splits(rows, h_q, topk, driver::current_context_info().sm_count);
+  const int sm_count = driver::current_context_info().sm_count;
+  const int tuned = std::min(tuning::tuned_max_splits(rows, h_q, topk, sm_count), topk / sparse_mla::kBlockTokens);
+  return std::max(tuned, sparse_mla::auto_splits(rows, h_q, topk, sm_count));
 }
 
 // The one place NSAJIT_PDL is read: 0 turns the combine's programmatic launch off for every call.
@@ -126,7 +130,18 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
   if (a.rows == 0) return plan;
   // Forced split counts were checked against workspace_bytes above; an automatic one is lowered
   // to what the workspace holds (down to no split), never an error after a driver call.
-  int splits = a.workspace == nullptr ? 1 : resolve_splits(a.rows, a.h_q, a.topk, a.num_splits);
+  // The dispatcher's call (automatic variant): the tuning database's choice for the shape, if any.
+  const tuning::SparseMlaTuningEntry* tuned =
+      tile.kernel == MlaKernel::automatic
+          ? tuning::tuned_sparse_mla(a.rows, a.h_q, a.next_n, a.topk, a.kv_dtype, driver::current_context_info().sm_count)
+          : nullptr;
+  int splits = 1;
+  if (a.workspace != nullptr && a.num_splits > 0)
+    splits = resolve_splits(a.rows, a.h_q, a.topk, a.num_splits);
+  else if (a.workspace != nullptr && tuned && tuned->choice.num_splits > 0)
+    splits = std::min(tuned->choice.num_splits, a.topk / sparse_mla::kBlockTokens);
+  else if (a.workspace != nullptr)
+    splits = sparse_mla::auto_splits(a.rows, a.h_q, a.topk, driver::current_context_info().sm_count);
   while (splits > 1 && a.workspace_bytes < workspace_bytes(a.rows, a.h_q, splits)) --splits;
   plan.num_splits = splits;
   plan.spec.family = Family::sparse_mla;
@@ -135,6 +150,7 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
   plan.spec.kv_dtype = a.kv_dtype;
   plan.spec.precise = a.precise;
   if (tile.kernel != MlaKernel::automatic) plan.spec.tile = tile;
+  else if (tuned) plan.spec.tile = tuned->choice.tile;
   // next_n stays 1: rows are already flattened (b * next_n), so every MTP depth shares one kernel.
   plan.spec = spec_for_current_device(plan.spec);
   plan.programmatic_combine = a.programmatic_launch && pdl_allowed_by_environment();

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "families/topk/heuristics.hpp"
+#include "families/topk/tuning.hpp"
 #include "nsajit/kernels.hpp"
 #include "runtime/argument_checks.hpp"
 #include "runtime/driver.hpp"
@@ -70,7 +71,12 @@ void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream
     spec.next_n = args.mode == IndexMode::decode ? args.next_n : 1;
   }
   const int sm_count = driver::current_context_info().sm_count;
-  detail::TopkLaunchPlan plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 16, constraints);
+  // The dispatcher's call: the tuning database's choice for the shape's bucket, if any.
+  const TopkPlanConstraints* tuned = &constraints == &kDispatcherChoice
+                                         ? tuned_topk_constraints(args.rows, args.width, args.topk, sm_count)
+                                         : nullptr;
+  detail::TopkLaunchPlan plan =
+      detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 16, tuned ? *tuned : constraints);
   const KernelSpec base_spec = spec;
   auto load = [&](const detail::TopkLaunchPlan& p) -> const LoadedKernel& {
     spec = base_spec;
@@ -91,7 +97,7 @@ void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream
   if (plan.cluster_size > 8 && resident_ctas(*loaded, geometry) == 0) {
     // A non-portable cluster (> 8 CTAs) may not fit a device at all (fewer SMs per GPC, a MIG
     // slice): then at most 8. (resident_ctas also sets the function's opt-in for it, once.)
-    plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 8, constraints);
+    plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 8, tuned ? kDispatcherChoice : constraints);
     loaded = &load(plan);
     geometry = geometry_of(plan);
   }
@@ -132,6 +138,6 @@ void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream
 
 }  // namespace detail
 
-void topk(const TopkArgs& args, CUstream stream) { detail::topk(args, {}, stream); }
+void topk(const TopkArgs& args, CUstream stream) { detail::topk(args, detail::kDispatcherChoice, stream); }
 
 }  // namespace nsajit

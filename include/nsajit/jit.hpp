@@ -50,6 +50,18 @@ KernelRecord precompile(const KernelSpec& spec);
 void set_strict_mode(bool on);
 bool strict_mode();
 
+// Tuning database (`nsajit autotune`; docs/notes/autotune.md): per family and shape bucket, the
+// kernel variant / launch plan measured fastest on one GPU; shapes outside its buckets keep the
+// heuristics. Resolved once, lazily, on the first dispatch that consults it: the path given here,
+// else $NSAJIT_TUNING_DB, else the database shipped for the current GPU (tune/db/). "none" uses
+// the heuristics only; "" returns to that default order. A database for another GPU, nsajit or
+// NVRTC version or schema, or a truncated or malformed one, is ignored with one message on stderr
+// naming the file and field. Thread-safe; takes effect at the next dispatch.
+void set_tuning_db(const std::string& path);
+// The database in use ("shipped h200.json", a path) or "none (why)". Resolves it (a driver call
+// for the current device on first use).
+std::string tuning_db_in_use();
+
 // One record per spec this process obtained a cubin for, in first-use order.
 std::vector<KernelRecord> jit_records();
 

@@ -186,7 +186,9 @@ inline void sparse_mla_prefill(const SparseMlaDecodeArgs& args, CUstream stream 
   sparse_mla_decode(args, stream);
 }
 // Split count the launch uses: num_splits when > 0, else the automatic choice for the current
-// device (1 when rows x h_q / 64 CTAs already fill it). At most 64 and at most the row's tiles.
+// device (1 when rows x h_q / 64 CTAs already fill it), or the tuning database's when larger
+// (the largest it chooses for (rows, h_q, topk) over KV dtypes: a bound for sizing the
+// workspace). At most 64 and at most the row's tiles.
 int sparse_mla_num_splits(int rows, int h_q, int topk, int num_splits = 0);
 // Workspace bytes the split-KV launch needs (0 when it does not split):
 // splits * rows * h_q * (512 + 2) * 4.

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <numeric>
 
 #include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
@@ -46,6 +47,19 @@ std::string today(const char* format) {
 }
 
 }  // namespace
+
+std::vector<int> sample_rows(int rows) {
+  if (rows <= 16) {
+    std::vector<int> all(rows);
+    std::iota(all.begin(), all.end(), 0);
+    return all;
+  }
+  std::vector<int> s = {0, 1, rows / 3, rows / 2, rows - 2, rows - 1};
+  for (int i = 1; i <= 6; ++i) s.push_back(int((long long)rows * i / 7 + 3) % rows);
+  std::sort(s.begin(), s.end());
+  s.erase(std::unique(s.begin(), s.end()), s.end());
+  return s;
+}
 
 double floor_us(double bytes, double flops) {
   return std::max(bytes / (kCopyTBps * 1e12), flops / (kBf16TFLOPs * 1e12)) * 1e6;

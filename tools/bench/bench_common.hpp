@@ -45,6 +45,27 @@ struct FastRandom {
   }
 };
 
+// xorshift64* -> approximately N(0, 1) (sum of 4 uniforms, rescaled); fast enough for 150M values.
+struct NormalRng {
+  std::uint64_t s;
+  std::uint64_t next() {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 2685821657736338717ull;
+  }
+  float normal() {
+    const std::uint64_t v = next();
+    float sum = 0;
+    for (int i = 0; i < 4; ++i) sum += float((v >> (16 * i)) & 0xffff) * (1.f / 65536.f);
+    return (sum - 2.f) * 1.7320508f;
+  }
+};
+
+// Rows checked against the CPU reference of a large batch: every row up to 16, else a spread of
+// them (first, last, middle, and six more), sorted.
+std::vector<int> sample_rows(int rows);
+
 // max(bytes / 4.17 TB/s, flops / 752 TFLOP/s) in microseconds.
 double floor_us(double bytes, double flops);
 

@@ -19,6 +19,7 @@
 #include "runtime/device_buffer.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/runtime.hpp"
+#include "runtime/tuning_db.hpp"
 #include "templates/kernel_params.h"
 #include "tools/bench/bench_common.hpp"
 
@@ -193,6 +194,27 @@ int bench_jit(const BenchOptions& options) {
     c.baseline_us = d.raw_us;
     c.check = "pass";
     cases.push_back(c);
+
+    // What the tuning database adds to a warm top-k or sparse MLA dispatch: its bucket lookups
+    // (after the first call's resolution), per call, with the database in use.
+    const int sm_count = driver::current_context_info().sm_count;
+    constexpr int kLookups = 1000000;
+    std::size_t found = 0;
+    tuning::active_tuning_db();
+    const auto t = Clock::now();
+    for (int i = 0; i < kLookups; ++i) {
+      const int rows = 1 + (i & 255);
+      found += tuning::tuned_sparse_mla(rows, 128, 1, 2048, KvDtype::bf16, sm_count) != nullptr;
+      found += detail::tuned_topk_constraints(rows, 131072, 2048, sm_count) != nullptr;
+    }
+    Case l;
+    l.name = "tuning lookup (sparse MLA + top-k)";
+    l.nsajit_us = us_since(t) / kLookups;
+    l.params = {{"lookups", kLookups}, {"found", found}, {"database", tuning_db_in_use()},
+                {"note", "host time of both families' bucket lookups per call pair"}};
+    l.baseline = "none";
+    l.check = "pass";
+    cases.push_back(l);
   }
   write_results({.family = "jit", .command = options.command}, cases, options.out);
   return 0;

@@ -39,25 +39,8 @@ constexpr std::int64_t kSlots = 262144;
 constexpr int kPageSize = 64;
 constexpr float kScale = 0.13524f;
 
-// xorshift64* -> approximately N(0, 1) (sum of 4 uniforms, rescaled); fast enough for 150M values.
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    s ^= s >> 12;
-    s ^= s << 25;
-    s ^= s >> 27;
-    return s * 2685821657736338717ull;
-  }
-  float normal() {
-    const std::uint64_t v = next();
-    float sum = 0;
-    for (int i = 0; i < 4; ++i) sum += float((v >> (16 * i)) & 0xffff) * (1.f / 65536.f);
-    return (sum - 2.f) * 1.7320508f;
-  }
-};
-
 std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint64_t seed) {
-  Rng r{seed * 0x9E3779B97F4A7C15ull + 1};
+  NormalRng r{seed * 0x9E3779B97F4A7C15ull + 1};
   std::vector<std::uint16_t> v(n);
   for (auto& x : v) x = reference::float_to_bf16(r.normal());
   return v;
@@ -120,7 +103,7 @@ int bench_sparse_mla(const BenchOptions& options) {
     const std::uint64_t seed = std::uint64_t(rows) * 1000 + sh.h_q + (sh.s_kv == kSlots ? 0 : std::uint64_t(sh.s_kv) << 20);
     const std::vector<std::uint16_t> q = random_bf16(std::size_t(rows) * sh.h_q * D, seed);
     std::vector<std::int32_t> idx(std::size_t(rows) * kTopk);
-    Rng r{seed + 77};
+    NormalRng r{seed + 77};
     for (auto& v : idx) v = std::int32_t(r.next() % std::uint64_t(sh.s_kv));
     DeviceBuffer<std::uint16_t> d_q(q);
     DeviceBuffer<std::int32_t> d_idx(idx);

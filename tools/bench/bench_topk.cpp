@@ -66,20 +66,6 @@ void fill_scores(Distribution dist, const Shape& shape, int topk, FastRandom& rn
   }
 }
 
-
-std::vector<int> sample_rows(int rows) {
-  if (rows <= 16) {
-    std::vector<int> all(rows);
-    std::iota(all.begin(), all.end(), 0);
-    return all;
-  }
-  std::vector<int> s = {0, 1, rows / 3, rows / 2, rows - 2, rows - 1};
-  for (int i = 1; i <= 6; ++i) s.push_back(int((long long)rows * i / 7 + 3) % rows);
-  std::sort(s.begin(), s.end());
-  s.erase(std::unique(s.begin(), s.end()), s.end());
-  return s;
-}
-
 }  // namespace
 
 int bench_topk(const BenchOptions& options) {

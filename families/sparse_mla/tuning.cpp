@@ -1,0 +1,159 @@
+// tuning.cpp — sparse MLA's tuning database entries: JSON fields, buckets and the dispatcher's lookup.
+#include "families/sparse_mla/tuning.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "nsajit/errors.hpp"
+#include "runtime/tuning_db.hpp"
+
+namespace nsajit::tuning {
+namespace {
+
+int integer_or_auto(const nlohmann::json& value, int auto_value, int lo, int hi, const std::string& where) {
+  if (value.is_string() && value.get<std::string>() == "auto") return auto_value;
+  if (!value.is_number_integer() || value.get<long long>() < lo || value.get<long long>() > hi)
+    bad_field(where, value, fmt::format("\"auto\" or an integer in [{}, {}]", lo, hi));
+  return value.get<int>();
+}
+
+std::optional<KvDtype> parse_kv(const nlohmann::json& v, const std::string& where) {
+  if (v.is_string() && v.get<std::string>() == "bf16") return KvDtype::bf16;
+  if (v.is_string() && (v.get<std::string>() == "fp8" || v.get<std::string>() == "fp8_e4m3")) return KvDtype::fp8_e4m3;
+  bad_field(where, v, "\"bf16\" or \"fp8\"");
+}
+
+}  // namespace
+
+const std::vector<std::string>& sparse_mla_choice_fields() {
+  static const std::vector<std::string> f = {"kernel", "producer_warps", "heads_per_cta", "num_splits"};
+  return f;
+}
+
+void set_sparse_mla_choice_field(SparseMlaChoice& c, const std::string& field, const nlohmann::json& value,
+                                 const std::string& where) {
+  if (field == "kernel") {
+    const std::string v = value.is_string() ? value.get<std::string>() : "";
+    if (v == "auto") c.tile.kernel = MlaKernel::automatic;
+    else if (v == "mma_sync") c.tile.kernel = MlaKernel::mma_sync;
+    else if (v == "wgmma") c.tile.kernel = MlaKernel::wgmma;
+    else bad_field(where, value, "\"auto\", \"mma_sync\" or \"wgmma\"");
+  } else if (field == "producer_warps") {
+    c.tile.producer_warps = integer_or_auto(value, -1, 0, 8, where);
+  } else if (field == "heads_per_cta") {
+    c.tile.heads_per_cta = integer_or_auto(value, 0, 8, 64, where);
+  } else if (field == "num_splits") {
+    c.num_splits = integer_or_auto(value, 0, 1, 64, where);
+  } else {
+    throw InvalidArgument(fmt::format("{}: unknown sparse MLA field (expected one of {})", where,
+                                      fmt::join(sparse_mla_choice_fields(), ", ")));
+  }
+}
+
+nlohmann::json sparse_mla_choice_json(const SparseMlaChoice& c) {
+  nlohmann::json j = nlohmann::json::object();
+  if (c.tile.kernel != MlaKernel::automatic) j["kernel"] = to_string(c.tile.kernel);
+  if (c.tile.producer_warps >= 0) j["producer_warps"] = c.tile.producer_warps;
+  if (c.tile.heads_per_cta > 0) j["heads_per_cta"] = c.tile.heads_per_cta;
+  j["num_splits"] = c.num_splits > 0 ? nlohmann::json(c.num_splits) : nlohmann::json("auto");
+  return j;
+}
+
+SparseMlaBucket parse_sparse_mla_bucket(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) bad_field(where, j, "an object with h_q, rows and topk");
+  reject_unknown_fields(j, {"name", "h_q", "kv_dtype", "rows", "next_n", "topk"}, where);
+  for (const char* required : {"h_q", "rows", "topk"})
+    if (!j.contains(required)) throw InvalidArgument(fmt::format("{}.{}: missing", where, required));
+  SparseMlaBucket b;
+  if (j.contains("name")) {
+    if (!j["name"].is_string()) bad_field(where + ".name", j["name"], "a string");
+    b.name = j["name"].get<std::string>();
+  }
+  const nlohmann::json& h = j["h_q"];
+  if (!h.is_number_integer() || (h != 8 && h != 16 && h != 32 && h != 64 && h != 128))
+    bad_field(where + ".h_q", h, "one of 8, 16, 32, 64, 128");
+  b.h_q = h.get<int>();
+  if (j.contains("kv_dtype")) b.kv_dtype = parse_kv(j["kv_dtype"], where + ".kv_dtype");
+  b.rows = parse_range(j["rows"], where + ".rows");
+  if (j.contains("next_n")) b.next_n = parse_range(j["next_n"], where + ".next_n");
+  b.topk = parse_range(j["topk"], where + ".topk");
+  return b;
+}
+
+nlohmann::json sparse_mla_bucket_json(const SparseMlaBucket& b) {
+  nlohmann::json j = {{"h_q", b.h_q}, {"rows", range_json(b.rows)}, {"topk", range_json(b.topk)}};
+  if (b.kv_dtype) j["kv_dtype"] = *b.kv_dtype == KvDtype::bf16 ? "bf16" : "fp8";
+  if (!(b.next_n == Range{})) j["next_n"] = range_json(b.next_n);
+  if (!b.name.empty()) j["name"] = b.name;
+  return j;
+}
+
+KernelSpec sparse_mla_spec_of(const SparseMlaChoice& c, int h_q, int topk, KvDtype kv, Arch arch) {
+  KernelSpec s;
+  s.family = Family::sparse_mla;
+  s.h_q = h_q;
+  s.topk = topk;
+  s.kv_dtype = kv;
+  s.arch = arch;
+  s.tile = c.tile;
+  s = with_default_tile(s);
+  validate(s);
+  return s;
+}
+
+SparseMlaTuningEntry parse_sparse_mla_entry(const nlohmann::json& j, const std::string& where, Arch arch) {
+  if (!j.is_object() || !j.contains("bucket") || !j.contains("choice"))
+    bad_field(where, j.is_object() ? nlohmann::json("{...}") : j, "an object with \"bucket\" and \"choice\"");
+  SparseMlaTuningEntry e;
+  e.bucket = parse_sparse_mla_bucket(j["bucket"], where + ".bucket");
+  const nlohmann::json& choice = j["choice"];
+  if (!choice.is_object()) bad_field(where + ".choice", choice, "an object of sparse MLA variant fields");
+  for (const auto& [field, value] : choice.items())
+    set_sparse_mla_choice_field(e.choice, field, value, where + ".choice." + field);
+  for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3}) {
+    if (e.bucket.kv_dtype && *e.bucket.kv_dtype != kv) continue;
+    try {
+      sparse_mla_spec_of(e.choice, e.bucket.h_q, 2048, kv, arch);
+    } catch (const InvalidArgument& err) {
+      throw InvalidArgument(fmt::format("{}.choice: not a valid kernel for h_q {} with {} KV on {}: {}", where,
+                                        e.bucket.h_q, to_string(kv), to_string(arch), err.what()));
+    }
+  }
+  return e;
+}
+
+const SparseMlaTuningEntry* find_sparse_mla_entry(std::span<const SparseMlaTuningEntry> entries, int rows, int h_q,
+                                                  int next_n, int topk, KvDtype kv) {
+  for (const SparseMlaTuningEntry& e : entries) {
+    const SparseMlaBucket& b = e.bucket;
+    if (b.h_q == h_q && (!b.kv_dtype || *b.kv_dtype == kv) && b.rows.contains(rows) && b.next_n.contains(next_n) &&
+        b.topk.contains(topk))
+      return &e;
+  }
+  return nullptr;
+}
+
+int max_tuned_splits(std::span<const SparseMlaTuningEntry> entries, int rows, int h_q, int topk) {
+  int most = 0;
+  for (const SparseMlaTuningEntry& e : entries)
+    if (e.bucket.h_q == h_q && e.bucket.rows.contains(rows) && e.bucket.topk.contains(topk))
+      most = std::max(most, e.choice.num_splits);
+  return most;
+}
+
+const SparseMlaTuningEntry* tuned_sparse_mla(int rows, int h_q, int next_n, int topk, KvDtype kv, int sm_count) {
+  const TuningDb* db = active_tuning_db();
+  if (db == nullptr || db->sparse_mla.empty() || db->key.sm_count != sm_count) return nullptr;
+  return find_sparse_mla_entry(db->sparse_mla, rows, h_q, next_n, topk, kv);
+}
+
+int tuned_max_splits(int rows, int h_q, int topk, int sm_count) {
+  const TuningDb* db = active_tuning_db();
+  if (db == nullptr || db->sparse_mla.empty() || db->key.sm_count != sm_count) return 0;
+  return max_tuned_splits(db->sparse_mla, rows, h_q, topk);
+}
+
+}  // namespace nsajit::tuning

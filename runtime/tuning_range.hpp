@@ -1,0 +1,27 @@
+// tuning_range.hpp — an inclusive range of a shape field in a tuning database bucket.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+namespace nsajit::tuning {
+
+// JSON: an integer (one value) or [lo, hi] (hi null: no bound).
+struct Range {
+  std::int64_t lo = 0;
+  std::int64_t hi = std::numeric_limits<std::int64_t>::max();
+  bool contains(std::int64_t v) const { return v >= lo && v <= hi; }
+  friend bool operator==(const Range&, const Range&) = default;
+};
+// InvalidArgument "<where>: ..." for anything else (lo > hi, negative, not integers).
+Range parse_range(const nlohmann::json& value, const std::string& where);
+nlohmann::json range_json(const Range& r);
+
+// "<where>: <field> = <value>: expected <expected>" as an InvalidArgument.
+[[noreturn]] void bad_field(const std::string& where, const nlohmann::json& value, const std::string& expected);
+// Throws bad_field for a key of `j` not in `known` (j must be an object; where names it).
+void reject_unknown_fields(const nlohmann::json& j, std::initializer_list<const char*> known, const std::string& where);
+
+}  // namespace nsajit::tuning
