@@ -31,21 +31,10 @@
 #include "tools/tuning_config.hpp"
 
 using namespace nsajit;
-using test::contains;
-using test::error_of;
-#ifdef NSAJIT_CLI_PATH
-using test::CliResult;
-using test::run_cli;
-#endif
+using namespace nsajit::test;  // contains, error_of, run_cli, count_of (tests/*_helpers.hpp)
 namespace fs = std::filesystem;
 
 namespace {
-
-std::size_t count_of(const std::string& text, const std::string& part) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
-}
 
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
