@@ -123,7 +123,8 @@ TEST_CASE("tune config: a valid config expands its bucket groups; bad input name
     CHECK(!e.empty());
     for (const std::string& part : b.expected) CHECK(contains(e, part));
   }
-  CHECK(contains(error_of([] { tools::parse_tune_config("{\"schema\": 1, \"topk\": {", "t.json"); }), "t.json: not JSON"));
+  CHECK(contains(error_of([] { tools::parse_tune_config("{\"schema\": 1, \"topk\": {", "t.json"); }),
+                 "t.json: not a complete JSON document"));
 }
 
 TEST_CASE("tuning database: parse errors name the file and field; a round trip keeps every entry") {
@@ -335,7 +336,7 @@ TEST_CASE("nsajit autotune: bad configs exit 2 naming file and field and write n
   write_file(dir.path() + "/trunc.json", small_config().dump().substr(0, 100));
   r = run_cli("", "autotune --config " + dir.path() + "/trunc.json --db " + db);
   CHECK(r.code == 2);
-  CHECK(contains(r.output, "trunc.json: not JSON"));
+  CHECK(contains(r.output, "trunc.json: not a complete JSON document"));
   CHECK(!fs::exists(db));
   write_file(dir.path() + "/good.json", small_config().dump());
   r = run_cli("", "autotune --config " + dir.path() + "/good.json --dry-run --sm-count 132 --arch sm_90a");

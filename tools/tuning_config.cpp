@@ -151,13 +151,7 @@ std::vector<SparseMlaTuneBucket> parse_sparse_mla_tune_group(const nlohmann::jso
 }  // namespace
 
 TuneConfig parse_tune_config(const std::string& text, const std::string& path) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument(fmt::format("{}: not JSON: {}", path, e.what()));
-  }
-  if (!j.is_object()) throw InvalidArgument(fmt::format("{}: expected a JSON object", path));
+  const nlohmann::json j = tuning::parse_json_object(text, path);
   tuning::reject_unknown_fields(j, {"schema", "iters", "topk", "sparse_mla"}, path);
   if (!j.contains("schema") || j["schema"] != tuning::kSchemaVersion)
     bad_field(path + ": schema", j.value("schema", nlohmann::json("missing")), std::to_string(tuning::kSchemaVersion));
