@@ -393,10 +393,7 @@ CacheLookup CubinCache::get_or_build(const std::string& name, const CacheKey& ke
                                      const std::function<std::vector<char>()>& build) const {
   CacheLookup result;
   auto build_and_store = [&] {
-    const auto start = std::chrono::steady_clock::now();
     result.cubin = build();
-    result.build_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     result.stored = store(name, key, result.cubin);  // warns when it cannot
     return result;
   };

@@ -91,7 +91,6 @@ struct CacheLookup {
   std::vector<char> cubin;
   bool hit = false;     // false: `build` ran
   bool stored = false;  // after a build: the entry was published (false: directory not writable or not trusted)
-  double build_ms = 0;
 };
 
 class CubinCache {

@@ -16,6 +16,7 @@
 #include "nsajit/spec.hpp"
 #include "runtime/argument_checks.hpp"
 #include "runtime/runtime.hpp"
+#include "templates/kernel_params.h"
 
 namespace {
 
@@ -176,13 +177,19 @@ nsajit_status guarded_text(Body&& body) noexcept {
   return s;
 }
 
-// The sizes a sparse MLA launch accepts (the sizing queries check them the same way).
-void check_mla_sizes(const char* function, std::int32_t rows, std::int32_t h_q, std::int32_t topk,
-                     std::int32_t num_splits) {
-  if (rows < 0) bad(function, "rows", rows, ">= 0");
-  if (h_q != 8 && h_q != 16 && h_q != 32 && h_q != 64 && h_q != 128) bad(function, "h_q", h_q, "one of 8, 16, 32, 64, 128");
-  nsajit::detail::require_topk(function, topk, 16384);
-  if (num_splits < 0 || num_splits > 64) bad(function, "num_splits", num_splits, "0 (automatic) .. 64");
+// A sparse MLA sizing query: the sizes checked as a launch checks them, then *out = query(...).
+template <class Out, class Result>
+nsajit_status mla_sizing(const char* function, std::int32_t rows, std::int32_t h_q, std::int32_t topk,
+                         std::int32_t num_splits, const char* out_name, Out* out, Result (*query)(int, int, int, int)) {
+  return guarded([&] {
+    if (out == nullptr) nsajit::detail::throw_bad_argument(function, out_name, "null", "a pointer");
+    if (rows < 0) bad(function, "rows", rows, ">= 0");
+    if (h_q != 8 && h_q != 16 && h_q != 32 && h_q != 64 && h_q != 128)
+      bad(function, "h_q", h_q, "one of 8, 16, 32, 64, 128");
+    nsajit::detail::require_topk(function, topk, 16384);
+    if (num_splits < 0 || num_splits > 64) bad(function, "num_splits", num_splits, "0 (automatic) .. 64");
+    *out = static_cast<Out>(query(rows, h_q, topk, num_splits));
+  });
 }
 
 void fill_record(const nsajit::KernelRecord& r, nsajit_kernel_record* out, const char* function) {
@@ -199,16 +206,110 @@ void fill_record(const nsajit::KernelRecord& r, nsajit_kernel_record* out, const
   out->on_disk = r.on_disk ? 1 : 0;
 }
 
+// NSAJIT_COPY_FIELDS(c, a, x, y, ...): c.x = a.x; c.y = a.y; ... for the fields a C struct and
+// its C++ args name alike (fields that need a check or a conversion are set one by one).
+#define NSAJIT_EXPAND(...) NSAJIT_EXPAND3(NSAJIT_EXPAND3(NSAJIT_EXPAND3(NSAJIT_EXPAND3(__VA_ARGS__))))
+#define NSAJIT_EXPAND3(...) NSAJIT_EXPAND2(NSAJIT_EXPAND2(NSAJIT_EXPAND2(NSAJIT_EXPAND2(__VA_ARGS__))))
+#define NSAJIT_EXPAND2(...) NSAJIT_EXPAND1(NSAJIT_EXPAND1(NSAJIT_EXPAND1(NSAJIT_EXPAND1(__VA_ARGS__))))
+#define NSAJIT_EXPAND1(...) __VA_ARGS__
+#define NSAJIT_COPY_FIELDS(to, from, ...) __VA_OPT__(NSAJIT_EXPAND(NSAJIT_COPY_NEXT(to, from, __VA_ARGS__)))
+#define NSAJIT_COPY_NEXT(to, from, field, ...) \
+  to.field = from.field;                        \
+  __VA_OPT__(NSAJIT_COPY_AGAIN NSAJIT_PARENS(to, from, __VA_ARGS__))
+#define NSAJIT_PARENS ()
+#define NSAJIT_COPY_AGAIN() NSAJIT_COPY_NEXT
+
 // The page-table fields (§1) the transform and the fused top-k share, C struct to C++ args.
 template <class CArgs, class CppArgs>
 void copy_transform_fields(const CArgs& a, CppArgs& c) {
-  c.page_table = a.page_table;
-  c.page_table_width = a.page_table_width;
-  c.page_table_row_stride = a.page_table_row_stride;
-  c.page_size = a.page_size;
-  c.cu_seqlens_q = a.cu_seqlens_q;
-  c.num_requests = a.num_requests;
-  c.offsets = a.offsets;
+  NSAJIT_COPY_FIELDS(c, a, page_table, page_table_width, page_table_row_stride, page_size, cu_seqlens_q,
+                     num_requests, offsets);
+}
+
+// A C struct with its struct_size, zero but for what `set` sets (the documented defaults).
+template <class T, class Set>
+T defaults(Set set) {
+  T a{};
+  a.struct_size = sizeof a;
+  set(a);
+  return a;
+}
+
+// The C++ arguments of each C struct (enum and flag fields checked; `fn` names the C function).
+nsajit::IndexTransformArgs to_cpp(const nsajit_index_transform_args& a, const char* fn) {
+  nsajit::IndexTransformArgs c;
+  c.mode = mode_of(fn, a.mode);
+  NSAJIT_COPY_FIELDS(c, a, topk_indices, out, rows, topk);
+  copy_transform_fields(a, c);
+  return c;
+}
+
+nsajit::TopkArgs to_cpp(const nsajit_topk_args& a, const char* fn) {
+  nsajit::TopkArgs c;
+  NSAJIT_COPY_FIELDS(c, a, scores, score_row_stride, lengths, row_starts, out, rows, width, topk, next_n);
+  c.score_dtype = score_dtype_of(fn, "score_dtype", a.score_dtype);
+  c.sorted = flag(fn, "sorted", a.sorted);
+  c.fused_transform = flag(fn, "fused_transform", a.fused_transform);
+  c.mode = c.fused_transform ? mode_of(fn, a.mode) : nsajit::IndexMode::decode;
+  copy_transform_fields(a, c);
+  return c;
+}
+
+nsajit::SparseMlaDecodeArgs to_cpp(const nsajit_sparse_mla_args& a, const char* fn) {
+  nsajit::SparseMlaDecodeArgs c;
+  c.kv_dtype = kv_dtype_of(fn, a.kv_dtype);
+  NSAJIT_COPY_FIELDS(c, a, q, kv, num_slots, kv_row_stride, page_size, kv_page_stride, indices, topk_length, out,
+                     lse, max_logits, rows, next_n, h_q, topk, sm_scale, workspace, workspace_bytes, num_splits,
+                     attn_sink);
+  c.precise = flag(fn, "precise", a.precise);
+  if (c.workspace == nullptr && c.workspace_bytes != 0)
+    bad(fn, "workspace_bytes", static_cast<long long>(c.workspace_bytes), "0 when workspace is null");
+  return c;
+}
+
+nsajit::Fp8KvQuantizeArgs to_cpp(const nsajit_fp8_kv_quantize_args& a, const char* fn) {
+  if (a.scale_fmt != NSAJIT_SCALE_FP32 && a.scale_fmt != NSAJIT_SCALE_UE8M0)
+    bad(fn, "scale_fmt", a.scale_fmt, "NSAJIT_SCALE_FP32 (0) or NSAJIT_SCALE_UE8M0 (1)");
+  nsajit::Fp8KvQuantizeArgs c;
+  NSAJIT_COPY_FIELDS(c, a, kv, kv_row_stride, slots, n, cache, num_pages, page_size, page_stride_bytes);
+  c.scale_fmt = static_cast<nsajit::Fp8ScaleFormat>(a.scale_fmt);
+  return c;
+}
+
+nsajit::Fp8KvGatherArgs to_cpp(const nsajit_fp8_kv_gather_args& a, const char*) {
+  nsajit::Fp8KvGatherArgs c;
+  NSAJIT_COPY_FIELDS(c, a, cache, num_pages, page_size, page_stride_bytes, slots, n, out, out_row_stride);
+  return c;
+}
+
+// The size of a struct's first version (ABI 1) and its defaults: fields added since keep their
+// defaults when an older caller's struct_size ends before them.
+template <class T>
+struct StructVersions {
+  static constexpr std::size_t first_size = sizeof(T);
+  static T defaults() { return T{}; }
+};
+template <>
+struct StructVersions<nsajit_topk_args> {
+  static constexpr std::size_t first_size = offsetof(nsajit_topk_args, score_dtype);
+  static nsajit_topk_args defaults() { return nsajit_topk_defaults(); }
+};
+template <>
+struct StructVersions<nsajit_sparse_mla_args> {
+  static constexpr std::size_t first_size = offsetof(nsajit_sparse_mla_args, precise);
+  static nsajit_sparse_mla_args defaults() { return nsajit_sparse_mla_defaults(); }
+};
+
+// A launch through the C ABI: the caller's struct read and converted, then `run` on the stream
+// (a compile while that stream captures a graph is an error, not a stall).
+template <class CArgs, class CppArgs>
+nsajit_status launch_with(const CArgs* args, void* stream, const char* fn, void (*run)(const CppArgs&, CUstream)) {
+  return guarded([&] {
+    using Versions = StructVersions<CArgs>;
+    const CppArgs c = to_cpp(read_struct(args, fn, "args", Versions::first_size, Versions::defaults()), fn);
+    const nsajit::LaunchStreamScope scope(stream_of(stream));
+    run(c, stream_of(stream));
+  });
 }
 
 }  // namespace
@@ -237,208 +338,77 @@ const char* nsajit_status_name(nsajit_status status) {
 }
 
 nsajit_index_transform_args nsajit_index_transform_defaults(void) {
-  nsajit_index_transform_args a{};
-  a.struct_size = sizeof a;
-  a.mode = NSAJIT_MODE_DECODE;
-  a.topk = 2048;
-  a.page_size = 1;
-  return a;
+  return defaults<nsajit_index_transform_args>(
+      [](auto& a) { a.mode = NSAJIT_MODE_DECODE; a.topk = 2048; a.page_size = 1; });
 }
 
 nsajit_status nsajit_index_transform(const nsajit_index_transform_args* args, void* stream) {
-  return guarded([&] {
-    constexpr const char* fn = "nsajit_index_transform";
-    const nsajit_index_transform_args a = read_struct(args, fn, "args");
-    nsajit::IndexTransformArgs c;
-    c.mode = mode_of(fn, a.mode);
-    c.topk_indices = a.topk_indices;
-    c.out = a.out;
-    c.rows = a.rows;
-    c.topk = a.topk;
-    copy_transform_fields(a, c);
-    const nsajit::LaunchStreamScope scope(stream_of(stream));
-    nsajit::index_transform(c, stream_of(stream));
-  });
+  return launch_with(args, stream, "nsajit_index_transform", &nsajit::index_transform);
 }
 
 nsajit_topk_args nsajit_topk_defaults(void) {
-  nsajit_topk_args a{};
-  a.struct_size = sizeof a;
-  a.topk = 2048;
-  a.mode = NSAJIT_MODE_DECODE;
-  a.page_size = 1;
-  a.next_n = 1;
-  return a;
+  return defaults<nsajit_topk_args>(
+      [](auto& a) { a.topk = 2048; a.mode = NSAJIT_MODE_DECODE; a.page_size = 1; a.next_n = 1; });
 }
 
 nsajit_status nsajit_topk(const nsajit_topk_args* args, void* stream) {
-  return guarded([&] {
-    constexpr const char* fn = "nsajit_topk";
-    const nsajit_topk_args a =
-        read_struct(args, fn, "args", offsetof(nsajit_topk_args, score_dtype), nsajit_topk_defaults());
-    nsajit::TopkArgs c;
-    c.scores = a.scores;
-    c.score_row_stride = a.score_row_stride;
-    c.score_dtype = score_dtype_of(fn, "score_dtype", a.score_dtype);
-    c.lengths = a.lengths;
-    c.row_starts = a.row_starts;
-    c.out = a.out;
-    c.rows = a.rows;
-    c.width = a.width;
-    c.topk = a.topk;
-    c.sorted = flag(fn, "sorted", a.sorted);
-    c.fused_transform = flag(fn, "fused_transform", a.fused_transform);
-    c.mode = c.fused_transform ? mode_of(fn, a.mode) : nsajit::IndexMode::decode;
-    copy_transform_fields(a, c);
-    c.next_n = a.next_n;
-    const nsajit::LaunchStreamScope scope(stream_of(stream));
-    nsajit::topk(c, stream_of(stream));
-  });
+  return launch_with(args, stream, "nsajit_topk", &nsajit::topk);
 }
 
 nsajit_sparse_mla_args nsajit_sparse_mla_defaults(void) {
-  nsajit_sparse_mla_args a{};
-  a.struct_size = sizeof a;
-  a.kv_row_stride = 576;
-  a.kv_dtype = NSAJIT_KV_BF16;
-  a.page_size = 1;
-  a.next_n = 1;
-  a.h_q = 16;
-  a.topk = 2048;
-  return a;
-}
-
-namespace {
-nsajit_status sparse_mla(const nsajit_sparse_mla_args* args, void* stream, const char* fn, bool prefill) {
-  return guarded([&] {
-    const nsajit_sparse_mla_args a = read_struct(args, fn, "args", offsetof(nsajit_sparse_mla_args, precise),
-                                                 nsajit_sparse_mla_defaults());
-    if (prefill && a.next_n != 1) bad(fn, "next_n", a.next_n, "1 (prefill rows are single query tokens)");
-    nsajit::SparseMlaDecodeArgs c;
-    c.q = a.q;
-    c.kv = a.kv;
-    c.num_slots = a.num_slots;
-    c.kv_row_stride = a.kv_row_stride;
-    c.kv_dtype = kv_dtype_of(fn, a.kv_dtype);
-    c.page_size = a.page_size;
-    c.kv_page_stride = a.kv_page_stride;
-    c.indices = a.indices;
-    c.topk_length = a.topk_length;
-    c.out = a.out;
-    c.lse = a.lse;
-    c.max_logits = a.max_logits;
-    c.rows = a.rows;
-    c.next_n = a.next_n;
-    c.h_q = a.h_q;
-    c.topk = a.topk;
-    c.sm_scale = a.sm_scale;
-    c.workspace = a.workspace;
-    c.workspace_bytes = a.workspace_bytes;
-    c.num_splits = a.num_splits;
-    c.precise = flag(fn, "precise", a.precise);
-    c.attn_sink = a.attn_sink;
-    if (c.workspace == nullptr && c.workspace_bytes != 0)
-      bad(fn, "workspace_bytes", static_cast<long long>(c.workspace_bytes), "0 when workspace is null");
-    const nsajit::LaunchStreamScope scope(stream_of(stream));
-    nsajit::sparse_mla_decode(c, stream_of(stream));
+  return defaults<nsajit_sparse_mla_args>([](auto& a) {
+    a.kv_row_stride = kMlaDimQK; a.kv_dtype = NSAJIT_KV_BF16; a.page_size = 1; a.next_n = 1; a.h_q = 16; a.topk = 2048;
   });
 }
-}  // namespace
 
 nsajit_status nsajit_sparse_mla_decode(const nsajit_sparse_mla_args* args, void* stream) {
-  return sparse_mla(args, stream, "nsajit_sparse_mla_decode", false);
+  return launch_with(args, stream, "nsajit_sparse_mla_decode", &nsajit::sparse_mla_decode);
 }
 
 nsajit_status nsajit_sparse_mla_prefill(const nsajit_sparse_mla_args* args, void* stream) {
-  return sparse_mla(args, stream, "nsajit_sparse_mla_prefill", true);
+  return launch_with(args, stream, "nsajit_sparse_mla_prefill",
+                     +[](const nsajit::SparseMlaDecodeArgs& c, CUstream s) {
+                       if (c.next_n != 1)
+                         bad("nsajit_sparse_mla_prefill", "next_n", c.next_n,
+                             "1 (prefill rows are single query tokens)");
+                       nsajit::sparse_mla_prefill(c, s);
+                     });
 }
 
 nsajit_status nsajit_sparse_mla_num_splits(int32_t rows, int32_t h_q, int32_t topk, int32_t num_splits,
                                            int32_t* splits_out) {
-  return guarded([&] {
-    constexpr const char* fn = "nsajit_sparse_mla_num_splits";
-    if (splits_out == nullptr) nsajit::detail::throw_bad_argument(fn, "splits_out", "null", "a pointer");
-    check_mla_sizes(fn, rows, h_q, topk, num_splits);
-    *splits_out = nsajit::sparse_mla_num_splits(rows, h_q, topk, num_splits);
-  });
+  return mla_sizing("nsajit_sparse_mla_num_splits", rows, h_q, topk, num_splits, "splits_out", splits_out,
+                    &nsajit::sparse_mla_num_splits);
 }
 
 nsajit_status nsajit_sparse_mla_workspace_bytes(int32_t rows, int32_t h_q, int32_t topk, int32_t num_splits,
                                                 size_t* bytes_out) {
-  return guarded([&] {
-    constexpr const char* fn = "nsajit_sparse_mla_workspace_bytes";
-    if (bytes_out == nullptr) nsajit::detail::throw_bad_argument(fn, "bytes_out", "null", "a pointer");
-    check_mla_sizes(fn, rows, h_q, topk, num_splits);
-    *bytes_out = nsajit::sparse_mla_workspace_bytes(rows, h_q, topk, num_splits);
-  });
+  return mla_sizing("nsajit_sparse_mla_workspace_bytes", rows, h_q, topk, num_splits, "bytes_out", bytes_out,
+                    &nsajit::sparse_mla_workspace_bytes);
 }
 
 nsajit_fp8_kv_quantize_args nsajit_fp8_kv_quantize_defaults(void) {
-  nsajit_fp8_kv_quantize_args a{};
-  a.struct_size = sizeof a;
-  a.kv_row_stride = 576;
-  a.page_size = 64;
-  a.scale_fmt = NSAJIT_SCALE_FP32;
-  return a;
+  return defaults<nsajit_fp8_kv_quantize_args>(
+      [](auto& a) { a.kv_row_stride = kMlaDimQK; a.page_size = 64; a.scale_fmt = NSAJIT_SCALE_FP32; });
 }
 
 nsajit_status nsajit_fp8_kv_quantize(const nsajit_fp8_kv_quantize_args* args, void* stream) {
-  return guarded([&] {
-    constexpr const char* fn = "nsajit_fp8_kv_quantize";
-    const nsajit_fp8_kv_quantize_args a = read_struct(args, fn, "args");
-    if (a.scale_fmt != NSAJIT_SCALE_FP32 && a.scale_fmt != NSAJIT_SCALE_UE8M0)
-      bad(fn, "scale_fmt", a.scale_fmt, "NSAJIT_SCALE_FP32 (0) or NSAJIT_SCALE_UE8M0 (1)");
-    nsajit::Fp8KvQuantizeArgs c;
-    c.kv = a.kv;
-    c.kv_row_stride = a.kv_row_stride;
-    c.slots = a.slots;
-    c.n = a.n;
-    c.cache = a.cache;
-    c.num_pages = a.num_pages;
-    c.page_size = a.page_size;
-    c.page_stride_bytes = a.page_stride_bytes;
-    c.scale_fmt = static_cast<nsajit::Fp8ScaleFormat>(a.scale_fmt);
-    const nsajit::LaunchStreamScope scope(stream_of(stream));
-    nsajit::fp8_kv_quantize(c, stream_of(stream));
-  });
+  return launch_with(args, stream, "nsajit_fp8_kv_quantize", &nsajit::fp8_kv_quantize);
 }
 
 nsajit_fp8_kv_gather_args nsajit_fp8_kv_gather_defaults(void) {
-  nsajit_fp8_kv_gather_args a{};
-  a.struct_size = sizeof a;
-  a.page_size = 64;
-  a.out_row_stride = 576;
-  return a;
+  return defaults<nsajit_fp8_kv_gather_args>([](auto& a) { a.page_size = 64; a.out_row_stride = kMlaDimQK; });
 }
 
 nsajit_status nsajit_fp8_kv_gather(const nsajit_fp8_kv_gather_args* args, void* stream) {
-  return guarded([&] {
-    constexpr const char* fn = "nsajit_fp8_kv_gather";
-    const nsajit_fp8_kv_gather_args a = read_struct(args, fn, "args");
-    nsajit::Fp8KvGatherArgs c;
-    c.cache = a.cache;
-    c.num_pages = a.num_pages;
-    c.page_size = a.page_size;
-    c.page_stride_bytes = a.page_stride_bytes;
-    c.slots = a.slots;
-    c.n = a.n;
-    c.out = a.out;
-    c.out_row_stride = a.out_row_stride;
-    const nsajit::LaunchStreamScope scope(stream_of(stream));
-    nsajit::fp8_kv_gather(c, stream_of(stream));
-  });
+  return launch_with(args, stream, "nsajit_fp8_kv_gather", &nsajit::fp8_kv_gather);
 }
 
 nsajit_kernel_spec nsajit_kernel_spec_defaults(void) {
-  nsajit_kernel_spec s{};
-  s.struct_size = sizeof s;
-  s.family = NSAJIT_FAMILY_TOPK;
-  s.topk = 2048;
-  s.page_size = 1;
-  s.mode = NSAJIT_MODE_DECODE;
-  s.kv_dtype = NSAJIT_KV_BF16;
-  s.next_n = 1;
-  return s;
+  return defaults<nsajit_kernel_spec>([](auto& s) {
+    s.family = NSAJIT_FAMILY_TOPK; s.topk = 2048; s.page_size = 1; s.mode = NSAJIT_MODE_DECODE;
+    s.kv_dtype = NSAJIT_KV_BF16; s.next_n = 1;
+  });
 }
 
 nsajit_status nsajit_precompile(const nsajit_kernel_spec* spec, nsajit_kernel_record* record_out) {

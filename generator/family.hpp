@@ -60,4 +60,19 @@ const FamilyTraits& traits(Family family);
 [[noreturn]] void throw_bad_field(const KernelSpec& spec, std::string_view field, long long value,
                                   std::string_view expected);
 
+// validate() helpers shared by families: topk a multiple of 64 in [64, max_topk]; topk at its
+// default (a family that does not read it); threads one of 128, 256, 512, 1024.
+void require_topk_multiple_of_64(const KernelSpec& spec, int max_topk);
+void require_topk_unused(const KernelSpec& spec);
+void require_threads_power_of_two(const KernelSpec& spec);
+
+// fill_default_tile of a family whose only tile field is threads.
+template <int Threads>
+void default_threads(KernelSpec& spec) {
+  if (spec.tile.threads == 0) spec.tile.threads = Threads;
+}
+
+// max_dynamic_smem of a family that uses none.
+inline unsigned no_dynamic_smem(const KernelSpec&) { return 0; }
+
 }  // namespace nsajit

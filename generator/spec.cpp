@@ -13,39 +13,19 @@ namespace nsajit {
 
 std::string to_string(Family f) { return traits(f).name; }
 
-std::string to_string(IndexMode m) {
-  switch (m) {
-    case IndexMode::decode: return "decode";
-    case IndexMode::prefill: return "prefill";
-    case IndexMode::ragged: return "ragged";
-  }
-  return fmt::format("IndexMode({})", int(m));
+namespace {
+// The name of an enum value numbered 0, 1, ... in the order of `names`; "Type(value)" past them.
+template <class Enum, std::size_t N>
+std::string enum_name(Enum e, const char* type, const char* const (&names)[N]) {
+  const auto i = static_cast<std::size_t>(e);
+  return i < N ? std::string(names[i]) : fmt::format("{}({})", type, i);
 }
+}  // namespace
 
-std::string to_string(KvDtype d) {
-  switch (d) {
-    case KvDtype::bf16: return "bf16";
-    case KvDtype::fp8_e4m3: return "fp8";
-  }
-  return fmt::format("KvDtype({})", int(d));
-}
-
-std::string to_string(ScoreDtype d) {
-  switch (d) {
-    case ScoreDtype::fp32: return "fp32";
-    case ScoreDtype::bf16: return "bf16";
-  }
-  return fmt::format("ScoreDtype({})", int(d));
-}
-
-std::string to_string(MlaKernel k) {
-  switch (k) {
-    case MlaKernel::automatic: return "automatic";
-    case MlaKernel::mma_sync: return "mma_sync";
-    case MlaKernel::wgmma: return "wgmma";
-  }
-  return fmt::format("MlaKernel({})", int(k));
-}
+std::string to_string(IndexMode m) { return enum_name(m, "IndexMode", {"decode", "prefill", "ragged"}); }
+std::string to_string(KvDtype d) { return enum_name(d, "KvDtype", {"bf16", "fp8"}); }
+std::string to_string(ScoreDtype d) { return enum_name(d, "ScoreDtype", {"fp32", "bf16"}); }
+std::string to_string(MlaKernel k) { return enum_name(k, "MlaKernel", {"automatic", "mma_sync", "wgmma"}); }
 
 std::string to_string(Arch a) {
   return a.suffix ? fmt::format("sm_{}{}", a.sm, a.suffix) : fmt::format("sm_{}", a.sm);
@@ -75,6 +55,22 @@ void throw_bad_field(const KernelSpec& spec, std::string_view field, long long v
                      std::string_view expected) {
   throw InvalidArgument(fmt::format("kernel spec {}: field {} = {}: expected {}", to_string(spec.family),
                                     field, value, expected));
+}
+
+void require_topk_multiple_of_64(const KernelSpec& spec, int max_topk) {
+  if (spec.topk < 64 || spec.topk > max_topk || spec.topk % 64 != 0)
+    throw_bad_field(spec, "topk", spec.topk, fmt::format("a multiple of 64 in [64, {}]", max_topk));
+}
+
+void require_topk_unused(const KernelSpec& spec) {
+  if (spec.topk != KernelSpec{}.topk)
+    throw_bad_field(spec, "topk", spec.topk,
+                    fmt::format("{} (the {} family does not use it)", KernelSpec{}.topk, to_string(spec.family)));
+}
+
+void require_threads_power_of_two(const KernelSpec& spec) {
+  const int t = spec.tile.threads;
+  if (t != 128 && t != 256 && t != 512 && t != 1024) throw_bad_field(spec, "threads", t, "one of 128, 256, 512, 1024");
 }
 
 void validate(const KernelSpec& spec) {

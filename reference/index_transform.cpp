@@ -53,6 +53,17 @@ std::vector<std::int32_t> real_page_table(const std::vector<std::int32_t>& page_
   return table;
 }
 
+TransformTables decode_tables(const std::vector<std::int32_t>& page_table_1, int requests, int width,
+                              int page_size) {
+  TransformTables t;
+  t.mode = IndexMode::decode;
+  t.page_table = page_size == 1 ? page_table_1 : real_page_table(page_table_1, requests, width, page_size);
+  t.page_table_width = (width + page_size - 1) / page_size;
+  t.page_size = page_size;
+  t.num_requests = requests;
+  return t;
+}
+
 std::vector<std::int32_t> cu_seqlens(const std::vector<std::int32_t>& lengths) {
   std::vector<std::int32_t> cu(lengths.size() + 1, 0);
   for (std::size_t i = 0; i < lengths.size(); ++i) cu[i + 1] = cu[i] + lengths[i];

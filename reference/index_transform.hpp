@@ -9,12 +9,10 @@
 
 namespace nsajit::reference {
 
-// The host mirror of nsajit::IndexTransformArgs, on std::vector.
-struct IndexTransformProblem {
+// The §1 transform's mode and tables, on std::vector (the host mirror of the transform fields of
+// nsajit::IndexTransformArgs and of a fused nsajit::TopkArgs).
+struct TransformTables {
   IndexMode mode = IndexMode::decode;
-  std::vector<std::int32_t> topk_indices;  // [rows, topk]
-  int rows = 0;
-  int topk = 0;
   std::vector<std::int32_t> page_table;    // [num_requests, page_table_row_stride]
   int page_table_width = 0;
   std::int64_t page_table_row_stride = 0;  // 0 = page_table_width
@@ -22,6 +20,13 @@ struct IndexTransformProblem {
   std::vector<std::int32_t> cu_seqlens_q;  // prefill: [num_requests + 1]
   int num_requests = 0;
   std::vector<std::int32_t> offsets;       // ragged: [rows]
+};
+
+// The host mirror of nsajit::IndexTransformArgs.
+struct IndexTransformProblem : TransformTables {
+  std::vector<std::int32_t> topk_indices;  // [rows, topk]
+  int rows = 0;
+  int topk = 0;
 };
 
 // int32 [rows, topk]. decode / prefill: idx valid iff 0 <= idx < page_table_width * page_size;
@@ -39,6 +44,11 @@ int request_of_row(const std::vector<std::int32_t>& cu_seqlens_q, int num_reques
 // A negative entry (-1 padding) stays -1. Assumes page-aligned pages (slot(p) = page * P + p % P).
 std::vector<std::int32_t> real_page_table(const std::vector<std::int32_t>& page_table_1, int rows,
                                           int width, int page_size);
+
+// Decode tables over page_table_1 (int32 [requests, width], slots) at page size P: P = 1 the table
+// itself, P > 1 its real_page_table (then pages must be page-aligned). Row r uses request r.
+TransformTables decode_tables(const std::vector<std::int32_t>& page_table_1, int requests, int width,
+                              int page_size = 1);
 
 // Exclusive prefix sum with a leading 0: [n] -> [n + 1] (cu_seqlens from per-request lengths).
 std::vector<std::int32_t> cu_seqlens(const std::vector<std::int32_t>& lengths);

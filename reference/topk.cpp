@@ -83,15 +83,10 @@ std::vector<std::int32_t> topk_index_order(const TopkProblem& pr) {
 std::vector<std::int32_t> apply_transform(const TopkTransform& t, int rows, int topk,
                                           const std::vector<std::int32_t>& positions) {
   IndexTransformProblem it;
-  it.mode = t.mode;
+  static_cast<TransformTables&>(it) = t;
   it.topk_indices = positions;
   it.rows = rows;
   it.topk = topk;
-  it.page_table_width = t.page_table_width;
-  it.page_size = t.page_size;
-  it.cu_seqlens_q = t.cu_seqlens_q;
-  it.num_requests = t.num_requests;
-  it.offsets = t.offsets;
   const std::int64_t stride = t.page_table_row_stride ? t.page_table_row_stride : t.page_table_width;
   if (t.mode == IndexMode::decode && t.next_n > 1) {
     // Row r uses page-table row r / next_n: repeat each row next_n times.
@@ -101,9 +96,6 @@ std::vector<std::int32_t> apply_transform(const TopkTransform& t, int rows, int 
     for (int r = 0; r < rows; ++r)
       std::copy_n(t.page_table.begin() + std::ptrdiff_t(r / t.next_n) * stride, stride,
                   it.page_table.begin() + std::ptrdiff_t(r) * stride);
-  } else {
-    it.page_table = t.page_table;
-    it.page_table_row_stride = t.page_table_row_stride;
   }
   return index_transform(it);
 }

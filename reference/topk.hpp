@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "nsajit/spec.hpp"
+#include "reference/index_transform.hpp"
 
 namespace nsajit::reference {
 
@@ -41,16 +42,8 @@ std::vector<std::int32_t> topk(const TopkProblem& problem);
 std::vector<std::int32_t> topk_index_order(const TopkProblem& problem);
 
 // The §1 transform of a fused top-k (host mirror of the fused fields of nsajit::TopkArgs).
-struct TopkTransform {
-  IndexMode mode = IndexMode::decode;
-  std::vector<std::int32_t> page_table;    // [num_requests, page_table_row_stride]
-  int page_table_width = 0;
-  std::int64_t page_table_row_stride = 0;  // 0 = page_table_width
-  int page_size = 1;
-  std::vector<std::int32_t> cu_seqlens_q;  // prefill: [num_requests + 1]
-  int num_requests = 0;
-  std::vector<std::int32_t> offsets;       // ragged: [rows]
-  int next_n = 1;                          // decode: row r uses page-table row r / next_n
+struct TopkTransform : TransformTables {
+  int next_n = 1;  // decode: row r uses page-table row r / next_n
 };
 
 // Applies the transform to positions int32 [rows, topk] (through reference::index_transform;

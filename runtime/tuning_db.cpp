@@ -27,6 +27,17 @@ void bad_field(const std::string& where, const nlohmann::json& value, const std:
   throw InvalidArgument(fmt::format("{} = {}: expected {}", where, text, expected));
 }
 
+nlohmann::json parse_json_object(std::string_view text, const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(fmt::format("{}: not a complete JSON document (truncated?): {}", origin, e.what()));
+  }
+  if (!j.is_object()) throw InvalidArgument(fmt::format("{}: expected a JSON object", origin));
+  return j;
+}
+
 void reject_unknown_fields(const nlohmann::json& j, std::initializer_list<const char*> known, const std::string& where) {
   for (const auto& [key, value] : j.items()) {
     bool ok = false;
@@ -60,13 +71,7 @@ nlohmann::json range_json(const Range& r) {
 }
 
 TuningDb parse_tuning_db(std::string_view text, const std::string& origin) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument(fmt::format("{}: not a complete JSON document (truncated?): {}", origin, e.what()));
-  }
-  if (!j.is_object()) throw InvalidArgument(fmt::format("{}: expected a JSON object", origin));
+  const nlohmann::json j = parse_json_object(text, origin);
   if (!j.contains("schema") || j["schema"] != kSchemaVersion)
     throw InvalidArgument(fmt::format("{}: schema = {}: expected {} (a database of another nsajit tuning schema)",
                                       origin, j.contains("schema") ? j["schema"].dump() : "missing", kSchemaVersion));

@@ -37,7 +37,7 @@ for shape in "decode h128 b8 n1 bf16" "decode h64 b8 n2 fp8" "prefill h64 sq4096
 done
 # racecheck of a 16-CTA cluster took over 50 s on the H200 (did not finish): 2-CTA clusters only.
 # The 8- and 16-CTA rows take the cluster lists, whose bulk copies memcheck reports (and aborts)
-# although they are correct (docs/notes/topk.md, session 17): synccheck only there.
+# although they are correct (docs/notes/topk.md): synccheck only there.
 for check in "racecheck 64x65536" "synccheck 64x65536" "synccheck 1x131072" "synccheck 8x131072"; do
   set -- $check
   step "${1}_topk_$2" 90 "$sanitizer" --tool "$1" --error-exitcode 9 \

@@ -7,15 +7,9 @@
 // Every output element of the n rows is written. Bit-exact with reference/fp8_kv_cache.cpp.
 #include "device_common.cuh"
 
-#ifndef NSAJIT_PAGE_SIZE
-#error "NSAJIT_PAGE_SIZE must be defined"
-#endif
-#ifndef NSAJIT_THREADS
-#define NSAJIT_THREADS 256
-#endif
-
-static_assert(NSAJIT_PAGE_SIZE >= 1, "page size must be >= 1");
-static_assert(NSAJIT_THREADS % 32 == 0 && NSAJIT_THREADS <= 1024, "threads: whole warps, <= 1024");
+// NSAJIT_PAGE_SIZE and NSAJIT_THREADS come from the spec (families/fp8_kv_cache/traits.cpp).
+static_assert(NSAJIT_PAGE_SIZE >= 1 && NSAJIT_THREADS % 32 == 0 && NSAJIT_THREADS <= 1024,
+              "page size >= 1; threads: whole warps, <= 1024");
 
 extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS)
     nsajit_fp8_kv_gather(const Fp8KvGatherParams p) {

@@ -12,15 +12,9 @@
 // NSAJIT_PAGE_SIZE (tokens per page) is a compile-time constant, so slot / P and slot % P are cheap.
 #include "device_common.cuh"
 
-#ifndef NSAJIT_PAGE_SIZE
-#error "NSAJIT_PAGE_SIZE must be defined"
-#endif
-#ifndef NSAJIT_THREADS
-#define NSAJIT_THREADS 256
-#endif
-
-static_assert(NSAJIT_PAGE_SIZE >= 1, "page size must be >= 1");
-static_assert(NSAJIT_THREADS % 32 == 0 && NSAJIT_THREADS <= 1024, "threads: whole warps, <= 1024");
+// NSAJIT_PAGE_SIZE and NSAJIT_THREADS come from the spec (families/fp8_kv_cache/traits.cpp).
+static_assert(NSAJIT_PAGE_SIZE >= 1 && NSAJIT_THREADS % 32 == 0 && NSAJIT_THREADS <= 1024,
+              "page size >= 1; threads: whole warps, <= 1024");
 
 // The scale of a tile from its amax (>= 0, never NaN: fmaxf drops NaN inputs).
 NSAJIT_DEVICE float fp8_kv_tile_scale(float amax, int scale_fmt) {

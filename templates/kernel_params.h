@@ -86,7 +86,7 @@ struct TopkParams {
   // slice's keys in the first-digit bins down to that of its cluster_list_rank-th largest and
   // sends the list to every CTA, every CTA selects from the C lists; the exact path when they
   // cannot hold the row's selection.
-  int cluster_lists;           // 0; 1; 2: test hook, a row that would fall back gets -2 in slot 0
+  int cluster_lists;           // 0 or 1
   int cluster_list_offset;     // this CTA's message (36 + capacity words, 16-byte aligned), then
                                // each warp's list: keys, then positions (warps * warp capacity
                                // words each)

@@ -32,13 +32,13 @@
 //      recorded as per-position bitmaps (1 bit per key).
 //   4. refinement on the list alone: an 8-bit digit, then the <= 32 keys left ranked by warp 0
 //      (else 10-bit digits down to bit 0) give T and the ties to take.
-// Output (ordered compaction): the keys > T in increasing index order at slots [0, G), then the
-// first topk - G keys == T in increasing index order (ties go to the lower index). Slot of an
-// element = number of selected elements of lower index (per-warp contiguous segments, warp scans
-// of the bitmaps' words, block scan, cluster prefix of CTA counts), so the output depends on the
-// row's data only: it is bit-identical across runs, launch shapes, candidate capacities and
-// batchmates. Dense rows (more than 1/8 of the keys selected) and fused rows stage their slots in
-// shared memory and write them to `out` coalesced.
+// Output (ordered compaction): the `greater` keys > T in increasing index order at slots
+// [0, greater), then the first topk - greater keys == T in increasing index order (ties go to
+// the lower index). Slot of an element = number of selected elements of lower index (per-warp
+// contiguous segments, warp scans of the bitmaps' words, block scan, cluster prefix of CTA
+// counts), so the output depends on the row's data only: it is bit-identical across runs, launch
+// shapes, candidate capacities and batchmates. Dense rows (more than 1/8 of the keys selected)
+// and fused rows stage their slots in shared memory and write them to `out` coalesced.
 //
 // Cluster lists (C > 1 CTAs, when the plan sets `cluster_lists`; templates/topk_cluster_lists.cuh):
 // after pass 0 each CTA lists its keys down to the first-digit bin of its ~1.25 topk / C-th
@@ -191,9 +191,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     topk_sweep_load(s, round_begin, round_end, head);
     const uint32_t bound = topk_sample_bound(s, head, round_begin, round_end, list, sh);
     if (bound != 0u) {  // uniform
-      warp_fill = topk_speculative_sweep(s, b, bound, topk_smem_address(warp_list),
-                                         topk_smem_address(warp_list_position), list_capacity, round_begin,
-                                         round_end, head);
+      warp_fill = topk_speculative_sweep(s, b, bound, smem_u32(warp_list), smem_u32(warp_list_position),
+                                         list_capacity, round_begin, round_end, head);
       if (lane == 0) sh.warp_sum[warp] = warp_fill;
       __syncthreads();
       int listed = 0;
@@ -324,7 +323,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         const int warp_n = topk_cluster_exchange(s, b, keys, hist0, hi_local,
                                                  topk_cluster_list_rank(s.n, len), C, rank, lists, round_begin,
                                                  round_end, sh);
-        if (topk_cluster_select(C, rank, lists, warp_n, t, apply, out, p.cluster_lists == 2, sh)) return;
+        if (topk_cluster_select(C, rank, lists, warp_n, t, apply, out, sh)) return;
       }
 #endif
       if (warp == 0) {
@@ -643,7 +642,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     }
   }
   if (stage) {
-    // This CTA's staged slots [cta_greater, cta_greater + G) and its taken ties go to `out`,
+    // This CTA's staged slots of keys > T (from cta_greater on) and its taken ties go to `out`,
     // consecutive threads on consecutive slots. Fused: the transform's page-table reads all in
     // parallel (in the loop above each would stall its warp); each thread issues the reads of up
     // to 4 slots before its first store (the compiler may not move a read of the table above a

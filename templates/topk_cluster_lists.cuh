@@ -61,7 +61,7 @@ NSAJIT_DEVICE bool topk_uses_cluster_lists(const TopkParams& p) {
 // comes.
 NSAJIT_DEVICE void topk_cluster_lists_init(int C, TopkShared& sh) {
   if (threadIdx.x == 0) {
-    mbar_init(topk_smem_address(&sh.inbox_full), uint32_t(C));
+    mbar_init(smem_u32(&sh.inbox_full), uint32_t(C));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
@@ -179,10 +179,10 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
     asm volatile("mbarrier.arrive.expect_tx.relaxed.cluster.shared::cluster.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                  : "memory");
     asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-                 "r"(topk_smem_address(l.outbox)), "r"(bytes), "r"(bar)
+                 "r"(smem_u32(l.outbox)), "r"(bytes), "r"(bar)
                  : "memory");
   }
-  const uint32_t bar = topk_smem_address(&sh.inbox_full);
+  const uint32_t bar = smem_u32(&sh.inbox_full);
   uint32_t done = 0;
   while (!done)
     asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
@@ -196,10 +196,9 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
 // row is done: its output written (each CTA its own list's selected keys) and the cluster barrier
 // waited on that lets the CTA exit (every CTA has received all its messages, so no copy still
 // reads this CTA's outbox). False: the row takes the exact path (its first cluster barrier also
-// keeps this CTA until every copy is done); nothing written. strict (a test hook): a row that
-// would take the exact path gets -2 in its first slot instead.
+// keeps this CTA until every copy is done); nothing written.
 NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLists& l, int warp_n,
-                                       const KvSlotRow& t, bool apply, int* out, bool strict, TopkShared& sh) {
+                                       const KvSlotRow& t, bool apply, int* out, TopkShared& sh) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // Every warp reads the C headers (lane q: CTA q's) and its list's 32 counts: one barrier (the
   // window's sums below) and no serial search by one warp while the others wait.
@@ -240,12 +239,7 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
   const int d = top - d_lane;
   // d = 0 (the threshold among NaN and -inf keys) is left to the exact path.
   const bool holds = fits && reached != 0u && d >= max_cut && d >= 1;  // uniform in the cluster
-  if (!holds) {
-    if (!strict) return false;
-    topk_cluster_sync();  // no CTA leaves while a copy may still read its outbox
-    if (rank == 0 && tid == 0) out[0] = -2;
-    return true;
-  }
+  if (!holds) return false;
   // Every message received (waited for before exit). Relaxed: it orders no data.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
@@ -268,10 +262,10 @@ NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLi
   const int take_equal = x.k;
   const int total_greater = NSAJIT_TOPK - take_equal;
 
-  // Output (the exact path's order): the keys > T at slots [0, G) in index order, then the first
-  // take_equal keys == T. First the selected keys of the lists of lower rank: each warp counts its
-  // part of its list's bin d (the first warp of a list adds the keys above bin d), then every warp
-  // sums those of the warps of lists 0 .. rank - 1.
+  // Output (the exact path's order): the total_greater keys > T at slots [0, total_greater) in
+  // index order, then the first take_equal keys == T. First the selected keys of the lists of
+  // lower rank: each warp counts its part of its list's bin d (the first warp of a list adds the
+  // keys above bin d), then every warp sums those of the warps of lists 0 .. rank - 1.
   int g = lane == 0 && first == 0 ? begin : 0, e = 0;
 #pragma unroll 1  // a few keys a thread: less code to fetch
   for (int j = 0; j < n_mine; ++j) {

@@ -71,16 +71,10 @@ NSAJIT_DEVICE const TopkScore* topk_row_scores(const TopkParams& p, int r) {
 
 // --- thread-block cluster helpers (sm_90 PTX) -----------------------------------------------------
 
-NSAJIT_DEVICE uint32_t topk_smem_address(const void* p) {
-  uint32_t a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
-
 // The 32-bit word at `local` (a shared-memory address of this CTA) in CTA `rank` of the cluster.
 NSAJIT_DEVICE uint32_t topk_cluster_load(const void* local, uint32_t rank) {
   uint32_t remote, v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(topk_smem_address(local)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(local)), "r"(rank));
   asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(remote) : "memory");
   return v;
 }

@@ -304,6 +304,6 @@ NSAJIT_DEVICE void topk_cluster_sum(const uint32_t* local, uint32_t* total, int 
 
 NSAJIT_DEVICE uint32_t topk_cluster_address(const void* local, uint32_t rank) {
   uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(topk_smem_address(local)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(local)), "r"(rank));
   return remote;
 }

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "runtime/device_buffer.hpp"
@@ -32,6 +33,14 @@ inline bool gpu_available() {
       return;                                                             \
     }                                                                     \
   } while (0)
+
+// The start of a GPU test on fresh random inputs: skips without a GPU, else declares the
+// generator `rng` (std::mt19937) from a fresh seed that every failure of the test case reports.
+#define NSAJIT_REQUIRE_GPU_WITH_RNG(rng)                \
+  NSAJIT_REQUIRE_GPU();                                 \
+  const unsigned rng##_seed = std::random_device{}();   \
+  INFO("seed " << rng##_seed);                          \
+  std::mt19937 rng(rng##_seed)
 
 using nsajit::DeviceBuffer;  // runtime/device_buffer.hpp
 

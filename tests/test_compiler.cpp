@@ -53,7 +53,7 @@ TEST_CASE("a compile error names the kernel, the options and carries NVRTC's log
 
 // ptxas silently serialises every wgmma of a kernel (C7511/C7512/C7515, "Potential Performance
 // Loss") when a warpgroup's register budget (setmaxnreg) is too small or an in-flight accumulator
-// is touched: the kernel stays correct and gets ~15 % slower (docs/notes/sparse_mla.md, session 7).
+// is touched: the kernel stays correct and gets ~15 % slower (docs/notes/sparse_mla.md).
 // Spills are the same kind of silent loss. Guard the default sm_90a kernels whose register
 // budgets are tight: the wgmma sparse-MLA kernels (setmaxnreg) and the top-k kernels (64 registers).
 namespace {

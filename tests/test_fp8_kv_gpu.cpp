@@ -21,6 +21,7 @@
 #include "nsajit/kernels.hpp"
 #include "reference/bf16.hpp"
 #include "reference/fp8_kv_cache.hpp"
+#include "tests/argument_cases.hpp"
 #include "tests/gpu_support.hpp"
 
 namespace ref = nsajit::reference;
@@ -36,7 +37,6 @@ constexpr std::uint8_t kPoison = 0x5a;
 constexpr int kD = ref::kFp8KvDims;
 constexpr int kT = ref::kFp8KvTokenBytes;
 
-unsigned fresh_seed() { return std::random_device{}(); }
 std::uint16_t bf(float f) { return ref::float_to_bf16(f); }
 
 // One 128-dim tile of a random kind: normal at a random magnitude, all zero, tiny, amax exactly
@@ -199,10 +199,7 @@ void check_gather(const ref::Fp8KvCacheLayout& layout, const std::uint8_t* devic
 }  // namespace
 
 TEST_CASE("fp8_kv gpu: quantize is byte-exact on random rows, page sizes 1 and 64, shuffled and skipped slots") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   for (const int page_size : {1, 64}) {
     for (const Fp8ScaleFormat fmt : {Fp8ScaleFormat::fp32, Fp8ScaleFormat::ue8m0}) {
       for (int variant = 0; variant < 4; ++variant) {
@@ -279,10 +276,7 @@ TEST_CASE("fp8_kv gpu: quantize tile edge cases (zero, tiny, 448, huge, non-powe
 }
 
 TEST_CASE("fp8_kv gpu: a pool larger than 2^31 bytes, slots above that offset") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   const ref::Fp8KvCacheLayout layout{.num_pages = 51300, .page_size = 64};  // 2 153 779 200 bytes
   const std::int64_t pool_bytes = layout.num_pages * layout.page_stride();
   REQUIRE(pool_bytes > (1LL << 31));
@@ -361,10 +355,7 @@ TEST_CASE("fp8_kv gpu: a pool larger than 2^31 bytes, slots above that offset") 
 }
 
 TEST_CASE("fp8_kv gpu: gather-dequantize is exact on arbitrary bytes and zeroes invalid slots") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   for (const int page_size : {1, 64}) {
     for (const bool nan_codes : {false, true}) {
       INFO("page size " << page_size << " NaN codes " << nan_codes);
@@ -417,118 +408,54 @@ namespace {
 alignas(16) std::uint8_t fake_storage[64];
 
 // Plausible, aligned fake device pointers: never dereferenced because validation fails first.
+const auto* const fake_slots = reinterpret_cast<const std::int32_t*>(fake_storage);
+
 nsajit::Fp8KvQuantizeArgs valid_quantize_args() {
-  nsajit::Fp8KvQuantizeArgs a;
-  a.kv = fake_storage;
-  a.slots = reinterpret_cast<const std::int32_t*>(fake_storage);
-  a.n = 4;
-  a.cache = fake_storage;
-  a.num_pages = 10;
-  a.page_size = 64;
-  return a;
+  return {.kv = fake_storage, .slots = fake_slots, .n = 4, .cache = fake_storage, .num_pages = 10, .page_size = 64};
 }
 
 nsajit::Fp8KvGatherArgs valid_gather_args() {
-  nsajit::Fp8KvGatherArgs a;
-  a.cache = fake_storage;
-  a.num_pages = 10;
-  a.page_size = 64;
-  a.slots = reinterpret_cast<const std::int32_t*>(fake_storage);
-  a.n = 4;
-  a.out = fake_storage;
-  return a;
-}
-
-template <class Args, class Fn>
-std::string error_of(const Args& a, Fn fn) {
-  try {
-    fn(a, nullptr);
-  } catch (const nsajit::InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no InvalidArgument)";
-}
-
-std::string quantize_error(const nsajit::Fp8KvQuantizeArgs& a) { return error_of(a, nsajit::fp8_kv_quantize); }
-std::string gather_error(const nsajit::Fp8KvGatherArgs& a) { return error_of(a, nsajit::fp8_kv_gather); }
-
-bool names(const std::string& message, const std::string& what) {
-  INFO(message);
-  return message.find(what) != std::string::npos;
+  return {.cache = fake_storage, .num_pages = 10, .page_size = 64, .slots = fake_slots, .n = 4, .out = fake_storage};
 }
 
 }  // namespace
 
 TEST_CASE("fp8_kv arguments: quantize names each bad argument before anything is launched") {
-  auto a = valid_quantize_args();
-  a.n = -1;
-  CHECK(quantize_error(a) == "nsajit::fp8_kv_quantize: argument n = -1: expected >= 0");
-  a = valid_quantize_args();
-  a.kv_row_stride = 575;
-  CHECK(names(quantize_error(a), "nsajit::fp8_kv_quantize: argument kv_row_stride = 575"));
-  a = valid_quantize_args();
-  a.scale_fmt = Fp8ScaleFormat(7);
-  CHECK(names(quantize_error(a), "argument scale_fmt = 7: expected fp32 or ue8m0"));
-  a = valid_quantize_args();
-  a.page_size = 0;
-  CHECK(names(quantize_error(a), "argument page_size = 0"));
-  a.page_size = 5000;
-  CHECK(names(quantize_error(a), "argument page_size = 5000"));
-  a = valid_quantize_args();
-  a.num_pages = -3;
-  CHECK(names(quantize_error(a), "argument num_pages = -3"));
-  a = valid_quantize_args();
-  a.page_stride_bytes = 64 * 656 - 16;
-  CHECK(names(quantize_error(a), "argument page_stride_bytes = 41968: expected 0 (= page_size * 656) or a "
-                                 "multiple of 16 >= page_size * 656 = 41984"));
-  a.page_stride_bytes = 64 * 656 + 8;
-  CHECK(names(quantize_error(a), "argument page_stride_bytes = 41992"));
-  a = valid_quantize_args();
-  a.num_pages = std::numeric_limits<std::int64_t>::max() / 1000;
-  CHECK(names(quantize_error(a), "argument num_pages"));
-  a = valid_quantize_args();
-  a.cache = nullptr;
-  CHECK(names(quantize_error(a), "argument cache = null: expected a device pointer"));
-  a.cache = fake_storage + 8;
-  CHECK(names(quantize_error(a), "argument cache = "));
-  CHECK(names(quantize_error(a), "expected a 16-byte aligned device pointer"));
-  a = valid_quantize_args();
-  a.kv = nullptr;
-  CHECK(names(quantize_error(a), "argument kv = null"));
-  a.kv = fake_storage + 1;
-  CHECK(names(quantize_error(a), "expected a 2-byte aligned device pointer"));
-  a = valid_quantize_args();
-  a.slots = nullptr;
-  CHECK(names(quantize_error(a), "argument slots = null"));
-  a.slots = reinterpret_cast<const std::int32_t*>(fake_storage + 2);
-  CHECK(names(quantize_error(a), "expected a 4-byte aligned device pointer"));
+  using Args = nsajit::Fp8KvQuantizeArgs;
+  nsajit::test::check_bad_arguments<Args>(
+      [](const Args& a) { nsajit::fp8_kv_quantize(a); }, valid_quantize_args(),
+      {{[](Args& a) { a.n = -1; }, "nsajit::fp8_kv_quantize: argument n = -1: expected >= 0", true},
+       {[](Args& a) { a.kv_row_stride = 575; }, "nsajit::fp8_kv_quantize: argument kv_row_stride = 575"},
+       {[](Args& a) { a.scale_fmt = Fp8ScaleFormat(7); }, "argument scale_fmt = 7: expected fp32 or ue8m0"},
+       {[](Args& a) { a.page_size = 0; }, "argument page_size = 0"},
+       {[](Args& a) { a.page_size = 5000; }, "argument page_size = 5000"},
+       {[](Args& a) { a.num_pages = -3; }, "argument num_pages = -3"},
+       {[](Args& a) { a.page_stride_bytes = 64 * 656 - 16; },
+        "argument page_stride_bytes = 41968: expected 0 (= page_size * 656) or a multiple of 16 >= page_size * "
+        "656 = 41984"},
+       {[](Args& a) { a.page_stride_bytes = 64 * 656 + 8; }, "argument page_stride_bytes = 41992"},
+       {[](Args& a) { a.num_pages = std::numeric_limits<std::int64_t>::max() / 1000; }, "argument num_pages"},
+       {[](Args& a) { a.cache = nullptr; }, "argument cache = null: expected a device pointer"},
+       {[](Args& a) { a.cache = fake_storage + 8; }, "argument cache = "},
+       {[](Args& a) { a.cache = fake_storage + 8; }, "expected a 16-byte aligned device pointer"},
+       {[](Args& a) { a.kv = nullptr; }, "argument kv = null"},
+       {[](Args& a) { a.kv = fake_storage + 1; }, "expected a 2-byte aligned device pointer"},
+       {[](Args& a) { a.slots = nullptr; }, "argument slots = null"},
+       {[](Args& a) { a.slots = reinterpret_cast<const std::int32_t*>(fake_storage + 2); },
+        "expected a 4-byte aligned device pointer"}});
 }
 
 TEST_CASE("fp8_kv arguments: gather names each bad argument before anything is launched") {
-  auto a = valid_gather_args();
-  a.n = -2;
-  CHECK(gather_error(a) == "nsajit::fp8_kv_gather: argument n = -2: expected >= 0");
-  a = valid_gather_args();
-  a.out_row_stride = 512;
-  CHECK(names(gather_error(a), "nsajit::fp8_kv_gather: argument out_row_stride = 512"));
-  a = valid_gather_args();
-  a.page_size = -1;
-  CHECK(names(gather_error(a), "argument page_size = -1"));
-  a = valid_gather_args();
-  a.num_pages = -1;
-  CHECK(names(gather_error(a), "argument num_pages = -1"));
-  a = valid_gather_args();
-  a.page_stride_bytes = 100;
-  CHECK(names(gather_error(a), "argument page_stride_bytes = 100"));
-  a = valid_gather_args();
-  a.cache = nullptr;
-  CHECK(names(gather_error(a), "argument cache = null"));
-  a = valid_gather_args();
-  a.slots = nullptr;
-  CHECK(names(gather_error(a), "argument slots = null"));
-  a = valid_gather_args();
-  a.out = nullptr;
-  CHECK(names(gather_error(a), "argument out = null"));
-  a.out = fake_storage + 1;
-  CHECK(names(gather_error(a), "argument out = "));
+  using Args = nsajit::Fp8KvGatherArgs;
+  nsajit::test::check_bad_arguments<Args>(
+      [](const Args& a) { nsajit::fp8_kv_gather(a); }, valid_gather_args(),
+      {{[](Args& a) { a.n = -2; }, "nsajit::fp8_kv_gather: argument n = -2: expected >= 0", true},
+       {[](Args& a) { a.out_row_stride = 512; }, "nsajit::fp8_kv_gather: argument out_row_stride = 512"},
+       {[](Args& a) { a.page_size = -1; }, "argument page_size = -1"},
+       {[](Args& a) { a.num_pages = -1; }, "argument num_pages = -1"},
+       {[](Args& a) { a.page_stride_bytes = 100; }, "argument page_stride_bytes = 100"},
+       {[](Args& a) { a.cache = nullptr; }, "argument cache = null"},
+       {[](Args& a) { a.slots = nullptr; }, "argument slots = null"},
+       {[](Args& a) { a.out = nullptr; }, "argument out = null"},
+       {[](Args& a) { a.out = fake_storage + 1; }, "argument out = "}});
 }

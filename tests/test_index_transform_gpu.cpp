@@ -13,6 +13,7 @@
 #include "nsajit/errors.hpp"
 #include "nsajit/kernels.hpp"
 #include "reference/index_transform.hpp"
+#include "tests/argument_cases.hpp"
 #include "tests/gpu_support.hpp"
 
 namespace ref = nsajit::reference;
@@ -21,8 +22,6 @@ using nsajit::test::DeviceBuffer;
 using I = std::vector<std::int32_t>;
 
 namespace {
-
-unsigned fresh_seed() { return std::random_device{}(); }
 
 std::unique_ptr<DeviceBuffer<std::int32_t>> upload_or_null(const I& host) {
   return host.empty() ? nullptr : std::make_unique<DeviceBuffer<std::int32_t>>(host);
@@ -108,52 +107,34 @@ I edge_indices(std::mt19937& rng, int rows, int topk, long long max_position) {
 }  // namespace
 
 TEST_CASE("index_transform gpu: decode, page size 1, edge positions") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   for (const int topk : {64, 2048, 16384}) {
     INFO("topk " << topk);
-    ref::IndexTransformProblem p;
-    p.mode = IndexMode::decode;
-    p.rows = 11;
-    p.topk = topk;
-    p.page_table_width = 5000;
-    p.page_table_row_stride = 5003;
-    p.num_requests = p.rows;
-    p.page_table.resize(std::size_t(p.rows) * p.page_table_row_stride);
-    for (auto& e : p.page_table) e = std::int32_t(rng() % 1000000);
-    p.page_table[7] = -1;  // a negative entry gives -1
-    p.topk_indices = edge_indices(rng, p.rows, topk, p.page_table_width);
+    const int rows = 11, width = 5000, stride = 5003;  // padded page-table rows
+    I table(std::size_t(rows) * stride);
+    for (auto& e : table) e = std::int32_t(rng() % 1000000);
+    table[7] = -1;  // a negative entry gives -1
+    ref::IndexTransformProblem p{ref::decode_tables(table, rows, width), edge_indices(rng, rows, topk, width), rows,
+                                 topk};
+    p.page_table_row_stride = stride;
     p.topk_indices[0] = 7;
     check_transform(p);
   }
 }
 
 TEST_CASE("index_transform gpu: page sizes 1, 3 and 64 give the same slots") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   const int rows = 9, topk = 2048;
   for (const int P : {3, 64}) {
     INFO("page size " << P);
     const int width = 40 * P + 5;  // last page partly used
     const I page_table_1 = shuffled_page_table_1(rng, rows, width, P);
-    ref::IndexTransformProblem p1;
-    p1.mode = IndexMode::decode;
-    p1.rows = rows;
-    p1.topk = topk;
-    p1.num_requests = rows;
-    p1.page_table = page_table_1;
-    p1.page_table_width = width;
-    p1.topk_indices = edge_indices(rng, rows, topk, width);
+    // {tables, topk_indices, rows, topk}
+    ref::IndexTransformProblem p1{ref::decode_tables(page_table_1, rows, width), edge_indices(rng, rows, topk, width),
+                                  rows, topk};
     check_transform(p1);
 
-    ref::IndexTransformProblem pp = p1;
-    pp.page_size = P;
-    pp.page_table = ref::real_page_table(page_table_1, rows, width, P);
-    pp.page_table_width = (width + P - 1) / P;
+    ref::IndexTransformProblem pp{ref::decode_tables(page_table_1, rows, width, P), p1.topk_indices, rows, topk};
     // Positions beyond page_table_1's width exist in the real table's last page; keep them out
     // so both forms must agree everywhere.
     for (auto& i : pp.topk_indices) if (i >= width) i = -7;
@@ -164,10 +145,7 @@ TEST_CASE("index_transform gpu: page sizes 1, 3 and 64 give the same slots") {
 }
 
 TEST_CASE("index_transform gpu: prefill with 3 requests through cu_seqlens_q") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   for (const int P : {1, 64}) {
     INFO("page size " << P);
     ref::IndexTransformProblem p;
@@ -193,10 +171,7 @@ TEST_CASE("index_transform gpu: prefill with 3 requests through cu_seqlens_q") {
 }
 
 TEST_CASE("index_transform gpu: ragged offsets") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   ref::IndexTransformProblem p;
   p.mode = IndexMode::ragged;
   p.rows = 13;
@@ -212,84 +187,34 @@ namespace {
 
 nsajit::IndexTransformArgs valid_transform_args() {
   static std::int32_t storage;  // fake device pointers, never dereferenced
-  nsajit::IndexTransformArgs a;
-  a.mode = IndexMode::decode;
-  a.topk_indices = &storage;
-  a.out = &storage;
-  a.rows = 4;
-  a.topk = 2048;
-  a.page_table = &storage;
-  a.page_table_width = 100;
-  a.page_size = 64;
-  a.num_requests = 4;
-  a.cu_seqlens_q = &storage;
-  a.offsets = &storage;
-  return a;
-}
-
-std::string transform_error(const nsajit::IndexTransformArgs& a) {
-  try {
-    nsajit::index_transform(a);
-  } catch (const nsajit::InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no InvalidArgument)";
-}
-
-bool names(const std::string& message, const std::string& what) {
-  INFO(message);
-  return message.find(what) != std::string::npos;
+  return {.mode = IndexMode::decode, .topk_indices = &storage, .out = &storage, .rows = 4, .topk = 2048,
+          .page_table = &storage, .page_table_width = 100, .page_size = 64, .cu_seqlens_q = &storage,
+          .num_requests = 4, .offsets = &storage};
 }
 
 }  // namespace
 
 TEST_CASE("index_transform arguments: each bad argument is named before anything is launched") {
-  auto a = valid_transform_args();
-  a.topk = 100;
-  CHECK(transform_error(a) ==
-        "nsajit::index_transform: argument topk = 100: expected a multiple of 64 in [64, 16384]");
-  a.topk = 16448;
-  CHECK(names(transform_error(a), "argument topk = 16448"));
-  a = valid_transform_args();
-  a.rows = -1;
-  CHECK(names(transform_error(a), "argument rows = -1"));
-  a = valid_transform_args();
-  a.page_size = 0;
-  CHECK(names(transform_error(a), "argument page_size = 0"));
-  a.page_size = 5000;
-  CHECK(names(transform_error(a), "argument page_size = 5000"));
-  a = valid_transform_args();
-  a.page_table_width = -1;
-  CHECK(names(transform_error(a), "argument page_table_width = -1"));
-  a = valid_transform_args();
-  a.page_table_row_stride = 99;
-  CHECK(names(transform_error(a), "argument page_table_row_stride = 99"));
-  a = valid_transform_args();
-  a.num_requests = 3;  // decode needs num_requests == rows
-  CHECK(names(transform_error(a), "argument num_requests = 3"));
-  a = valid_transform_args();
-  a.page_table = nullptr;
-  CHECK(names(transform_error(a), "argument page_table = null"));
-  a = valid_transform_args();
-  a.topk_indices = nullptr;
-  CHECK(names(transform_error(a), "argument topk_indices = null"));
-  a = valid_transform_args();
-  a.out = nullptr;
-  CHECK(names(transform_error(a), "argument out = null"));
-  a = valid_transform_args();
-  a.mode = IndexMode::prefill;
-  a.num_requests = -1;
-  CHECK(names(transform_error(a), "argument num_requests = -1"));
-  a.num_requests = 2;
-  a.cu_seqlens_q = nullptr;
-  CHECK(names(transform_error(a), "argument cu_seqlens_q = null"));
-  a = valid_transform_args();
-  a.mode = IndexMode::ragged;
-  a.offsets = nullptr;
-  CHECK(names(transform_error(a), "argument offsets = null"));
-  a = valid_transform_args();
-  a.mode = static_cast<IndexMode>(7);
-  CHECK(names(transform_error(a), "argument mode = 7"));
+  using Args = nsajit::IndexTransformArgs;
+  nsajit::test::check_bad_arguments<Args>(
+      [](const Args& a) { nsajit::index_transform(a); }, valid_transform_args(),
+      {{[](Args& a) { a.topk = 100; },
+        "nsajit::index_transform: argument topk = 100: expected a multiple of 64 in [64, 16384]", true},
+       {[](Args& a) { a.topk = 16448; }, "argument topk = 16448"},
+       {[](Args& a) { a.rows = -1; }, "argument rows = -1"},
+       {[](Args& a) { a.page_size = 0; }, "argument page_size = 0"},
+       {[](Args& a) { a.page_size = 5000; }, "argument page_size = 5000"},
+       {[](Args& a) { a.page_table_width = -1; }, "argument page_table_width = -1"},
+       {[](Args& a) { a.page_table_row_stride = 99; }, "argument page_table_row_stride = 99"},
+       {[](Args& a) { a.num_requests = 3; }, "argument num_requests = 3"},  // decode: num_requests == rows
+       {[](Args& a) { a.page_table = nullptr; }, "argument page_table = null"},
+       {[](Args& a) { a.topk_indices = nullptr; }, "argument topk_indices = null"},
+       {[](Args& a) { a.out = nullptr; }, "argument out = null"},
+       {[](Args& a) { a.mode = IndexMode::prefill; a.num_requests = -1; }, "argument num_requests = -1"},
+       {[](Args& a) { a.mode = IndexMode::prefill; a.num_requests = 2; a.cu_seqlens_q = nullptr; },
+        "argument cu_seqlens_q = null"},
+       {[](Args& a) { a.mode = IndexMode::ragged; a.offsets = nullptr; }, "argument offsets = null"},
+       {[](Args& a) { a.mode = static_cast<IndexMode>(7); }, "argument mode = 7"}});
 }
 
 TEST_CASE("index_transform arguments: rows == 0 launches nothing (null pointers allowed)") {

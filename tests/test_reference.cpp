@@ -180,17 +180,14 @@ TEST_CASE("reference topk: random rows agree with a brute-force count") {
 }
 
 TEST_CASE("reference index_transform: decode, page size 1") {
-  ref::IndexTransformProblem p;
-  p.mode = IndexMode::decode;
-  p.rows = 2;
-  p.topk = 6;
-  p.page_table_width = 4;
-  p.page_table_row_stride = 5;  // one padding column
-  p.page_table = {10, 11, 12, -1, 777,  //
-                  20, 21, 22, 23, 777};
-  p.num_requests = 2;
-  p.topk_indices = {0, -1, 2, 3, 4, 1,  // 3 -> negative entry, 4 -> out of range (max_position 4)
-                    3, 2, 1, 0, -7, 5};
+  // {tables, topk_indices, rows, topk}: 2 rows, page-table rows of 4 entries and a padding column.
+  ref::IndexTransformProblem p{ref::decode_tables({10, 11, 12, -1, 777,  //
+                                                   20, 21, 22, 23, 777},
+                                                  2, 4),
+                               {0, -1, 2, 3, 4, 1,  // 3 -> negative entry, 4 -> out of range (max_position 4)
+                                3, 2, 1, 0, -7, 5},
+                               2, 6};
+  p.page_table_row_stride = 5;
   const I expected = {10, -1, 12, -1, -1, 11,  //
                       23, 22, 21, 20, -1, -1};
   CHECK(ref::index_transform(p) == expected);

@@ -31,12 +31,7 @@
 #include "tools/spec_text.hpp"
 
 using namespace nsajit;
-using test::contains;
-using test::error_of;
-#ifdef NSAJIT_CLI_PATH
-using test::CliResult;
-using test::run_cli;
-#endif
+using namespace nsajit::test;  // contains, error_of, run_cli (tests/cli_helpers.hpp)
 namespace fs = std::filesystem;
 
 namespace {

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -24,9 +26,12 @@
 #include "reference/bf16.hpp"
 #include "reference/index_transform.hpp"
 #include "reference/topk.hpp"
+#include "compiler/nvrtc_compiler.hpp"
+#include "runtime/driver.hpp"
 #include "runtime/runtime.hpp"
 #include "families/topk/heuristics.hpp"
 #include "templates/kernel_params.h"
+#include "tests/argument_cases.hpp"
 #include "tests/gpu_support.hpp"
 #include "tests/parallel.hpp"
 
@@ -39,8 +44,6 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-unsigned fresh_seed() { return std::random_device{}(); }
 
 float from_bits(std::uint32_t u) { return std::bit_cast<float>(u); }
 
@@ -61,6 +64,11 @@ struct LaunchOverride {
 nsajit::detail::TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16) {
   return nsajit::detail::plan_topk_launch(rows, width, topk, sm_count, max_cluster, LaunchOverride::current);
 }
+
+using Algorithm = nsajit::detail::TopkAlgorithm;
+bool speculates(const nsajit::detail::TopkLaunchPlan& q) { return q.algorithm == Algorithm::speculative_sweep; }
+bool keeps_registers(const nsajit::detail::TopkLaunchPlan& q) { return q.algorithm == Algorithm::dense_registers; }
+bool lists_over_cluster(const nsajit::detail::TopkLaunchPlan& q) { return q.algorithm == Algorithm::cluster_lists; }
 
 // The dense rows' path forced as production lays it out: nothing kept in shared memory, so the
 // list of the threshold bin's keys overlaps hist0 and the staged output (keeping the slice would
@@ -107,15 +115,60 @@ struct DeviceTopk {
   }
   I run() {
     out.poison();
-    nsajit::detail::topk(args, LaunchOverride::current);
+    nsajit::detail::topk(args, LaunchOverride::current, nullptr, kernel_loader);
     return out.download();
   }
+  // nullptr: the product's kernel; a ClusterFallbackProbe sets its probe build.
+  static inline nsajit::detail::TopkKernelLoader kernel_loader = nullptr;
   DeviceBuffer<float> scores;
   std::unique_ptr<DeviceBuffer<std::uint16_t>> scores_bf16;
   DeviceBuffer<std::int32_t> lengths;
   std::unique_ptr<DeviceBuffer<std::int32_t>> row_starts, page_table, cu_seqlens_q, offsets;
   DeviceBuffer<std::int32_t> out;
   nsajit::TopkArgs args;
+};
+
+// The probe build of a top-k kernel: the product's source, its cluster selection wrapped so that a
+// row whose cluster lists cannot hold the selection writes -2 to its first slot instead of taking
+// the exact path, so a test sees which path produced each row. Only tests compile it.
+const nsajit::LoadedKernel& load_cluster_fallback_probe(const nsajit::KernelSpec& spec) {
+  static const std::string kWrapper = R"(
+NSAJIT_DEVICE bool topk_cluster_select_or_mark(int C, uint32_t rank, const TopkClusterLists& l, int warp_n,
+                                               const KvSlotRow& t, bool apply, int* out, TopkShared& sh) {
+  if (topk_cluster_select(C, rank, l, warp_n, t, apply, out, sh)) return true;
+  topk_cluster_sync();  // no CTA leaves while a copy may still read its outbox
+  if (rank == 0 && threadIdx.x == 0) out[0] = -2;
+  return true;
+}
+#define topk_cluster_select topk_cluster_select_or_mark
+)";
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<nsajit::LoadedKernel>> loaded;  // these tests use one context
+  std::lock_guard lock(mutex);
+  std::unique_ptr<nsajit::LoadedKernel>& k = loaded[nsajit::canonical_text(spec)];
+  if (k) return *k;
+  std::string source = nsajit::generate_source(spec);
+  const std::string entry = "extern \"C\" __global__";
+  const std::size_t at = source.find(entry);
+  REQUIRE(at != std::string::npos);
+  REQUIRE(source.find(entry, at + 1) == std::string::npos);
+  REQUIRE(source.find("topk_cluster_select(", at) != std::string::npos);  // the kernel calls it
+  source.insert(at, kWrapper);
+  const nsajit::CompileResult r = nsajit::compile_cubin("topk_cluster_fallback_probe", source,
+                                                        nsajit::nvrtc_options(spec.arch));
+  CUmodule module = nullptr;
+  NSAJIT_CU(cuModuleLoadData, &module, r.cubin.data());
+  k = std::make_unique<nsajit::LoadedKernel>();
+  NSAJIT_CU(cuModuleGetFunction, &k->function, module, "nsajit_topk");
+  NSAJIT_CU(cuFuncSetAttribute, k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            int(kTopkMaxDynamicSmem));
+  return *k;
+}
+
+// While alive, DeviceTopk runs the probe build (above).
+struct ClusterFallbackProbe {
+  ClusterFallbackProbe() { DeviceTopk::kernel_loader = &load_cluster_fallback_probe; }
+  ~ClusterFallbackProbe() { DeviceTopk::kernel_loader = nullptr; }
 };
 
 const nsajit::detail::TopkPlanConstraints kDenseRows{
@@ -208,15 +261,15 @@ TEST_CASE("topk specs: plain, fused (every mode, page sizes, MTP), sorted, every
 TEST_CASE("topk launch plan: regimes by width and rows") {
   CHECK(plan_topk_launch(4096, 2048, 2048, 132).slice == 0);  // no row needs a selection
   auto p = plan_topk_launch(1, 131072, 2048, 132);
-  CHECK(p.ctas_per_row == 16);  // one long row: a 16-CTA cluster of 8K slices
+  CHECK(p.cluster_size == 16);  // one long row: a 16-CTA cluster of 8K slices
   CHECK(p.threads == 512);       // 512 threads: cheaper barriers (docs/design/topk.md)
   CHECK(plan_topk_launch(8, 131072, 2048, 132).threads == 1024);  // 8-CTA clusters: 1024
   CHECK(p.resident_vecs == p.slice / 4 + 1);  // kept whole
   {
     // Many short rows: 256-thread CTAs keeping nothing, four rows per SM, the exact path.
     const auto q = plan_topk_launch(4096, 8192, 2048, 132);
-    CHECK(q.ctas_per_row == 1);
-    CHECK_FALSE(q.speculate);
+    CHECK(q.cluster_size == 1);
+    CHECK_FALSE(speculates(q));
     CHECK(q.threads == 256);
     CHECK(q.resident_vecs == 0);
     CHECK(q.dynamic_smem <= 56u * 1024u);
@@ -224,28 +277,28 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   {
     // Many rows of 32K: two 512-thread CTAs per SM, speculative, keeping nothing.
     const auto q = plan_topk_launch(4096, 32768, 2048, 132);
-    CHECK(q.ctas_per_row == 1);
+    CHECK(q.cluster_size == 1);
     CHECK(q.threads == 512);
-    CHECK(q.speculate);
+    CHECK(speculates(q));
     CHECK(q.resident_vecs == 0);
     CHECK(q.dynamic_smem <= 102400u);
   }
-  CHECK(plan_topk_launch(64, 65536, 2048, 132).ctas_per_row == 2);
+  CHECK(plan_topk_launch(64, 65536, 2048, 132).cluster_size == 2);
   {
     // 128 rows fill one wave at one CTA each (4 CTAs each would take 4 waves): 1024 threads,
     // speculative, keeping nothing.
     const auto q = plan_topk_launch(128, 131072, 2048, 132);
-    CHECK(q.ctas_per_row == 1);
+    CHECK(q.cluster_size == 1);
     CHECK(q.threads == 1024);
-    CHECK(q.speculate);
+    CHECK(speculates(q));
     CHECK(q.resident_vecs == 0);
   }
-  CHECK(plan_topk_launch(133, 131072, 2048, 132).ctas_per_row == 4);  // more rows than SMs
-  CHECK(plan_topk_launch(8, 131072, 2048, 132).ctas_per_row == 8);
+  CHECK(plan_topk_launch(133, 131072, 2048, 132).cluster_size == 4);  // more rows than SMs
+  CHECK(plan_topk_launch(8, 131072, 2048, 132).cluster_size == 8);
   p = plan_topk_launch(1, 1 << 20, 2048, 132);
-  CHECK(p.ctas_per_row == 16);
-  CHECK(plan_topk_launch(2, 1 << 20, 2048, 132).ctas_per_row == 8);
-  CHECK(plan_topk_launch(1, 131072, 2048, 132, 8).ctas_per_row == 8);  // a 16-CTA cluster does not fit
+  CHECK(p.cluster_size == 16);
+  CHECK(plan_topk_launch(2, 1 << 20, 2048, 132).cluster_size == 8);
+  CHECK(plan_topk_launch(1, 131072, 2048, 132, 8).cluster_size == 8);  // a 16-CTA cluster does not fit
   {
     LaunchOverride bad({.ctas_per_row = 3});  // not a cluster size
     CHECK_THROWS_AS(plan_topk_launch(1, 131072, 2048, 132), std::invalid_argument);
@@ -263,16 +316,16 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   }
   {
     const auto q = plan_topk_launch(4096, 65536, 2048, 132);  // 2 CTAs of 32768 positions: whole
-    CHECK(q.ctas_per_row == 2);
+    CHECK(q.cluster_size == 2);
     CHECK(q.resident_vecs == q.slice / 4 + 1);
   }
   CHECK(p.slice % 4 == 0);
   // Many short rows: keys in registers at 256 threads, one CTA per row; the tests' override
   // reaches the path up to slices of 9212 positions and no further.
-  CHECK(plan_topk_launch(4096, 8192, 2048, 132).dense_registers);
-  CHECK(!plan_topk_launch(4096, 8192, 2048, 132).speculate);
-  CHECK(!plan_topk_launch(8, 8192, 2048, 132).dense_registers);
-  CHECK(!plan_topk_launch(4096, 32768, 2048, 132).dense_registers);
+  CHECK(keeps_registers(plan_topk_launch(4096, 8192, 2048, 132)));
+  CHECK(!speculates(plan_topk_launch(4096, 8192, 2048, 132)));
+  CHECK(!keeps_registers(plan_topk_launch(8, 8192, 2048, 132)));
+  CHECK(!keeps_registers(plan_topk_launch(4096, 32768, 2048, 132)));
   {  // as planned, nothing is kept: the list of the threshold bin's keys from word 0 overlaps hist0
     const auto planned = plan_topk_launch(4096, 8192, 2048, 132);
     CHECK(planned.hist_offset == 0);
@@ -280,19 +333,19 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   }
   {
     LaunchOverride dense({.ctas_per_row = 1, .threads = 256, .dense_registers = 1});
-    CHECK(plan_topk_launch(6, 9212, 4096, 132).dense_registers);
-    CHECK(plan_topk_launch(6, 9212, 512, 132).dense_registers);
-    CHECK(!plan_topk_launch(6, 9212, 512, 132).speculate);
-    CHECK(!plan_topk_launch(6, 9213, 2048, 132).dense_registers);
+    CHECK(keeps_registers(plan_topk_launch(6, 9212, 4096, 132)));
+    CHECK(keeps_registers(plan_topk_launch(6, 9212, 512, 132)));
+    CHECK(!speculates(plan_topk_launch(6, 9212, 512, 132)));
+    CHECK(!keeps_registers(plan_topk_launch(6, 9213, 2048, 132)));
   }
   {  // the GPU tests' forced path lays shared memory out as production does
     LaunchOverride dense(kDenseRows);
     const auto forced = plan_topk_launch(6, 9212, 2048, 132);
-    CHECK(forced.dense_registers);
+    CHECK(keeps_registers(forced));
     CHECK(forced.hist_offset == 0);
     CHECK(forced.dynamic_smem >= 4u * 4 * 256 * NSAJIT_TOPK_DENSE_VECS);
   }
-  // The measured slice-prefetch regimes (docs/notes/topk.md, run 34), and its override.
+  // The slice-prefetch regimes of docs/design/topk.md, and its override.
   CHECK(plan_topk_launch(1, 131072, 2048, 132).prefetch_slice);
   CHECK(plan_topk_launch(8, 131072, 2048, 132).prefetch_slice);
   CHECK(!plan_topk_launch(64, 65536, 2048, 132).prefetch_slice);
@@ -315,7 +368,7 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       CHECK(q.cand_capacity >= 2048);
       CHECK(q.slots_offset == q.hist_offset + 4096);
       CHECK(q.cand_offset == q.slots_offset + 4096);
-      CHECK(q.overflow_warp_offset == q.cand_offset + (q.ctas_per_row > 1 ? q.cand_capacity : 0));
+      CHECK(q.overflow_warp_offset == q.cand_offset + (q.cluster_size > 1 ? q.cand_capacity : 0));
       CHECK(q.bitmap_offset == q.overflow_warp_offset + (q.cand_capacity + 1) / 2);
       CHECK(q.bitmap_words >= 4 * ((q.slice / 4 + 1 + 31) / 32));  // a bit per position, whole rounds
       CHECK(q.dynamic_smem >= 4u * unsigned(q.bitmap_offset + 2 * q.bitmap_words));
@@ -323,38 +376,38 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       CHECK(q.hist_offset == 4 * q.resident_vecs);
       CHECK(q.resident_vecs <= q.slice / 4 + 1);
       if (q.threads < 1024 && rows <= 132) CHECK((q.resident_vecs == 0 || q.resident_vecs == q.slice / 4 + 1));
-      if (q.threads == 512 && rows > 132 && q.ctas_per_row == 1) CHECK(q.dynamic_smem <= 102400u);
+      if (q.threads == 512 && rows > 132 && q.cluster_size == 1) CHECK(q.dynamic_smem <= 102400u);
       // One CTA per row of long slices speculates; its lists start at the slots and cover at least
       // what follows them (the sample's histograms first), never the kept keys or hist0.
-      CHECK(q.speculate == (q.ctas_per_row == 1 && q.slice >= 12 * 2048));
-      CHECK(q.prefetch_row == (q.speculate && rows > 132));
+      CHECK(speculates(q) == (q.cluster_size == 1 && q.slice >= 12 * 2048));
+      CHECK(q.prefetch_row == (speculates(q) && rows > 132));
       // The slice prefetch only for a handful of rows in one wave of 8- or 16-CTA clusters whose
       // scores are a small part of L2 (never for the 2-CTA or multi-wave plans).
-      if (q.dense_registers) CHECK((q.threads == 256 && q.ctas_per_row == 1 && q.slice <= 4 * (256 * 9 - 1)));
+      if (keeps_registers(q)) CHECK((q.threads == 256 && q.cluster_size == 1 && q.slice <= 4 * (256 * 9 - 1)));
       if (q.prefetch_slice) {
-        CHECK(q.ctas_per_row >= 8);
-        CHECK(2LL * rows * q.ctas_per_row <= 132);
+        CHECK(q.cluster_size >= 8);
+        CHECK(2LL * rows * q.cluster_size <= 132);
         CHECK(4LL * rows * width <= (16LL << 20));
       }
       // Cluster lists: only over a cluster at >= 512 threads with the whole slice kept, after
       // every part of the exact path, 16-byte aligned, within the dynamic limit.
-      if (q.cluster_lists) {
-        CHECK(q.ctas_per_row > 1);
+      if (lists_over_cluster(q)) {
+        CHECK(q.cluster_size > 1);
         CHECK(q.threads >= 512);
         CHECK(q.resident_vecs == q.slice / 4 + 1);
         CHECK(q.cluster_list_offset >= q.bitmap_offset + 2 * q.bitmap_words);
         CHECK(q.cluster_list_offset % 4 == 0);
         CHECK(q.cluster_list_capacity % 4 == 0);
         CHECK(q.cluster_list_capacity >= q.cluster_list_rank);
-        CHECK(q.threads >= 32 * q.ctas_per_row);  // a warp or more reads each list
+        CHECK(q.threads >= 32 * q.cluster_size);  // a warp or more reads each list
         const int message = NSAJIT_TOPK_MSG_KEYS + q.cluster_list_capacity;  // header, 32 bin counts, keys
         CHECK(NSAJIT_TOPK_MSG_KEYS % 4 == 0);
         CHECK(q.cluster_warp_capacity >= 64);
         CHECK(q.cluster_inbox_offset == q.cluster_list_offset + message + 2 * q.threads / 32 * q.cluster_warp_capacity);
         CHECK(q.cluster_inbox_offset % 4 == 0);
-        CHECK(4u * unsigned(q.cluster_inbox_offset + q.ctas_per_row * message) <= q.dynamic_smem);
+        CHECK(4u * unsigned(q.cluster_inbox_offset + q.cluster_size * message) <= q.dynamic_smem);
       }
-      if (q.speculate) {
+      if (speculates(q)) {
         CHECK(q.list_offset == q.slots_offset);
         CHECK(q.list_offset + q.list_words >= q.bitmap_offset + 2 * q.bitmap_words);
         CHECK(q.list_words >= 8192);
@@ -369,38 +422,65 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       INFO("width " << width << " topk " << small_topk);
       const auto m = plan_topk_launch(4096, width, small_topk, 132);
       CHECK(m.threads == 256);
-      CHECK_FALSE(m.speculate);
+      CHECK_FALSE(speculates(m));
       CHECK(m.dynamic_smem <= 56u * 1024u);
     }
   }
   {
     LaunchOverride exact({.speculate = 0});
-    CHECK_FALSE(plan_topk_launch(4096, 32768, 2048, 132).speculate);
-    CHECK_FALSE(plan_topk_launch(1, 131072, 2048, 132).cluster_lists);
+    CHECK_FALSE(speculates(plan_topk_launch(4096, 32768, 2048, 132)));
+    CHECK_FALSE(lists_over_cluster(plan_topk_launch(1, 131072, 2048, 132)));
   }
   // The cluster lists where the single long rows run (1 and 8 rows of 131072 at 16 and 8 CTAs,
   // every topk), not where they do not fit beside the kept 32K slices (64 rows of 65536).
   for (const int topk : {64, 512, 2048, 4096}) {
     INFO("topk " << topk);
-    CHECK(plan_topk_launch(1, 131072, topk, 132).cluster_lists == 1);
-    CHECK(plan_topk_launch(8, 131072, topk, 132).cluster_lists == 1);
+    CHECK(lists_over_cluster(plan_topk_launch(1, 131072, topk, 132)));
+    CHECK(lists_over_cluster(plan_topk_launch(8, 131072, topk, 132)));
   }
   CHECK(plan_topk_launch(1, 131072, 2048, 132).cluster_list_rank == 176);
-  CHECK(plan_topk_launch(64, 65536, 2048, 132).cluster_lists == 0);
-  CHECK(plan_topk_launch(4096, 8192, 2048, 132).cluster_lists == 0);
+  CHECK_FALSE(lists_over_cluster(plan_topk_launch(64, 65536, 2048, 132)));
+  CHECK_FALSE(lists_over_cluster(plan_topk_launch(4096, 8192, 2048, 132)));
+  // A demanded algorithm: taken where the shape allows it, else an error naming it and the plan.
   {
-    LaunchOverride strict({.strict_cluster_lists = true});
-    CHECK(plan_topk_launch(1, 131072, 2048, 132).cluster_lists == 2);
+    LaunchOverride exact({.algorithm = Algorithm::exact_sweeps});
+    CHECK(plan_topk_launch(1, 131072, 2048, 132).algorithm == Algorithm::exact_sweeps);
+    CHECK(plan_topk_launch(4096, 8192, 2048, 132).algorithm == Algorithm::exact_sweeps);
   }
+  {
+    LaunchOverride lists({.algorithm = Algorithm::cluster_lists});
+    CHECK(lists_over_cluster(plan_topk_launch(8, 131072, 2048, 132)));
+    try {
+      plan_topk_launch(4096, 32768, 2048, 132);
+      FAIL("one CTA per row took cluster_lists");
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      CHECK(what.find("algorithm = cluster_lists") != std::string::npos);
+      CHECK(what.find("algorithm=speculative_sweep cluster_size=1") != std::string::npos);
+    }
+  }
+  {
+    LaunchOverride spec({.ctas_per_row = 8, .algorithm = Algorithm::speculative_sweep});
+    CHECK_THROWS_AS(plan_topk_launch(8, 131072, 2048, 132), std::invalid_argument);
+  }
+  {
+    LaunchOverride dense({.ctas_per_row = 1, .threads = 256, .algorithm = Algorithm::dense_registers});
+    CHECK(keeps_registers(plan_topk_launch(6, 9212, 2048, 132)));
+    CHECK_THROWS_AS(plan_topk_launch(6, 9213, 2048, 132), std::invalid_argument);
+  }
+  for (const Algorithm a : {Algorithm::exact_sweeps, Algorithm::speculative_sweep, Algorithm::dense_registers,
+                            Algorithm::cluster_lists})
+    CHECK(nsajit::detail::parse_topk_algorithm(to_string(a)) == a);
+  CHECK(to_string(Algorithm::cluster_lists) == "cluster_lists");
+  CHECK_THROWS_AS(nsajit::detail::parse_topk_algorithm("clusters"), std::invalid_argument);
+  CHECK(to_string(plan_topk_launch(8, 131072, 2048, 132))
+            .starts_with("algorithm=cluster_lists cluster_size=8 threads=1024 "));
 }
 
 // --- GPU ---------------------------------------------------------------------------------------------
 
 TEST_CASE("topk gpu: lengths 0, negative, 1, topk-1, topk, topk+1, ~16384, ~65536, 131072, clamped") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   for (const int topk : {64, 512, 1024, 1984, 2048, 4096}) {
     INFO("topk " << topk);
@@ -414,10 +494,7 @@ TEST_CASE("topk gpu: lengths 0, negative, 1, topk-1, topk, topk+1, ~16384, ~6553
 }
 
 TEST_CASE("topk gpu: a row of 2^20 and rows past 2^20 (global re-read path)") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   auto p = make_problem(1, 1 << 20, 2048, [&] { return normal(rng); });
   check_topk(p);
@@ -432,10 +509,7 @@ TEST_CASE("topk gpu: a row of 2^20 and rows past 2^20 (global re-read path)") {
 }
 
 TEST_CASE("topk gpu: distributions, at 1, 2, 8 and 16 CTAs per row, list, rescans or overflow list") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   std::uniform_int_distribution<std::uint32_t> bits;
   struct Dist {
@@ -541,10 +615,7 @@ TEST_CASE("topk gpu: distributions, at 1, 2, 8 and 16 CTAs per row, list, rescan
 }
 
 TEST_CASE("topk gpu: row_starts (clamped) and a padded odd row stride") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   for (const int width : {9000, 40000}) {
     const int rows = 64, topk = 2048;
@@ -581,10 +652,7 @@ TEST_CASE("topk gpu: row_starts (clamped) and a padded odd row stride") {
 }
 
 TEST_CASE("topk gpu: the slice prefetch forced on, every cluster size, short rows, odd stride, past-width slices") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   // topk 64 at width 300: the last CTA of a 16-CTA cluster starts at the width (rank * slice >= width:
   // nothing to prefetch, nothing to read).
@@ -600,10 +668,7 @@ TEST_CASE("topk gpu: the slice prefetch forced on, every cluster size, short row
 }
 
 TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads it or a warp's list overflows") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   const int width = 32768;
   auto p = make_problem(5, width, 2048, [&] { return normal(rng); });
@@ -642,10 +707,7 @@ TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads i
 }
 
 TEST_CASE("topk gpu: batches of 1 to 4096 rows (the last query rows of a prefill)") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   for (const int rows : {1, 3, 64, 1000, 4096}) {
     const int width = rows == 4096 ? 4096 + 2048 : 8192;
@@ -657,10 +719,7 @@ TEST_CASE("topk gpu: batches of 1 to 4096 rows (the last query rows of a prefill
 }
 
 TEST_CASE("topk gpu: deterministic across 20 launches, batchmates, launch shapes, thread counts, list sizes") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   const int rows = 6, width = 100000, topk = 2048;
   // Heavy ties (5 values: resolved by rescans), quantised normal scores (a few ties at the
@@ -729,10 +788,7 @@ TEST_CASE("topk gpu: deterministic across 20 launches, batchmates, launch shapes
 }
 
 TEST_CASE("topk gpu: sorted output is the reference's (score descending, ties by index)") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   for (const int topk : {512, 1984, 2048, 4096}) {
     auto p = make_problem(5, 50000, topk, [&] { return rng() % 3 == 0 ? float(rng() % 4) : normal(rng); });
@@ -777,10 +833,7 @@ void check_fused(const ref::TopkProblem& p, const ref::TopkTransform& t,
 }  // namespace
 
 TEST_CASE("topk gpu fused: decode, page sizes 1 and 64 give the same slots, partial last page, MTP") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   for (const int next_n : {1, 2}) {
     const int requests = 6, rows = requests * next_n, width = 40000, topk = 2048;
@@ -788,16 +841,8 @@ TEST_CASE("topk gpu fused: decode, page sizes 1 and 64 give the same slots, part
     I request_len = {40000, 2049, 2048, 5, 0, 33333};  // partial last pages; len <= topk rows
     for (int r = 0; r < rows; ++r) p.lengths[r] = request_len[r / next_n] - (next_n - 1 - r % next_n);
     const I pt1 = shuffled_page_table_1(rng, requests, width, 64, request_len);
-    ref::TopkTransform t1;
-    t1.mode = IndexMode::decode;
-    t1.page_table = pt1;
-    t1.page_table_width = width;
-    t1.num_requests = requests;
-    t1.next_n = next_n;
-    ref::TopkTransform t64 = t1;
-    t64.page_size = 64;
-    t64.page_table_width = (width + 63) / 64;
-    t64.page_table = ref::real_page_table(pt1, requests, width, 64);
+    const ref::TopkTransform t1{ref::decode_tables(pt1, requests, width), next_n};
+    const ref::TopkTransform t64{ref::decode_tables(pt1, requests, width, 64), next_n};
     INFO("next_n " << next_n);
     check_fused(p, t1);
     check_fused(p, t64);
@@ -814,10 +859,7 @@ TEST_CASE("topk gpu fused: decode, page sizes 1 and 64 give the same slots, part
 }
 
 TEST_CASE("topk gpu: cluster lists hold the selection of spread rows and fall back on crowded ones") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   const int width = 131072;
   // 8 rows (8-CTA clusters, 1024 threads) and 1 row (16 CTAs, 512 threads). Rows 0-4: normal
@@ -837,9 +879,9 @@ TEST_CASE("topk gpu: cluster lists hold the selection of spread rows and fall ba
     const I expected = ref::topk_index_order(p);
     check_topk(p);  // the crowded rows take the exact path
     {
-      // Strict: a row that falls back writes -2 to its first slot, so the spread rows show that
+      // The probe: a row that falls back writes -2 to its first slot, so the spread rows show that
       // the lists held their selection and the crowded ones that they did not.
-      LaunchOverride strict({.strict_cluster_lists = true});
+      ClusterFallbackProbe probe;
       const I got = DeviceTopk(p).run();
       for (int r = 0; r < 8; ++r) {
         INFO("row " << r);
@@ -857,7 +899,7 @@ TEST_CASE("topk gpu: cluster lists hold the selection of spread rows and fall ba
       INFO("row " << r << " alone");
       const I alone = check_topk(one);
       CHECK(std::equal(alone.begin(), alone.end(), expected.begin() + std::ptrdiff_t(r) * topk));
-      LaunchOverride strict({.strict_cluster_lists = true});
+      ClusterFallbackProbe probe;
       const I got = DeviceTopk(one).run();
       if (r == 0) CHECK(got == alone);
       else CHECK(got[0] == -2);
@@ -869,24 +911,16 @@ TEST_CASE("topk gpu: cluster lists hold the selection of spread rows and fall ba
     auto p = make_problem(rows, width, topk, [&] { return normal(rng); });
     I request_len(rows, width);
     p.lengths[0] = width - 5;
-    const I pt1 = shuffled_page_table_1(rng, rows, width, 64, request_len);
-    ref::TopkTransform t;
-    t.mode = IndexMode::decode;
-    t.page_size = 64;
-    t.page_table_width = width / 64;
-    t.page_table = ref::real_page_table(pt1, rows, width, 64);
-    t.num_requests = rows;
+    const ref::TopkTransform t{ref::decode_tables(shuffled_page_table_1(rng, rows, width, 64, request_len), rows,
+                                                  width, 64)};
     INFO("fused, rows " << rows);
-    LaunchOverride strict({.strict_cluster_lists = true});
+    ClusterFallbackProbe probe;
     check_fused(p, t);
   }
 }
 
 TEST_CASE("topk gpu: cluster lists with T's 20-bit bin crowded (ties ranked, the short list, 10-bit digits)") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   const int width = 131072, topk = 2048;
   // Normal rows (T's bin of the refinement's 8-bit digit holds ~6 keys) with extra keys that
@@ -914,7 +948,7 @@ TEST_CASE("topk gpu: cluster lists with T's 20-bit bin crowded (ties ranked, the
     }
   }
   const I expected = ref::topk_index_order(p);
-  LaunchOverride strict({.strict_cluster_lists = true});  // -2 in a row's first slot if it fell back
+  ClusterFallbackProbe probe;  // -2 in a row's first slot if it fell back
   const I got = DeviceTopk(p).run();
   for (int r = 0; r < 8; ++r) {
     INFO("row " << r << ", " << crowds[std::size_t(r)].extra << (crowds[std::size_t(r)].ties ? " ties" : " variants"));
@@ -928,10 +962,7 @@ TEST_CASE("topk gpu: cluster lists with T's 20-bit bin crowded (ties ranked, the
 }
 
 TEST_CASE("topk gpu: keys in registers (dense rows): topk 512..4096, sorted, fused modes, batchmates, 20 launches") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   LaunchOverride dense(kDenseRows);
   for (const int topk : {512, 1984, 2048, 4096}) {
@@ -971,13 +1002,9 @@ TEST_CASE("topk gpu: keys in registers (dense rows): topk 512..4096, sorted, fus
     const std::string why_sorted = explain(p, sorted, ref::topk(p));
     CHECK_MESSAGE(why_sorted.empty(), why_sorted);
     if (topk != 2048) continue;
-    ref::TopkTransform t64;
-    t64.mode = IndexMode::decode;
-    t64.page_size = 64;
-    t64.page_table_width = (width + 63) / 64;
-    t64.num_requests = p.rows;
     const I request_len(p.lengths.begin(), p.lengths.end());
-    t64.page_table = ref::real_page_table(shuffled_page_table_1(rng, p.rows, width, 64, request_len), p.rows, width, 64);
+    const ref::TopkTransform t64{
+        ref::decode_tables(shuffled_page_table_1(rng, p.rows, width, 64, request_len), p.rows, width, 64)};
     check_fused(p, t64);
     // Prefill: rows 0-1 of request 0, rows 2-4 of request 1, row 5 of no request (all -1); ragged.
     ref::TopkTransform prefill;
@@ -995,10 +1022,7 @@ TEST_CASE("topk gpu: keys in registers (dense rows): topk 512..4096, sorted, fus
 }
 
 TEST_CASE("topk gpu: keys in registers (dense rows): copies of the threshold in a small first-digit bin") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   LaunchOverride dense(kDenseRows);
   const int width = 6001, topk = 2048;
@@ -1021,10 +1045,7 @@ TEST_CASE("topk gpu: keys in registers (dense rows): copies of the threshold in 
 }
 
 TEST_CASE("topk gpu fused: prefill with a cached prefix (row_starts, cu_seqlens_q) and ragged offsets") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   // Request 0: 3000 new tokens; request 1: 20000 cached + 40 new; request 2: 1 new token.
   const I extend = {3000, 40, 1}, prefix = {0, 20000, 5000};
@@ -1080,10 +1101,7 @@ void check_bf16(const ref::TopkProblem& p) {
 }  // namespace
 
 TEST_CASE("topk gpu bf16: distributions, at 1, 2, 8 and 16 CTAs per row, speculative, dense, exact paths") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   struct Dist {
     const char* name;
@@ -1131,10 +1149,7 @@ TEST_CASE("topk gpu bf16: distributions, at 1, 2, 8 and 16 CTAs per row, specula
 }
 
 TEST_CASE("topk gpu bf16: row strides (odd, 1024-byte aligned), row_starts, topk 64..4096, many rows") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   for (const int stride_pad : {1, 3, 512 - 5000 % 512}) {  // unaligned rows; rows 1024 bytes apart
     INFO("stride width + " << stride_pad);
@@ -1158,10 +1173,7 @@ TEST_CASE("topk gpu bf16: row strides (odd, 1024-byte aligned), row_starts, topk
 }
 
 TEST_CASE("topk gpu bf16 fused: decode (MTP, page sizes 1 and 64), prefill, ragged, sorted") {
-  NSAJIT_REQUIRE_GPU();
-  const unsigned seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937 rng(seed);
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   const auto bf16 = nsajit::ScoreDtype::bf16;
   {
@@ -1210,110 +1222,63 @@ namespace {
 nsajit::TopkArgs valid_topk_args() {
   static float scores_storage;
   static std::int32_t ints_storage;
-  nsajit::TopkArgs a;
-  a.scores = &scores_storage;
-  a.lengths = &ints_storage;
-  a.out = &ints_storage;
-  a.rows = 4;
-  a.width = 1000;
-  a.topk = 2048;
-  return a;
-}
-
-std::string topk_error(const nsajit::TopkArgs& a) {
-  try {
-    nsajit::topk(a);
-  } catch (const nsajit::InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no InvalidArgument)";
+  return {.scores = &scores_storage, .lengths = &ints_storage, .out = &ints_storage, .rows = 4, .width = 1000,
+          .topk = 2048};
 }
 
 }  // namespace
 
 TEST_CASE("topk arguments: each bad argument is named before anything is launched") {
-  auto a = valid_topk_args();
-  a.topk = 100;
-  CHECK(topk_error(a) == "nsajit::topk: argument topk = 100: expected a multiple of 64 in [64, 4096]");
-  a.topk = 0;
-  CHECK(topk_error(a).find("argument topk = 0") != std::string::npos);
-  a.topk = 4160;
-  CHECK(topk_error(a).find("argument topk = 4160") != std::string::npos);
-  a = valid_topk_args();
-  a.rows = -1;
-  CHECK(topk_error(a).find("argument rows = -1") != std::string::npos);
-  a = valid_topk_args();
-  a.rows = 1 << 27;
-  CHECK(topk_error(a).find("argument rows = 134217728: expected 0 <= rows < 2^27") != std::string::npos);
-  a = valid_topk_args();
-  a.lengths = reinterpret_cast<const std::int32_t*>(reinterpret_cast<const char*>(a.lengths) + 2);
-  CHECK(topk_error(a).find("argument lengths = 0x") != std::string::npos);
-  CHECK(topk_error(a).find("expected a 4-byte aligned device pointer") != std::string::npos);
-  a = valid_topk_args();
-  a.row_starts = reinterpret_cast<const std::int32_t*>(std::uintptr_t(0x1002));
-  CHECK(topk_error(a).find("argument row_starts = 0x1002") != std::string::npos);
-  a = valid_topk_args();
-  a.width = -2;
-  CHECK(topk_error(a).find("argument width = -2") != std::string::npos);
-  a = valid_topk_args();
-  a.width = (1 << 22) + 1;
-  a.score_row_stride = a.width;
-  CHECK(topk_error(a) == "nsajit::topk: argument width = 4194305: expected 0 <= width <= 4194304");
-  a = valid_topk_args();
-  a.score_row_stride = 999;
-  CHECK(topk_error(a).find("argument score_row_stride = 999") != std::string::npos);
-  a = valid_topk_args();
-  a.scores = nullptr;
-  CHECK(topk_error(a).find("argument scores = null") != std::string::npos);
-  a = valid_topk_args();
-  a.lengths = nullptr;
-  CHECK(topk_error(a).find("argument lengths = null") != std::string::npos);
-  a = valid_topk_args();
-  a.out = nullptr;
-  CHECK(topk_error(a).find("argument out = null") != std::string::npos);
-  a = valid_topk_args();  // fp32 scores need 4-byte alignment, bf16 2-byte
-  a.scores = reinterpret_cast<const char*>(a.scores) + 2;
-  CHECK(topk_error(a).find("argument scores = 0x") != std::string::npos);
-  a.score_dtype = nsajit::ScoreDtype::bf16;
-  a.scores = reinterpret_cast<const char*>(a.scores) + 1;
-  CHECK(topk_error(a).find("expected a 2-byte aligned device pointer") != std::string::npos);
-  a = valid_topk_args();
-  a.score_dtype = static_cast<nsajit::ScoreDtype>(7);
-  CHECK(topk_error(a) == "nsajit::topk: argument score_dtype = 7: expected fp32 (0) or bf16 (1)");
+  using Args = nsajit::TopkArgs;
+  const auto* const misaligned =
+      reinterpret_cast<const std::int32_t*>(reinterpret_cast<const char*>(valid_topk_args().lengths) + 2);
+  nsajit::test::check_bad_arguments<Args>(
+      [](const Args& a) { nsajit::topk(a); }, valid_topk_args(),
+      {{[](Args& a) { a.topk = 100; }, "nsajit::topk: argument topk = 100: expected a multiple of 64 in [64, 4096]",
+        true},
+       {[](Args& a) { a.width = (1 << 22) + 1; a.score_row_stride = a.width; },
+        "nsajit::topk: argument width = 4194305: expected 0 <= width <= 4194304", true},
+       {[](Args& a) { a.topk = 0; }, "argument topk = 0"},
+       {[](Args& a) { a.topk = 4160; }, "argument topk = 4160"},
+       {[](Args& a) { a.rows = -1; }, "argument rows = -1"},
+       {[](Args& a) { a.rows = 1 << 27; }, "argument rows = 134217728: expected 0 <= rows < 2^27"},
+       {[&](Args& a) { a.lengths = misaligned; }, "argument lengths = 0x"},
+       {[&](Args& a) { a.lengths = misaligned; }, "expected a 4-byte aligned device pointer"},
+       {[](Args& a) { a.row_starts = reinterpret_cast<const std::int32_t*>(std::uintptr_t(0x1002)); },
+        "argument row_starts = 0x1002"},
+       {[](Args& a) { a.width = -2; }, "argument width = -2"},
+       {[](Args& a) { a.score_row_stride = 999; }, "argument score_row_stride = 999"},
+       {[](Args& a) { a.scores = nullptr; }, "argument scores = null"},
+       {[](Args& a) { a.lengths = nullptr; }, "argument lengths = null"},
+       {[](Args& a) { a.out = nullptr; }, "argument out = null"},
+       // fp32 scores need 4-byte alignment, bf16 2-byte
+       {[](Args& a) { a.scores = static_cast<const char*>(a.scores) + 2; }, "argument scores = 0x"},
+       {[](Args& a) { a.score_dtype = nsajit::ScoreDtype::bf16; a.scores = static_cast<const char*>(a.scores) + 3; },
+        "expected a 2-byte aligned device pointer"},
+       {[](Args& a) { a.score_dtype = static_cast<nsajit::ScoreDtype>(7); },
+        "nsajit::topk: argument score_dtype = 7: expected fp32 (0) or bf16 (1)", true}});
 }
 
 TEST_CASE("topk arguments: fused transform checks") {
   static std::int32_t table_storage;
-  auto a = valid_topk_args();
-  a.fused_transform = true;
-  a.page_table = &table_storage;
-  a.page_table_width = 10;
-  a.num_requests = 4;
-  a.next_n = 3;
-  CHECK(topk_error(a).find("argument rows = 4: expected a multiple of next_n = 3") != std::string::npos);
-  a.next_n = 2;
-  CHECK(topk_error(a).find("argument num_requests = 4: expected rows / next_n = 2") != std::string::npos);
-  a.next_n = 9;
-  CHECK(topk_error(a).find("argument next_n = 9") != std::string::npos);
-  a.next_n = 1;
-  a.page_size = 0;
-  CHECK(topk_error(a).find("argument page_size = 0") != std::string::npos);
-  a.page_size = 1;
-  a.page_table_row_stride = 5;
-  CHECK(topk_error(a).find("argument page_table_row_stride = 5") != std::string::npos);
-  a.page_table_row_stride = 0;
-  a.page_table = nullptr;
-  CHECK(topk_error(a).find("argument page_table = null") != std::string::npos);
-  a.page_table = &table_storage;
-  a.mode = IndexMode::prefill;
-  CHECK(topk_error(a).find("argument cu_seqlens_q = null") != std::string::npos);
-  a.next_n = 2;
-  CHECK(topk_error(a).find("argument next_n = 2: expected 1 unless mode decode") != std::string::npos);
-  a.next_n = 1;
-  a.mode = IndexMode::ragged;
-  CHECK(topk_error(a).find("argument offsets = null") != std::string::npos);
-  a.mode = static_cast<IndexMode>(7);
-  CHECK(topk_error(a).find("argument mode = 7") != std::string::npos);
+  using Args = nsajit::TopkArgs;
+  auto fused = valid_topk_args();
+  fused.fused_transform = true;
+  fused.page_table = &table_storage;
+  fused.page_table_width = 10;
+  fused.num_requests = 4;
+  nsajit::test::check_bad_arguments<Args>(
+      [](const Args& a) { nsajit::topk(a); }, fused,
+      {{[](Args& a) { a.next_n = 3; }, "argument rows = 4: expected a multiple of next_n = 3"},
+       {[](Args& a) { a.next_n = 2; }, "argument num_requests = 4: expected rows / next_n = 2"},
+       {[](Args& a) { a.next_n = 9; }, "argument next_n = 9"},
+       {[](Args& a) { a.page_size = 0; }, "argument page_size = 0"},
+       {[](Args& a) { a.page_table_row_stride = 5; }, "argument page_table_row_stride = 5"},
+       {[](Args& a) { a.page_table = nullptr; }, "argument page_table = null"},
+       {[](Args& a) { a.mode = IndexMode::prefill; }, "argument cu_seqlens_q = null"},
+       {[](Args& a) { a.mode = IndexMode::prefill; a.next_n = 2; }, "argument next_n = 2: expected 1 unless mode decode"},
+       {[](Args& a) { a.mode = IndexMode::ragged; }, "argument offsets = null"},
+       {[](Args& a) { a.mode = static_cast<IndexMode>(7); }, "argument mode = 7"}});
 }
 
 TEST_CASE("topk arguments: rows == 0 launches nothing (null pointers allowed)") {

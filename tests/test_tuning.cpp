@@ -31,21 +31,10 @@
 #include "tools/tuning_config.hpp"
 
 using namespace nsajit;
-using test::contains;
-using test::error_of;
-#ifdef NSAJIT_CLI_PATH
-using test::CliResult;
-using test::run_cli;
-#endif
+using namespace nsajit::test;  // contains, error_of, run_cli, count_of (tests/*_helpers.hpp)
 namespace fs = std::filesystem;
 
 namespace {
-
-std::size_t count_of(const std::string& text, const std::string& part) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
-}
 
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
@@ -134,7 +123,8 @@ TEST_CASE("tune config: a valid config expands its bucket groups; bad input name
     CHECK(!e.empty());
     for (const std::string& part : b.expected) CHECK(contains(e, part));
   }
-  CHECK(contains(error_of([] { tools::parse_tune_config("{\"schema\": 1, \"topk\": {", "t.json"); }), "t.json: not JSON"));
+  CHECK(contains(error_of([] { tools::parse_tune_config("{\"schema\": 1, \"topk\": {", "t.json"); }),
+                 "t.json: not a complete JSON document"));
 }
 
 TEST_CASE("tuning database: parse errors name the file and field; a round trip keeps every entry") {
@@ -346,7 +336,7 @@ TEST_CASE("nsajit autotune: bad configs exit 2 naming file and field and write n
   write_file(dir.path() + "/trunc.json", small_config().dump().substr(0, 100));
   r = run_cli("", "autotune --config " + dir.path() + "/trunc.json --db " + db);
   CHECK(r.code == 2);
-  CHECK(contains(r.output, "trunc.json: not JSON"));
+  CHECK(contains(r.output, "trunc.json: not a complete JSON document"));
   CHECK(!fs::exists(db));
   write_file(dir.path() + "/good.json", small_config().dump());
   r = run_cli("", "autotune --config " + dir.path() + "/good.json --dry-run --sm-count 132 --arch sm_90a");

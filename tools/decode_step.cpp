@@ -20,27 +20,25 @@
 #include "reference/topk.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/driver.hpp"
+#include "templates/kernel_params.h"
 #include "tools/bench/bench_common.hpp"
 #include "tools/commands.hpp"
 
 namespace nsajit::tools {
 namespace {
 
-constexpr int kDimQK = 576;
-constexpr int kDimV = 512;
+using bench::FastRandom;
 
-// A fast generator for hundreds of MB of inputs (mt19937 + normal_distribution is too slow).
-struct FastRandom {
-  std::uint64_t state;
-  std::uint64_t next() {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
+// Rows `rows` of `all` (rows of `per_row` elements), one after another.
+template <class T>
+std::vector<T> sampled_rows(const std::vector<T>& all, const std::vector<int>& rows, std::size_t per_row) {
+  std::vector<T> out;
+  for (int r : rows) {
+    const auto first = all.begin() + std::ptrdiff_t(std::size_t(r) * per_row);
+    out.insert(out.end(), first, first + std::ptrdiff_t(per_row));
   }
-  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
-  float roughly_normal() { return (uniform() + uniform() + uniform() - 1.5f) * 2.0f; }
-};
+  return out;
+}
 
 struct Batch {
   int b = 0, h_q = 0, topk = 0, page_size = 0, width = 0, max_pages = 0;
@@ -93,9 +91,9 @@ Batch make_batch(const ModelConfig& c) {
     }
   }
 
-  t.q.resize(std::size_t(t.b) * t.h_q * kDimQK);
+  t.q.resize(std::size_t(t.b) * t.h_q * kMlaDimQK);
   for (auto& v : t.q) v = reference::float_to_bf16(fast.roughly_normal());
-  t.kv.resize(std::size_t(t.num_slots) * kDimQK);
+  t.kv.resize(std::size_t(t.num_slots) * kMlaDimQK);
   for (auto& v : t.kv) v = reference::float_to_bf16(fast.roughly_normal());
   return t;
 }
@@ -124,7 +122,7 @@ bool check_and_time_mla(const char* label, const SparseMlaDecodeArgs& args, cons
                         const std::vector<std::int32_t>& idx_host, const std::vector<std::uint16_t>& ref_pool,
                         std::int64_t num_slots, const std::vector<int>& rows, const bench::TimingOptions& timing,
                         double gathered_bytes_per_row) {
-  DeviceBuffer<std::uint16_t> out(std::size_t(args.rows) * args.h_q * kDimV);
+  DeviceBuffer<std::uint16_t> out(std::size_t(args.rows) * args.h_q * kMlaDimV);
   DeviceBuffer<float> lse(std::size_t(args.rows) * args.h_q);
   out.poison();
   lse.poison();
@@ -134,26 +132,17 @@ bool check_and_time_mla(const char* label, const SparseMlaDecodeArgs& args, cons
   sparse_mla_decode(a);
   const std::vector<std::uint16_t> got_out = out.download();
   const std::vector<float> got_lse = lse.download();
-  std::vector<std::uint16_t> q_rows, out_rows;
-  std::vector<std::int32_t> idx_rows;
-  std::vector<float> lse_rows;
-  for (int r : rows) {
-    q_rows.insert(q_rows.end(), q_host.begin() + std::ptrdiff_t(r) * a.h_q * kDimQK,
-                  q_host.begin() + std::ptrdiff_t(r + 1) * a.h_q * kDimQK);
-    idx_rows.insert(idx_rows.end(), idx_host.begin() + std::ptrdiff_t(r) * a.topk,
-                    idx_host.begin() + std::ptrdiff_t(r + 1) * a.topk);
-    out_rows.insert(out_rows.end(), got_out.begin() + std::ptrdiff_t(r) * a.h_q * kDimV,
-                    got_out.begin() + std::ptrdiff_t(r + 1) * a.h_q * kDimV);
-    lse_rows.insert(lse_rows.end(), got_lse.begin() + std::ptrdiff_t(r) * a.h_q,
-                    got_lse.begin() + std::ptrdiff_t(r + 1) * a.h_q);
-  }
+  const auto q_rows = sampled_rows(q_host, rows, std::size_t(a.h_q) * kMlaDimQK);
+  const auto idx_rows = sampled_rows(idx_host, rows, std::size_t(a.topk));
+  const auto out_rows = sampled_rows(got_out, rows, std::size_t(a.h_q) * kMlaDimV);
+  const auto lse_rows = sampled_rows(got_lse, rows, std::size_t(a.h_q));
   const int n = int(rows.size());
   const reference::SparseMlaOutput ref = reference::sparse_mla({.q = q_rows, .kv = ref_pool, .num_slots = num_slots,
                                                                 .indices = idx_rows, .rows = n, .h_q = a.h_q,
                                                                 .topk = a.topk, .sm_scale = double(a.sm_scale)});
   const reference::MlaComparison cmp = reference::compare_sparse_mla(out_rows, lse_rows, ref, n, a.h_q);
   const double us = bench::median_us([&] { sparse_mla_decode(a); }, timing);
-  const double flops = 2.0 * a.rows * a.h_q * a.topk * (kDimQK + kDimV);
+  const double flops = 2.0 * a.rows * a.h_q * a.topk * (kMlaDimQK + kMlaDimV);
   fmt::print("{:<20} {:>10.1f} {:>7.1f} TFLOP/s  {} ({} rows vs fp64: max |err| {:.2e}, cos diff {:.2e}); "
              "{} rows, {:.0f} GB/s gathered\n",
              label, us, flops / us / 1e6, cmp.ok ? "pass" : "FAIL", n, cmp.worst_out_abs, cmp.cos_diff, a.rows,
@@ -168,11 +157,11 @@ bool run_mla_fp8_and_prefill(const ModelConfig& c, const Batch& t, const SparseM
   // FP8 paged cache of the whole pool, written by the GPU cache writer (nsajit::fp8_kv_quantize,
   // slot s = page s / P, offset s % P) and checked byte for byte against the CPU reference; its
   // dequantized bf16 copy feeds the attention reference.
-  std::vector<std::uint8_t> cache(std::size_t(t.num_slots) * 656);
+  std::vector<std::uint8_t> cache(std::size_t(t.num_slots) * kFp8KvTokenBytes);
   std::vector<std::uint16_t> dequant(t.kv.size());
   for (std::int64_t s = 0; s < t.num_slots; ++s) {
-    reference::fp8_kv_quantize_token(t.kv.data() + s * kDimQK, Fp8ScaleFormat::fp32, cache.data() + s * 656);
-    reference::fp8_kv_dequantize_token(cache.data() + s * 656, dequant.data() + s * kDimQK);
+    reference::fp8_kv_quantize_token(t.kv.data() + s * kMlaDimQK, Fp8ScaleFormat::fp32, cache.data() + s * kFp8KvTokenBytes);
+    reference::fp8_kv_dequantize_token(cache.data() + s * kFp8KvTokenBytes, dequant.data() + s * kMlaDimQK);
   }
   std::vector<std::int32_t> all_slots(std::size_t(t.num_slots));
   std::iota(all_slots.begin(), all_slots.end(), 0);
@@ -188,14 +177,14 @@ bool run_mla_fp8_and_prefill(const ModelConfig& c, const Batch& t, const SparseM
   for (std::size_t i = 0; i < cache.size(); ++i) differing += got_cache[i] != cache[i];
   const double writer_us = bench::median_us([&] { fp8_kv_quantize(writer); }, timing);
   fmt::print("{:<20} {:>10.1f} {:>9.0f} GB/s  {} ({} tokens, byte-exact vs reference: {} bytes differ)\n",
-             "fp8_kv_quantize", writer_us, double(t.num_slots) * (1152 + 656 + 4) / writer_us / 1e3,
+             "fp8_kv_quantize", writer_us, double(t.num_slots) * (2 * kMlaDimQK + kFp8KvTokenBytes + 4) / writer_us / 1e3,
              differing == 0 ? "pass" : "FAIL", t.num_slots, differing);
   bool ok = differing == 0;
   SparseMlaDecodeArgs fp8 = decode_args;
   fp8.kv = d_cache.get();
   fp8.kv_dtype = KvDtype::fp8_e4m3;
   fp8.page_size = t.page_size;
-  ok &= check_and_time_mla("sparse_mla fp8", fp8, t.q, decode_slots, dequant, t.num_slots, check, timing, 2048.0 * 656);
+  ok &= check_and_time_mla("sparse_mla fp8", fp8, t.q, decode_slots, dequant, t.num_slots, check, timing, 2048.0 * kFp8KvTokenBytes);
 
   // Prefill: s_q = min(4096, len) query rows at the end of the longest request; row i sees the
   // causal prefix of length len - s_q + i + 1 and selects min(prefix, topk) distinct positions
@@ -204,7 +193,7 @@ bool run_mla_fp8_and_prefill(const ModelConfig& c, const Batch& t, const SparseM
   const int len = t.seq_lens[r_long];
   const int s_q = std::min(4096, len);
   FastRandom fast{c.seed * 31 + 5};
-  std::vector<std::uint16_t> q(std::size_t(s_q) * t.h_q * kDimQK);
+  std::vector<std::uint16_t> q(std::size_t(s_q) * t.h_q * kMlaDimQK);
   for (auto& v : q) v = reference::float_to_bf16(fast.roughly_normal());
   std::vector<std::int32_t> idx(std::size_t(s_q) * t.topk, -1);
   std::vector<std::int32_t> perm(len);
@@ -233,7 +222,7 @@ bool run_mla_fp8_and_prefill(const ModelConfig& c, const Batch& t, const SparseM
   pre.kv = d_cache.get();
   pre.kv_dtype = KvDtype::fp8_e4m3;
   pre.page_size = t.page_size;
-  ok &= check_and_time_mla("prefill fp8", pre, q, idx, dequant, t.num_slots, rows, timing, 2048.0 * 656);
+  ok &= check_and_time_mla("prefill fp8", pre, q, idx, dequant, t.num_slots, rows, timing, 2048.0 * kFp8KvTokenBytes);
   return ok;
 }
 
@@ -255,7 +244,7 @@ int run_decode_step(const ModelConfig& c) {
   DeviceBuffer<std::uint16_t> kv(t.kv);
   DeviceBuffer<std::int32_t> raw_idx(std::size_t(t.b) * t.topk);
   DeviceBuffer<std::int32_t> slots(std::size_t(t.b) * t.topk);
-  DeviceBuffer<std::uint16_t> out(std::size_t(t.b) * t.h_q * kDimV);
+  DeviceBuffer<std::uint16_t> out(std::size_t(t.b) * t.h_q * kMlaDimV);
   DeviceBuffer<float> lse(std::size_t(t.b) * t.h_q);
   raw_idx.poison();
   slots.poison();
@@ -296,25 +285,21 @@ int run_decode_step(const ModelConfig& c) {
       ++topk_bad;
     }
   }
-  reference::IndexTransformProblem tp{.mode = IndexMode::decode, .topk_indices = got_idx, .rows = t.b,
-                                      .topk = t.topk, .page_table = t.page_table,
-                                      .page_table_width = t.max_pages, .page_size = t.page_size,
-                                      .num_requests = t.b};
+  reference::IndexTransformProblem tp;
+  tp.mode = IndexMode::decode;
+  tp.page_table = t.page_table;
+  tp.page_table_width = t.max_pages;
+  tp.page_size = t.page_size;
+  tp.num_requests = t.b;
+  tp.topk_indices = got_idx;
+  tp.rows = t.b;
+  tp.topk = t.topk;
   const std::string transform_diff = reference::first_difference(got_slots, reference::index_transform(tp), t.topk);
 
-  std::vector<std::uint16_t> q_rows, out_rows;
-  std::vector<std::int32_t> idx_rows;
-  std::vector<float> lse_rows;
-  for (int r : check) {
-    q_rows.insert(q_rows.end(), t.q.begin() + std::ptrdiff_t(r) * t.h_q * kDimQK,
-                  t.q.begin() + std::ptrdiff_t(r + 1) * t.h_q * kDimQK);
-    idx_rows.insert(idx_rows.end(), got_slots.begin() + std::ptrdiff_t(r) * t.topk,
-                    got_slots.begin() + std::ptrdiff_t(r + 1) * t.topk);
-    out_rows.insert(out_rows.end(), got_out.begin() + std::ptrdiff_t(r) * t.h_q * kDimV,
-                    got_out.begin() + std::ptrdiff_t(r + 1) * t.h_q * kDimV);
-    lse_rows.insert(lse_rows.end(), got_lse.begin() + std::ptrdiff_t(r) * t.h_q,
-                    got_lse.begin() + std::ptrdiff_t(r + 1) * t.h_q);
-  }
+  const auto q_rows = sampled_rows(t.q, check, std::size_t(t.h_q) * kMlaDimQK);
+  const auto idx_rows = sampled_rows(got_slots, check, std::size_t(t.topk));
+  const auto out_rows = sampled_rows(got_out, check, std::size_t(t.h_q) * kMlaDimV);
+  const auto lse_rows = sampled_rows(got_lse, check, std::size_t(t.h_q));
   const int n = int(check.size());
   const reference::SparseMlaOutput ref = reference::sparse_mla({.q = q_rows, .kv = t.kv, .num_slots = t.num_slots,
                                                                 .indices = idx_rows, .rows = n, .h_q = t.h_q,
@@ -328,8 +313,8 @@ int run_decode_step(const ModelConfig& c) {
   const double attention_us = bench::median_us([&] { sparse_mla_decode(attention_args); }, timing);
 
   const double score_bytes = double(context_tokens) * 4 + double(t.b) * t.topk * 4;
-  const double gather_bytes = double(t.b) * t.topk * kDimQK * 2;
-  const double flops = 2.0 * t.b * t.h_q * t.topk * (kDimQK + kDimV);
+  const double gather_bytes = double(t.b) * t.topk * kMlaDimQK * 2;
+  const double flops = 2.0 * t.b * t.h_q * t.topk * (kMlaDimQK + kMlaDimV);
   fmt::print("\n{:<20} {:>10} {:>12}  {}\n", "kernel", "median us", "", "check");
   fmt::print("{:<20} {:>10.1f} {:>9.0f} GB/s  {} ({} sampled rows vs full sort)\n", "topk", topk_us,
              score_bytes / topk_us / 1e3, topk_bad == 0 ? "pass" : "FAIL", n);

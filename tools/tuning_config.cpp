@@ -151,13 +151,7 @@ std::vector<SparseMlaTuneBucket> parse_sparse_mla_tune_group(const nlohmann::jso
 }  // namespace
 
 TuneConfig parse_tune_config(const std::string& text, const std::string& path) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument(fmt::format("{}: not JSON: {}", path, e.what()));
-  }
-  if (!j.is_object()) throw InvalidArgument(fmt::format("{}: expected a JSON object", path));
+  const nlohmann::json j = tuning::parse_json_object(text, path);
   tuning::reject_unknown_fields(j, {"schema", "iters", "topk", "sparse_mla"}, path);
   if (!j.contains("schema") || j["schema"] != tuning::kSchemaVersion)
     bad_field(path + ": schema", j.value("schema", nlohmann::json("missing")), std::to_string(tuning::kSchemaVersion));
@@ -213,12 +207,12 @@ TuneConfig load_tune_config(const std::string& path) {
 }
 
 std::string TopkCandidate::describe() const {
-  std::string s = fmt::format("ctas {} x {} threads", plan.ctas_per_row, plan.threads);
-  if (plan.dense_registers) s += ", dense registers";
-  if (plan.speculate) s += plan.prefetch_row ? ", speculative + row prefetch" : ", speculative";
-  if (plan.cluster_lists) s += ", cluster lists";
+  using detail::TopkAlgorithm;
+  std::string s = fmt::format("ctas {} x {} threads", plan.cluster_size, plan.threads);
+  if (plan.algorithm != TopkAlgorithm::exact_sweeps) s += fmt::format(", {}", detail::to_string(plan.algorithm));
+  if (plan.prefetch_row) s += " + row prefetch";
   if (plan.prefetch_slice) s += ", slice prefetch";
-  if (plan.resident_vecs == 0 && !plan.speculate && !plan.dense_registers) s += ", streaming";
+  if (plan.resident_vecs == 0 && plan.algorithm == TopkAlgorithm::exact_sweeps) s += ", streaming";
   return s;
 }
 

@@ -58,7 +58,7 @@ struct TopkCandidate {
   detail::TopkPlanConstraints constraints;  // the first search point giving this launch plan
   detail::TopkLaunchPlan plan;
   bool heuristic = false;                   // the plan the heuristics choose
-  std::string describe() const;             // e.g. "ctas 8, 1024 threads, cluster lists, slice prefetch"
+  std::string describe() const;             // e.g. "ctas 8 x 1024 threads, cluster_lists, slice prefetch"
 };
 // The distinct launch plans of the bucket's search space at `sm_count` SMs (the heuristics' plan
 // first); impossible constraints are dropped (listed).

@@ -1,7 +1,9 @@
 // launch.cpp — nsajit::fp8_kv_quantize and nsajit::fp8_kv_gather (§4): argument
 // checks, spec, launch of templates/fp8_kv_quantize.cuh and templates/fp8_kv_gather.cuh.
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -50,71 +52,68 @@ CacheLayout check_cache(std::string_view fn, const void* cache, std::int64_t num
   return layout;
 }
 
-KernelSpec spec_of(Family family, int page_size) {
+struct RowPointer {
+  std::string_view name;
+  const void* p;
+  unsigned alignment;
+};
+
+// The checks both directions share, before any driver call: n, the bf16 rows' stride (elements),
+// the cache, then (n > 0) the pointers of the rows. The cache layout, or nullopt when n == 0.
+std::optional<CacheLayout> check_common(std::string_view fn, int n, std::string_view stride_name,
+                                        long long row_stride, const void* cache, std::int64_t num_pages,
+                                        int page_size, std::int64_t page_stride_bytes,
+                                        std::initializer_list<RowPointer> row_pointers) {
+  if (n < 0) detail::throw_bad_argument(fn, "n", n, ">= 0");
+  if (row_stride < kDims) detail::throw_bad_argument(fn, stride_name, row_stride, "elements, >= 576");
+  const CacheLayout layout = check_cache(fn, cache, num_pages, page_size, page_stride_bytes, n > 0);
+  if (n == 0) return std::nullopt;
+  for (const RowPointer& r : row_pointers) check_pointer(fn, r.name, r.p, r.alignment);
+  return layout;
+}
+
+// One warp per token (spec_for_current_device queries the device: after every check).
+template <class Params>
+void launch_rows(Family family, int page_size, const Params& params, CUstream stream) {
   KernelSpec spec;
   spec.family = family;
   spec.page_size = page_size;
-  return spec_for_current_device(spec);
-}
-
-LaunchGeometry geometry_for(int n, const KernelSpec& spec) {
+  spec = spec_for_current_device(spec);
   LaunchGeometry g;
   g.block = unsigned(spec.tile.threads);
   const unsigned rows_per_cta = g.block / 32;
-  g.grid_x = unsigned((static_cast<long long>(n) + rows_per_cta - 1) / rows_per_cta);
-  return g;
+  g.grid_x = unsigned((static_cast<long long>(params.n) + rows_per_cta - 1) / rows_per_cta);
+  launch(kernel(spec), g, &params, stream);
 }
 
 }  // namespace
 
 void fp8_kv_quantize(const Fp8KvQuantizeArgs& a, CUstream stream) {
   constexpr std::string_view fn = "nsajit::fp8_kv_quantize";
-  // Every check comes before any driver call (spec_for_current_device queries the device).
-  if (a.n < 0) detail::throw_bad_argument(fn, "n", a.n, ">= 0");
-  if (a.kv_row_stride < kDims)
-    detail::throw_bad_argument(fn, "kv_row_stride", a.kv_row_stride, "elements, >= 576");
   if (a.scale_fmt != Fp8ScaleFormat::fp32 && a.scale_fmt != Fp8ScaleFormat::ue8m0)
     detail::throw_bad_argument(fn, "scale_fmt", static_cast<long long>(a.scale_fmt), "fp32 or ue8m0");
-  const CacheLayout layout = check_cache(fn, a.cache, a.num_pages, a.page_size, a.page_stride_bytes, a.n > 0);
-  if (a.n == 0) return;
-  check_pointer(fn, "kv", a.kv, 2);
-  check_pointer(fn, "slots", a.slots, 4);
-
-  const KernelSpec spec = spec_of(Family::fp8_kv_quantize, a.page_size);
-  const LoadedKernel& loaded = kernel(spec);
-  Fp8KvQuantizeParams params{};
-  params.kv = static_cast<const unsigned short*>(a.kv);
-  params.kv_row_stride = a.kv_row_stride;
-  params.slots = a.slots;
-  params.cache = static_cast<unsigned char*>(a.cache);
-  params.page_stride = layout.page_stride;
-  params.num_slots = layout.num_slots;
-  params.n = a.n;
-  params.scale_fmt = a.scale_fmt == Fp8ScaleFormat::ue8m0 ? 1 : 0;
-  launch(loaded, geometry_for(a.n, spec), &params, stream);
+  const auto layout = check_common(fn, a.n, "kv_row_stride", a.kv_row_stride, a.cache, a.num_pages, a.page_size,
+                                   a.page_stride_bytes, {{"kv", a.kv, 2}, {"slots", a.slots, 4}});
+  if (!layout) return;
+  launch_rows(Family::fp8_kv_quantize, a.page_size,
+              Fp8KvQuantizeParams{.kv = static_cast<const unsigned short*>(a.kv), .kv_row_stride = a.kv_row_stride,
+                                  .slots = a.slots, .cache = static_cast<unsigned char*>(a.cache),
+                                  .page_stride = layout->page_stride, .num_slots = layout->num_slots, .n = a.n,
+                                  .scale_fmt = a.scale_fmt == Fp8ScaleFormat::ue8m0 ? 1 : 0},
+              stream);
 }
 
 void fp8_kv_gather(const Fp8KvGatherArgs& a, CUstream stream) {
   constexpr std::string_view fn = "nsajit::fp8_kv_gather";
-  if (a.n < 0) detail::throw_bad_argument(fn, "n", a.n, ">= 0");
-  if (a.out_row_stride < kDims)
-    detail::throw_bad_argument(fn, "out_row_stride", a.out_row_stride, "elements, >= 576");
-  const CacheLayout layout = check_cache(fn, a.cache, a.num_pages, a.page_size, a.page_stride_bytes, a.n > 0);
-  if (a.n == 0) return;
-  check_pointer(fn, "slots", a.slots, 4);
-  check_pointer(fn, "out", a.out, 2);
-
-  const KernelSpec spec = spec_of(Family::fp8_kv_gather, a.page_size);
-  const LoadedKernel& loaded = kernel(spec);
-  Fp8KvGatherParams params{};
-  params.cache = static_cast<const unsigned char*>(a.cache);
-  params.page_stride = layout.page_stride;
-  params.num_slots = layout.num_slots;
-  params.slots = a.slots;
-  params.out = static_cast<unsigned short*>(a.out);
-  params.out_row_stride = a.out_row_stride;
-  params.n = a.n;
-  launch(loaded, geometry_for(a.n, spec), &params, stream);
+  const auto layout = check_common(fn, a.n, "out_row_stride", a.out_row_stride, a.cache, a.num_pages, a.page_size,
+                                   a.page_stride_bytes, {{"slots", a.slots, 4}, {"out", a.out, 2}});
+  if (!layout) return;
+  launch_rows(Family::fp8_kv_gather, a.page_size,
+              Fp8KvGatherParams{.cache = static_cast<const unsigned char*>(a.cache), .page_stride = layout->page_stride,
+                                .num_slots = layout->num_slots, .slots = a.slots,
+                                .out = static_cast<unsigned short*>(a.out), .out_row_stride = a.out_row_stride,
+                                .n = a.n},
+              stream);
 }
 
 }  // namespace nsajit

@@ -14,20 +14,11 @@ namespace {
 
 constexpr int kDefaultThreads = 256;  // 8 rows (one per warp) per CTA
 
-void fill_default_tile(KernelSpec& spec) {
-  if (spec.tile.threads == 0) spec.tile.threads = kDefaultThreads;
-}
-
 void validate_fp8_kv(const KernelSpec& spec) {
-  if (spec.topk != KernelSpec{}.topk)
-    throw_bad_field(spec, "topk", spec.topk,
-                    std::to_string(KernelSpec{}.topk) + " (the " + to_string(spec.family) +
-                        " family does not use it)");
+  require_topk_unused(spec);
   if (spec.page_size < 1 || spec.page_size > 4096)
     throw_bad_field(spec, "page_size", spec.page_size, "an integer in [1, 4096]");
-  const int t = spec.tile.threads;
-  if (t != 128 && t != 256 && t != 512 && t != 1024)
-    throw_bad_field(spec, "threads", t, "one of 128, 256, 512, 1024");
+  require_threads_power_of_two(spec);
 }
 
 std::vector<KernelConstant> constants(const KernelSpec& spec) {
@@ -40,36 +31,31 @@ std::string readable_stem(const KernelSpec& spec) {
   return to_string(spec.family) + ".ps" + std::to_string(spec.page_size);
 }
 
-unsigned max_dynamic_smem(const KernelSpec&) { return 0; }
+// The two directions differ only in their template.
+constexpr FamilyTraits fp8_kv_traits(Family family, const char* name, const char* entry,
+                                     std::string_view (*template_file)(const KernelSpec&)) {
+  return {.family = family,
+          .used_fields = uses_page_size,
+          .name = name,
+          .kernel_entry = entry,
+          .template_file = template_file,
+          .fill_default_tile = &default_threads<kDefaultThreads>,
+          .validate = &validate_fp8_kv,
+          .constants = &constants,
+          .readable_stem = &readable_stem,
+          .max_dynamic_smem = &no_dynamic_smem};
+}
 
 }  // namespace
 
 extern const FamilyTraits fp8_kv_quantize_traits;
-const FamilyTraits fp8_kv_quantize_traits = {
-    .family = Family::fp8_kv_quantize,
-    .used_fields = uses_page_size,
-    .name = "fp8_kv_quantize",
-    .kernel_entry = "nsajit_fp8_kv_quantize",
-    .template_file = [](const KernelSpec&) -> std::string_view { return "fp8_kv_quantize.cuh"; },
-    .fill_default_tile = &fill_default_tile,
-    .validate = &validate_fp8_kv,
-    .constants = &constants,
-    .readable_stem = &readable_stem,
-    .max_dynamic_smem = &max_dynamic_smem,
-};
+const FamilyTraits fp8_kv_quantize_traits =
+    fp8_kv_traits(Family::fp8_kv_quantize, "fp8_kv_quantize", "nsajit_fp8_kv_quantize",
+                  [](const KernelSpec&) -> std::string_view { return "fp8_kv_quantize.cuh"; });
 
 extern const FamilyTraits fp8_kv_gather_traits;
-const FamilyTraits fp8_kv_gather_traits = {
-    .family = Family::fp8_kv_gather,
-    .used_fields = uses_page_size,
-    .name = "fp8_kv_gather",
-    .kernel_entry = "nsajit_fp8_kv_gather",
-    .template_file = [](const KernelSpec&) -> std::string_view { return "fp8_kv_gather.cuh"; },
-    .fill_default_tile = &fill_default_tile,
-    .validate = &validate_fp8_kv,
-    .constants = &constants,
-    .readable_stem = &readable_stem,
-    .max_dynamic_smem = &max_dynamic_smem,
-};
+const FamilyTraits fp8_kv_gather_traits =
+    fp8_kv_traits(Family::fp8_kv_gather, "fp8_kv_gather", "nsajit_fp8_kv_gather",
+                  [](const KernelSpec&) -> std::string_view { return "fp8_kv_gather.cuh"; });
 
 }  // namespace nsajit

@@ -31,7 +31,6 @@ void index_transform(const IndexTransformArgs& args, CUstream stream) {
   spec.mode = args.mode;
   spec.page_size = args.mode == IndexMode::ragged ? 1 : args.page_size;  // ragged has no page table
   spec = spec_for_current_device(spec);
-  const LoadedKernel& loaded = kernel(spec);
 
   IndexTransformParams params{};
   params.topk_indices = args.topk_indices;
@@ -42,7 +41,7 @@ void index_transform(const IndexTransformArgs& args, CUstream stream) {
   LaunchGeometry geometry;
   geometry.grid_x = unsigned(args.rows);  // one CTA per row
   geometry.block = unsigned(spec.tile.threads);
-  launch(loaded, geometry, &params, stream);
+  launch(kernel(spec), geometry, &params, stream);
 }
 
 }  // namespace nsajit

@@ -9,19 +9,10 @@
 namespace nsajit {
 namespace {
 
-constexpr int kDefaultThreads = 256;
-
-void fill_default_tile(KernelSpec& spec) {
-  if (spec.tile.threads == 0) spec.tile.threads = kDefaultThreads;
-}
-
 void validate_index_transform(const KernelSpec& spec) {
-  if (spec.topk < 64 || spec.topk > 16384 || spec.topk % 64 != 0)
-    throw_bad_field(spec, "topk", spec.topk, "a multiple of 64 in [64, 16384]");
+  require_topk_multiple_of_64(spec, 16384);
   validate_transform_fields(spec);
-  const int t = spec.tile.threads;
-  if (t != 128 && t != 256 && t != 512 && t != 1024)
-    throw_bad_field(spec, "threads", t, "one of 128, 256, 512, 1024");
+  require_threads_power_of_two(spec);
 }
 
 std::vector<KernelConstant> constants(const KernelSpec& spec) {
@@ -37,7 +28,6 @@ std::string readable_stem(const KernelSpec& spec) {
          ".topk" + std::to_string(spec.topk);
 }
 
-unsigned max_dynamic_smem(const KernelSpec&) { return 0; }
 
 std::string_view template_file(const KernelSpec&) { return "index_transform.cuh"; }
 
@@ -50,11 +40,11 @@ const FamilyTraits index_transform_traits = {
     "index_transform",
     "nsajit_index_transform",
     &template_file,
-    &fill_default_tile,
+    &default_threads<256>,
     &validate_index_transform,
     &constants,
     &readable_stem,
-    &max_dynamic_smem,
+    &no_dynamic_smem,
 };
 
 }  // namespace nsajit

@@ -30,8 +30,7 @@ void validate_spec(const KernelSpec& spec) {
   const int h = spec.h_q;
   if (h != 8 && h != 16 && h != 32 && h != 64 && h != 128)
     throw_bad_field(spec, "h_q", h, "one of 8, 16, 32, 64, 128");
-  if (spec.topk < 64 || spec.topk > kMaxTopk || spec.topk % 64 != 0)
-    throw_bad_field(spec, "topk", spec.topk, "a multiple of 64 in [64, 16384]");
+  require_topk_multiple_of_64(spec, kMaxTopk);
   if (spec.kv_dtype != KvDtype::bf16 && spec.kv_dtype != KvDtype::fp8_e4m3)
     throw_bad_field(spec, "kv_dtype", static_cast<long long>(spec.kv_dtype), "bf16 or fp8");
 

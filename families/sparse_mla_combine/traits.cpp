@@ -8,14 +8,9 @@
 namespace nsajit {
 namespace {
 
-void fill_default_tile(KernelSpec& spec) {
-  if (spec.tile.threads == 0) spec.tile.threads = 128;
-}
-
 void validate_spec(const KernelSpec& spec) {
   // One kernel for every shape: rows, h_q and the split count are launch parameters.
-  if (spec.topk != KernelSpec{}.topk)
-    throw_bad_field(spec, "topk", spec.topk, "2048 (the combine kernel does not use topk)");
+  require_topk_unused(spec);
   if (spec.tile.threads != 128) throw_bad_field(spec, "threads", spec.tile.threads, "128 (4 dims per thread)");
 }
 
@@ -24,8 +19,6 @@ std::vector<KernelConstant> constants(const KernelSpec& spec) {
 }
 
 std::string readable_stem(const KernelSpec&) { return "sparse_mla_combine"; }
-
-unsigned max_dynamic_smem(const KernelSpec&) { return 0; }
 
 }  // namespace
 
@@ -36,11 +29,11 @@ const FamilyTraits sparse_mla_combine_traits = {
     .name = "sparse_mla_combine",
     .kernel_entry = "nsajit_sparse_mla_combine",
     .template_file = [](const KernelSpec&) -> std::string_view { return "sparse_mla_combine.cuh"; },
-    .fill_default_tile = &fill_default_tile,
+    .fill_default_tile = &default_threads<128>,
     .validate = &validate_spec,
     .constants = &constants,
     .readable_stem = &readable_stem,
-    .max_dynamic_smem = &max_dynamic_smem,
+    .max_dynamic_smem = &no_dynamic_smem,
 };
 
 }  // namespace nsajit

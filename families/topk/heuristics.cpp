@@ -2,6 +2,7 @@
 #include "families/topk/heuristics.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -26,7 +27,31 @@ constexpr long long kPrefetchSliceMaxBytes = 16LL << 20;
 // Dynamic shared memory of one of two CTAs that share an SM (512 threads: 13,056 bytes of static
 // shared memory each (NVRTC 13.0) and 1 KB reserved: the two take 232,960 of the SM's 233,472).
 constexpr int kTwoPerSmDynamicBytes = 102400;
+
+constexpr std::string_view kAlgorithmNames[] = {"exact_sweeps", "speculative_sweep", "dense_registers",
+                                                "cluster_lists"};
+
+[[noreturn]] void throw_constraint(const std::string& what) {
+  throw std::invalid_argument("topk plan constraints: " + what);
+}
 }  // namespace
+
+std::string_view to_string(TopkAlgorithm a) { return kAlgorithmNames[int(a)]; }
+
+TopkAlgorithm parse_topk_algorithm(std::string_view text) {
+  for (int i = 0; i < int(std::size(kAlgorithmNames)); ++i)
+    if (text == kAlgorithmNames[i]) return TopkAlgorithm(i);
+  throw std::invalid_argument("topk algorithm \"" + std::string(text) +
+                              "\": expected exact_sweeps, speculative_sweep, dense_registers or cluster_lists");
+}
+
+std::string to_string(const TopkLaunchPlan& p) {
+  return "algorithm=" + std::string(to_string(p.algorithm)) + " cluster_size=" + std::to_string(p.cluster_size) +
+         " threads=" + std::to_string(p.threads) + " slice=" + std::to_string(p.slice) +
+         " resident_vecs=" + std::to_string(p.resident_vecs) + " prefetch_row=" + std::to_string(p.prefetch_row) +
+         " prefetch_slice=" + std::to_string(p.prefetch_slice) + " cand_capacity=" + std::to_string(p.cand_capacity) +
+         " dynamic_smem=" + std::to_string(p.dynamic_smem);
+}
 
 TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster,
                                 const TopkPlanConstraints& constraints) {
@@ -57,11 +82,10 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   if (constraints.ctas_per_row > 0) {
     c = constraints.ctas_per_row;
     if (c > 16 || (c & (c - 1)) != 0)
-      throw std::invalid_argument("topk plan constraints: ctas_per_row = " + std::to_string(c) +
-                                  ": expected 1, 2, 4, 8 or 16");
+      throw_constraint("ctas_per_row = " + std::to_string(c) + ": expected 1, 2, 4, 8 or 16");
     if (4LL * fixed_parts_of(c).end > kMaxDynamicBytes)
-      throw std::invalid_argument("topk plan constraints: ctas_per_row = " + std::to_string(c) + " for width " +
-                                  std::to_string(width) + ": the slices' bitmaps do not fit shared memory");
+      throw_constraint("ctas_per_row = " + std::to_string(c) + " for width " + std::to_string(width) +
+                       ": the slices' bitmaps do not fit shared memory");
   } else {
     // 16-CTA clusters (non-portable) only for a single row: only ~7 fit the GPU at once.
     const int limit = std::min(max_cluster, rows == 1 ? 16 : 8);
@@ -76,7 +100,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
     // The bitmaps must fit (always true at the cluster limit for width <= kMaxTopkWidth).
     while (c < limit && 4LL * fixed_parts_of(c).end > kMaxDynamicBytes) c *= 2;
   }
-  plan.ctas_per_row = c;
+  plan.cluster_size = c;
   plan.slice = slice_of(c);
   // Threads: ~16..32 positions each; 1024 when the grid is at most one CTA per SM (latency). Many
   // waves of short slices: 256 threads keeping nothing, so four rows share an SM (docs/design/topk.md).
@@ -93,14 +117,21 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   plan.slots_per_thread = std::min(kSlotWords / plan.threads,
                                    constraints.slots_per_thread >= 0 ? constraints.slots_per_thread : kSlotWords);
   const FixedParts fixed = fixed_parts_of(c);
+  // A demanded algorithm stands for the switches it implies (0: off, 1: on, -1: the plan's choice).
+  const std::optional<TopkAlgorithm> demanded = constraints.algorithm;
+  auto demands = [&](TopkAlgorithm a) { return demanded && *demanded == a; };
+  const int speculate_switch = demands(TopkAlgorithm::speculative_sweep) ? 1
+                               : demanded && *demanded != TopkAlgorithm::cluster_lists ? 0
+                                                                                        : constraints.speculate;
+  const int dense_switch = demands(TopkAlgorithm::dense_registers) ? 1 : demanded ? 0 : constraints.dense_registers;
   // Speculative single sweep (templates/topk_speculative.cuh) for one CTA per row of slices long
   // enough that a sample's bound lists at most ~1/8 of them; not for many short slices, whose four
   // CTAs per SM the lists' 64 KB would halve. Nothing is kept: kept keys would only serve the fallback.
-  plan.speculate = c == 1 && (constraints.speculate == 1 ||
-                              (constraints.speculate != 0 && plan.slice >= 12 * topk && !many_short));
+  bool speculate =
+      c == 1 && (speculate_switch == 1 || (speculate_switch != 0 && plan.slice >= 12 * topk && !many_short));
   // Row prefetch into L2 only over several waves: one wave's rows would not stay in L2.
-  plan.prefetch_row = plan.speculate && (constraints.prefetch_row == 1 ||
-                                         (constraints.prefetch_row != 0 && (long long)rows * c > sm_count));
+  plan.prefetch_row = speculate && (constraints.prefetch_row == 1 ||
+                                    (constraints.prefetch_row != 0 && (long long)rows * c > sm_count));
   // Slice prefetch for a few long rows in 8-16 CTA clusters (latency-bound, a small part of L2): the
   // first score loads need not wait for two DRAM round trips in a row (lengths[r], then the scores).
   const bool few_long_rows = c >= 8 && 2LL * rows * c <= sm_count && 4LL * rows * width <= kPrefetchSliceMaxBytes;
@@ -110,9 +141,8 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // need not be aligned), read once, the threshold found from them, one output pass
   // (templates/topk_dense.cuh, topk_dense_row).
   const bool dense_fits = c == 1 && plan.threads == 256 && plan.slice <= 4 * (256 * NSAJIT_TOPK_DENSE_VECS - 1);
-  plan.dense_registers = dense_fits && (constraints.dense_registers == 1 ||
-                                        (constraints.dense_registers != 0 && many_short));
-  if (plan.dense_registers) plan.speculate = plan.prefetch_row = false;  // neither runs: no lists to lay out
+  const bool dense = dense_fits && (dense_switch == 1 || (dense_switch != 0 && many_short));
+  if (dense) speculate = plan.prefetch_row = false;  // neither runs: no lists to lay out
   // The slice's vectors kept as keys in shared memory: all when they fit (one extra vector: the
   // slice need not be aligned); as many as fit when the CTA has the SM to itself anyway (1024
   // threads: 64 registers each fill the register file) or as two CTAs per SM allow (above); none
@@ -122,7 +152,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   const int slice_vecs = plan.slice / 4 + 1;
   const int room_vecs = std::max(0, (kMaxDynamicBytes / 4 - fixed.end) / 4);
   const int two_per_sm_room_vecs = std::max(0, (kTwoPerSmDynamicBytes / 4 - fixed.end) / 4);
-  plan.resident_vecs = constraints.force_streaming || many_short || plan.speculate ? 0
+  plan.resident_vecs = constraints.force_streaming || many_short || speculate ? 0
                        : two_per_sm                              ? std::min(slice_vecs, two_per_sm_room_vecs)
                        : slice_vecs <= room_vecs                 ? slice_vecs
                        : plan.threads == 1024                    ? room_vecs
@@ -135,14 +165,14 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   plan.bitmap_words = fixed.bitmap_words;
   plan.dynamic_smem = unsigned(4 * (plan.hist_offset + fixed.end));
   // The dense rows list their threshold bin's keys from word 0: room for a whole slice.
-  if (plan.dense_registers)
+  if (dense)
     plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * 4 * 256 * NSAJIT_TOPK_DENSE_VECS));
   // The speculative sweep's lists (score bits, later keys; positions) start where the exact
   // path's slots do (what follows is used by the exact path only) and take at least what the
   // exact path takes, up to 64 KB of dynamic shared memory when rows share SMs over several waves,
   // 128 KB in one wave (4096 rows of 32K at 512 threads: 384 entries per warp, about twice the
   // expected count).
-  if (plan.speculate) {
+  if (speculate) {
     const int budget_words = ((long long)rows * c > sm_count ? 65536 : 131072) / 4;
     plan.list_offset = plan.slots_offset;
     plan.list_words = std::max(fixed.end - fixed.slots, budget_words - plan.slots_offset) / 2 * 2;
@@ -157,7 +187,8 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // counts) and the keys; the inbox holds c of them.
   // Not at 256 threads (templates/topk.cuh compiles it out there), and at least one warp a CTA
   // (each list is read by threads / 32c warps).
-  if (c > 1 && constraints.speculate != 0 && plan.threads >= 512 && plan.threads >= 32 * c &&
+  bool cluster_lists = false;
+  if (c > 1 && speculate_switch != 0 && plan.threads >= 512 && plan.threads >= 32 * c &&
       plan.resident_vecs >= slice_vecs) {
     // templates/topk_cluster_lists.cuh, topk_cluster_list_rank at len = width.
     const int rank = int(ceil_div(5LL * topk * plan.slice, 4LL * width)) + 16;
@@ -172,7 +203,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
     const int inbox = offset + message + 2 * warps * warp_capacity;
     const int end = inbox + c * message;
     if (4LL * end <= kMaxDynamicBytes) {
-      plan.cluster_lists = constraints.strict_cluster_lists ? 2 : 1;
+      cluster_lists = true;
       plan.cluster_list_rank = rank;
       plan.cluster_list_offset = offset;
       plan.cluster_list_capacity = capacity;
@@ -181,6 +212,16 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
       plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * end));
     }
   }
+  plan.algorithm = dense           ? TopkAlgorithm::dense_registers
+                   : speculate     ? TopkAlgorithm::speculative_sweep
+                   : cluster_lists ? TopkAlgorithm::cluster_lists
+                                   : TopkAlgorithm::exact_sweeps;
+  if (demanded && plan.algorithm != *demanded)
+    throw_constraint("algorithm = " + std::string(to_string(*demanded)) + " for " + std::to_string(rows) +
+                     " rows of width " + std::to_string(width) + " (" + to_string(plan) +
+                     "): the shape cannot take it (speculative_sweep and dense_registers need one CTA per row, "
+                     "dense_registers 256 threads and slices of at most 9212, cluster_lists a cluster of 512 "
+                     "or more threads keeping the whole slice)");
   return plan;
 }
 

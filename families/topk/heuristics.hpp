@@ -6,7 +6,15 @@
 
 #include <cuda.h>
 
-namespace nsajit { struct TopkArgs; }
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace nsajit {
+struct TopkArgs;
+struct KernelSpec;
+struct LoadedKernel;
+}  // namespace nsajit
 
 namespace nsajit::detail {
 
@@ -14,8 +22,21 @@ namespace nsajit::detail {
 // classify's bitmaps of one 524288-position slice still fit shared memory.
 constexpr int kMaxTopkWidth = 1 << 22;
 
+// How a row is selected; every algorithm but the exact sweeps falls back to them, per row, when
+// its speculation does not hold the row's selection (so the output never depends on it).
+enum class TopkAlgorithm {
+  exact_sweeps,       // radix select over the slice (templates/topk.cuh)
+  speculative_sweep,  // one CTA per row: a sampled bound, one listing sweep (topk_speculative.cuh)
+  dense_registers,    // one 256-thread CTA per short row: the keys held in registers (topk_dense.cuh)
+  cluster_lists,      // a row over a cluster: one exchange of per-CTA lists (topk_cluster_lists.cuh)
+};
+std::string_view to_string(TopkAlgorithm a);  // "exact_sweeps", "speculative_sweep", ...
+// The algorithm of that name; std::invalid_argument naming the text and the names allowed.
+TopkAlgorithm parse_topk_algorithm(std::string_view text);
+
 struct TopkLaunchPlan {
-  int ctas_per_row = 1;  // = cluster size along x when > 1 (1, 2, 4, 8; 16 non-portable)
+  TopkAlgorithm algorithm = TopkAlgorithm::exact_sweeps;
+  int cluster_size = 1;  // CTAs per row, a cluster along x when > 1 (1, 2, 4, 8; 16 non-portable)
   int slice = 0;         // positions per CTA, a multiple of 4
   int resident_vecs = 0;  // the slice's first 16-byte vectors kept as keys in shared memory
                           // (slice / 4 + 1: all of it; fewer: the rest is re-read)
@@ -25,15 +46,12 @@ struct TopkLaunchPlan {
   // Dynamic shared memory of the select launch, offsets in 4-byte words (see TopkParams).
   int hist_offset = 0, slots_offset = 0, cand_offset = 0, overflow_warp_offset = 0;
   int bitmap_offset = 0, bitmap_words = 0;  // the classify's above / match bitmaps, bitmap_words each
-  bool speculate = false;  // one CTA per row: the speculative single sweep first (templates/topk_speculative.cuh)
-  bool prefetch_row = false;  // speculate: each warp asks L2 for its segment of the row at row start
+  bool prefetch_row = false;  // speculative_sweep: each warp asks L2 for its segment of the row at row start
   bool prefetch_slice = false;  // each CTA asks L2 for its slice at kernel start, before it reads the row's
                                 // length (rows without row_starts)
-  bool dense_registers = false;  // 256 threads, one CTA per row, slices <= 9212: keys held in registers
-  int list_offset = 0, list_words = 0;  // its per-warp lists: from the slots on, over both bitmaps and beyond
-  // C > 1 CTAs per row: the speculative cluster selection first (templates/topk_cluster_lists.cuh),
-  // where the lists fit after the exact path's parts with the whole slice kept.
-  int cluster_lists = 0;  // 0, 1; 2 (constraints.strict_cluster_lists): fallbacks write -2
+  // speculative_sweep: its per-warp lists, from the slots on, over both bitmaps and beyond.
+  int list_offset = 0, list_words = 0;
+  // cluster_lists (where the lists fit after the exact path's parts with the whole slice kept):
   int cluster_list_rank = 0;  // each CTA lists its first-digit bins down to that of this largest key
                               // (rows of len = width; the kernel: topk_cluster_list_rank)
   // From cluster_list_offset: the message (NSAJIT_TOPK_MSG_KEYS + capacity words), then the warps'
@@ -44,12 +62,15 @@ struct TopkLaunchPlan {
   unsigned dynamic_smem = 0;  // bytes
 };
 
-// Constraints on a plan (tests and the bench; the product passes none): ctas_per_row, threads, cand_capacity > 0, slots_per_thread
-// >= 0, and speculate, prefetch_row, prefetch_slice and dense_registers 0 or 1 replace the plan's choice
-// (ctas_per_row must be 1, 2, 4, 8 or 16); force_streaming keeps nothing in shared memory (every
-// sweep re-reads global memory); strict_cluster_lists makes a row whose cluster lists do not
-// hold its selection write -2 to its first slot instead of taking the exact path (so that a test
-// sees which path ran). A default-constructed value constrains nothing.
+// The plan's choices in one line: "algorithm=cluster_lists cluster_size=8 threads=1024 ...".
+std::string to_string(const TopkLaunchPlan& plan);
+
+// Constraints on a plan (tests, the bench and tuning; the product passes none): ctas_per_row (the
+// cluster size: 1, 2, 4, 8 or 16), threads, cand_capacity > 0, slots_per_thread >= 0, and
+// speculate, prefetch_row, prefetch_slice and dense_registers 0 or 1 replace the plan's choice;
+// force_streaming keeps nothing in shared memory (every sweep re-reads global memory); algorithm
+// demands that algorithm (std::invalid_argument where the shape cannot take it). A
+// default-constructed value constrains nothing.
 struct TopkPlanConstraints {
   int ctas_per_row = 0;
   int threads = 0;
@@ -58,10 +79,10 @@ struct TopkPlanConstraints {
   int slots_per_thread = -1;  // >= 0: e.g. 0 sends every candidate to the overflow list
   int speculate = -1;  // 0: the exact path only; 1: speculate whenever ctas_per_row is 1 (and
                        // cluster lists whenever they fit)
-  bool strict_cluster_lists = false;
   int prefetch_row = -1;  // 0 or 1 replace the plan's choice
   int prefetch_slice = -1;  // 0 or 1 replace the plan's choice
   int dense_registers = -1;  // 0 or 1 replace the plan's choice (1: only where 256 threads, C = 1, slice <= 9212)
+  std::optional<TopkAlgorithm> algorithm;
 };
 
 // The plan for `rows` rows of `width` columns: rows that fit shared memory get one CTA; few long
@@ -71,7 +92,11 @@ struct TopkPlanConstraints {
 TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16,
                                 const TopkPlanConstraints& constraints = {});
 
-// nsajit::topk with a constrained plan (tests and the bench).
-void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream stream = nullptr);
+// Where a launch gets the kernel of a spec: nsajit::kernel; a test may load a probe build of it.
+using TopkKernelLoader = const LoadedKernel& (*)(const KernelSpec& spec);
+
+// nsajit::topk with a constrained plan (tests and the bench), its kernel from `load`.
+void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream stream = nullptr,
+          TopkKernelLoader load = nullptr);
 
 }  // namespace nsajit::detail

@@ -33,7 +33,7 @@ long long check_fused(const TopkArgs& args) {
 
 namespace detail {
 
-void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream stream) {
+void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream stream, TopkKernelLoader load_kernel) {
   using detail::require_pointer;
   using detail::throw_bad_argument;
   // Every check comes before any driver call (spec_for_current_device queries the device).
@@ -82,19 +82,19 @@ void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream
     spec = base_spec;
     spec.tile.threads = p.threads == 512 ? 0 : p.threads;  // 512 is the default tile
     spec = spec_for_current_device(spec);
-    return kernel(spec);
+    return load_kernel ? load_kernel(spec) : kernel(spec);
   };
   const LoadedKernel* loaded = &load(plan);
   auto geometry_of = [&](const detail::TopkLaunchPlan& p) {
     LaunchGeometry g;
-    g.grid_x = unsigned(args.rows) * unsigned(p.ctas_per_row);
+    g.grid_x = unsigned(args.rows) * unsigned(p.cluster_size);
     g.block = unsigned(p.threads);
     g.dynamic_smem = p.dynamic_smem;
-    g.cluster_x = p.ctas_per_row > 1 ? unsigned(p.ctas_per_row) : 0u;
+    g.cluster_x = p.cluster_size > 1 ? unsigned(p.cluster_size) : 0u;
     return g;
   };
   LaunchGeometry geometry = geometry_of(plan);
-  if (plan.ctas_per_row > 8 && resident_ctas(*loaded, geometry) == 0) {
+  if (plan.cluster_size > 8 && resident_ctas(*loaded, geometry) == 0) {
     // A non-portable cluster (> 8 CTAs) may not fit a device at all (fewer SMs per GPC, a MIG
     // slice): then at most 8. (resident_ctas also sets the function's opt-in for it, once.)
     plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 8, tuned ? kDispatcherChoice : constraints);
@@ -102,37 +102,24 @@ void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream
     geometry = geometry_of(plan);
   }
 
-  TopkParams params{};
-  params.scores = args.scores;
-  params.score_row_stride = stride;
-  params.lengths = args.lengths;
-  params.row_starts = args.row_starts;
-  params.out = args.out;
-  params.rows = args.rows;
-  params.width = args.width;
-  params.ctas_per_row = plan.ctas_per_row;
-  params.slice = plan.slice;
-  params.resident_vecs = plan.resident_vecs;
-  params.hist_offset = plan.hist_offset;
-  params.slots_offset = plan.slots_offset;
-  params.cand_offset = plan.cand_offset;
-  params.overflow_warp_offset = plan.overflow_warp_offset;
-  params.bitmap_offset = plan.bitmap_offset;
-  params.bitmap_words = plan.bitmap_words;
-  params.cand_capacity = plan.cand_capacity;
-  params.slots_per_thread = plan.slots_per_thread;
-  params.speculate = plan.speculate ? 1 : 0;
-  params.prefetch_row = plan.prefetch_row ? 1 : 0;
-  params.prefetch_slice = plan.prefetch_slice ? 1 : 0;
-  params.dense_registers = plan.dense_registers ? 1 : 0;
-  params.list_offset = plan.list_offset;
-  params.list_words = plan.list_words;
-  params.cluster_lists = plan.cluster_lists;
-  params.cluster_list_offset = plan.cluster_list_offset;
-  params.cluster_list_capacity = plan.cluster_list_capacity;
-  params.cluster_inbox_offset = plan.cluster_inbox_offset;
-  params.cluster_warp_capacity = plan.cluster_warp_capacity;
-  params.phase = 0;
+  using detail::TopkAlgorithm;
+  const TopkAlgorithm algorithm = plan.algorithm;
+  TopkParams params{
+      .scores = args.scores, .score_row_stride = stride, .lengths = args.lengths, .row_starts = args.row_starts,
+      .out = args.out, .rows = args.rows, .width = args.width, .ctas_per_row = plan.cluster_size,
+      .slice = plan.slice, .resident_vecs = plan.resident_vecs, .phase = 0,
+      .hist_offset = plan.hist_offset, .slots_offset = plan.slots_offset, .cand_offset = plan.cand_offset,
+      .overflow_warp_offset = plan.overflow_warp_offset, .bitmap_offset = plan.bitmap_offset,
+      .bitmap_words = plan.bitmap_words, .cand_capacity = plan.cand_capacity,
+      .slots_per_thread = plan.slots_per_thread, .speculate = algorithm == TopkAlgorithm::speculative_sweep,
+      .prefetch_row = plan.prefetch_row, .prefetch_slice = plan.prefetch_slice,
+      .dense_registers = algorithm == TopkAlgorithm::dense_registers, .list_offset = plan.list_offset,
+      .list_words = plan.list_words, .cluster_lists = algorithm == TopkAlgorithm::cluster_lists,
+      .cluster_list_offset = plan.cluster_list_offset, .cluster_list_capacity = plan.cluster_list_capacity,
+      .cluster_warp_capacity = plan.cluster_warp_capacity, .cluster_inbox_offset = plan.cluster_inbox_offset,
+      // The transform's (fused specs: set below).
+      .page_table = nullptr, .page_table_row_stride = 0, .max_position = 0, .cu_seqlens_q = nullptr,
+      .offsets = nullptr, .num_requests = 0};
   if (args.fused_transform) detail::set_transform_parameters(params, args, table_stride);
 
   launch(*loaded, geometry, &params, stream);

@@ -10,18 +10,9 @@
 namespace nsajit {
 namespace {
 
-constexpr int kDefaultThreads = 512;
-
-void fill_default_tile(KernelSpec& spec) {
-  if (spec.tile.threads == 0) spec.tile.threads = kDefaultThreads;
-}
-
 void validate_topk(const KernelSpec& spec) {
-  if (spec.topk < 64 || spec.topk > 4096 || spec.topk % 64 != 0)
-    throw_bad_field(spec, "topk", spec.topk, "a multiple of 64 in [64, 4096]");
-  const int t = spec.tile.threads;
-  if (t != 128 && t != 256 && t != 512 && t != 1024)
-    throw_bad_field(spec, "threads", t, "one of 128, 256, 512, 1024");
+  require_topk_multiple_of_64(spec, 4096);
+  require_threads_power_of_two(spec);
   // Transform fields only mean something for fused specs: one kernel, one spec.
   if (!spec.fused_transform) {
     if (spec.mode != IndexMode::decode)
@@ -83,7 +74,7 @@ const FamilyTraits topk_traits = {
     "topk",
     "nsajit_topk",
     &template_file,
-    &fill_default_tile,
+    &default_threads<512>,
     &validate_topk,
     &constants,
     &readable_stem,

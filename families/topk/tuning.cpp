@@ -122,10 +122,10 @@ TopkTuningEntry parse_topk_entry(const nlohmann::json& j, const std::string& whe
 
 bool same_topk_launch(const TopkLaunchPlan& a, const TopkLaunchPlan& b) {
   auto fields = [](const TopkLaunchPlan& p) {
-    return std::tuple(p.ctas_per_row, p.slice, p.resident_vecs, p.threads, p.cand_capacity, p.slots_per_thread,
-                      p.hist_offset, p.slots_offset, p.cand_offset, p.overflow_warp_offset, p.bitmap_offset,
-                      p.bitmap_words, p.speculate, p.prefetch_row, p.prefetch_slice, p.dense_registers, p.list_offset,
-                      p.list_words, p.cluster_lists, p.cluster_list_rank, p.cluster_list_offset,
+    return std::tuple(p.algorithm, p.cluster_size, p.slice, p.resident_vecs, p.threads, p.cand_capacity,
+                      p.slots_per_thread, p.hist_offset, p.slots_offset, p.cand_offset, p.overflow_warp_offset,
+                      p.bitmap_offset, p.bitmap_words, p.prefetch_row, p.prefetch_slice, p.list_offset,
+                      p.list_words, p.cluster_list_rank, p.cluster_list_offset,
                       p.cluster_list_capacity, p.cluster_warp_capacity, p.cluster_inbox_offset, p.dynamic_smem);
   };
   return fields(a) == fields(b);

@@ -74,6 +74,21 @@ def _page_table_fields(args, page_table, device, name="page_table"):
     return page_table.shape[0]
 
 
+def _transform_fields(args, transform, rows, page_table, page_size, cu_seqlens_q, offsets, device):
+    """The §1 transform's fields of IndexTransformArgs / TopkArgs (mode already set)."""
+    t = torch()
+    if transform == "ragged":
+        tensor(offsets, "offsets", t.int32, shape=(rows,), device=device, contiguous=True)
+        args.offsets = ptr(offsets)
+        return
+    args.num_requests = _page_table_fields(args, page_table, device)
+    args.page_size = _int32(page_size, "page_size", 1)
+    if transform == "prefill":
+        tensor(cu_seqlens_q, "cu_seqlens_q", t.int32, shape=(page_table.shape[0] + 1,), device=device,
+               contiguous=True)
+        args.cu_seqlens_q = ptr(cu_seqlens_q)
+
+
 def topk(scores, lengths, topk=2048, *, row_starts=None, sorted=False, transform=None, page_table=None,
          page_size=1, cu_seqlens_q=None, offsets=None, next_n=1, out=None):
     """Top-k positions of each row of the indexer scores (sgl_kernel fast_topk_v2 semantics, any topk).
@@ -108,18 +123,7 @@ def topk(scores, lengths, topk=2048, *, row_starts=None, sorted=False, transform
         args.fused_transform = 1
         args.mode = _mode(transform)
         args.next_n = _int32(next_n, "next_n", 1, 8)
-        if transform == "ragged":
-            tensor(offsets, "offsets", t.int32, shape=(rows,), device=device, contiguous=True)
-            args.offsets = ptr(offsets)
-        else:
-            args.num_requests = _page_table_fields(args, page_table, device)
-            args.page_size = _int32(page_size, "page_size", 1)
-            if transform == "prefill":
-                tensor(cu_seqlens_q, "cu_seqlens_q", t.int32, ndim=1, device=device, contiguous=True)
-                if cu_seqlens_q.shape[0] != page_table.shape[0] + 1:
-                    raise ValueError(f"nsajit: argument cu_seqlens_q has shape {list(cu_seqlens_q.shape)}: expected "
-                                     f"[{page_table.shape[0] + 1}] (page_table rows + 1)")
-                args.cu_seqlens_q = ptr(cu_seqlens_q)
+        _transform_fields(args, transform, rows, page_table, page_size, cu_seqlens_q, offsets, device)
     elif page_table is not None or cu_seqlens_q is not None or offsets is not None:
         raise ValueError("nsajit: arguments page_table / cu_seqlens_q / offsets need transform="
                          "'decode', 'prefill' or 'ragged'")
@@ -145,16 +149,7 @@ def index_transform(topk_indices, *, transform="decode", page_table=None, page_s
     args = _lib.IndexTransformArgs(mode=_mode(transform), topk_indices=ptr(topk_indices), out=ptr(out),
                                    rows=_int32(rows, "topk_indices.shape[0]", 0), topk=_int32(k, "topk", 0),
                                    page_size=1)
-    if transform == "ragged":
-        tensor(offsets, "offsets", t.int32, shape=(rows,), device=device, contiguous=True)
-        args.offsets = ptr(offsets)
-    else:
-        args.num_requests = _page_table_fields(args, page_table, device)
-        args.page_size = _int32(page_size, "page_size", 1)
-        if transform == "prefill":
-            tensor(cu_seqlens_q, "cu_seqlens_q", t.int32, shape=(page_table.shape[0] + 1,), device=device,
-                   contiguous=True)
-            args.cu_seqlens_q = ptr(cu_seqlens_q)
+    _transform_fields(args, transform, rows, page_table, page_size, cu_seqlens_q, offsets, device)
     _call(library().nsajit_index_transform, args, device)
     return out
 
@@ -165,23 +160,21 @@ def _kv_fields(args, kv, device, page_size=None):
     t = torch()
     fp8_types = (t.uint8, t.int8, t.float8_e4m3fn)
     tensor(kv, "kv", (t.bfloat16,) + fp8_types, ndim=(2, 3, 4), device=device, inner_contiguous=True)
-    if kv.dtype == t.bfloat16:
-        if kv.dim() == 3 and kv.shape[1] != 1:
-            raise NotImplementedError(f"nsajit: kv has {kv.shape[1]} KV heads (shape {list(kv.shape)}): "
-                                      "only one latent KV head (h_kv = 1) is supported")
-        if kv.dim() == 4 or kv.shape[-1] != 576:
-            raise ValueError(f"nsajit: argument kv has shape {list(kv.shape)}: expected bf16 [num_slots, 576] "
-                             "or [num_slots, 1, 576]")
+    bf16 = kv.dtype == t.bfloat16
+    # bf16 [num_slots, (1,) 576] or the FP8 cache [num_pages, page_size, (1,) 656]: the KV-head
+    # dimension, when present, comes before the last.
+    heads_dim, row, expected = ((1, 576, "bf16 [num_slots, 576] or [num_slots, 1, 576]") if bf16 else
+                                (2, 656, "the FP8 cache [num_pages, page_size, 656] or [num_pages, page_size, 1, 656]"))
+    if kv.dim() == heads_dim + 2 and kv.shape[heads_dim] != 1:
+        raise NotImplementedError(f"nsajit: kv has {kv.shape[heads_dim]} KV heads (shape {list(kv.shape)}): "
+                                  "only one latent KV head (h_kv = 1) is supported")
+    if kv.dim() not in (heads_dim + 1, heads_dim + 2) or kv.shape[-1] != row:
+        raise ValueError(f"nsajit: argument kv has shape {list(kv.shape)}: expected {expected}")
+    if bf16:
         args.kv_dtype = _lib.KV_BF16
         args.num_slots = kv.shape[0]
         args.kv_row_stride = kv.stride(0) if kv.shape[0] > 1 else 576
     else:
-        if kv.dim() == 4 and kv.shape[2] != 1:
-            raise NotImplementedError(f"nsajit: kv has {kv.shape[2]} KV heads (shape {list(kv.shape)}): "
-                                      "only h_kv = 1 is supported")
-        if kv.dim() == 2 or kv.shape[-1] != 656:
-            raise ValueError(f"nsajit: argument kv has shape {list(kv.shape)}: expected the FP8 cache "
-                             "[num_pages, page_size, 656] or [num_pages, page_size, 1, 656]")
         if kv.shape[1] > 1 and kv.stride(1) != 656:
             raise ValueError(f"nsajit: argument kv has strides {list(kv.stride())}: expected 656 bytes between "
                              "the tokens of a page (dimension 1)")

@@ -90,140 +90,49 @@ class _Struct(ctypes.Structure):
             setattr(self, k, v)
 
 
-class IndexTransformArgs(_Struct):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("mode", ctypes.c_int32),
-        ("topk_indices", ctypes.c_void_p),
-        ("out", ctypes.c_void_p),
-        ("rows", ctypes.c_int32),
-        ("topk", ctypes.c_int32),
-        ("page_table", ctypes.c_void_p),
-        ("page_table_width", ctypes.c_int32),
-        ("page_table_row_stride", ctypes.c_int64),
-        ("page_size", ctypes.c_int32),
-        ("cu_seqlens_q", ctypes.c_void_p),
-        ("num_requests", ctypes.c_int32),
-        ("offsets", ctypes.c_void_p),
-    ]
+_C_TYPES = {
+    "i32": ctypes.c_int32,
+    "i64": ctypes.c_int64,
+    "u64": ctypes.c_uint64,
+    "f32": ctypes.c_float,
+    "f64": ctypes.c_double,
+    "size": ctypes.c_size_t,
+    "ptr": ctypes.c_void_p,
+    "char256": ctypes.c_char * 256,
+}
 
 
-class TopkArgs(_Struct):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("scores", ctypes.c_void_p),
-        ("score_row_stride", ctypes.c_int64),
-        ("lengths", ctypes.c_void_p),
-        ("row_starts", ctypes.c_void_p),
-        ("out", ctypes.c_void_p),
-        ("rows", ctypes.c_int32),
-        ("width", ctypes.c_int32),
-        ("topk", ctypes.c_int32),
-        ("sorted", ctypes.c_int32),
-        ("fused_transform", ctypes.c_int32),
-        ("mode", ctypes.c_int32),
-        ("page_table", ctypes.c_void_p),
-        ("page_table_width", ctypes.c_int32),
-        ("page_table_row_stride", ctypes.c_int64),
-        ("page_size", ctypes.c_int32),
-        ("cu_seqlens_q", ctypes.c_void_p),
-        ("num_requests", ctypes.c_int32),
-        ("offsets", ctypes.c_void_p),
-        ("next_n", ctypes.c_int32),
-        ("score_dtype", ctypes.c_int32),
-    ]
+def _struct(name, fields):
+    """The ctypes mirror of an nsajit.h struct: struct_size, then `fields` ("type name, ...", the
+    header's order; types as in _C_TYPES). _bind checks each size against the library's."""
+    pairs = [f.split() for f in fields.replace("\n", " ").split(",")]
+    return type(name, (_Struct,), {"_fields_": [("struct_size", ctypes.c_size_t)] +
+                                   [(n, _C_TYPES[t]) for t, n in pairs]})
 
 
-class SparseMlaArgs(_Struct):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("q", ctypes.c_void_p),
-        ("kv", ctypes.c_void_p),
-        ("num_slots", ctypes.c_int64),
-        ("kv_row_stride", ctypes.c_int64),
-        ("kv_dtype", ctypes.c_int32),
-        ("page_size", ctypes.c_int32),
-        ("kv_page_stride", ctypes.c_int64),
-        ("indices", ctypes.c_void_p),
-        ("topk_length", ctypes.c_void_p),
-        ("out", ctypes.c_void_p),
-        ("lse", ctypes.c_void_p),
-        ("max_logits", ctypes.c_void_p),
-        ("rows", ctypes.c_int32),
-        ("next_n", ctypes.c_int32),
-        ("h_q", ctypes.c_int32),
-        ("topk", ctypes.c_int32),
-        ("sm_scale", ctypes.c_float),
-        ("workspace", ctypes.c_void_p),
-        ("workspace_bytes", ctypes.c_size_t),
-        ("num_splits", ctypes.c_int32),
-        ("precise", ctypes.c_int32),
-        ("attn_sink", ctypes.c_void_p),
-    ]
+# The §1 page-table fields shared by the transform and the fused top-k.
+_TRANSFORM_FIELDS = ("ptr page_table, i32 page_table_width, i64 page_table_row_stride, i32 page_size, "
+                     "ptr cu_seqlens_q, i32 num_requests, ptr offsets")
+# The FP8 paged cache (§4) as quantize and gather address it.
+_FP8_CACHE_FIELDS = "ptr cache, i64 num_pages, i32 page_size, i64 page_stride_bytes"
 
-
-class Fp8KvQuantizeArgs(_Struct):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("kv", ctypes.c_void_p),
-        ("kv_row_stride", ctypes.c_int64),
-        ("slots", ctypes.c_void_p),
-        ("n", ctypes.c_int32),
-        ("cache", ctypes.c_void_p),
-        ("num_pages", ctypes.c_int64),
-        ("page_size", ctypes.c_int32),
-        ("page_stride_bytes", ctypes.c_int64),
-        ("scale_fmt", ctypes.c_int32),
-    ]
-
-
-class Fp8KvGatherArgs(_Struct):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("cache", ctypes.c_void_p),
-        ("num_pages", ctypes.c_int64),
-        ("page_size", ctypes.c_int32),
-        ("page_stride_bytes", ctypes.c_int64),
-        ("slots", ctypes.c_void_p),
-        ("n", ctypes.c_int32),
-        ("out", ctypes.c_void_p),
-        ("out_row_stride", ctypes.c_int64),
-    ]
-
-
-class KernelSpec(_Struct):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("family", ctypes.c_int32),
-        ("h_q", ctypes.c_int32),
-        ("topk", ctypes.c_int32),
-        ("page_size", ctypes.c_int32),
-        ("mode", ctypes.c_int32),
-        ("kv_dtype", ctypes.c_int32),
-        ("next_n", ctypes.c_int32),
-        ("fused_transform", ctypes.c_int32),
-        ("sorted", ctypes.c_int32),
-        ("threads", ctypes.c_int32),
-        ("block_tokens", ctypes.c_int32),
-        ("heads_per_cta", ctypes.c_int32),
-        ("arch_sm", ctypes.c_int32),
-        ("arch_suffix", ctypes.c_int32),
-        ("precise", ctypes.c_int32),
-        ("score_dtype", ctypes.c_int32),
-    ]
-
-
-class KernelRecord(_Struct):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("name", ctypes.c_char * 256),
-        ("source", ctypes.c_int32),
-        ("compile_ms", ctypes.c_double),
-        ("load_ms", ctypes.c_double),
-        ("cubin_bytes", ctypes.c_uint64),
-        ("on_disk", ctypes.c_int32),
-    ]
-
+IndexTransformArgs = _struct("IndexTransformArgs",
+                             "i32 mode, ptr topk_indices, ptr out, i32 rows, i32 topk, " + _TRANSFORM_FIELDS)
+TopkArgs = _struct("TopkArgs", f"""ptr scores, i64 score_row_stride, ptr lengths, ptr row_starts, ptr out,
+    i32 rows, i32 width, i32 topk, i32 sorted, i32 fused_transform, i32 mode, {_TRANSFORM_FIELDS}, i32 next_n,
+    i32 score_dtype""")
+SparseMlaArgs = _struct("SparseMlaArgs", """ptr q, ptr kv, i64 num_slots, i64 kv_row_stride, i32 kv_dtype,
+    i32 page_size, i64 kv_page_stride, ptr indices, ptr topk_length, ptr out, ptr lse, ptr max_logits, i32 rows,
+    i32 next_n, i32 h_q, i32 topk, f32 sm_scale, ptr workspace, size workspace_bytes, i32 num_splits, i32 precise,
+    ptr attn_sink""")
+Fp8KvQuantizeArgs = _struct("Fp8KvQuantizeArgs",
+                            f"ptr kv, i64 kv_row_stride, ptr slots, i32 n, {_FP8_CACHE_FIELDS}, i32 scale_fmt")
+Fp8KvGatherArgs = _struct("Fp8KvGatherArgs", f"{_FP8_CACHE_FIELDS}, ptr slots, i32 n, ptr out, i64 out_row_stride")
+KernelSpec = _struct("KernelSpec", """i32 family, i32 h_q, i32 topk, i32 page_size, i32 mode, i32 kv_dtype,
+    i32 next_n, i32 fused_transform, i32 sorted, i32 threads, i32 block_tokens, i32 heads_per_cta, i32 arch_sm,
+    i32 arch_suffix, i32 precise, i32 score_dtype""")
+KernelRecord = _struct("KernelRecord",
+                       "char256 name, i32 source, f64 compile_ms, f64 load_ms, u64 cubin_bytes, i32 on_disk")
 
 # (name, restype, argtypes) of every C ABI function.
 _SIGNATURES = [
@@ -292,6 +201,10 @@ def _bind(lib):
     abi = lib.nsajit_abi_version()
     if abi != ABI_VERSION:
         raise ImportError(f"nsajit: the library's C ABI version is {abi}; this package needs {ABI_VERSION}")
+    for name, restype, _ in _SIGNATURES:  # each *_defaults() reports the C struct's size
+        if name.endswith("_defaults") and getattr(lib, name)().struct_size != ctypes.sizeof(restype):
+            raise ImportError(f"nsajit: {restype.__name__} has {ctypes.sizeof(restype)} bytes here, "
+                              f"{getattr(lib, name)().struct_size} in the library (nsajit.h and _lib.py differ)")
     return lib
 
 

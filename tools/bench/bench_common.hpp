@@ -19,8 +19,31 @@
 
 namespace nsajit::tools::bench {
 
-inline constexpr double kCopyTBps = 4.17;      // measured device-to-device copy ceiling (H200)
-inline constexpr double kBf16TFLOPs = 752.0;   // measured bf16 GEMM ceiling (H200)
+inline constexpr double kCopyTBps = 4.17;      // the H200's device-to-device copy ceiling
+inline constexpr double kBf16TFLOPs = 752.0;   // the H200's bf16 GEMM ceiling
+
+// xorshift64: inputs of hundreds of MB fast (mt19937 + normal_distribution is too slow); the
+// benches' inputs are a function of the seed.
+struct FastRandom {
+  std::uint64_t state;
+  std::uint64_t next() {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  }
+  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
+  double uniform53() { return double(next() >> 11) * 0x1.0p-53; }        // [0, 1), 53 bits
+  // Three uniforms, centred and scaled: close enough to a normal for timing.
+  float roughly_normal() { return (uniform() + uniform() + uniform() - 1.5f) * 2.0f; }
+  // The four 16-bit uniforms of one draw, centred and scaled to unit variance.
+  float sum4_normal() {
+    const std::uint64_t x = next();
+    float sum = 0;
+    for (int i = 0; i < 4; ++i) sum += float((x >> (16 * i)) & 0xffff) * (1.0f / 65536.0f);
+    return (sum - 2.0f) * 1.7320508f;
+  }
+};
 
 // xorshift64* -> approximately N(0, 1) (sum of 4 uniforms, rescaled); fast enough for 150M values.
 struct NormalRng {

@@ -41,24 +41,6 @@ struct Shape {
   std::string name;
 };
 
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  // Sum of four uniforms, centred and scaled: close enough to a normal for top-k timing.
-  float normal() {
-    const std::uint64_t x = next();
-    float sum = 0;
-    for (int i = 0; i < 4; ++i) sum += float((x >> (16 * i)) & 0xffff) * (1.0f / 65536.0f);
-    return (sum - 2.0f) * 1.7320508f;
-  }
-  double uniform() { return double(next() >> 11) * 0x1.0p-53; }
-};
-
 enum class Distribution { normal, relu };
 
 int length_of_row(const Shape& s, int r) { return s.len_lo >= s.width ? s.width : std::min(s.width, s.len_lo + r); }
@@ -71,16 +53,16 @@ double relu_nonzero_fraction(int r, int len, int topk) {
   return len > 0 ? std::min(0.25, 0.5 * topk / len) : 0.0;
 }
 
-void fill_scores(Distribution dist, const Shape& shape, int topk, Rng& rng, std::vector<float>& scores) {
+void fill_scores(Distribution dist, const Shape& shape, int topk, FastRandom& rng, std::vector<float>& scores) {
   for (int r = 0; r < shape.rows; ++r) {
     float* row = scores.data() + std::ptrdiff_t(r) * shape.width;
     if (dist == Distribution::normal) {
-      for (int i = 0; i < shape.width; ++i) row[i] = rng.normal();
+      for (int i = 0; i < shape.width; ++i) row[i] = rng.sum4_normal();
       continue;
     }
     const double nonzero = relu_nonzero_fraction(r, length_of_row(shape, r), topk);
     for (int i = 0; i < shape.width; ++i)
-      row[i] = rng.uniform() < nonzero ? std::fabs(rng.normal()) + 0x1.0p-20f : 0.0f;  // ReLU: exact +0.0
+      row[i] = rng.uniform53() < nonzero ? std::fabs(rng.sum4_normal()) + 0x1.0p-20f : 0.0f;  // ReLU: exact +0.0
   }
 }
 
@@ -110,7 +92,7 @@ int bench_topk(const BenchOptions& options) {
     std::fprintf(stderr, "topk bench: %s%s\n", shape.name.c_str(), suffix.c_str());
     const std::size_t count = std::size_t(shape.rows) * shape.width;
     std::vector<float> scores(count);
-    Rng rng{0x9e3779b97f4a7c15ull ^ std::uint64_t(shape.rows) * 1315423911ull ^ std::uint64_t(shape.width)};
+    FastRandom rng{0x9e3779b97f4a7c15ull ^ std::uint64_t(shape.rows) * 1315423911ull ^ std::uint64_t(shape.width)};
     fill_scores(dist, shape, topk, rng, scores);
     std::vector<std::uint16_t> scores_bf16;
     if (bf16) {  // the bf16 values; the reference reads them widened (exactly) from `scores`
@@ -274,11 +256,8 @@ int bench_topk(const BenchOptions& options) {
           TimingOptions quick = timing;
           quick.iters = 20;
           const double us = median_us([&] { detail::topk(args, o); }, quick);
-          std::fprintf(stderr, "    sweep %-20s ctas %2d threads %4d kept %6d of %6d vectors%s%s%s: %8.1f us %s\n",
-                       shape.name.c_str(), sh2.ctas, sh2.threads, plan.resident_vecs, plan.slice / 4 + 1,
-                       plan.speculate ? (plan.prefetch_row ? " speculative+prefetch" : " speculative") : "",
-                       plan.prefetch_slice ? " slice-prefetch" : "", plan.dense_registers ? " dense-registers" : "", us,
-                       same ? "" : "OUTPUT DIFFERS");
+          std::fprintf(stderr, "    sweep %-20s %s: %8.1f us %s\n", shape.name.c_str(), detail::to_string(plan).c_str(),
+                       us, same ? "" : "OUTPUT DIFFERS");
         }
         // The launch's floor for this grid: the same launch with every length = topk (rows
         // written through, no score read), so a shape's time can be split into launch and work.
