@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Full verification on a machine with an NVIDIA GPU, from a build folder made elsewhere (nothing is
 # built here): every test, both benchmarks against the PyTorch baseline (results JSON),
-# compute-sanitizer memcheck of sparse-MLA decode and prefill shapes, racecheck (2-CTA clusters)
+# compute-sanitizer memcheck of sparse-MLA decode and prefill shapes and of attn_sink, racecheck (2-CTA clusters)
 # and synccheck (2-, 8- and 16-CTA clusters) of top-k, memcheck of its dense rows, memcheck and
 # racecheck of its speculative path, and `nsajit run`.
 # Results (topk.json, sparse_mla.json), gpu.txt and logs.tgz (every step's log) go to $OUT
@@ -28,7 +28,7 @@ step() {  # step NAME SECONDS COMMAND... : runs with a time limit, logs to $logs
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
 step tests 330 "$build/nsajit_tests" --duration=true
 grep -E "test cases|assertions" "$logs/tests.log"
-step bench_topk 120 "$build/nsajit" bench topk --out "$out/topk.json"
+step bench_topk 300 "$build/nsajit" bench topk --out "$out/topk.json"
 step bench_sparse_mla 360 "$build/nsajit" bench sparse-mla --out "$out/sparse_mla.json"
 for shape in "decode h128 b8 n1 bf16" "decode h64 b8 n2 fp8" "prefill h64 sq4096 skv262144 bf16"; do
   step "memcheck_${shape// /_}" 90 "$sanitizer" --tool memcheck --error-exitcode 9 \
@@ -55,6 +55,10 @@ grep -E "ERROR SUMMARY" "$logs/memcheck_topk_128x131072.log"
 step racecheck_topk_speculative 120 "$sanitizer" --tool racecheck --error-exitcode 9 \
   "$build/nsajit_tests" -tc="topk gpu: the speculative*"
 grep -E "RACECHECK SUMMARY" "$logs/racecheck_topk_speculative.log"
+# attn_sink in both kernels' epilogues and the split combine.
+step memcheck_attn_sink 180 "$sanitizer" --tool memcheck --error-exitcode 9 \
+  "$build/nsajit_tests" -tc="sparse_mla gpu: attn_sink*"
+grep -E "ERROR SUMMARY" "$logs/memcheck_attn_sink.log"
 step run 60 "$build/nsajit" run
 tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "$logs"
 echo "gpu_verify: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
