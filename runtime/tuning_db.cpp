@@ -49,6 +49,17 @@ void reject_unknown_fields(const nlohmann::json& j, std::initializer_list<const 
   }
 }
 
+void parse_entry(const nlohmann::json& j, const std::string& where, const std::string& choice_expected,
+                 const std::function<void(const nlohmann::json&, const std::string&)>& bucket,
+                 const std::function<void(const std::string&, const nlohmann::json&, const std::string&)>& set_field) {
+  if (!j.is_object() || !j.contains("bucket") || !j.contains("choice"))
+    bad_field(where, j.is_object() ? nlohmann::json("{...}") : j, "an object with \"bucket\" and \"choice\"");
+  bucket(j["bucket"], where + ".bucket");
+  const nlohmann::json& choice = j["choice"];
+  if (!choice.is_object()) bad_field(where + ".choice", choice, choice_expected);
+  for (const auto& [field, value] : choice.items()) set_field(field, value, where + ".choice." + field);
+}
+
 Range parse_range(const nlohmann::json& v, const std::string& where) {
   const char* expected = "an integer >= 0 or [lo, hi] with 0 <= lo <= hi (hi null: no bound)";
   Range r;

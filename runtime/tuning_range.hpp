@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -27,5 +28,11 @@ nlohmann::json range_json(const Range& r);
 nlohmann::json parse_json_object(std::string_view text, const std::string& origin);
 // Throws bad_field for a key of `j` not in `known` (j must be an object; where names it).
 void reject_unknown_fields(const nlohmann::json& j, std::initializer_list<const char*> known, const std::string& where);
+// A database entry {"bucket": ..., "choice": {field: value, ...}}: calls `bucket` on the bucket (where
+// "<where>.bucket"), then `set_field(field, value, "<where>.choice.<field>")` for each choice field;
+// bad_field when the entry or its choice (expected: `choice_expected`) is not an object of that shape.
+void parse_entry(const nlohmann::json& j, const std::string& where, const std::string& choice_expected,
+                 const std::function<void(const nlohmann::json&, const std::string&)>& bucket,
+                 const std::function<void(const std::string&, const nlohmann::json&, const std::string&)>& set_field);
 
 }  // namespace nsajit::tuning

@@ -283,6 +283,12 @@ TEST_CASE("a cache directory that others can write, or another user owns, is not
     REQUIRE(CubinCache(dir).store(kName, key, tiny_cubin()));  // a valid entry: right size, right SHA-256
     return CubinCache(dir).entry_path(kName, key);
   };
+  auto lookup_forged_with_mode = [&](const char* name, ::mode_t mode) {  // one lookup in a fresh forged dir
+    const test::TempDir dir(name);
+    forged_dir(dir);
+    REQUIRE(::chmod(dir.path().c_str(), mode) == 0);
+    return lookup(CubinCache(dir), key);
+  };
   SUBCASE("mode 0777 (another user could have planted the entry)") {
     const test::TempDir dir("untrusted-mode");
     const std::string entry = forged_dir(dir);
@@ -302,10 +308,7 @@ TEST_CASE("a cache directory that others can write, or another user owns, is not
     CHECK(fs::exists(entry));  // left alone: not ours to remove
   }
   SUBCASE("group-writable 0770") {
-    const test::TempDir dir("untrusted-group");
-    forged_dir(dir);
-    REQUIRE(::chmod(dir.path().c_str(), 0770) == 0);
-    const Outcome o = lookup(CubinCache(dir), key);
+    const Outcome o = lookup_forged_with_mode("untrusted-group", 0770);
     CHECK_FALSE(o.lookup.hit);
     CHECK(test::count_of(o.messages, "its group") == 1);
   }
@@ -327,10 +330,7 @@ TEST_CASE("a cache directory that others can write, or another user owns, is not
     CHECK_FALSE(cache.trusted());
   }
   SUBCASE("owned by this user, mode 0755 (a shared read-only cache): trusted") {
-    const test::TempDir dir("trusted");
-    forged_dir(dir);
-    REQUIRE(::chmod(dir.path().c_str(), 0755) == 0);
-    const Outcome o = lookup(CubinCache(dir), key);
+    const Outcome o = lookup_forged_with_mode("trusted", 0755);
     CHECK(o.lookup.hit);
     CHECK(o.builds == 0);
     CHECK(o.messages.empty());

@@ -730,6 +730,35 @@ TEST_CASE("sparse_mla gpu: a split-KV call captured into a CUDA graph matches th
   }
 }
 
+namespace {
+
+// The reference's compact copy of a problem over a huge pool: each distinct valid slot gets the next of
+// `distinct` positions, whose KV row `fill(slot, row)` writes (and uploads to the pool); invalid entries become -1.
+template <class Fill>
+Problem compact_problem(const Problem& p, int distinct, Fill fill) {
+  Problem compact = p;
+  compact.num_slots = distinct;
+  compact.kv.assign(std::size_t(distinct) * D, ref::kBf16QuietNaN);
+  int next = 0;
+  std::vector<std::int32_t> seen(std::size_t(distinct), -1);
+  for (auto& idx : compact.indices) {
+    if (idx < 0 || idx >= p.num_slots) {
+      idx = -1;
+      continue;
+    }
+    const auto it = std::find(seen.begin(), seen.begin() + next, idx);
+    const int pos = int(it - seen.begin());
+    if (pos == next) {
+      seen[std::size_t(next++)] = idx;
+      fill(idx, compact.kv.data() + std::ptrdiff_t(pos) * D);
+    }
+    idx = pos;
+  }
+  return compact;
+}
+
+}  // namespace
+
 TEST_CASE("sparse_mla gpu: bf16 slot offsets past 2^31 bytes use 64-bit arithmetic") {
   NSAJIT_REQUIRE_GPU();
   // 3.8M slots x 576 bf16 = 4.4 GB: idx * 576 exceeds 2^31 for idx >= 3 728 271.
@@ -746,28 +775,10 @@ TEST_CASE("sparse_mla gpu: bf16 slot offsets past 2^31 bytes use 64-bit arithmet
   DeviceBuffer<std::uint16_t> pool(std::size_t(slots) * D);
   // Two NaN bf16 per 32-bit word (D is even).
   NSAJIT_CU(cuMemsetD32, CUdeviceptr(pool.get()), 0x7fc07fc0u, std::size_t(slots) * D / 2);
-  // Compact host copy for the reference: slot -> position; invalid stays invalid.
-  Problem compact = p;
-  compact.num_slots = 256;
-  compact.kv.assign(256 * D, ref::kBf16QuietNaN);
-  int next = 0;
-  std::vector<std::int32_t> seen(256, -1);
-  for (auto& idx : compact.indices) {
-    if (idx < 0 || idx >= slots) {
-      idx = -1;
-      continue;
-    }
-    const auto it = std::find(seen.begin(), seen.begin() + next, idx);
-    const int pos = int(it - seen.begin());
-    if (pos == next) {
-      seen[std::size_t(next++)] = idx;
-      std::vector<std::uint16_t> row(D);
-      for (auto& v : row) v = random_bf16(rng);
-      std::copy(row.begin(), row.end(), compact.kv.begin() + std::ptrdiff_t(pos) * D);
-      NSAJIT_CU(cuMemcpyHtoD, CUdeviceptr(pool.get() + std::size_t(idx) * D), row.data(), D * 2);
-    }
-    idx = pos;
-  }
+  const Problem compact = compact_problem(p, 256, [&](std::int32_t idx, std::uint16_t* row) {
+    for (int i = 0; i < D; ++i) row[i] = random_bf16(rng);
+    NSAJIT_CU(cuMemcpyHtoD, CUdeviceptr(pool.get() + std::size_t(idx) * D), row, D * 2);
+  });
   const Result got = launch(p, Mode{}, pool.get());
   const ref::MlaComparison c = ref::compare_sparse_mla(got.out, got.lse, reference(compact), p.rows, p.h_q);
   CHECK_MESSAGE(c.ok, c.message);
@@ -788,30 +799,13 @@ TEST_CASE("sparse_mla gpu: FP8 pool larger than 2^31 bytes, pages referenced abo
 
   DeviceBuffer<std::uint8_t> pool(std::size_t(slots) * kTok);
   NSAJIT_CU(cuMemsetD8, CUdeviceptr(pool.get()), 0xFF, std::size_t(slots) * kTok);  // NaN everywhere
-  Problem compact = p;
-  compact.num_slots = 512;
-  compact.kv.assign(512 * D, ref::kBf16QuietNaN);
-  int next = 0;
-  std::vector<std::int32_t> seen(512, -1);
-  std::vector<std::uint16_t> row(D);
   std::vector<std::uint8_t> tok(kTok);
-  for (auto& idx : compact.indices) {
-    if (idx < 0 || idx >= slots) {
-      idx = -1;
-      continue;
-    }
-    const auto it = std::find(seen.begin(), seen.begin() + next, idx);
-    const int pos = int(it - seen.begin());
-    if (pos == next) {
-      seen[std::size_t(next++)] = idx;
-      for (auto& v : row) v = random_bf16(rng);
-      ref::fp8_kv_quantize_token(row.data(), nsajit::Fp8ScaleFormat::fp32, tok.data());
-      ref::fp8_kv_dequantize_token(tok.data(), row.data());
-      std::copy(row.begin(), row.end(), compact.kv.begin() + std::ptrdiff_t(pos) * D);
-      NSAJIT_CU(cuMemcpyHtoD, CUdeviceptr(pool.get() + std::size_t(idx) * kTok), tok.data(), kTok);
-    }
-    idx = pos;
-  }
+  const Problem compact = compact_problem(p, 512, [&](std::int32_t idx, std::uint16_t* row) {
+    for (int i = 0; i < D; ++i) row[i] = random_bf16(rng);
+    ref::fp8_kv_quantize_token(row, nsajit::Fp8ScaleFormat::fp32, tok.data());
+    ref::fp8_kv_dequantize_token(tok.data(), row);
+    NSAJIT_CU(cuMemcpyHtoD, CUdeviceptr(pool.get() + std::size_t(idx) * kTok), tok.data(), kTok);
+  });
   for (int splits : {1, 4}) {
     const Result got = launch(p, Mode{.fp8 = true, .page_size = page_size, .splits = splits}, pool.get());
     const ref::MlaComparison c = ref::compare_sparse_mla(got.out, got.lse, reference(compact), p.rows, p.h_q);

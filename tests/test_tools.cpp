@@ -61,6 +61,18 @@ std::vector<std::string> store_random_entries(const CubinCache& cache, const std
   return paths;
 }
 
+// A fresh cache directory holding `n` random entries (see store_random_entries); the shared setup of the tool tests.
+struct RandomCache {
+  test::TempDir tmp;
+  const std::string& dir;
+  const CubinCache cache;
+  std::mt19937_64 rng;
+  const std::vector<std::string> paths;
+  RandomCache(const std::string& name, const std::string& tag, int n, std::size_t bytes, std::size_t extra)
+      : tmp(name), dir(tmp.path()), cache(dir), rng(std::random_device{}()),
+        paths(store_random_entries(cache, tag, n, bytes, extra, rng)) {}
+};
+
 void set_times(const std::string& path, std::int64_t seconds_ago) {
   const std::time_t t = std::time(nullptr) - seconds_ago;
   const timespec times[2] = {{t, 0}, {t, 0}};
@@ -181,11 +193,10 @@ TEST_CASE("fleet enumeration holds every top-k thread count the launch plan pick
 }
 
 TEST_CASE("cache verify names a flipped byte and a truncated entry; --fix removes only those") {
-  const test::TempDir dir_tmp("verify");
-  const std::string& dir = dir_tmp.path();
-  const CubinCache cache(dir);
-  std::mt19937_64 rng(std::random_device{}());
-  const std::vector<std::string> paths = store_random_entries(cache, "kernel", 4, 1000, 5000, rng);
+  RandomCache fx("verify", "kernel", 4, 1000, 5000);
+  const std::string& dir = fx.dir;
+  std::mt19937_64& rng = fx.rng;
+  const std::vector<std::string>& paths = fx.paths;
   CHECK(verify_cache(dir, false).corrupt.empty());
   CHECK(verify_cache(dir, false).checked == 4);
   const auto size0 = fs::file_size(paths[0]);
@@ -222,11 +233,9 @@ TEST_CASE("cache verify names a flipped byte and a truncated entry; --fix remove
 }
 
 TEST_CASE("cache prune: least recently used first, entries being built kept, orphan files removed") {
-  const test::TempDir dir_tmp("prune");
-  const std::string& dir = dir_tmp.path();
-  const CubinCache cache(dir);
-  std::mt19937_64 rng(std::random_device{}());
-  const std::vector<std::string> paths = store_random_entries(cache, "k", 5, 4096, 0, rng);
+  RandomCache fx("prune", "k", 5, 4096, 0);
+  const std::string& dir = fx.dir;
+  const std::vector<std::string>& paths = fx.paths;
   for (int i = 0; i < 5; ++i) set_times(paths[i], 1000 * (5 - i));  // k0 the least recently used
   const std::uint64_t entry_size = fs::file_size(paths[0]);
   // k1 is being rebuilt by "another process": its lock is held (flock is per open file).

@@ -105,14 +105,13 @@ KernelSpec sparse_mla_spec_of(const SparseMlaChoice& c, int h_q, int topk, KvDty
 }
 
 SparseMlaTuningEntry parse_sparse_mla_entry(const nlohmann::json& j, const std::string& where, Arch arch) {
-  if (!j.is_object() || !j.contains("bucket") || !j.contains("choice"))
-    bad_field(where, j.is_object() ? nlohmann::json("{...}") : j, "an object with \"bucket\" and \"choice\"");
   SparseMlaTuningEntry e;
-  e.bucket = parse_sparse_mla_bucket(j["bucket"], where + ".bucket");
-  const nlohmann::json& choice = j["choice"];
-  if (!choice.is_object()) bad_field(where + ".choice", choice, "an object of sparse MLA variant fields");
-  for (const auto& [field, value] : choice.items())
-    set_sparse_mla_choice_field(e.choice, field, value, where + ".choice." + field);
+  parse_entry(
+      j, where, "an object of sparse MLA variant fields",
+      [&](const nlohmann::json& b, const std::string& w) { e.bucket = parse_sparse_mla_bucket(b, w); },
+      [&](const std::string& f, const nlohmann::json& v, const std::string& w) {
+        set_sparse_mla_choice_field(e.choice, f, v, w);
+      });
   for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3}) {
     if (e.bucket.kv_dtype && *e.bucket.kv_dtype != kv) continue;
     try {

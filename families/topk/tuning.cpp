@@ -109,14 +109,11 @@ nlohmann::json topk_bucket_json(const TopkBucket& b) {
 }
 
 TopkTuningEntry parse_topk_entry(const nlohmann::json& j, const std::string& where) {
-  if (!j.is_object() || !j.contains("bucket") || !j.contains("choice"))
-    bad_field(where, j.is_object() ? nlohmann::json("{...}") : j, "an object with \"bucket\" and \"choice\"");
   TopkTuningEntry e;
-  e.bucket = parse_topk_bucket(j["bucket"], where + ".bucket");
-  const nlohmann::json& choice = j["choice"];
-  if (!choice.is_object()) bad_field(where + ".choice", choice, "an object of top-k plan fields");
-  for (const auto& [field, value] : choice.items())
-    set_topk_choice_field(e.choice, field, value, where + ".choice." + field);
+  tuning::parse_entry(
+      j, where, "an object of top-k plan fields",
+      [&](const nlohmann::json& b, const std::string& w) { e.bucket = parse_topk_bucket(b, w); },
+      [&](const std::string& f, const nlohmann::json& v, const std::string& w) { set_topk_choice_field(e.choice, f, v, w); });
   return e;
 }
 
