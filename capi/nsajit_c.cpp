@@ -115,6 +115,13 @@ nsajit::ScoreDtype score_dtype_of(const char* function, const char* argument, st
 
 CUstream stream_of(void* stream) { return static_cast<CUstream>(stream); }
 
+static_assert(NSAJIT_TOPK_ALGORITHM_EXACT_SWEEPS == int(nsajit::TopkAlgorithm::exact_sweeps) &&
+                  NSAJIT_TOPK_ALGORITHM_CLUSTER_SWEEPS == int(nsajit::TopkAlgorithm::cluster_sweeps) &&
+                  NSAJIT_TOPK_ALGORITHM_SPECULATIVE_SWEEP == int(nsajit::TopkAlgorithm::speculative_sweep) &&
+                  NSAJIT_TOPK_ALGORITHM_DENSE_REGISTERS == int(nsajit::TopkAlgorithm::dense_registers) &&
+                  NSAJIT_TOPK_ALGORITHM_CLUSTER_LISTS == int(nsajit::TopkAlgorithm::cluster_lists),
+              "nsajit.h's top-k algorithm numbers follow nsajit::TopkAlgorithm");
+
 nsajit::KernelSpec spec_of(const nsajit_kernel_spec* in, const char* function) {
   const nsajit_kernel_spec s = read_struct(in, function, "spec", offsetof(nsajit_kernel_spec, precise),
                                            nsajit_kernel_spec_defaults());
@@ -132,6 +139,9 @@ nsajit::KernelSpec spec_of(const nsajit_kernel_spec* in, const char* function) {
   spec.sorted = flag(function, "spec->sorted", s.sorted);
   spec.precise = flag(function, "spec->precise", s.precise);
   spec.score_dtype = score_dtype_of(function, "spec->score_dtype", s.score_dtype);
+  if (s.topk_algorithm < NSAJIT_TOPK_ALGORITHM_EXACT_SWEEPS || s.topk_algorithm > NSAJIT_TOPK_ALGORITHM_CLUSTER_LISTS)
+    bad(function, "spec->topk_algorithm", s.topk_algorithm, "an NSAJIT_TOPK_ALGORITHM_* value (0..4)");
+  spec.tile.algorithm = static_cast<nsajit::TopkAlgorithm>(s.topk_algorithm);
   spec.tile.threads = s.threads;
   spec.tile.block_tokens = s.block_tokens;
   spec.tile.heads_per_cta = s.heads_per_cta;

@@ -32,6 +32,7 @@ enum SpecField : unsigned {
   uses_kernel_variant = 1u << 9,  // tile.kernel and tile.producer_warps
   uses_precise = 1u << 10,
   uses_score_dtype = 1u << 11,
+  uses_topk_algorithm = 1u << 12,  // tile.algorithm
 };
 
 struct FamilyTraits {

@@ -2,9 +2,11 @@
 #include "nsajit/spec.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <functional>
+#include <iterator>
 
 #include "generator/family.hpp"
 #include "nsajit/errors.hpp"
@@ -26,6 +28,20 @@ std::string to_string(IndexMode m) { return enum_name(m, "IndexMode", {"decode",
 std::string to_string(KvDtype d) { return enum_name(d, "KvDtype", {"bf16", "fp8"}); }
 std::string to_string(ScoreDtype d) { return enum_name(d, "ScoreDtype", {"fp32", "bf16"}); }
 std::string to_string(MlaKernel k) { return enum_name(k, "MlaKernel", {"automatic", "mma_sync", "wgmma"}); }
+
+namespace {
+constexpr const char* kTopkAlgorithmNames[] = {"exact_sweeps", "cluster_sweeps", "speculative_sweep",
+                                               "dense_registers", "cluster_lists"};
+}  // namespace
+
+std::string to_string(TopkAlgorithm a) { return enum_name(a, "TopkAlgorithm", kTopkAlgorithmNames); }
+
+TopkAlgorithm parse_topk_algorithm(std::string_view text) {
+  for (std::size_t i = 0; i < std::size(kTopkAlgorithmNames); ++i)
+    if (text == kTopkAlgorithmNames[i]) return TopkAlgorithm(i);
+  throw InvalidArgument(fmt::format("top-k algorithm \"{}\": expected {}", text,
+                                    fmt::join(kTopkAlgorithmNames, ", ")));
+}
 
 std::string to_string(Arch a) {
   return a.suffix ? fmt::format("sm_{}{}", a.sm, a.suffix) : fmt::format("sm_{}", a.sm);
@@ -90,6 +106,10 @@ void validate(const KernelSpec& spec) {
   unused(uses_heads_per_cta, "heads_per_cta", spec.tile.heads_per_cta, defaults.tile.heads_per_cta);
   unused(uses_kernel_variant, "kernel", int(spec.tile.kernel), int(defaults.tile.kernel));
   unused(uses_kernel_variant, "producer_warps", spec.tile.producer_warps, defaults.tile.producer_warps);
+  unused(uses_topk_algorithm, "algorithm", int(spec.tile.algorithm), int(defaults.tile.algorithm));
+  if (int(spec.tile.algorithm) >= int(std::size(kTopkAlgorithmNames)))
+    throw_bad_field(spec, "algorithm", int(spec.tile.algorithm),
+                    fmt::format("{} (0..{})", fmt::join(kTopkAlgorithmNames, ", "), std::size(kTopkAlgorithmNames) - 1));
   unused(uses_fused_transform, "fused_transform", spec.fused_transform, defaults.fused_transform);
   unused(uses_sorted, "sorted", spec.sorted, defaults.sorted);
   unused(uses_precise, "precise", spec.precise, defaults.precise);
@@ -110,10 +130,12 @@ void validate(const KernelSpec& spec) {
 std::string canonical_text(const KernelSpec& s) {
   return fmt::format(
       "family={} h_q={} topk={} page_size={} mode={} kv_dtype={} next_n={} fused_transform={} sorted={} "
-      "precise={} score_dtype={} threads={} block_tokens={} heads_per_cta={} kernel={} producer_warps={} arch={}",
+      "precise={} score_dtype={} threads={} block_tokens={} heads_per_cta={} kernel={} producer_warps={} "
+      "algorithm={} arch={}",
       to_string(s.family), s.h_q, s.topk, s.page_size, to_string(s.mode), to_string(s.kv_dtype),
       s.next_n, int(s.fused_transform), int(s.sorted), int(s.precise), to_string(s.score_dtype), s.tile.threads,
-      s.tile.block_tokens, s.tile.heads_per_cta, to_string(s.tile.kernel), s.tile.producer_warps, to_string(s.arch));
+      s.tile.block_tokens, s.tile.heads_per_cta, to_string(s.tile.kernel), s.tile.producer_warps,
+      to_string(s.tile.algorithm), to_string(s.arch));
 }
 
 std::string readable_name(const KernelSpec& spec) {
@@ -129,11 +151,13 @@ std::string readable_name(const KernelSpec& spec) {
   base.kv_dtype = s.kv_dtype;
   base.arch = s.arch;
   const KernelSpec d = with_default_tile(base);
-  if (!(s.tile == d.tile)) {
+  if (s.tile.threads != d.tile.threads || s.tile.block_tokens != d.tile.block_tokens ||
+      s.tile.heads_per_cta != d.tile.heads_per_cta) {
     name += fmt::format(".t{}", s.tile.threads);
     if (s.tile.block_tokens || s.tile.heads_per_cta)
       name += fmt::format("x{}x{}", s.tile.block_tokens, s.tile.heads_per_cta);
   }
+  if (s.tile.algorithm != d.tile.algorithm) name += "." + to_string(s.tile.algorithm);
   return name + "." + to_string(s.arch);
 }
 
@@ -157,6 +181,7 @@ std::size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
   mix(s.tile.heads_per_cta);
   mix(int(s.tile.kernel));
   mix(s.tile.producer_warps);
+  mix(int(s.tile.algorithm));
   mix(s.arch.sm);
   mix(s.arch.suffix);
   return h;

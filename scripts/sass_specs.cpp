@@ -11,6 +11,7 @@
 #include <atomic>
 
 #include "compiler/nvrtc_compiler.hpp"
+#include "families/topk/heuristics.hpp"
 #include "nsajit/jit.hpp"
 #include "nsajit/spec.hpp"
 
@@ -40,24 +41,26 @@ std::vector<std::pair<std::string, KernelSpec>> kernels() {
     }
   }
   // Top-k: every thread count the launch plan picks, plain, sorted, fused (each transform mode).
-  for (int threads : {256, 512, 1024}) {
-    const std::string t = ".t" + std::to_string(threads);
-    out.push_back({"topk.plain" + t, KernelSpec{.family = Family::topk, .topk = topk, .tile = {.threads = threads}}});
-    out.push_back({"topk.sorted" + t,
-                   KernelSpec{.family = Family::topk, .topk = topk, .sorted = true, .tile = {.threads = threads}}});
+  // Every kernel tile top-k's plan picks on the H200 (threads and algorithm), in each form.
+  for (const detail::TopkTileChoice& c : detail::topk_tile_choices(topk, {132})) {
+    const TileConfig tile = c.tile;
+    const std::string t = ".t" + std::to_string(tile.threads) + "." + to_string(tile.algorithm);
+    out.push_back({"topk.plain" + t, KernelSpec{.family = Family::topk, .topk = topk, .tile = tile}});
+    out.push_back({"topk.sorted" + t, KernelSpec{.family = Family::topk, .topk = topk, .sorted = true, .tile = tile}});
     out.push_back({"topk.fused.decode.ps64" + t,
                    KernelSpec{.family = Family::topk, .topk = topk, .page_size = 64, .mode = IndexMode::decode,
-                              .fused_transform = true, .tile = {.threads = threads}}});
+                              .fused_transform = true, .tile = tile}});
     out.push_back({"topk.fused.decode.ps1.n2" + t,
                    KernelSpec{.family = Family::topk, .topk = topk, .page_size = 1, .mode = IndexMode::decode,
-                              .next_n = 2, .fused_transform = true, .tile = {.threads = threads}}});
+                              .next_n = 2, .fused_transform = true, .tile = tile}});
     out.push_back({"topk.fused.prefill.ps64" + t,
                    KernelSpec{.family = Family::topk, .topk = topk, .page_size = 64, .mode = IndexMode::prefill,
-                              .fused_transform = true, .tile = {.threads = threads}}});
+                              .fused_transform = true, .tile = tile}});
     out.push_back({"topk.fused.ragged" + t,
                    KernelSpec{.family = Family::topk, .topk = topk, .mode = IndexMode::ragged,
-                              .fused_transform = true, .tile = {.threads = threads}}});
+                              .fused_transform = true, .tile = tile}});
   }
+
   for (IndexMode m : {IndexMode::decode, IndexMode::prefill})
     for (int ps : {1, 64})
       out.push_back({"transform." + to_string(m) + ".ps" + std::to_string(ps),

@@ -29,13 +29,13 @@ struct IndexTransformParams {
   int num_requests;
 };
 
-// Dense rows (TopkParams::dense_registers): each of the 256 threads holds this many 16-byte vectors
+// Dense rows (NSAJIT_TOPK_DENSE_REGISTERS): each of the 256 threads holds this many 16-byte vectors
 // of the row in registers, so slices of at most 256 * NSAJIT_TOPK_DENSE_VECS vectors; the list of
 // the threshold bin's keys takes up to 4 * 256 * NSAJIT_TOPK_DENSE_VECS words of dynamic shared
 // memory from word 0 (the host plans both).
 #define NSAJIT_TOPK_DENSE_VECS 9
 
-// A cluster-lists message (TopkParams::cluster_lists, templates/topk_cluster_lists.cuh): header
+// A cluster-lists message (NSAJIT_TOPK_CLUSTER_LISTS, templates/topk_cluster_lists.cuh): header
 // words, then the counts of the 32 first-digit bins top, top - 1, ..., then the keys (a multiple
 // of 4 words in all, so messages stay 16-byte aligned; the host plans cluster_list_capacity + this).
 #define NSAJIT_TOPK_MSG_HEADER 4  // listed (capacity + 1: did not fit), cut, top bin, unused
@@ -48,6 +48,15 @@ struct IndexTransformParams {
 constexpr unsigned kTopkMaxDynamicSmem = 215040;
 #endif
 
+// Top-k selection paths, one compiled into each kernel (NSAJIT_TOPK_ALGORITHM; the host's
+// nsajit::TopkAlgorithm in the same order): one CTA per row for the first, third and fourth, a
+// cluster of 2-16 CTAs per row for the second and fifth.
+#define NSAJIT_TOPK_EXACT_SWEEPS 0
+#define NSAJIT_TOPK_CLUSTER_SWEEPS 1
+#define NSAJIT_TOPK_SPECULATIVE_SWEEP 2
+#define NSAJIT_TOPK_DENSE_REGISTERS 3
+#define NSAJIT_TOPK_CLUSTER_LISTS 4
+
 struct TopkParams {
   const void* scores;          // fp32 or bf16 (NSAJIT_SCORE_BF16) [rows, width]
   long long score_row_stride;  // elements
@@ -56,7 +65,8 @@ struct TopkParams {
   int* out;                    // [rows, topk]
   int rows;
   int width;
-  // Launch shape (templates/topk.cuh): CTAs per row (= the cluster size, 1..16), positions per CTA.
+  // Launch shape (templates/topk.cuh): CTAs per row (= the cluster size: 1, or 2..16 for the
+  // cluster algorithms), positions per CTA.
   int ctas_per_row;
   int slice;                   // multiple of 4; the row's CTA c covers [c * slice, (c + 1) * slice)
   int resident_vecs;           // the slice's first resident_vecs 16-byte vectors are kept as keys in
@@ -71,22 +81,18 @@ struct TopkParams {
   int bitmap_words;            // >= 4 * ceil(vectors of the slice / 32): one bit per position
   int cand_capacity;           // <= 4096 keys; a larger threshold bin is rescanned instead
   int slots_per_thread;        // <= 4096 / threads
-  // Speculative single sweep (C = 1; templates/topk_speculative.cuh): a sample of the row gives a lower bound,
-  // one sweep lists every score at or above it (per warp, in index order); the row falls back to
-  // the exact sweeps when a list overflows or the lists hold fewer than topk scores.
-  int speculate;               // 0 or 1
-  int prefetch_row;            // speculate: each warp first asks L2 for its segment of the row
+  // Speculative single sweep (templates/topk_speculative.cuh): a sample of the row gives a lower
+  // bound, one sweep lists every score at or above it (per warp, in index order); the row falls
+  // back to the exact sweeps when a list overflows or the lists hold fewer than topk scores.
+  int prefetch_row;            // each warp first asks L2 for its segment of the row
   int prefetch_slice;          // each CTA first asks L2 for its slice, before it reads the row's length
                                // (rows without row_starts; the plan: a few rows in 8-16 CTA clusters)
-  int dense_registers;         // 256 threads, C = 1, slices <= 9212 positions: the row's keys held in
-                               // registers, three radix digits, one output pass (templates/topk_dense.cuh)
   int list_offset;             // the per-warp lists, list_words words: keys in the first half,
   int list_words;              // positions in the second (the sample's histograms at the start)
-  // Speculative cluster selection (C > 1; templates/topk_cluster_lists.cuh): each CTA lists its
-  // slice's keys in the first-digit bins down to that of its cluster_list_rank-th largest and
-  // sends the list to every CTA, every CTA selects from the C lists; the exact path when they
-  // cannot hold the row's selection.
-  int cluster_lists;           // 0 or 1
+  // Speculative cluster selection (templates/topk_cluster_lists.cuh): each CTA lists its slice's
+  // keys in the first-digit bins down to that of its cluster_list_rank-th largest and sends the
+  // list to every CTA, every CTA selects from the C lists; the exact path when they cannot hold the
+  // row's selection.
   int cluster_list_offset;     // this CTA's message (36 + capacity words, 16-byte aligned), then
                                // each warp's list: keys, then positions (warps * warp capacity
                                // words each)

@@ -40,7 +40,12 @@
 // shapes, candidate capacities and batchmates. Dense rows (more than 1/8 of the keys selected)
 // and fused rows stage their slots in shared memory and write them to `out` coalesced.
 //
-// Cluster lists (C > 1 CTAs, when the plan sets `cluster_lists`; templates/topk_cluster_lists.cuh):
+// Algorithm (NSAJIT_TOPK_ALGORITHM, the spec's tile.algorithm): each kernel compiles one selection
+// path (with the exact sweeps its speculation falls back to), so a kernel holds only the code its
+// launches run: exact_sweeps and cluster_sweeps are the steps above at C = 1 and C > 1, the other
+// three follow.
+//
+// Cluster lists (C > 1 CTAs, cluster_lists; templates/topk_cluster_lists.cuh):
 // after pass 0 each CTA lists its keys down to the first-digit bin of its ~1.25 topk / C-th
 // largest and bulk-copies the list (with its bins' counts) to every CTA; each CTA selects from
 // the C lists, which hold the row's selection whenever every list's lowest bin is at or below
@@ -48,8 +53,8 @@
 // hold the selection (scores crowded into a few slices, plateaus, lists over capacity) the row
 // takes the exact path, with nothing to undo.
 //
-// Speculative single sweep (one CTA per row, when the plan sets `speculate`: slices of at least
-// 12 topk positions): a sample of up to 2 scores a thread, from the sweep's first loads, bounds
+// Speculative single sweep (one CTA per row, speculative_sweep; the plan's choice for slices of at
+// least 12 topk positions): a sample of up to 2 scores a thread, from the sweep's first loads, bounds
 // the topk-th largest key from below, one sweep lists every score at or above the bound per warp
 // (score and position, in index order), and the selection (first digit, two 10-bit digits) and
 // the ordered output run on the lists alone. The row reads its scores once instead of twice.
@@ -94,13 +99,13 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   const bool apply = NSAJIT_FUSED != 0;
 #endif
 
-  const int C = p.ctas_per_row;
+  // Known at compile time to be 1 or at least 2 (the host launches clusters of 2-16 CTAs), so
+  // every `C > 1` below folds and a kernel keeps one CTA layout's code.
+  const int C = kTopkClustered ? max(p.ctas_per_row, 2) : 1;
   const int r = blockIdx.x / C;
   if (r >= p.rows) return;  // never: grid = rows * C
   const uint32_t rank = C > 1 ? topk_cluster_rank() : 0u;
   const int tid = threadIdx.x;
-  const int lane = tid & 31;
-  const int warp = tid >> 5;
   int* out = p.out + (long long)r * NSAJIT_TOPK;
 
   if (p.prefetch_slice != 0 && p.row_starts == nullptr) topk_prefetch_slice(p, r, rank);
@@ -123,13 +128,21 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   s.head = int((reinterpret_cast<unsigned long long>(s.sp) / sizeof(TopkScore)) & 3ull);
   s.abase = s.sp - s.head;
   s.nvec = s.n > 0 ? (s.head + s.n + 3) >> 2 : 0;
+  uint32_t* const words = reinterpret_cast<uint32_t*>(topk_dynamic);
+#if NSAJIT_TOPK_ALGORITHM == NSAJIT_TOPK_DENSE_REGISTERS
+  // The host launches it only with slices of at most 256 * NSAJIT_TOPK_DENSE_VECS - 1 vectors
+  // (families/topk/launch.cpp checks the plan), so every row's keys fit the registers.
+  topk_dense_row(s.sp, s.abase, s.head, s.n, s.nvec, t.table_row, t.limit, t.offset, apply, out,
+                 words + p.hist_offset, reinterpret_cast<int*>(words + p.slots_offset), sh);
+#else  // the other algorithms: the rest of the kernel
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
   const int resident_vecs = p.resident_vecs;
   // Dynamic shared memory (offsets in 4-byte words, set by families/topk/heuristics.cpp): the kept keys at 0
   // (resident_vecs vectors), the first-digit histogram (later the overflow list of candidates),
   // the per-thread candidate slots (C > 1: first the window's cluster-wide totals; later, for dense
   // or fused rows: the staged output positions), the cluster-wide candidate list
   // (C > 1), the warp of each overflow entry, and the classify's above and match bitmaps.
-  uint32_t* const words = reinterpret_cast<uint32_t*>(topk_dynamic);
   u32x4* const keys = topk_dynamic;
   uint32_t* const hist0 = words + p.hist_offset;
   uint32_t* const slots = words + p.slots_offset;
@@ -139,25 +152,15 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   uint32_t* const above_map = words + p.bitmap_offset;  // keys above the prefix
   uint32_t* const match_map = above_map + p.bitmap_words;  // keys matching the prefix
 
-  // C = 1 and the plan allows it: the speculative single sweep, with per-warp lists of (key,
+  // speculative_sweep kernels: the speculative single sweep, with per-warp lists of (key,
   // position) in list_words words from list_offset (the sample's histogram first), over what only
   // the exact path uses.
-  const bool may_speculate = C == 1 && p.speculate != 0;
+  const bool may_speculate = NSAJIT_TOPK_ALGORITHM == NSAJIT_TOPK_SPECULATIVE_SWEEP;
   uint32_t* const list = words + p.list_offset;
   const int list_capacity = p.list_words / 2 / NSAJIT_TOPK_WARPS;  // entries per warp
   uint32_t* const warp_list = list + warp * list_capacity;
   int* const warp_list_position = reinterpret_cast<int*>(list + p.list_words / 2) + warp * list_capacity;
 
-#if NSAJIT_THREADS == 256
-  // The plan sets it only where s.nvec <= 256 * NSAJIT_TOPK_DENSE_VECS; checked again (uniform):
-  // a longer slice takes the exact path instead of losing the keys past the registers. Before
-  // the zeroing below: the dense rows zero what they use while their loads are in flight.
-  if (p.dense_registers != 0 && C == 1 && s.nvec <= NSAJIT_THREADS * NSAJIT_TOPK_DENSE_VECS) {
-    topk_dense_row(s.sp, s.abase, s.head, s.n, s.nvec, t.table_row, t.limit, t.offset, apply, out, hist0,
-                   reinterpret_cast<int*>(slots), sh);
-    return;
-  }
-#endif
   for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) hist0[i] = 0u;
   if (may_speculate)
     for (int i = tid; i < NSAJIT_TOPK_BINS0; i += NSAJIT_THREADS) list[i] = 0u;  // the sample's histogram
@@ -170,7 +173,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     sh.slice_max = 0u;
     sh.short_n = 0;
   }
-#if NSAJIT_THREADS >= 512
+#if NSAJIT_TOPK_ALGORITHM == NSAJIT_TOPK_CLUSTER_LISTS
   if (topk_uses_cluster_lists(p)) topk_cluster_lists_init(C, sh);
 #endif
   __syncthreads();
@@ -304,11 +307,10 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       // positions, so lo > 0 whenever a row needs a selection; a window down to bin 0 (test
       // overrides with short slices) is slower, never wrong.
       const int hi_local = int(sh.slice_max >> NSAJIT_TOPK_SHIFT0);
-#if NSAJIT_THREADS >= 512
+#if NSAJIT_TOPK_ALGORITHM == NSAJIT_TOPK_CLUSTER_LISTS
       // The speculative selection first (templates/topk_cluster_lists.cuh): one message from each
-      // CTA to each, the exact path below when the lists cannot hold the row's selection. Not
-      // compiled at 256 threads (the many short rows' kernel, which it would make spill; the plan
-      // never asks for it there).
+      // CTA to each, the exact path below when the lists cannot hold the row's selection (512 or
+      // 1024 threads only: at 256 it would spill).
       if (topk_uses_cluster_lists(p)) {
         // Words from cluster_list_offset: the message, then the warps' lists' keys and positions.
         const int message_words = NSAJIT_TOPK_MSG_KEYS + p.cluster_list_capacity;
@@ -671,4 +673,5 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     }
   }
   if (C > 1) topk_cluster_wait();  // no CTA leaves while another may still read its shared memory
+#endif  // NSAJIT_TOPK_ALGORITHM != NSAJIT_TOPK_DENSE_REGISTERS
 }

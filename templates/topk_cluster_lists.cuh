@@ -1,5 +1,5 @@
 // topk_cluster_lists.cuh — the top-k family (templates/topk.cuh), part 4: the speculative
-// selection of a row split over a cluster (C > 1 CTAs; the plan's cluster_lists).
+// selection of a row split over a cluster (C > 1 CTAs; cluster_lists kernels).
 //
 // Why: the exact cluster path exchanges a window of the first-digit histogram, then the threshold
 // bin's candidates, then the CTAs' counts: five cluster barriers and remote round trips, each
@@ -46,14 +46,12 @@ NSAJIT_DEVICE int topk_cluster_list_rank(int n, int len) {
   return int((5LL * NSAJIT_TOPK * n + 4LL * len - 1) / (4LL * len)) + 16;
 }
 
-// Whether a row over a cluster takes the speculative selection first: the plan asks for it, and
+// Whether a row over a cluster (a cluster_lists kernel) takes the speculative selection first:
 // every vector of a slice is kept (the plan's rule, checked again: the listing reads the keys
 // from shared memory). From the launch's parameters alone: uniform in the cluster, and
 // recomputed where needed rather than held in a register (a flag held from the prologue made the
 // 512-thread fused kernel spill).
-NSAJIT_DEVICE bool topk_uses_cluster_lists(const TopkParams& p) {
-  return p.ctas_per_row > 1 && p.cluster_lists != 0 && p.resident_vecs >= (p.slice + 6) / 4;
-}
+NSAJIT_DEVICE bool topk_uses_cluster_lists(const TopkParams& p) { return p.resident_vecs >= (p.slice + 6) / 4; }
 
 // At kernel start of a row that will list (whole block, before any CTA may send): the inbox's
 // mbarrier expects one arrival (with its bytes) per CTA; the cluster barrier's arrive here is

@@ -23,6 +23,12 @@
 #ifndef NSAJIT_SCORE_BF16
 #define NSAJIT_SCORE_BF16 0
 #endif
+#ifndef NSAJIT_TOPK_ALGORITHM
+#error "NSAJIT_TOPK_ALGORITHM must be defined (the spec's tile.algorithm, kernel_params.h)"
+#endif
+// The algorithms whose rows span a cluster of 2-16 CTAs (the others: one CTA per row).
+constexpr bool kTopkClustered =
+    NSAJIT_TOPK_ALGORITHM == NSAJIT_TOPK_CLUSTER_SWEEPS || NSAJIT_TOPK_ALGORITHM == NSAJIT_TOPK_CLUSTER_LISTS;
 
 // A score as stored: fp32, or the bits of a bf16 (widened exactly to fp32 on load, so keys,
 // ties and the selection are those of the bf16 values). A vector is 4 scores: 16 or 8 bytes.

@@ -3,9 +3,9 @@
 #pragma once
 #include "topk_radix.cuh"
 
-#if NSAJIT_THREADS == 256
-// Rows of at most NSAJIT_TOPK_DENSE_VECS * 256 - 1 vectors (slices <= 9212 positions) where the plan
-// sets dense_registers: thread t holds the keys of vectors t + 256 j (j < NSAJIT_TOPK_DENSE_VECS) in
+#if NSAJIT_TOPK_ALGORITHM == NSAJIT_TOPK_DENSE_REGISTERS
+// Rows of at most NSAJIT_TOPK_DENSE_VECS * 256 - 1 vectors (slices <= 9212 positions), in
+// dense_registers kernels (256 threads): thread t holds the keys of vectors t + 256 j (j < NSAJIT_TOPK_DENSE_VECS) in
 // registers, read once. Radix select on them: the 12-bit first digit (hist0), then two 10-bit
 // digits counted straight from the registers (no candidate list, no second read of the row: exact
 // whatever the distribution). Output: the keys > T and the first take_equal keys == T in index

@@ -59,6 +59,20 @@ TEST_CASE("validation names the bad field, its value and what is allowed") {
   CHECK(validation_error({.family = Family::topk, .score_dtype = static_cast<ScoreDtype>(5)}).find(
             "score_dtype = 5: expected fp32 (0) or bf16 (1)") != std::string::npos);
 
+  // The top-k algorithm: top-k only, a known value, at the thread counts its kernel exists for.
+  KernelSpec mla_algorithm = sparse(16);
+  mla_algorithm.tile.algorithm = TopkAlgorithm::cluster_lists;
+  CHECK(validation_error(mla_algorithm).find("algorithm = 4") != std::string::npos);
+  CHECK(validation_error({.family = Family::topk, .tile = {.threads = 512, .algorithm = TopkAlgorithm::dense_registers}})
+            .find("threads = 512: expected 256 for algorithm dense_registers") != std::string::npos);
+  CHECK(validation_error({.family = Family::topk, .tile = {.threads = 256, .algorithm = TopkAlgorithm::cluster_lists}})
+            .find("threads = 256: expected 512 or 1024 for algorithm cluster_lists") != std::string::npos);
+  CHECK(validation_error({.family = Family::topk, .tile = {.threads = 512, .algorithm = static_cast<TopkAlgorithm>(9)}})
+            .find("algorithm = 9: expected exact_sweeps, cluster_sweeps") != std::string::npos);
+  CHECK(to_string(parse_topk_algorithm("speculative_sweep")) == "speculative_sweep");
+  CHECK_THROWS_WITH_AS(parse_topk_algorithm("lists"), doctest::Contains("\"lists\": expected exact_sweeps"),
+                       InvalidArgument);
+
   KernelSpec threads = sparse(16);
   threads.tile.threads = 100;
   CHECK(validation_error(threads).find("threads = 100") != std::string::npos);
@@ -88,6 +102,10 @@ TEST_CASE("readable names are stable and carry only the fields the family uses")
   CHECK(readable_name(tiled).find(".mma_sync.hpc64.pw0") != std::string::npos);  // variants are named
   CHECK(readable_name({.family = Family::topk, .tile = {.threads = 1024}}) == "topk.topk2048.t1024.sm_90a");
   CHECK(readable_name({.family = Family::topk, .score_dtype = ScoreDtype::bf16}) == "topk.topk2048.scores_bf16.sm_90a");
+  CHECK(readable_name({.family = Family::topk, .tile = {.threads = 256, .algorithm = TopkAlgorithm::dense_registers}}) ==
+        "topk.topk2048.t256.dense_registers.sm_90a");
+  CHECK(readable_name({.family = Family::topk, .tile = {.algorithm = TopkAlgorithm::cluster_lists}}) ==
+        "topk.topk2048.cluster_lists.sm_90a");  // 512 threads: the default
   KernelSpec other_arch = sparse(16);
   other_arch.arch = {100, 'a'};
   CHECK(readable_name(other_arch) == "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_100a");
@@ -97,7 +115,8 @@ TEST_CASE("canonical text lists every field and separates different specs") {
   const KernelSpec a = with_default_tile(sparse(16));
   const std::string text = canonical_text(a);
   for (const char* field : {"family=sparse_mla", "h_q=16", "topk=2048", "page_size=1", "mode=decode",
-                            "kv_dtype=bf16", "next_n=1", "fused_transform=0", "sorted=0", "precise=0", "score_dtype=fp32", "threads=", "block_tokens=", "heads_per_cta=", "kernel=mma_sync", "producer_warps=2", "arch=sm_90a"})
+                            "kv_dtype=bf16", "next_n=1", "fused_transform=0", "sorted=0", "precise=0", "score_dtype=fp32", "threads=", "block_tokens=", "heads_per_cta=", "kernel=mma_sync", "producer_warps=2", "algorithm=exact_sweeps",
+                            "arch=sm_90a"})
     CHECK(text.find(field) != std::string::npos);
   CHECK(canonical_text(a) == canonical_text(with_default_tile(sparse(16))));
   CHECK(canonical_text(a) != canonical_text(with_default_tile(sparse(32))));
@@ -107,4 +126,10 @@ TEST_CASE("canonical text lists every field and separates different specs") {
   precise.precise = true;
   CHECK(canonical_text(precise) != canonical_text(a));
   CHECK(KernelSpecHash{}(precise) != KernelSpecHash{}(a));
+  const KernelSpec topk = with_default_tile({.family = Family::topk});
+  KernelSpec lists = topk;
+  lists.tile.algorithm = TopkAlgorithm::cluster_lists;
+  CHECK(canonical_text(lists) != canonical_text(topk));
+  CHECK(canonical_text(lists).find("algorithm=cluster_lists") != std::string::npos);
+  CHECK(KernelSpecHash{}(lists) != KernelSpecHash{}(topk));
 }

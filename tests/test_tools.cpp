@@ -149,7 +149,9 @@ TEST_CASE("fleet enumeration: every family, KV dtype, tp, arch and MTP depth, ea
           return n.starts_with(fmt::format("sparse_mla.h{}.topk2048.kv_{}.", h, kv)) && n.ends_with(a);
         }));
     CHECK(names.contains("sparse_mla_combine" + a));
-    for (const char* t : {".t256", "", ".t1024"}) {
+    // Every kernel tile top-k's plan picks (families/topk/heuristics.cpp), in every form.
+    for (const char* t : {"", ".t1024", ".t1024.cluster_sweeps", ".t1024.cluster_lists", ".cluster_lists",
+                          ".t256.dense_registers", ".speculative_sweep", ".t1024.speculative_sweep"}) {
       CHECK(names.contains("topk.topk2048" + std::string(t) + a));
       for (const char* n : {"", ".n2", ".n4"})
         CHECK(names.contains("topk.topk2048.fused.decode.ps64" + std::string(n) + t + a));
@@ -165,7 +167,7 @@ TEST_CASE("fleet enumeration: every family, KV dtype, tp, arch and MTP depth, ea
   int wgmma = 0;
   for (const tools::FleetSpec& f : specs) wgmma += f.spec.family == Family::sparse_mla && f.spec.tile.kernel == MlaKernel::wgmma;
   CHECK(wgmma == 4);  // h128 and h64, bf16 and fp8, on sm_90a only
-  CHECK(specs.size() == 64);
+  CHECK(specs.size() == 4 * 2 + 8 + 6 * 8 * 2 + 1 * 2 + 3 * 2 + 2 * 2);  // MLA + wgmma, top-k, combine, transform, FP8
 
   tools::FleetConfig bad = fleet;
   bad.tps = {1, 3};
@@ -175,20 +177,22 @@ TEST_CASE("fleet enumeration: every family, KV dtype, tp, arch and MTP depth, ea
   CHECK(contains(error_of([&] { tools::enumerate_fleet_specs(bad); }), "--next-n: 9"));
 }
 
-TEST_CASE("fleet enumeration holds every top-k thread count the launch plan picks on random shapes") {
+TEST_CASE("fleet enumeration holds every top-k kernel tile the launch plan picks on random shapes") {
   tools::FleetConfig fleet;
   const std::vector<tools::FleetSpec> specs = tools::enumerate_fleet_specs(fleet);
-  std::set<int> threads;
+  std::vector<TileConfig> tiles;
   for (const tools::FleetSpec& f : specs)
-    if (f.spec.family == Family::topk && !f.spec.fused_transform) threads.insert(f.spec.tile.threads);
+    if (f.spec.family == Family::topk && !f.spec.fused_transform && f.spec.arch == Arch{90, 'a'}) tiles.push_back(f.spec.tile);
   std::mt19937_64 rng(std::random_device{}());
   for (int i = 0; i < 20000; ++i) {
     const int rows = 1 + int(rng() % 70000);
     const int width = 1 + int(rng() % detail::kMaxTopkWidth);
     const int sm = std::vector<int>{132, 114, 78}[rng() % 3];
-    const int t = detail::plan_topk_launch(rows, width, 2048, sm, rng() % 2 ? 16 : 8).threads;
-    INFO(rows, " x ", width, " at ", sm, " SMs: ", t, " threads");
-    REQUIRE(threads.contains(t));
+    const detail::TopkLaunchPlan plan = detail::plan_topk_launch(rows, width, 2048, sm, rng() % 2 ? 16 : 8);
+    INFO(rows, " x ", width, " at ", sm, " SMs: ", detail::to_string(plan));
+    KernelSpec s{.family = Family::topk, .tile = detail::topk_tile(plan)};
+    s = with_default_tile(s);
+    REQUIRE(std::find(tiles.begin(), tiles.end(), s.tile) != tiles.end());
   }
 }
 

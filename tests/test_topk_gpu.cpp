@@ -65,7 +65,7 @@ nsajit::detail::TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, i
   return nsajit::detail::plan_topk_launch(rows, width, topk, sm_count, max_cluster, LaunchOverride::current);
 }
 
-using Algorithm = nsajit::detail::TopkAlgorithm;
+using Algorithm = nsajit::TopkAlgorithm;
 bool speculates(const nsajit::detail::TopkLaunchPlan& q) { return q.algorithm == Algorithm::speculative_sweep; }
 bool keeps_registers(const nsajit::detail::TopkLaunchPlan& q) { return q.algorithm == Algorithm::dense_registers; }
 bool lists_over_cluster(const nsajit::detail::TopkLaunchPlan& q) { return q.algorithm == Algorithm::cluster_lists; }
@@ -216,7 +216,7 @@ ref::TopkProblem make_problem(int rows, int width, int topk, Draw draw, std::int
 
 // --- compile checks (no GPU needed) -----------------------------------------------------------------
 
-TEST_CASE("topk specs: plain, fused (every mode, page sizes, MTP), sorted, every thread count compile for sm_90a") {
+TEST_CASE("topk specs: plain, fused (every mode, page sizes, MTP), sorted, every thread count and algorithm compile for sm_90a") {
   std::vector<nsajit::KernelSpec> specs;
   for (int topk : {64, 512, 1024, 1984, 2048, 2112, 4096}) {
     specs.push_back({.family = nsajit::Family::topk, .topk = topk});
@@ -242,6 +242,14 @@ TEST_CASE("topk specs: plain, fused (every mode, page sizes, MTP), sorted, every
   }
   specs.push_back(S{.family = nsajit::Family::topk, .page_size = 64, .next_n = 2, .fused_transform = true,
                     .sorted = true, .score_dtype = nsajit::ScoreDtype::bf16});
+  // Every algorithm's kernel, plain fp32 and fused over bf16 scores.
+  using A = nsajit::TopkAlgorithm;
+  for (const auto& [threads, algorithm] : {std::pair{256, A::dense_registers}, std::pair{512, A::speculative_sweep},
+                                           std::pair{512, A::cluster_sweeps}, std::pair{1024, A::cluster_lists}}) {
+    specs.push_back(S{.family = nsajit::Family::topk, .tile = {.threads = threads, .algorithm = algorithm}});
+    specs.push_back(S{.family = nsajit::Family::topk, .page_size = 64, .fused_transform = true,
+                      .score_dtype = nsajit::ScoreDtype::bf16, .tile = {.threads = threads, .algorithm = algorithm}});
+  }
   const auto outcomes = nsajit::test::run_in_parallel<nsajit::KernelRecord>(
       specs.size(), [&](std::size_t i) { return nsajit::precompile(specs[i]); });
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -444,8 +452,14 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   // A demanded algorithm: taken where the shape allows it, else an error naming it and the plan.
   {
     LaunchOverride exact({.algorithm = Algorithm::exact_sweeps});
-    CHECK(plan_topk_launch(1, 131072, 2048, 132).algorithm == Algorithm::exact_sweeps);
     CHECK(plan_topk_launch(4096, 8192, 2048, 132).algorithm == Algorithm::exact_sweeps);
+    CHECK_THROWS_AS(plan_topk_launch(1, 131072, 2048, 132), std::invalid_argument);  // a cluster's row
+  }
+  {
+    LaunchOverride exact({.algorithm = Algorithm::cluster_sweeps});
+    CHECK(plan_topk_launch(1, 131072, 2048, 132).algorithm == Algorithm::cluster_sweeps);
+    CHECK(plan_topk_launch(1, 131072, 2048, 132).cluster_size == 16);
+    CHECK_THROWS_AS(plan_topk_launch(4096, 8192, 2048, 132), std::invalid_argument);  // one CTA a row
   }
   {
     LaunchOverride lists({.algorithm = Algorithm::cluster_lists});
@@ -468,11 +482,11 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
     CHECK(keeps_registers(plan_topk_launch(6, 9212, 2048, 132)));
     CHECK_THROWS_AS(plan_topk_launch(6, 9213, 2048, 132), std::invalid_argument);
   }
-  for (const Algorithm a : {Algorithm::exact_sweeps, Algorithm::speculative_sweep, Algorithm::dense_registers,
-                            Algorithm::cluster_lists})
-    CHECK(nsajit::detail::parse_topk_algorithm(to_string(a)) == a);
+  for (const Algorithm a : {Algorithm::exact_sweeps, Algorithm::cluster_sweeps, Algorithm::speculative_sweep,
+                            Algorithm::dense_registers, Algorithm::cluster_lists})
+    CHECK(nsajit::parse_topk_algorithm(to_string(a)) == a);
   CHECK(to_string(Algorithm::cluster_lists) == "cluster_lists");
-  CHECK_THROWS_AS(nsajit::detail::parse_topk_algorithm("clusters"), std::invalid_argument);
+  CHECK_THROWS_AS(nsajit::parse_topk_algorithm("clusters"), nsajit::InvalidArgument);
   CHECK(to_string(plan_topk_launch(8, 131072, 2048, 132))
             .starts_with("algorithm=cluster_lists cluster_size=8 threads=1024 "));
 }

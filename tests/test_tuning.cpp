@@ -314,11 +314,17 @@ TEST_CASE("fleet enumeration: a tuning database's choices for the arch are enume
   // The database is for sm_90a: nothing of it for sm_100a, and h_q outside the fleet is left out.
   want.arch = Arch{100, 'a'};
   CHECK(find(with, want) == nullptr);
-  CHECK(with.size() == without.size() + 1);  // top-k at 256 threads is a heuristic choice already
+  // The sparse MLA choice, and top-k's single long rows at 256 threads (exact sweeps over a cluster,
+  // no heuristic choice) in its four forms on sm_90a.
+  CHECK(with.size() == without.size() + 1 + 4);
+  for (const char* name : {"topk.topk2048.t256.cluster_sweeps.sm_90a", "topk.topk2048.fused.ragged.t256.cluster_sweeps.sm_90a"})
+    CHECK(std::ranges::any_of(with, [&](const tools::FleetSpec& f) {
+      return readable_name(f.spec) == name && contains(f.origin, "top-k bucket");
+    }));
   fleet.tps = {1};  // h_q 128: the database's h_q 64 choice is not for this fleet
   const auto h128 = tools::enumerate_fleet_specs(fleet);
   fleet.tuning_dbs.clear();
-  CHECK(h128.size() == tools::enumerate_fleet_specs(fleet).size());
+  CHECK(h128.size() == tools::enumerate_fleet_specs(fleet).size() + 4);  // the top-k choice is for any h_q
 }
 
 #ifdef NSAJIT_CLI_PATH

@@ -57,12 +57,13 @@ struct AutotuneOptions {
   std::string arch;   // --dry-run without a GPU
 };
 
-KernelSpec topk_spec(int topk, int threads, Arch arch) {
+// The kernel a plan launches (detail::topk builds the same spec).
+KernelSpec topk_spec(int topk, const detail::TopkLaunchPlan& plan, Arch arch) {
   KernelSpec s;
   s.family = Family::topk;
   s.topk = topk;
   s.arch = arch;
-  s.tile.threads = threads == 512 ? 0 : threads;
+  s.tile = detail::topk_tile(plan);
   return with_default_tile(s);
 }
 
@@ -136,7 +137,7 @@ void tune_topk_bucket(const TopkTuneBucket& b, std::vector<TopkCandidate> cands,
   std::vector<Timed> timed;
   for (const TopkCandidate& c : cands) {
     std::string error;
-    if (!compiled(compiled_items, topk_spec(topk, c.plan.threads, arch), error)) {
+    if (!compiled(compiled_items, topk_spec(topk, c.plan, arch), error)) {
       if (c.heuristic) outcome.failures.push_back(fmt::format("topk bucket {}: heuristics' plan: {}", b.bucket.name, error));
       dropped.push_back({c.describe(), "compile failed: " + error});
       continue;
@@ -416,7 +417,7 @@ int run_autotune(const AutotuneOptions& o) {
   for (const TopkTuneBucket& b : config.topk) {
     TopkWork w{&b};
     w.cands = topk_candidates(b, int(b.bucket.topk.lo), sm_count, w.dropped);
-    for (const TopkCandidate& c : w.cands) need(topk_spec(int(b.bucket.topk.lo), c.plan.threads, arch));
+    for (const TopkCandidate& c : w.cands) need(topk_spec(int(b.bucket.topk.lo), c.plan, arch));
     topk_work.push_back(std::move(w));
   }
   std::size_t max_heads_rows = kCheckRows * 128, max_rows = kCheckRows;

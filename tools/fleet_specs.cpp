@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -13,13 +14,6 @@
 namespace nsajit::tools {
 namespace {
 
-// SM counts of the parts an arch runs on (the top-k plan depends on them): sm_90a H100 SXM / H200
-// (132), H100 PCIe (114), H20 (78); sm_100a B200 (148). Other archs: the same spread.
-std::vector<int> sm_counts_of(Arch arch) {
-  if (arch.sm == 100) return {148, 132};
-  return {132, 114, 78};
-}
-
 FleetSpec make(KernelSpec spec, Arch arch, std::string origin) {
   spec.arch = arch;
   spec = with_default_tile(spec);
@@ -27,35 +21,9 @@ FleetSpec make(KernelSpec spec, Arch arch, std::string origin) {
   return {spec, std::move(origin)};
 }
 
-// Top-k: the thread counts nsajit::topk's launch plan picks over a grid of batch shapes (rows x
-// width) at the arch's SM counts, with and without 16-CTA clusters (runtime/topk.cpp).
-// Thread count -> one shape that gets it.
-std::map<int, std::string> topk_thread_choices(const ModelConfig& m, Arch arch) {
-  std::vector<int> rows_grid;
-  for (int r = 1; r <= (1 << 16); r *= 2) rows_grid.push_back(r);
-  std::vector<int> widths;
-  widths.push_back(m.index_topk + 1);
-  for (long long w = 1024; w <= detail::kMaxTopkWidth; w *= 2) {
-    if (w > m.index_topk) widths.push_back(int(w));
-    if (w * 3 / 2 > m.index_topk && w * 3 / 2 <= detail::kMaxTopkWidth) widths.push_back(int(w * 3 / 2));
-  }
-  std::map<int, std::string> threads;
-  for (int sm : sm_counts_of(arch)) {
-    std::vector<int> rows = rows_grid;
-    for (int r : {sm / 2, sm / 2 + 1, sm, sm + 1, 2 * sm, 4 * sm + 1}) rows.push_back(r);
-    for (int max_cluster : {16, 8})
-      for (int r : rows)
-        for (int w : widths) {
-          const int t = detail::plan_topk_launch(r, w, m.index_topk, sm, max_cluster).threads;
-          if (!threads.contains(t)) threads[t] = fmt::format("{} rows x {} at {} SMs", r, w, sm);
-        }
-  }
-  return threads;
-}
-
-// Top-k, plain and fused with the transform (decode at every MTP depth, prefill, ragged), at each
-// thread count of `threads` (-> an example of why it is chosen).
-void add_topk_forms(const FleetConfig& fleet, Arch arch, const std::map<int, std::string>& threads,
+// Top-k, plain and fused with the transform (decode at every MTP depth, prefill, ragged), in each
+// kernel tile (threads, algorithm) of `tiles`.
+void add_topk_forms(const FleetConfig& fleet, Arch arch, const std::vector<detail::TopkTileChoice>& tiles,
                     const std::string& why, std::vector<FleetSpec>& out) {
   const ModelConfig& m = fleet.model;
   struct Form {
@@ -71,18 +39,21 @@ void add_topk_forms(const FleetConfig& fleet, Arch arch, const std::map<int, std
     if (sorted && !fleet.sorted_topk) continue;
     for (ScoreDtype score_dtype : fleet.score_dtypes)
       for (const Form& f : forms)
-        for (const auto& [t, example] : threads) {
+        for (const detail::TopkTileChoice& c : tiles) {
           KernelSpec s{.family = Family::topk, .topk = m.index_topk, .page_size = f.page_size, .mode = f.mode,
                        .next_n = f.next_n, .fused_transform = f.fused, .sorted = sorted,
-                       .score_dtype = score_dtype, .tile = {.threads = t}};
-          out.push_back(make(s, arch, fmt::format("{}: {} threads (e.g. {})", why, t, example)));
+                       .score_dtype = score_dtype, .tile = c.tile};
+          out.push_back(make(s, arch, fmt::format("{}: {} threads, {} (e.g. {})", why, c.tile.threads,
+                                                  to_string(c.tile.algorithm), c.example)));
         }
   }
 }
 
 void add_heuristic_specs(const FleetConfig& fleet, Arch arch, std::vector<FleetSpec>& out) {
   const ModelConfig& m = fleet.model;
-  add_topk_forms(fleet, arch, topk_thread_choices(m, arch), "top-k launch plan", out);
+  // The tiles nsajit::topk's launch plan picks over a grid of batch shapes (rows x width) at the
+  // arch's SM counts, with and without 16-CTA clusters.
+  add_topk_forms(fleet, arch, detail::topk_tile_choices(m.index_topk, sm_counts_of(arch)), "top-k launch plan", out);
   // The §1 transform on its own, each mode.
   for (IndexMode mode : {IndexMode::decode, IndexMode::prefill, IndexMode::ragged})
     out.push_back(make({.family = Family::index_transform, .topk = m.index_topk,
@@ -105,7 +76,7 @@ void add_heuristic_specs(const FleetConfig& fleet, Arch arch, std::vector<FleetS
 }
 
 // The choices of the tuning databases (the shipped ones and fleet.tuning_dbs) for this arch: sparse
-// MLA variants at the fleet's h_q, top-k thread counts in every form.
+// MLA variants at the fleet's h_q, top-k tiles in every form.
 void add_tuning_db_specs(const FleetConfig& fleet, Arch arch, std::vector<FleetSpec>& out) {
   std::vector<const tuning::TuningDb*> dbs;
   for (const tuning::TuningDb& db : tuning::shipped_tuning_dbs()) dbs.push_back(&db);
@@ -117,16 +88,25 @@ void add_tuning_db_specs(const FleetConfig& fleet, Arch arch, std::vector<FleetS
     h_qs.insert(c.h_q());
   }
   for (const tuning::TuningDb* db : dbs) {
-    std::map<int, std::string> threads;
+    std::vector<detail::TopkTileChoice> tiles;
     for (const DbSpec& d : tuning_db_specs(*db, arch, fleet.model.index_topk)) {
-      if (d.spec.family == Family::topk) threads.emplace(d.spec.tile.threads, d.origin);
-      else if (h_qs.contains(d.spec.h_q)) out.push_back({d.spec, d.origin});
+      if (d.spec.family != Family::topk) {
+        if (h_qs.contains(d.spec.h_q)) out.push_back({d.spec, d.origin});
+      } else if (std::none_of(tiles.begin(), tiles.end(), [&](const auto& c) { return c.tile == d.spec.tile; })) {
+        tiles.push_back({d.spec.tile, d.origin});
+      }
     }
-    add_topk_forms(fleet, arch, threads, db->origin, out);
+    add_topk_forms(fleet, arch, tiles, db->origin, out);
   }
 }
 
 }  // namespace
+
+// sm_90a: H100 SXM / H200 (132), H100 PCIe (114), H20 (78); sm_100a: B200 (148). Other archs: the same spread.
+std::vector<int> sm_counts_of(Arch arch) {
+  if (arch.sm == 100) return {148, 132};
+  return {132, 114, 78};
+}
 
 const std::vector<FleetSpecSource>& fleet_spec_sources() {
   static const std::vector<FleetSpecSource> sources = {{"heuristics", &add_heuristic_specs},

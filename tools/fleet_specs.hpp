@@ -40,6 +40,9 @@ struct FleetSpecSource {
 // The sources precompile consults, in order.
 const std::vector<FleetSpecSource>& fleet_spec_sources();
 
+// SM counts of the parts an arch runs on (top-k's plan depends on them).
+std::vector<int> sm_counts_of(Arch arch);
+
 // Every spec of the fleet, each once, by arch then source order. Throws InvalidArgument for a tp
 // that does not give a supported h_q (validate_model_config names it) or an empty list.
 std::vector<FleetSpec> enumerate_fleet_specs(const FleetConfig& fleet);

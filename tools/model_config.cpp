@@ -13,7 +13,9 @@
 #include <type_traits>
 #include <nlohmann/json.hpp>
 
+#include "families/topk/heuristics.hpp"
 #include "nsajit/errors.hpp"
+#include "tools/fleet_specs.hpp"
 
 namespace nsajit::tools {
 namespace {
@@ -212,18 +214,18 @@ void check_run_host_memory(const ModelConfig& c, std::uint64_t available) {
 
 std::vector<KernelSpec> decode_step_specs(const ModelConfig& c, Arch arch) {
   // What `nsajit run` launches: top-k, the paged transform, the FP8 cache writer, and sparse MLA
-  // over bf16 and FP8 KV (decode and prefill rows share one kernel per layout). Top-k's thread
-  // count follows its launch plan (rows and width, families/topk/heuristics.cpp), so every count it can pick
-  // is compiled.
+  // over bf16 and FP8 KV (decode and prefill rows share one kernel per layout). Top-k's kernel
+  // follows its launch plan for the run's batch (batch rows of max_context scores,
+  // tools/decode_step.cpp) on the arch's parts.
   std::vector<KernelSpec> specs = {
-      {.family = Family::topk, .topk = c.index_topk, .tile = {.threads = 256}},
-      {.family = Family::topk, .topk = c.index_topk},
-      {.family = Family::topk, .topk = c.index_topk, .tile = {.threads = 1024}},
       {.family = Family::index_transform, .topk = c.index_topk, .page_size = c.page_size, .mode = IndexMode::decode},
       {.family = Family::fp8_kv_quantize, .page_size = c.page_size},
       {.family = Family::sparse_mla, .h_q = c.h_q(), .topk = c.index_topk},
       {.family = Family::sparse_mla, .h_q = c.h_q(), .topk = c.index_topk, .kv_dtype = KvDtype::fp8_e4m3},
   };
+  for (const detail::TopkTileChoice& t : detail::topk_tile_choices(c.index_topk, sm_counts_of(arch), {}, c.batch, c.batch,
+                                                                            c.max_context, c.max_context))
+    specs.push_back({.family = Family::topk, .topk = c.index_topk, .tile = t.tile});
   for (KernelSpec& s : specs) {
     s.arch = arch;
     s = with_default_tile(s);

@@ -75,6 +75,21 @@ MlaKernel parse_kernel(const std::string& text, std::string_view v) {
   bad(text, v, "automatic, mma_sync or wgmma");
 }
 
+TopkAlgorithm parse_algorithm(const std::string& text, std::string_view v) {
+  try {
+    return parse_topk_algorithm(v);
+  } catch (const InvalidArgument&) {
+    bad(text, v, "exact_sweeps, cluster_sweeps, speculative_sweep, dense_registers or cluster_lists");
+  }
+}
+
+bool is_algorithm_name(std::string_view v) {
+  for (TopkAlgorithm a : {TopkAlgorithm::exact_sweeps, TopkAlgorithm::cluster_sweeps, TopkAlgorithm::speculative_sweep,
+                          TopkAlgorithm::dense_registers, TopkAlgorithm::cluster_lists})
+    if (to_string(a) == v) return true;
+  return false;
+}
+
 Arch parse_arch_part(const std::string& text, std::string_view v) {
   try {
     return parse_arch(std::string(v));
@@ -109,11 +124,13 @@ KernelSpec parse_canonical(const std::string& text, Arch default_arch) {
     else if (key == "heads_per_cta") s.tile.heads_per_cta = parse_int(text, field, v);
     else if (key == "kernel") s.tile.kernel = parse_kernel(text, v);
     else if (key == "producer_warps") s.tile.producer_warps = parse_int(text, field, v);
+    else if (key == "algorithm") s.tile.algorithm = parse_algorithm(text, v);
     else if (key == "arch") s.arch = parse_arch_part(text, v);
     else
       bad(text, key,
           "a field of the canonical text: family, h_q, topk, page_size, mode, kv_dtype, next_n, fused_transform, "
-          "sorted, precise, score_dtype, threads, block_tokens, heads_per_cta, kernel, producer_warps, arch");
+          "sorted, precise, score_dtype, threads, block_tokens, heads_per_cta, kernel, producer_warps, algorithm, "
+          "arch");
   }
   if (!has_family) bad(text, text, "a family=<name> field");
   return s;
@@ -139,6 +156,7 @@ KernelSpec parse_readable(const std::string& text) {
     else if (p == "sorted") s.sorted = true;
     else if (p == "precise") s.precise = true;
     else if (p == "decode" || p == "prefill" || p == "ragged") s.mode = parse_mode(text, p);
+    else if (is_algorithm_name(p)) s.tile.algorithm = parse_algorithm(text, p);
     else if (p.starts_with("kv_")) s.kv_dtype = parse_kv(text, p.substr(3));
     else if (p.starts_with("scores_")) s.score_dtype = parse_score_dtype(text, p.substr(7));
     else if (p.starts_with("topk")) s.topk = number_after("topk");
@@ -160,7 +178,8 @@ KernelSpec parse_readable(const std::string& text) {
       }
     } else {
       bad(text, p, "a part of a readable name (h<N>, topk<N>, kv_<bf16|fp8>, ps<N>, decode|prefill|ragged, fused, "
-                   "n<N>, sorted, scores_<fp32|bf16>, mma_sync|wgmma, hpc<N>, pw<N>, precise, t<threads>[x<block_tokens>x<heads_per_cta>])");
+                   "n<N>, sorted, scores_<fp32|bf16>, mma_sync|wgmma, hpc<N>, pw<N>, precise, t<threads>[x<block_tokens>x<heads_per_cta>], "
+                   "a top-k algorithm such as cluster_lists)");
     }
   }
   return s;

@@ -207,12 +207,12 @@ TuneConfig load_tune_config(const std::string& path) {
 }
 
 std::string TopkCandidate::describe() const {
-  using detail::TopkAlgorithm;
+  const bool exact = plan.algorithm == TopkAlgorithm::exact_sweeps || plan.algorithm == TopkAlgorithm::cluster_sweeps;
   std::string s = fmt::format("ctas {} x {} threads", plan.cluster_size, plan.threads);
-  if (plan.algorithm != TopkAlgorithm::exact_sweeps) s += fmt::format(", {}", detail::to_string(plan.algorithm));
+  if (!exact) s += fmt::format(", {}", to_string(plan.algorithm));
   if (plan.prefetch_row) s += " + row prefetch";
   if (plan.prefetch_slice) s += ", slice prefetch";
-  if (plan.resident_vecs == 0 && plan.algorithm == TopkAlgorithm::exact_sweeps) s += ", streaming";
+  if (plan.resident_vecs == 0 && exact) s += ", streaming";
   return s;
 }
 
@@ -370,15 +370,20 @@ std::vector<DbSpec> tuning_db_specs(const tuning::TuningDb& db, Arch arch, int t
     }
   }
   for (const detail::TopkTuningEntry& e : db.topk) {
-    if (!e.bucket.topk.contains(topk) || e.choice.threads == 0) continue;
-    KernelSpec s;
-    s.family = Family::topk;
-    s.topk = topk;
-    s.arch = arch;
-    s.tile.threads = e.choice.threads;
-    s = with_default_tile(s);
-    validate(s);
-    out.push_back({s, fmt::format("{}: top-k bucket {}", db.origin, e.bucket.name)});
+    if (!e.bucket.topk.contains(topk)) continue;
+    // The choice's tiles over the bucket's shapes on the database's GPU.
+    for (const detail::TopkTileChoice& c :
+         detail::topk_tile_choices(topk, {db.key.sm_count}, e.choice, e.bucket.rows.lo, e.bucket.rows.hi,
+                                   e.bucket.width.lo, e.bucket.width.hi)) {
+      KernelSpec s;
+      s.family = Family::topk;
+      s.topk = topk;
+      s.arch = arch;
+      s.tile = c.tile;
+      s = with_default_tile(s);
+      validate(s);
+      out.push_back({s, fmt::format("{}: top-k bucket {} ({})", db.origin, e.bucket.name, c.example)});
+    }
   }
   return out;
 }

@@ -28,36 +28,28 @@ constexpr long long kPrefetchSliceMaxBytes = 16LL << 20;
 // shared memory each (NVRTC 13.0) and 1 KB reserved: the two take 232,960 of the SM's 233,472).
 constexpr int kTwoPerSmDynamicBytes = 102400;
 
-constexpr std::string_view kAlgorithmNames[] = {"exact_sweeps", "speculative_sweep", "dense_registers",
-                                                "cluster_lists"};
-
 [[noreturn]] void throw_constraint(const std::string& what) {
   throw std::invalid_argument("topk plan constraints: " + what);
 }
 }  // namespace
 
-std::string_view to_string(TopkAlgorithm a) { return kAlgorithmNames[int(a)]; }
-
-TopkAlgorithm parse_topk_algorithm(std::string_view text) {
-  for (int i = 0; i < int(std::size(kAlgorithmNames)); ++i)
-    if (text == kAlgorithmNames[i]) return TopkAlgorithm(i);
-  throw std::invalid_argument("topk algorithm \"" + std::string(text) +
-                              "\": expected exact_sweeps, speculative_sweep, dense_registers or cluster_lists");
-}
-
 std::string to_string(const TopkLaunchPlan& p) {
-  return "algorithm=" + std::string(to_string(p.algorithm)) + " cluster_size=" + std::to_string(p.cluster_size) +
+  return "algorithm=" + to_string(p.algorithm) + " cluster_size=" + std::to_string(p.cluster_size) +
          " threads=" + std::to_string(p.threads) + " slice=" + std::to_string(p.slice) +
          " resident_vecs=" + std::to_string(p.resident_vecs) + " prefetch_row=" + std::to_string(p.prefetch_row) +
          " prefetch_slice=" + std::to_string(p.prefetch_slice) + " cand_capacity=" + std::to_string(p.cand_capacity) +
          " dynamic_smem=" + std::to_string(p.dynamic_smem);
 }
 
+TileConfig topk_tile(const TopkLaunchPlan& plan) { return {.threads = plan.threads, .algorithm = plan.algorithm}; }
+
 TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster,
                                 const TopkPlanConstraints& constraints) {
   TopkLaunchPlan plan;
-  plan.threads = constraints.threads > 0 ? constraints.threads : 512;
-  if (width <= topk) return plan;  // no row needs a selection
+  // No row needs a selection (each writes 0, 1, ..., len - 1): the 1024-thread exact kernel, which
+  // short single rows take anyway, rather than a kernel of its own.
+  plan.threads = constraints.threads > 0 ? constraints.threads : 1024;
+  if (width <= topk) return plan;
   auto ceil_div = [](long long a, long long b) { return (a + b - 1) / b; };
   plan.cand_capacity = std::min(kCandCapacity, constraints.cand_capacity > 0 ? constraints.cand_capacity : kCandCapacity);
   // The shared-memory parts after the kept keys, at c CTAs per row, in words from the first of
@@ -215,14 +207,46 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   plan.algorithm = dense           ? TopkAlgorithm::dense_registers
                    : speculate     ? TopkAlgorithm::speculative_sweep
                    : cluster_lists ? TopkAlgorithm::cluster_lists
+                   : c > 1         ? TopkAlgorithm::cluster_sweeps
                                    : TopkAlgorithm::exact_sweeps;
   if (demanded && plan.algorithm != *demanded)
-    throw_constraint("algorithm = " + std::string(to_string(*demanded)) + " for " + std::to_string(rows) +
+    throw_constraint("algorithm = " + to_string(*demanded) + " for " + std::to_string(rows) +
                      " rows of width " + std::to_string(width) + " (" + to_string(plan) +
-                     "): the shape cannot take it (speculative_sweep and dense_registers need one CTA per row, "
-                     "dense_registers 256 threads and slices of at most 9212, cluster_lists a cluster of 512 "
-                     "or more threads keeping the whole slice)");
+                     "): the shape cannot take it (exact_sweeps, speculative_sweep and dense_registers need one CTA "
+                     "per row, dense_registers 256 threads and slices of at most 9212, cluster_sweeps a cluster, "
+                     "cluster_lists a cluster of 512 or more threads keeping the whole slice)");
   return plan;
+}
+
+std::vector<TopkTileChoice> topk_tile_choices(int topk, const std::vector<int>& sm_counts,
+                                              const TopkPlanConstraints& constraints, long long rows_lo,
+                                              long long rows_hi, long long width_lo, long long width_hi) {
+  // width <= topk: no selection, but a launch (the rows' 0, 1, ..., len - 1).
+  std::vector<long long> widths = {topk, topk + 1LL, width_lo, std::min<long long>(width_hi, kMaxTopkWidth)};
+  for (long long w = 1024; w <= kMaxTopkWidth; w *= 2) {
+    widths.push_back(w);
+    widths.push_back(w * 3 / 2);
+  }
+  std::vector<TopkTileChoice> out;
+  for (int sm : sm_counts) {
+    std::vector<long long> rows = {rows_lo, std::min<long long>(rows_hi, 1 << 20)};
+    for (long long r = 1; r <= (1 << 16); r *= 2) rows.push_back(r);
+    for (long long r : {sm / 2, sm / 2 + 1, sm, sm + 1, 2 * sm, 4 * sm + 1}) rows.push_back(r);
+    for (int max_cluster : {16, 8})
+      for (long long r : rows)
+        for (long long w : widths) {
+          if (r < rows_lo || r > rows_hi || w < width_lo || w > width_hi || w < 1 || w > kMaxTopkWidth) continue;
+          TileConfig tile;
+          try {
+            tile = topk_tile(plan_topk_launch(int(r), int(w), topk, sm, max_cluster, constraints));
+          } catch (const std::invalid_argument&) {
+            continue;  // a constrained plan this shape cannot take
+          }
+          if (std::none_of(out.begin(), out.end(), [&](const TopkTileChoice& c) { return c.tile == tile; }))
+            out.push_back({tile, std::to_string(r) + " rows x " + std::to_string(w) + " at " + std::to_string(sm) + " SMs"});
+        }
+  }
+  return out;
 }
 
 }  // namespace nsajit::detail

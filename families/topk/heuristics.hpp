@@ -6,13 +6,15 @@
 
 #include <cuda.h>
 
+#include "nsajit/spec.hpp"
+
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace nsajit {
 struct TopkArgs;
-struct KernelSpec;
 struct LoadedKernel;
 }  // namespace nsajit
 
@@ -21,18 +23,6 @@ namespace nsajit::detail {
 // The widest score row nsajit::topk accepts: at 8 CTAs per row (16 for a single row) the
 // classify's bitmaps of one 524288-position slice still fit shared memory.
 constexpr int kMaxTopkWidth = 1 << 22;
-
-// How a row is selected; every algorithm but the exact sweeps falls back to them, per row, when
-// its speculation does not hold the row's selection (so the output never depends on it).
-enum class TopkAlgorithm {
-  exact_sweeps,       // radix select over the slice (templates/topk.cuh)
-  speculative_sweep,  // one CTA per row: a sampled bound, one listing sweep (topk_speculative.cuh)
-  dense_registers,    // one 256-thread CTA per short row: the keys held in registers (topk_dense.cuh)
-  cluster_lists,      // a row over a cluster: one exchange of per-CTA lists (topk_cluster_lists.cuh)
-};
-std::string_view to_string(TopkAlgorithm a);  // "exact_sweeps", "speculative_sweep", ...
-// The algorithm of that name; std::invalid_argument naming the text and the names allowed.
-TopkAlgorithm parse_topk_algorithm(std::string_view text);
 
 struct TopkLaunchPlan {
   TopkAlgorithm algorithm = TopkAlgorithm::exact_sweeps;
@@ -65,11 +55,16 @@ struct TopkLaunchPlan {
 // The plan's choices in one line: "algorithm=cluster_lists cluster_size=8 threads=1024 ...".
 std::string to_string(const TopkLaunchPlan& plan);
 
+// The kernel variant a plan launches: its threads and algorithm (the top-k spec's tile).
+TileConfig topk_tile(const TopkLaunchPlan& plan);
+
 // Constraints on a plan (tests, the bench and tuning; the product passes none): ctas_per_row (the
 // cluster size: 1, 2, 4, 8 or 16), threads, cand_capacity > 0, slots_per_thread >= 0, and
 // speculate, prefetch_row, prefetch_slice and dense_registers 0 or 1 replace the plan's choice;
 // force_streaming keeps nothing in shared memory (every sweep re-reads global memory); algorithm
-// demands that algorithm (std::invalid_argument where the shape cannot take it). A
+// demands that algorithm (std::invalid_argument where the shape cannot take it: exact_sweeps,
+// speculative_sweep and dense_registers need one CTA per row, cluster_sweeps and cluster_lists
+// more). A
 // default-constructed value constrains nothing.
 struct TopkPlanConstraints {
   int ctas_per_row = 0;
@@ -91,6 +86,20 @@ struct TopkPlanConstraints {
 // 16-CTA cluster does not fit the device). std::invalid_argument for impossible constraints.
 TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16,
                                 const TopkPlanConstraints& constraints = {});
+
+// A kernel tile the plan picks, with one shape that gets it ("8 rows x 131072 at 132 SMs").
+struct TopkTileChoice {
+  TileConfig tile;
+  std::string example;
+};
+// Every tile plan_topk_launch picks under `constraints` over a grid of batch shapes (powers of two
+// and 1.5x steps, the SM-count edges, the ranges' ends) with rows in [rows_lo, rows_hi] and width
+// in [width_lo, width_hi], at each of sm_counts, with 16- and 8-CTA cluster limits: what a
+// precompile of those shapes must compile. Shapes the constraints cannot take are skipped.
+std::vector<TopkTileChoice> topk_tile_choices(int topk, const std::vector<int>& sm_counts,
+                                              const TopkPlanConstraints& constraints = {}, long long rows_lo = 1,
+                                              long long rows_hi = 1 << 16, long long width_lo = 1,
+                                              long long width_hi = kMaxTopkWidth);
 
 // Where a launch gets the kernel of a spec: nsajit::kernel; a test may load a probe build of it.
 using TopkKernelLoader = const LoadedKernel& (*)(const KernelSpec& spec);

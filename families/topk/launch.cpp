@@ -1,5 +1,6 @@
 // launch.cpp — nsajit::topk (§2, plain and fused with §1): argument checks, spec and launch of
 // templates/topk.cuh with the plan of families/topk/heuristics.hpp.
+#include <stdexcept>
 #include <string>
 
 #include "families/topk/heuristics.hpp"
@@ -79,8 +80,13 @@ void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream
       detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 16, tuned ? *tuned : constraints);
   const KernelSpec base_spec = spec;
   auto load = [&](const detail::TopkLaunchPlan& p) -> const LoadedKernel& {
+    // The dense kernel holds no fallback for a slice its registers cannot hold (the plan never
+    // makes one; a demanded plan is checked the same way).
+    if (p.algorithm == TopkAlgorithm::dense_registers && p.slice > 4 * (256 * NSAJIT_TOPK_DENSE_VECS - 1))
+      throw std::logic_error("nsajit::topk: a dense_registers plan with slices of " + std::to_string(p.slice) +
+                             " positions (at most " + std::to_string(4 * (256 * NSAJIT_TOPK_DENSE_VECS - 1)) + ")");
     spec = base_spec;
-    spec.tile.threads = p.threads == 512 ? 0 : p.threads;  // 512 is the default tile
+    spec.tile = detail::topk_tile(p);
     spec = spec_for_current_device(spec);
     return load_kernel ? load_kernel(spec) : kernel(spec);
   };
@@ -102,8 +108,6 @@ void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream
     geometry = geometry_of(plan);
   }
 
-  using detail::TopkAlgorithm;
-  const TopkAlgorithm algorithm = plan.algorithm;
   TopkParams params{
       .scores = args.scores, .score_row_stride = stride, .lengths = args.lengths, .row_starts = args.row_starts,
       .out = args.out, .rows = args.rows, .width = args.width, .ctas_per_row = plan.cluster_size,
@@ -111,10 +115,8 @@ void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream
       .hist_offset = plan.hist_offset, .slots_offset = plan.slots_offset, .cand_offset = plan.cand_offset,
       .overflow_warp_offset = plan.overflow_warp_offset, .bitmap_offset = plan.bitmap_offset,
       .bitmap_words = plan.bitmap_words, .cand_capacity = plan.cand_capacity,
-      .slots_per_thread = plan.slots_per_thread, .speculate = algorithm == TopkAlgorithm::speculative_sweep,
-      .prefetch_row = plan.prefetch_row, .prefetch_slice = plan.prefetch_slice,
-      .dense_registers = algorithm == TopkAlgorithm::dense_registers, .list_offset = plan.list_offset,
-      .list_words = plan.list_words, .cluster_lists = algorithm == TopkAlgorithm::cluster_lists,
+      .slots_per_thread = plan.slots_per_thread, .prefetch_row = plan.prefetch_row,
+      .prefetch_slice = plan.prefetch_slice, .list_offset = plan.list_offset, .list_words = plan.list_words,
       .cluster_list_offset = plan.cluster_list_offset, .cluster_list_capacity = plan.cluster_list_capacity,
       .cluster_warp_capacity = plan.cluster_warp_capacity, .cluster_inbox_offset = plan.cluster_inbox_offset,
       // The transform's (fused specs: set below).

@@ -10,9 +10,21 @@
 namespace nsajit {
 namespace {
 
+static_assert(int(TopkAlgorithm::exact_sweeps) == NSAJIT_TOPK_EXACT_SWEEPS &&
+                  int(TopkAlgorithm::cluster_sweeps) == NSAJIT_TOPK_CLUSTER_SWEEPS &&
+                  int(TopkAlgorithm::speculative_sweep) == NSAJIT_TOPK_SPECULATIVE_SWEEP &&
+                  int(TopkAlgorithm::dense_registers) == NSAJIT_TOPK_DENSE_REGISTERS &&
+                  int(TopkAlgorithm::cluster_lists) == NSAJIT_TOPK_CLUSTER_LISTS,
+              "the host's and the kernel's algorithm numbers (templates/kernel_params.h)");
+
 void validate_topk(const KernelSpec& spec) {
   require_topk_multiple_of_64(spec, 4096);
   require_threads_power_of_two(spec);
+  // The kernel's register and shared-memory layouts of these two paths exist at these counts only.
+  if (spec.tile.algorithm == TopkAlgorithm::dense_registers && spec.tile.threads != 256)
+    throw_bad_field(spec, "threads", spec.tile.threads, "256 for algorithm dense_registers");
+  if (spec.tile.algorithm == TopkAlgorithm::cluster_lists && spec.tile.threads < 512)
+    throw_bad_field(spec, "threads", spec.tile.threads, "512 or 1024 for algorithm cluster_lists");
   // Transform fields only mean something for fused specs: one kernel, one spec.
   if (!spec.fused_transform) {
     if (spec.mode != IndexMode::decode)
@@ -43,6 +55,7 @@ std::vector<KernelConstant> constants(const KernelSpec& spec) {
           {"NEXT_N", spec.next_n},
           {"SORTED", spec.sorted ? 1 : 0},
           {"SCORE_BF16", spec.score_dtype == ScoreDtype::bf16 ? 1 : 0},
+          {"TOPK_ALGORITHM", int(spec.tile.algorithm)},
           {"SORT_N", sort_size(spec.topk)}};
 }
 
@@ -70,7 +83,8 @@ std::string_view template_file(const KernelSpec&) { return "topk.cuh"; }
 extern const FamilyTraits topk_traits;
 const FamilyTraits topk_traits = {
     Family::topk,
-    uses_page_size | uses_mode | uses_next_n | uses_fused_transform | uses_sorted | uses_score_dtype,
+    uses_page_size | uses_mode | uses_next_n | uses_fused_transform | uses_sorted | uses_score_dtype |
+        uses_topk_algorithm,
     "topk",
     "nsajit_topk",
     &template_file,

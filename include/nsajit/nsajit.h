@@ -68,6 +68,14 @@ enum { NSAJIT_MODE_DECODE = 0, NSAJIT_MODE_PREFILL = 1, NSAJIT_MODE_RAGGED = 2 }
 enum { NSAJIT_KV_BF16 = 0, NSAJIT_KV_FP8_E4M3 = 1 };
 /* Dtype of the top-k scores (nsajit_topk_args::score_dtype). */
 enum { NSAJIT_SCORES_FP32 = 0, NSAJIT_SCORES_BF16 = 1 };
+/* Top-k kernel variant (nsajit_kernel_spec::topk_algorithm; nsajit/spec.hpp's TopkAlgorithm). */
+enum {
+  NSAJIT_TOPK_ALGORITHM_EXACT_SWEEPS = 0,
+  NSAJIT_TOPK_ALGORITHM_CLUSTER_SWEEPS = 1,
+  NSAJIT_TOPK_ALGORITHM_SPECULATIVE_SWEEP = 2,
+  NSAJIT_TOPK_ALGORITHM_DENSE_REGISTERS = 3,
+  NSAJIT_TOPK_ALGORITHM_CLUSTER_LISTS = 4
+};
 enum { NSAJIT_SCALE_FP32 = 0, NSAJIT_SCALE_UE8M0 = 1 };
 enum {
   NSAJIT_FAMILY_INDEX_TRANSFORM = 0,
@@ -260,6 +268,7 @@ typedef struct nsajit_kernel_spec {
   int32_t arch_suffix;            /* 'a' or 0 */
   int32_t precise;                /* sparse MLA: 0 or 1 (P as bf16 hi + lo); default 0 */
   int32_t score_dtype;            /* top-k: NSAJIT_SCORES_*; default fp32 (a shorter struct_size: fp32) */
+  int32_t topk_algorithm;         /* top-k: NSAJIT_TOPK_ALGORITHM_*; default exact sweeps (a shorter struct_size: the same) */
 } nsajit_kernel_spec;
 NSAJIT_API nsajit_kernel_spec nsajit_kernel_spec_defaults(void);
 

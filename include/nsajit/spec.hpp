@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace nsajit {
 
@@ -60,6 +61,17 @@ enum class MlaKernel : std::uint8_t {
   wgmma,      // templates/sparse_mla_wgmma.cuh: 2 MMA warpgroups (sm_90a only, 16..64 heads per CTA)
 };
 
+// Top-k selection path compiled into a kernel (families/topk/heuristics.cpp picks one per launch;
+// docs/design/topk.md). Every path but the two exact ones falls back, per row, to the exact sweeps
+// of its CTA layout when its speculation does not hold the row's selection.
+enum class TopkAlgorithm : std::uint8_t {
+  exact_sweeps,       // one CTA per row: radix select over the row (templates/topk.cuh)
+  cluster_sweeps,     // a row over a thread-block cluster of 2-16 CTAs: the same radix select
+  speculative_sweep,  // one CTA per row: a sampled bound, one listing sweep (topk_speculative.cuh)
+  dense_registers,    // one 256-thread CTA per row of <= 9212 positions, keys in registers (topk_dense.cuh)
+  cluster_lists,      // a row over a cluster: one exchange of per-CTA lists (topk_cluster_lists.cuh)
+};
+
 // Tile configuration of a generated kernel. Which fields matter depends on the family; the rest
 // must stay at their defaults (validate() enforces it so that equal kernels have equal specs).
 struct TileConfig {
@@ -70,6 +82,7 @@ struct TileConfig {
   int producer_warps = -1;  // sparse MLA: warps that only copy (and dequantize) KV tiles (-1 = default);
                             // mma_sync: 0, 2 (bf16, <= 32 heads per CTA) or 8 (FP8, <= 16);
                             // wgmma: 4 (one warpgroup) or 8 (two: FP8 at 64 heads per CTA)
+  TopkAlgorithm algorithm = TopkAlgorithm::exact_sweeps;  // top-k: the selection path compiled
   friend bool operator==(const TileConfig&, const TileConfig&) = default;
 };
 
@@ -103,13 +116,13 @@ void validate(const KernelSpec& spec);
 // Canonical text form: every field, fixed order, e.g.
 // "family=sparse_mla h_q=16 topk=2048 page_size=1 mode=decode kv_dtype=bf16 next_n=1
 //  fused_transform=0 sorted=0 precise=0 score_dtype=fp32 threads=320 block_tokens=64 heads_per_cta=16
-//  kernel=mma_sync
-//  producer_warps=2 arch=sm_90a".
+//  kernel=mma_sync producer_warps=2 algorithm=exact_sweeps arch=sm_90a".
 std::string canonical_text(const KernelSpec& spec);
 
 // Stable readable name with only the fields the family uses, e.g.
 // "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_90a" (".precise" before the arch when set),
-// "index_transform.decode.ps64.topk2048.sm_90a", "topk.topk2048.scores_bf16.sm_90a".
+// "index_transform.decode.ps64.topk2048.sm_90a", "topk.topk2048.scores_bf16.sm_90a",
+// "topk.topk2048.t256.dense_registers.sm_90a" (a top-k algorithm other than exact_sweeps after the tile).
 std::string readable_name(const KernelSpec& spec);
 
 std::string to_string(Family f);
@@ -117,6 +130,9 @@ std::string to_string(IndexMode m);
 std::string to_string(KvDtype d);
 std::string to_string(ScoreDtype d);  // "fp32", "bf16"
 std::string to_string(MlaKernel k);  // "automatic", "mma_sync", "wgmma"
+std::string to_string(TopkAlgorithm a);  // "exact_sweeps", "cluster_sweeps", ...
+// The algorithm of that name; InvalidArgument naming the text and the names allowed.
+TopkAlgorithm parse_topk_algorithm(std::string_view text);
 std::string to_string(Arch a);  // "sm_90a"
 Arch parse_arch(const std::string& text);  // "sm_90a", "sm_90", "90a"; throws InvalidArgument
 

@@ -326,14 +326,22 @@ def fp8_kv_gather(cache, slots, *, out=None):
     return out
 
 
+# nsajit.h's NSAJIT_TOPK_ALGORITHM_* values, in order.
+_TOPK_ALGORITHMS = ("exact_sweeps", "cluster_sweeps", "speculative_sweep", "dense_registers", "cluster_lists")
+
+
 def _spec(family, h_q=0, topk=2048, page_size=1, mode="decode", kv_dtype="bf16", next_n=1, fused_transform=False,
-          sorted=False, threads=0, block_tokens=0, heads_per_cta=0, arch=None, precise=False, score_dtype="fp32"):
+          sorted=False, threads=0, block_tokens=0, heads_per_cta=0, arch=None, precise=False, score_dtype="fp32",
+          topk_algorithm="exact_sweeps"):
     if family not in _lib.FAMILIES:
         raise ValueError(f"nsajit: argument family = {family!r}: expected one of {', '.join(_lib.FAMILIES)}")
     if kv_dtype not in ("bf16", "fp8"):
         raise ValueError(f"nsajit: argument kv_dtype = {kv_dtype!r}: expected 'bf16' or 'fp8'")
     if score_dtype not in ("fp32", "bf16"):
         raise ValueError(f"nsajit: argument score_dtype = {score_dtype!r}: expected 'fp32' or 'bf16'")
+    if topk_algorithm not in _TOPK_ALGORITHMS:
+        raise ValueError(f"nsajit: argument topk_algorithm = {topk_algorithm!r}: expected one of "
+                         f"{', '.join(map(repr, _TOPK_ALGORITHMS))}")
     s = _lib.KernelSpec(family=_lib.FAMILIES[family], h_q=_int32(h_q, "h_q"), topk=_int32(topk, "topk"),
                         page_size=_int32(page_size, "page_size"), mode=_mode(mode, "mode"),
                         kv_dtype=_lib.KV_BF16 if kv_dtype == "bf16" else _lib.KV_FP8_E4M3,
@@ -341,7 +349,8 @@ def _spec(family, h_q=0, topk=2048, page_size=1, mode="decode", kv_dtype="bf16",
                         sorted=1 if sorted else 0, threads=_int32(threads, "threads"),
                         block_tokens=_int32(block_tokens, "block_tokens"),
                         heads_per_cta=_int32(heads_per_cta, "heads_per_cta"), precise=1 if precise else 0,
-                        score_dtype=1 if score_dtype == "bf16" else 0)
+                        score_dtype=1 if score_dtype == "bf16" else 0,
+                        topk_algorithm=_TOPK_ALGORITHMS.index(topk_algorithm))
     if arch is not None:
         text = str(arch).removeprefix("sm_")
         suffix = text[-1] if text and text[-1].isalpha() else ""
@@ -363,7 +372,8 @@ def precompile(family, **spec):
     'index_transform', 'sparse_mla_decode', 'sparse_mla_combine', 'fp8_kv_quantize',
     'fp8_kv_gather'; keyword fields as in nsajit/spec.hpp (h_q, topk, page_size, mode, kv_dtype
     'bf16' / 'fp8', next_n, fused_transform, sorted, threads, block_tokens, heads_per_cta, precise,
-    score_dtype 'fp32' / 'bf16') and
+    score_dtype 'fp32' / 'bf16', topk_algorithm 'exact_sweeps' / 'cluster_sweeps' /
+    'speculative_sweep' / 'dense_registers' / 'cluster_lists') and
     arch ('sm_90a'; None = the current device). Returns a KernelRecord."""
     s = _spec(family, **spec)
     r = _lib.KernelRecord()

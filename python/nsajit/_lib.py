@@ -130,7 +130,7 @@ Fp8KvQuantizeArgs = _struct("Fp8KvQuantizeArgs",
 Fp8KvGatherArgs = _struct("Fp8KvGatherArgs", f"{_FP8_CACHE_FIELDS}, ptr slots, i32 n, ptr out, i64 out_row_stride")
 KernelSpec = _struct("KernelSpec", """i32 family, i32 h_q, i32 topk, i32 page_size, i32 mode, i32 kv_dtype,
     i32 next_n, i32 fused_transform, i32 sorted, i32 threads, i32 block_tokens, i32 heads_per_cta, i32 arch_sm,
-    i32 arch_suffix, i32 precise, i32 score_dtype""")
+    i32 arch_suffix, i32 precise, i32 score_dtype, i32 topk_algorithm""")
 KernelRecord = _struct("KernelRecord",
                        "char256 name, i32 source, f64 compile_ms, f64 load_ms, u64 cubin_bytes, i32 on_disk")
 

@@ -98,6 +98,12 @@ def test_names_sources_records():
     assert nsajit.kernel_name("sparse_mla_decode", h_q=16, kv_dtype="fp8", arch="sm_90a").startswith("sparse_mla.h16")
     assert "precise" not in nsajit.kernel_name("sparse_mla_decode", h_q=128, arch="sm_90a")
     assert nsajit.kernel_name("sparse_mla_decode", h_q=128, arch="sm_90a", precise=True).endswith(".precise.sm_90a")
+    assert nsajit.kernel_name("topk", threads=256, topk_algorithm="dense_registers",
+                              arch="sm_90a") == "topk.topk2048.t256.dense_registers.sm_90a"
+    with pytest.raises(ValueError, match="topk_algorithm"):
+        nsajit.kernel_name("topk", topk_algorithm="lists", arch="sm_90a")
+    with pytest.raises(nsajit.InvalidArgument, match="threads"):  # dense_registers runs 256 threads only
+        nsajit.kernel_name("topk", threads=512, topk_algorithm="dense_registers", arch="sm_90a")
     src = nsajit.generate_source("index_transform", topk=2048, page_size=64, arch="sm_90a")
     assert len(src) > 1000
     assert isinstance(nsajit.jit_records(), list)

@@ -254,6 +254,25 @@ int main(void) {
          "0 or 1", NULL);
   spec.family = 9;
   EXPECT(nsajit_precompile(&spec, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "spec->family = 9", NULL, NULL);
+  /* topk_algorithm: named when not exact sweeps; checked; an older caller's struct reads exact sweeps. */
+  spec = nsajit_kernel_spec_defaults();
+  spec.arch_sm = 90;
+  spec.arch_suffix = 'a';
+  CHECK(spec.topk_algorithm == NSAJIT_TOPK_ALGORITHM_EXACT_SWEEPS);
+  spec.threads = 256;
+  spec.topk_algorithm = NSAJIT_TOPK_ALGORITHM_DENSE_REGISTERS;
+  EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_OK, NULL, NULL, NULL);
+  CHECK(strcmp(text, "topk.topk2048.t256.dense_registers.sm_90a") == 0);
+  spec.struct_size = offsetof(nsajit_kernel_spec, topk_algorithm);
+  EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_OK, NULL, NULL, NULL);
+  CHECK(strcmp(text, "topk.topk2048.t256.sm_90a") == 0);
+  spec.struct_size = sizeof spec;
+  spec.threads = 512;
+  EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_ERROR_INVALID_ARGUMENT, "threads = 512",
+         "dense_registers", NULL);
+  spec.topk_algorithm = 7;
+  EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_ERROR_INVALID_ARGUMENT,
+         "spec->topk_algorithm = 7", "NSAJIT_TOPK_ALGORITHM_", NULL);
   spec = nsajit_kernel_spec_defaults();
   spec.arch_sm = 90;
   spec.arch_suffix = 'a';

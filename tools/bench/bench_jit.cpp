@@ -16,6 +16,7 @@
 #include "generator/generator.hpp"
 #include "nsajit/jit.hpp"
 #include "nsajit/kernels.hpp"
+#include "families/topk/heuristics.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/runtime.hpp"
@@ -35,15 +36,11 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// One kernel of each family, and the variants of the heavy ones (top-k's three thread counts,
-// sparse MLA's wgmma and mma.sync kernels, bf16 and FP8).
-std::vector<KernelSpec> bench_specs(Arch arch) {
+// One kernel of each family, and the variants of the heavy ones (every top-k tile the launch plan
+// picks on this GPU, plain and fused; sparse MLA's wgmma and mma.sync kernels, bf16 and FP8).
+std::vector<KernelSpec> bench_specs(Arch arch, int sm_count) {
   std::vector<KernelSpec> specs = {
       {.family = Family::index_transform, .topk = 2048, .page_size = 64},
-      {.family = Family::topk, .topk = 2048, .tile = {.threads = 256}},
-      {.family = Family::topk, .topk = 2048},
-      {.family = Family::topk, .topk = 2048, .tile = {.threads = 1024}},
-      {.family = Family::topk, .topk = 2048, .page_size = 64, .fused_transform = true},
       {.family = Family::sparse_mla_decode, .h_q = 128, .topk = 2048},
       {.family = Family::sparse_mla_decode, .h_q = 128, .topk = 2048, .kv_dtype = KvDtype::fp8_e4m3},
       {.family = Family::sparse_mla_decode, .h_q = 16, .topk = 2048},
@@ -52,6 +49,10 @@ std::vector<KernelSpec> bench_specs(Arch arch) {
       {.family = Family::fp8_kv_quantize, .page_size = 64},
       {.family = Family::fp8_kv_gather, .page_size = 64},
   };
+  for (const detail::TopkTileChoice& t : detail::topk_tile_choices(2048, {sm_count})) {
+    specs.push_back({.family = Family::topk, .topk = 2048, .tile = t.tile});
+    specs.push_back({.family = Family::topk, .topk = 2048, .page_size = 64, .fused_transform = true, .tile = t.tile});
+  }
   for (KernelSpec& s : specs) {
     s.arch = arch;
     s = with_default_tile(s);
@@ -88,14 +89,18 @@ DispatchTimes time_dispatch(const std::function<void()>& api, const std::functio
 int bench_jit(const BenchOptions& options) {
   const bool gpu = driver::available();
   Arch arch{90, 'a'};
-  if (gpu) arch = spec_for_current_device({.family = Family::sparse_mla_combine}).arch;
+  int sm_count = 132;  // no GPU: the H200's
+  if (gpu) {
+    arch = spec_for_current_device({.family = Family::sparse_mla_combine}).arch;
+    sm_count = driver::current_context_info().sm_count;
+  }
   std::vector<Case> cases;
   const std::string dir = fmt::format("{}/jit-cache-{}", options.work_dir, ::getpid());
   std::filesystem::create_directories(dir);
   const CubinCache cache(dir);
 
   // Cold compile: NVRTC on the generated source (no cache), one run per kernel.
-  for (const KernelSpec& spec : bench_specs(arch)) {
+  for (const KernelSpec& spec : bench_specs(arch, sm_count)) {
     const std::string name = readable_name(spec);
     if (!options.only.empty() && name.find(options.only) == std::string::npos) continue;
     const std::string source = render_source(spec);
