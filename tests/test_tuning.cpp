@@ -477,9 +477,15 @@ TEST_CASE("tuning database gpu: sparse MLA and top-k dispatch take the database'
   DeviceBuffer<std::int32_t> d_len(std::vector<std::int32_t>{131072}), d_top(topk_n);
   TopkArgs t{.scores = d_scores.get(), .lengths = d_len.get(), .out = d_top.get(), .rows = 1, .width = 131072,
              .topk = topk_n};
+  // The database's plan (2-CTA clusters at 256 threads: the cluster_sweeps kernel), not the heuristics'.
+  const detail::TopkPlanConstraints* tuned = detail::tuned_topk_constraints(1, 131072, topk_n, here.sm_count);
+  REQUIRE(tuned != nullptr);
+  CHECK(tuned->ctas_per_row == 2);
+  const TileConfig topk_tile = detail::topk_tile(detail::plan_topk_launch(1, 131072, topk_n, here.sm_count, 16, *tuned));
+  CHECK(topk_tile == TileConfig{.threads = 256, .algorithm = TopkAlgorithm::cluster_sweeps});
+  KernelSpec topk_spec{.family = Family::topk, .topk = topk_n, .tile = topk_tile, .arch = Arch{90, 'a'}};
   d_top.poison();
   nsajit::topk(t);
-  KernelSpec topk_spec{.family = Family::topk, .topk = topk_n, .tile = {.threads = 256}, .arch = Arch{90, 'a'}};
   CHECK(loaded(readable_name(with_default_tile(topk_spec))));
   reference::TopkProblem p;
   p.scores = scores;
