@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -516,3 +517,30 @@ TEST_CASE("tuning database gpu: sparse MLA and top-k dispatch take the database'
   CHECK(detail::plan_sparse_mla(a).spec == heuristic.spec);
   set_tuning_db("");
 }
+
+#ifdef NSAJIT_CLI_PATH
+TEST_CASE("tuning database gpu: nsajit autotune on a small config writes a database for this GPU, nothing dropped") {
+  NSAJIT_REQUIRE_GPU();
+  const tuning::TuningKey here = tuning::current_key();
+  if (here.arch != "sm_90a") {
+    MESSAGE("skipped: the config's variants are sm_90a ones");
+    return;
+  }
+  test::TempDir dir("tune-run");
+  const std::string db = dir.path() + "/db.json";
+  write_file(dir.path() + "/config.json", small_config().dump());
+  const CliResult r = run_cli("", "autotune --config " + dir.path() + "/config.json --db " + db);
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  // Every candidate launches and matches the reference on this GPU (a drop here is a kernel bug).
+  CHECK_FALSE(contains(r.output, ": dropped "));
+  CHECK(contains(r.output, "autotune: "));
+  std::ifstream in(db);
+  REQUIRE(in);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const tuning::TuningDb parsed = tuning::parse_tuning_db(text, db);
+  CHECK(tuning::key_mismatch(parsed.key, here).empty());
+  CHECK(parsed.topk.size() == 1);
+  CHECK(parsed.sparse_mla.size() == 4);  // h_q 16 and 64, rows [1, 4] and [5, null], bf16
+}
+#endif
