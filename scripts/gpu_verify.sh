@@ -89,7 +89,7 @@ fi
 if [ "$phase" = bench ] || [ "$phase" = all ]; then
   step bench_topk 300 "$build/nsajit" bench topk --out "$out/topk.json"
   show bench_topk "FAIL|^results:" 3
-  step bench_sparse_mla 240 "$build/nsajit" bench sparse-mla --out "$out/sparse_mla.json"
+  step bench_sparse_mla 300 "$build/nsajit" bench sparse-mla --out "$out/sparse_mla.json"
   show bench_sparse_mla "FAIL|^results:" 3
 fi
 
