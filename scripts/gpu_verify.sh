@@ -74,7 +74,7 @@ if [ "$phase" = tests ] || [ "$phase" = all ]; then
   step tests 420 "$build/nsajit_tests" --duration=true
   show tests "test cases|assertions|ERROR|FAILED" 8
   if python3 -c "import torch, pytest" 2>/dev/null; then
-    step pytest_gpu 60 env NSAJIT_LIBRARY="$(cd "$build" && pwd)/libnsajit.so" PYTHONPATH="$PWD/python" \
+    step pytest_gpu 90 env NSAJIT_LIBRARY="$(cd "$build" && pwd)/libnsajit.so" PYTHONPATH="$PWD/python" \
       python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_gpu.py
     show pytest_gpu "passed|failed|error" 2
   else
