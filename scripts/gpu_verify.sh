@@ -40,6 +40,7 @@ sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 budget=${NSAJIT_VERIFY_BUDGET:-550}
 [ "$phase" = all ] && budget=1000000
 status=0
+pack_logs() { tar czf "$out/logs.tgz.part" -C "$logs" . && mv "$out/logs.tgz.part" "$out/logs.tgz"; }
 summary() { echo "$*" | tee -a "$logs/summary.txt"; }
 # step NAME SECONDS COMMAND... : runs with a time limit (cut to the budget left), logs to NAME.log.
 step() {
@@ -52,7 +53,7 @@ step() {
   local rc=$?
   summary "=== $name: exit $rc ($((SECONDS - start)) s of $limit)"
   [ "$rc" -eq 0 ] || status=1
-  tar czf "$out/logs.tgz" -C "$logs" .
+  pack_logs
 }
 # The summary lines a tool prints (doctest totals, sanitizer summaries, pytest's last line).
 show() { [ -f "$logs/$1.log" ] && grep -E "$2" "$logs/$1.log" | tail -n "${3:-4}" | tee -a "$logs/summary.txt"; }
@@ -112,7 +113,7 @@ if [ "$phase" = checks ] || [ "$phase" = all ]; then
   topk_sanitizer memcheck "64x65536 bf16" 60
 fi
 
-tar czf "$out/logs.tgz" -C "$logs" .
 summary "gpu_verify $phase: $([ $status -eq 0 ] && echo PASS || echo FAIL) ($SECONDS s)"
+pack_logs
 cp "$logs/summary.txt" "$out/summary.txt"
 exit $status
