@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -477,9 +478,15 @@ TEST_CASE("tuning database gpu: sparse MLA and top-k dispatch take the database'
   DeviceBuffer<std::int32_t> d_len(std::vector<std::int32_t>{131072}), d_top(topk_n);
   TopkArgs t{.scores = d_scores.get(), .lengths = d_len.get(), .out = d_top.get(), .rows = 1, .width = 131072,
              .topk = topk_n};
+  // The database's plan (2-CTA clusters at 256 threads: the cluster_sweeps kernel), not the heuristics'.
+  const detail::TopkPlanConstraints* tuned = detail::tuned_topk_constraints(1, 131072, topk_n, here.sm_count);
+  REQUIRE(tuned != nullptr);
+  CHECK(tuned->ctas_per_row == 2);
+  const TileConfig topk_tile = detail::topk_tile(detail::plan_topk_launch(1, 131072, topk_n, here.sm_count, 16, *tuned));
+  CHECK(topk_tile == TileConfig{.threads = 256, .algorithm = TopkAlgorithm::cluster_sweeps});
+  KernelSpec topk_spec{.family = Family::topk, .topk = topk_n, .tile = topk_tile, .arch = Arch{90, 'a'}};
   d_top.poison();
   nsajit::topk(t);
-  KernelSpec topk_spec{.family = Family::topk, .topk = topk_n, .tile = {.threads = 256}, .arch = Arch{90, 'a'}};
   CHECK(loaded(readable_name(with_default_tile(topk_spec))));
   reference::TopkProblem p;
   p.scores = scores;
@@ -510,3 +517,31 @@ TEST_CASE("tuning database gpu: sparse MLA and top-k dispatch take the database'
   CHECK(detail::plan_sparse_mla(a).spec == heuristic.spec);
   set_tuning_db("");
 }
+
+#ifdef NSAJIT_CLI_PATH
+TEST_CASE("tuning database gpu: nsajit autotune on a small config writes a database for this GPU, nothing dropped") {
+  NSAJIT_REQUIRE_GPU();
+  const tuning::TuningKey here = tuning::current_key();
+  if (here.arch != "sm_90a") {
+    MESSAGE("skipped: the config's variants are sm_90a ones");
+    return;
+  }
+  test::TempDir dir("tune-run");
+  const std::string db = dir.path() + "/db.json";
+  write_file(dir.path() + "/config.json", small_config().dump());
+  // Bounded: a candidate that never finishes fails this test (exit 124), not the whole suite's run.
+  const CliResult r = run_cli("timeout 180", "autotune --config " + dir.path() + "/config.json --db " + db);
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  // Every candidate launches and matches the reference on this GPU (a drop here is a kernel bug).
+  CHECK_FALSE(contains(r.output, ": dropped "));
+  CHECK(contains(r.output, "autotune: "));
+  std::ifstream in(db);
+  REQUIRE(in);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const tuning::TuningDb parsed = tuning::parse_tuning_db(text, db);
+  CHECK(tuning::key_mismatch(parsed.key, here).empty());
+  CHECK(parsed.topk.size() == 1);
+  CHECK(parsed.sparse_mla.size() == 4);  // h_q 16 and 64, rows [1, 4] and [5, null], bf16
+}
+#endif

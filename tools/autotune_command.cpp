@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <numeric>
@@ -99,6 +100,14 @@ bool compiled(const std::vector<CompileItem>& items, const KernelSpec& spec, std
   return false;
 }
 
+// A candidate that failed on the GPU (compile, launch or check): said now, not only in the
+// database, so that a kernel bug a plan exposes is seen even when nothing is written.
+void drop(std::vector<Dropped>& dropped, const std::string& bucket, std::string what, std::string why) {
+  fmt::print(stderr, "nsajit autotune: {}: dropped {}: {}\n", bucket, what, why);
+  std::fflush(stderr);
+  dropped.push_back({std::move(what), std::move(why)});
+}
+
 void tune_topk_bucket(const TopkTuneBucket& b, std::vector<TopkCandidate> cands, std::vector<Dropped> dropped,
                       const std::vector<CompileItem>& compiled_items, Arch arch, const bench::TimingOptions& timing,
                       Outcome& outcome) {
@@ -139,7 +148,7 @@ void tune_topk_bucket(const TopkTuneBucket& b, std::vector<TopkCandidate> cands,
     std::string error;
     if (!compiled(compiled_items, topk_spec(topk, c.plan, arch), error)) {
       if (c.heuristic) outcome.failures.push_back(fmt::format("topk bucket {}: heuristics' plan: {}", b.bucket.name, error));
-      dropped.push_back({c.describe(), "compile failed: " + error});
+      drop(dropped, "topk bucket " + b.bucket.name, c.describe(), "compile failed: " + error);
       continue;
     }
     // The heuristics' plan through the plain constraints (no database: autotune runs without one).
@@ -150,9 +159,9 @@ void tune_topk_bucket(const TopkTuneBucket& b, std::vector<TopkCandidate> cands,
       d_out.poison();
       launch();
       got = d_out.download();
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       if (c.heuristic) outcome.failures.push_back(fmt::format("topk bucket {}: heuristics' plan: {}", b.bucket.name, e.what()));
-      dropped.push_back({c.describe(), e.what()});
+      drop(dropped, "topk bucket " + b.bucket.name, c.describe(), e.what());
       continue;
     }
     std::string check;
@@ -162,10 +171,15 @@ void tune_topk_bucket(const TopkTuneBucket& b, std::vector<TopkCandidate> cands,
         check = fmt::format("row {} differs from the CPU reference", sampled[i]);
     if (!check.empty()) {
       if (c.heuristic) outcome.failures.push_back(fmt::format("topk bucket {}: heuristics' plan: {}", b.bucket.name, check));
-      dropped.push_back({c.describe(), check});
+      drop(dropped, "topk bucket " + b.bucket.name, c.describe(), check);
       continue;
     }
-    timed.push_back({&c, bench::median_us(launch, timing)});
+    try {
+      timed.push_back({&c, bench::median_us(launch, timing)});
+    } catch (const std::exception& e) {
+      if (c.heuristic) outcome.failures.push_back(fmt::format("topk bucket {}: heuristics' plan: {}", b.bucket.name, e.what()));
+      drop(dropped, "topk bucket " + b.bucket.name, c.describe(), e.what());
+    }
   }
   if (timed.empty() || !timed.front().cand->heuristic) return;  // the heuristics' plan failed: reported
   const Timed* best = &*std::min_element(timed.begin(), timed.end(), [](auto& x, auto& y) { return x.us < y.us; });
@@ -313,7 +327,7 @@ void tune_sparse_mla_bucket(const SparseMlaTuneBucket& b, KvDtype kv, std::vecto
     if (!compiled(compiled_items, c.spec, error)) {
       if (c.heuristic)
         outcome.failures.push_back(fmt::format("sparse_mla bucket {}: heuristics' choice: {}", b.bucket.name, error));
-      dropped.push_back({c.describe(), "compile failed: " + error});
+      drop(dropped, "sparse_mla bucket " + b.bucket.name, c.describe(), "compile failed: " + error);
       continue;
     }
     // Checked once per kernel and split count (the check's input does not depend on the bucket).
@@ -322,17 +336,23 @@ void tune_sparse_mla_bucket(const SparseMlaTuneBucket& b, KvDtype kv, std::vecto
       if (!want) want = std::make_unique<reference::SparseMlaOutput>(in.reference_rows(h_q, topk, kv));
       try {
         checks[key] = check_sparse_mla(in, c, h_q, topk, kv, *want);
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {
         checks[key] = e.what();
       }
     }
     if (!checks[key].empty()) {
       if (c.heuristic)
         outcome.failures.push_back(fmt::format("sparse_mla bucket {}: heuristics' choice: {}", b.bucket.name, checks[key]));
-      dropped.push_back({c.describe(), checks[key]});
+      drop(dropped, fmt::format("sparse_mla bucket {} {}", b.bucket.name, to_string(kv)), c.describe(), checks[key]);
       continue;
     }
-    timed.push_back({&c, bench::median_us(launcher(c), timing)});
+    try {  // checked on kCheckRows rows; timed at the bucket's
+      timed.push_back({&c, bench::median_us(launcher(c), timing)});
+    } catch (const std::exception& e) {
+      if (c.heuristic)
+        outcome.failures.push_back(fmt::format("sparse_mla bucket {}: heuristics' choice: {}", b.bucket.name, e.what()));
+      drop(dropped, fmt::format("sparse_mla bucket {} {}", b.bucket.name, to_string(kv)), c.describe(), e.what());
+    }
   }
   if (timed.empty() || !timed.front().cand->heuristic) return;
   const Timed* best = &*std::min_element(timed.begin(), timed.end(), [](auto& x, auto& y) { return x.us < y.us; });
@@ -450,21 +470,23 @@ int run_autotune(const AutotuneOptions& o) {
   Outcome outcome;
   {
     Progress progress(topk_work.size() + mla_work.size(), o.quiet);
-    auto report = [&](const std::string& name, const std::vector<TunedEntry>& entries, std::size_t before) {
+    auto report = [&](const std::string& name, const std::vector<TunedEntry>& entries, std::size_t before,
+                      std::chrono::steady_clock::time_point began) {
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
       if (entries.size() == before) {
-        progress.finished(name, "failed", 0, "the heuristics' choice failed its check");
+        progress.finished(name, "failed", ms, "the heuristics' choice failed its check");
         return;
       }
       const TunedEntry& e = entries.back();
-      progress.finished(name, fmt::format("{:.1f} us ({})", e.us, e.winner), 0,
-                        "");
+      progress.finished(name, fmt::format("{:.1f} us ({})", e.us, e.winner), ms, "");
     };
     for (TopkWork& w : topk_work) {
       const std::string name = "topk " + w.b->bucket.name;
       progress.started(name);
+      const auto began = std::chrono::steady_clock::now();
       const std::size_t before = outcome.topk.size();
       tune_topk_bucket(*w.b, w.cands, w.dropped, items, arch, timing, outcome);
-      report(name, outcome.topk, before);
+      report(name, outcome.topk, before, began);
     }
     if (!mla_work.empty()) {
       const MlaInputs inputs(max_heads_rows, max_rows, int(mla_work.front().b->bucket.topk.lo));
@@ -472,11 +494,12 @@ int run_autotune(const AutotuneOptions& o) {
       for (MlaWork& w : mla_work) {
         const std::string name = fmt::format("sparse_mla {} {}", w.b->bucket.name, to_string(w.kv));
         progress.started(name);
+        const auto began = std::chrono::steady_clock::now();
         const std::size_t before = outcome.sparse_mla.size();
         if (std::size_t(w.b->bucket.topk.lo) * max_rows > inputs.idx.size())
           throw InvalidArgument(fmt::format("{}: every sparse_mla bucket must have the same topk", o.config));
         tune_sparse_mla_bucket(*w.b, w.kv, w.cands, w.dropped, items, inputs, checks, timing, outcome);
-        report(name, outcome.sparse_mla, before);
+        report(name, outcome.sparse_mla, before, began);
       }
     }
   }

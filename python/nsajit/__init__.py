@@ -118,6 +118,9 @@ def topk(scores, lengths, topk=2048, *, row_starts=None, sorted=False, transform
                          rows=_int32(rows, "scores.shape[0]", 0), width=_int32(width, "scores.shape[1]", 0),
                          topk=k, sorted=1 if sorted else 0, page_size=1, next_n=1,
                          score_dtype=1 if scores.dtype == t.bfloat16 else 0)
+    if rows > 1 and scores.stride(0) < width:  # e.g. expand(): rows would overlap or repeat
+        raise ValueError(f"nsajit: argument scores has strides {list(scores.stride())}: expected a row stride "
+                         f">= width = {width}")
     args.score_row_stride = max(scores.stride(0), width) if rows > 0 else 0
     if transform is not None:
         args.fused_transform = 1

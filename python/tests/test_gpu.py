@@ -94,6 +94,22 @@ def test_fast_topk_v2_strided_scores_and_sorted_any_topk():
         assert torch.equal(s[r], want), f"row {r}"
 
 
+def test_topk_bf16_scores_equal_the_fp32_launch_on_the_widened_values():
+    g = gen(21)
+    # Rows 1024 bytes apart (DeepGEMM's logits layout): width 5000, row stride 5120 bf16 elements.
+    big = torch.randn(4, 5120, generator=g, device="cuda").to(torch.bfloat16)
+    big[2, :3000] = 0.0  # a ReLU-like plateau of exact zeros
+    scores = big[:, :5000]
+    lengths = torch.tensor([5000, 4097, 4999, 100], dtype=torch.int32, device="cuda")
+    for sorted_ in (False, True):
+        got = nsajit.topk(scores, lengths, 2048, sorted=sorted_)
+        want = nsajit.topk(scores.float(), lengths, 2048, sorted=sorted_)
+        assert torch.equal(got, want), f"sorted={sorted_}"
+    check_topk_rows(nsajit.topk(scores, lengths, 2048), scores.float(), lengths, 2048)
+    with pytest.raises(ValueError, match="argument scores has strides"):
+        nsajit.topk(big[:1].expand(4, 5120), lengths, 2048)  # rows that repeat one row's memory
+
+
 def test_fast_topk_transform_fused_decode_and_prefill():
     g = gen(3)
     b, width, topk = 4, 10000, 2048
