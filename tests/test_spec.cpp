@@ -63,6 +63,8 @@ TEST_CASE("validation names the bad field, its value and what is allowed") {
   KernelSpec mla_algorithm = sparse(16);
   mla_algorithm.tile.algorithm = TopkAlgorithm::cluster_lists;
   CHECK(validation_error(mla_algorithm).find("algorithm = 4") != std::string::npos);
+  CHECK(with_default_tile({.family = Family::topk, .tile = {.algorithm = TopkAlgorithm::dense_registers}}).tile.threads ==
+        256);
   CHECK(validation_error({.family = Family::topk, .tile = {.threads = 512, .algorithm = TopkAlgorithm::dense_registers}})
             .find("threads = 512: expected 256 for algorithm dense_registers") != std::string::npos);
   CHECK(validation_error({.family = Family::topk, .tile = {.threads = 256, .algorithm = TopkAlgorithm::cluster_lists}})

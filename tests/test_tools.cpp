@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -187,13 +188,61 @@ TEST_CASE("fleet enumeration holds every top-k kernel tile the launch plan picks
   for (int i = 0; i < 20000; ++i) {
     const int rows = 1 + int(rng() % 70000);
     const int width = 1 + int(rng() % detail::kMaxTopkWidth);
-    const int sm = std::vector<int>{132, 114, 78}[rng() % 3];
+    // Any SM count (MIG slices, parts the fleet does not name), not only the ones it enumerates at.
+    const int sm = rng() % 2 ? std::vector<int>{132, 114, 78}[rng() % 3] : 8 + int(rng() % 193);
     const detail::TopkLaunchPlan plan = detail::plan_topk_launch(rows, width, 2048, sm, rng() % 2 ? 16 : 8);
     INFO(rows, " x ", width, " at ", sm, " SMs: ", detail::to_string(plan));
     KernelSpec s{.family = Family::topk, .tile = detail::topk_tile(plan)};
     s = with_default_tile(s);
     REQUIRE(std::find(tiles.begin(), tiles.end(), s.tile) != tiles.end());
   }
+}
+
+TEST_CASE("top-k plans load a kernel compiled for their CTA layout, under any constraints") {
+  // The kernel's C is 1 unless its algorithm is a cluster one (then max(ctas_per_row, 2)); the dense
+  // and cluster-list paths exist at 256 and >= 512 threads only (templates/topk.cuh).
+  using detail::TopkPlanConstraints;
+  using A = TopkAlgorithm;
+  const std::vector<TopkPlanConstraints> used = {  // tests/test_topk_gpu.cpp's and the tuning search's
+      {}, {.ctas_per_row = 1, .force_streaming = true}, {.force_streaming = true},
+      {.ctas_per_row = 1, .threads = 256, .dense_registers = 1}, {.prefetch_slice = 0}, {.prefetch_slice = 1},
+      {.speculate = 0}, {.algorithm = A::exact_sweeps}, {.algorithm = A::cluster_sweeps},
+      {.algorithm = A::cluster_lists}, {.algorithm = A::speculative_sweep}, {.algorithm = A::dense_registers},
+      {.ctas_per_row = 1, .threads = 256, .algorithm = A::dense_registers}, {.cand_capacity = 64},
+      {.slots_per_thread = 0}, {.ctas_per_row = 16}, {.ctas_per_row = 2, .speculate = 0},
+      {.ctas_per_row = 1, .speculate = 1}, {.ctas_per_row = 1, .speculate = 0}, {.ctas_per_row = 8, .prefetch_slice = 1},
+      {.ctas_per_row = 1, .threads = 1024, .speculate = 1}, {.ctas_per_row = 1, .threads = 128, .speculate = 1}};
+  std::mt19937_64 rng(std::random_device{}());
+  int planned = 0;
+  for (int i = 0; i < 40000; ++i) {
+    const int rows = rng() % 2 ? 1 + int(rng() % 300) : 1 + int(rng() % 70000);
+    const int width = rng() % 3 ? 1 + int(rng() % detail::kMaxTopkWidth) : 1 + int(rng() % 40000);
+    const int topk = 64 * (1 + int(rng() % 64));
+    const int sm = 8 + int(rng() % 193);
+    TopkPlanConstraints c = used[rng() % used.size()];
+    if (rng() % 4 == 0) {  // random switches on top
+      c.ctas_per_row = std::vector<int>{0, 1, 2, 4, 8, 16}[rng() % 6];
+      c.threads = std::vector<int>{0, 128, 256, 512, 1024}[rng() % 5];
+      c.speculate = int(rng() % 3) - 1;
+      c.dense_registers = int(rng() % 3) - 1;
+      c.prefetch_row = int(rng() % 3) - 1;
+    }
+    detail::TopkLaunchPlan plan;
+    try {
+      plan = detail::plan_topk_launch(rows, width, topk, sm, rng() % 2 ? 16 : 8, c);
+    } catch (const std::invalid_argument&) {
+      continue;  // a constraint the shape cannot take: refused before any launch
+    }
+    ++planned;
+    INFO(rows, " x ", width, " topk ", topk, " at ", sm, " SMs: ", detail::to_string(plan));
+    const bool clustered = plan.algorithm == A::cluster_sweeps || plan.algorithm == A::cluster_lists;
+    REQUIRE(clustered == (plan.cluster_size > 1));
+    if (plan.algorithm == A::dense_registers) REQUIRE((plan.threads == 256 && plan.slice <= 9212));
+    if (plan.algorithm == A::cluster_lists) REQUIRE(plan.threads >= 512);
+    KernelSpec s{.family = Family::topk, .topk = topk, .tile = detail::topk_tile(plan)};
+    CHECK_NOTHROW(validate(with_default_tile(s)));
+  }
+  CHECK(planned > 20000);
 }
 
 TEST_CASE("cache verify names a flipped byte and a truncated entry; --fix removes only those") {

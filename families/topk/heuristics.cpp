@@ -46,9 +46,9 @@ TileConfig topk_tile(const TopkLaunchPlan& plan) { return {.threads = plan.threa
 TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster,
                                 const TopkPlanConstraints& constraints) {
   TopkLaunchPlan plan;
-  // No row needs a selection (each writes 0, 1, ..., len - 1): the 1024-thread exact kernel, which
-  // short single rows take anyway, rather than a kernel of its own.
-  plan.threads = constraints.threads > 0 ? constraints.threads : 1024;
+  // No row needs a selection (each writes 0, 1, ..., len - 1): 512 threads, two CTAs an SM, in the
+  // exact kernel that many rows of longer slices take anyway.
+  plan.threads = constraints.threads > 0 ? constraints.threads : 512;
   if (width <= topk) return plan;
   auto ceil_div = [](long long a, long long b) { return (a + b - 1) / b; };
   plan.cand_capacity = std::min(kCandCapacity, constraints.cand_capacity > 0 ? constraints.cand_capacity : kCandCapacity);

@@ -75,6 +75,11 @@ std::string readable_stem(const KernelSpec& spec) {
 
 unsigned max_dynamic_smem(const KernelSpec&) { return kTopkMaxDynamicSmem; }
 
+// 512 threads, or 256 for dense_registers (the only count its kernel exists at).
+void fill_default_tile(KernelSpec& spec) {
+  if (spec.tile.threads == 0) spec.tile.threads = spec.tile.algorithm == TopkAlgorithm::dense_registers ? 256 : 512;
+}
+
 // The kernel; it includes the §1 transform and the family's parts.
 std::string_view template_file(const KernelSpec&) { return "topk.cuh"; }
 
@@ -88,7 +93,7 @@ const FamilyTraits topk_traits = {
     "topk",
     "nsajit_topk",
     &template_file,
-    &default_threads<512>,
+    &fill_default_tile,
     &validate_topk,
     &constants,
     &readable_stem,
