@@ -169,6 +169,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   if (tid < 32) sh.union_count[tid] = 0u;
   if (tid == 0) {
     sh.cand_local = 0;
+    sh.key_lo = 0xffffffffu;
+    sh.key_hi = 0u;
     sh.cand_reserved = 0;
     sh.slice_max = 0u;
     sh.short_n = 0;
@@ -376,7 +378,25 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     }
 
     // Rescans (rare: more keys share the threshold bin than the candidate list holds, e.g. a
-    // plateau or values inside one narrow band): 8-bit digits over the keys matching the prefix.
+    // plateau or values inside one narrow band): 8-bit digits over the keys matching the prefix,
+    // after one sweep for their range, which resolves a plateau of equal keys (ReLU zeros: each
+    // digit would count them all on one histogram word) and skips the bits a band shares.
+    if (x.count > p.cand_capacity && x.bits < 32) {  // uniform (C > 1: cluster-wide counts)
+      uint32_t lo = 0xffffffffu, hi = 0u;
+      for (int v = tid; v < s.nvec; v += NSAJIT_THREADS) {
+        const u32x4 kv = v < resident_vecs ? keys[v] : topk_global_keys(s, v);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t key = topk_lane(kv, j);
+          if (key != 0u && (key & x.mask) == x.prefix) {
+            lo = min(lo, key);
+            hi = max(hi, key);
+          }
+        }
+      }
+      topk_key_range(lo, hi, sh, C);
+      topk_narrow_to_range(x, lo, hi);
+    }
     for (int pass = 0; x.count > p.cand_capacity && x.bits < 32; ++pass) {
       const int width = min(NSAJIT_TOPK_RESCAN_BITS, 32 - x.bits);
       const int shift = 32 - x.bits - width;

@@ -29,6 +29,7 @@ struct TopkShared {
   int cand_local;     // candidates this CTA found
   int cand_reserved;  // cluster rank 0: the cluster-wide list's fill level (remote atomics)
   uint32_t unique_key;  // speculative refinement: the one key left with the prefix
+  uint32_t key_lo, key_hi;  // the range of the keys matching the prefix (topk_key_range; ~0u and 0 from the prologue)
   uint32_t slice_max;   // C > 1: this slice's largest key (0 when empty)
   uint32_t slice_lo;    // C > 1: the first-digit bin of this slice's topk-th largest key (0: fewer keys)
   uint32_t union_count[32];  // cluster lists: the union's counts of the 32 bins under the row's top
@@ -163,6 +164,47 @@ NSAJIT_DEVICE void topk_radix_step(TopkRadix& x, uint32_t digit, int width, int 
   x.mask |= ((1u << width) - 1u) << shift;
   x.count = count;
   x.bits += width;
+}
+
+// The keys matching x's prefix all lie in [lo, hi], their minimum and maximum: they share the
+// leading bits of lo and hi, so the prefix advances to the first bit where lo and hi differ (count
+// and k unchanged), and lo == hi resolves all 32 bits (a plateau of equal keys, e.g. ReLU zeros).
+NSAJIT_DEVICE void topk_narrow_to_range(TopkRadix& x, uint32_t lo, uint32_t hi) {
+  const int common = lo == hi ? 32 : __clz(lo ^ hi);
+  if (common <= x.bits) return;
+  x.mask = ~(0xffffffffu >> common);  // common >= 1: x.bits >= 12 here
+  x.prefix = lo & x.mask;
+  x.bits = common;
+}
+
+// Whole block (C > 1: every CTA of the cluster, uniformly): lo and hi become the minimum and the
+// maximum over the block's (the cluster's) threads. sh.key_lo / key_hi are written only here, from
+// the prologue's ~0u / 0, so cluster peers may read them until the kernel ends. Ends synchronised.
+NSAJIT_DEVICE void topk_key_range(uint32_t& lo, uint32_t& hi, TopkShared& sh, int C) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    lo = min(lo, __shfl_xor_sync(NSAJIT_TOPK_FULL, lo, o));
+    hi = max(hi, __shfl_xor_sync(NSAJIT_TOPK_FULL, hi, o));
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicMin(&sh.key_lo, lo);
+    atomicMax(&sh.key_hi, hi);
+  }
+  if (C > 1) {
+    topk_cluster_sync();  // every CTA's range is complete
+    const int lane = threadIdx.x & 31;
+    lo = lane < C ? topk_cluster_load(&sh.key_lo, uint32_t(lane)) : 0xffffffffu;
+    hi = lane < C ? topk_cluster_load(&sh.key_hi, uint32_t(lane)) : 0u;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      lo = min(lo, __shfl_xor_sync(NSAJIT_TOPK_FULL, lo, o));
+      hi = max(hi, __shfl_xor_sync(NSAJIT_TOPK_FULL, hi, o));
+    }
+  } else {
+    __syncthreads();
+    lo = sh.key_lo;
+    hi = sh.key_hi;
+  }
 }
 
 // One pass of the refinement over a candidate list: the 10-bit (or last) digit under x's prefix,

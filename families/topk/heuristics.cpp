@@ -24,8 +24,8 @@ constexpr int kMaxDynamicBytes = int(kTopkMaxDynamicSmem);
 // Scores of a launch at most this large may be prefetched into L2 ahead of their lengths (a
 // third of the H200's 50 MB L2).
 constexpr long long kPrefetchSliceMaxBytes = 16LL << 20;
-// Dynamic shared memory of one of two CTAs that share an SM (512 threads: 13,056 bytes of static
-// shared memory each (NVRTC 13.0) and 1 KB reserved: the two take 232,960 of the SM's 233,472).
+// Dynamic shared memory of one of two CTAs that share an SM (512 threads: 13,072 bytes of static
+// shared memory each (NVRTC 13.0) and 1 KB reserved: the two take 232,992 of the SM's 233,472).
 constexpr int kTwoPerSmDynamicBytes = 102400;
 
 [[noreturn]] void throw_constraint(const std::string& what) {
