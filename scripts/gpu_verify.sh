@@ -3,8 +3,10 @@
 # built here), in phases that each fit one device call (<= 550 s; the device tool stops a command
 # at 600 s):
 #   tests   the whole GPU suite (nsajit_tests), the Python GPU tests (pytest, when torch is there),
-#           `nsajit run`; then, time permitting, memcheck of the bf16 row-stride top-k test and of the
-#           sparse-MLA attn_sink test (decode and prefill, split and unsplit).
+#           `nsajit run`; then, time permitting, memcheck of the sparse-MLA attn_sink test (decode and
+#           prefill, split and unsplit). (Not of top-k tests that reach cluster lists: memcheck reports
+#           their bulk copies as invalid shared writes and aborts, a tool false positive,
+#           docs/notes/topk.md; the checks phase memchecks the bf16 path on 2-CTA cluster sweeps.)
 #   bench   `nsajit bench topk` and `nsajit bench sparse-mla` against the PyTorch baseline, anchors
 #           merged (bench/anchors/): topk.json, sparse_mla.json.
 #   checks  `nsajit autotune --config tune/h200.json` writing h200.json (commit it as
@@ -83,7 +85,6 @@ if [ "$phase" = tests ] || [ "$phase" = all ]; then
   fi
   step run 60 "$build/nsajit" run
   show run "FAIL|^jit:" 3
-  test_memcheck topk_bf16_strides "topk gpu bf16: row strides*" 90
   test_memcheck attn_sink "sparse_mla gpu: attn_sink*" 150
 fi
 
