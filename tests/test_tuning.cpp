@@ -293,7 +293,8 @@ TEST_CASE("atomic write: a failed write leaves no file and no temporary file beh
 }
 
 TEST_CASE("fleet enumeration: a tuning database's choices for the arch are enumerated, named by the database") {
-  const tuning::SparseMlaChoice mla{.tile = {.heads_per_cta = 16, .kernel = MlaKernel::mma_sync, .producer_warps = 2}};
+  // A variant neither the heuristics nor the shipped H200 database choose.
+  const tuning::SparseMlaChoice mla{.tile = {.heads_per_cta = 32, .kernel = MlaKernel::mma_sync, .producer_warps = 2}};
   const nlohmann::json j = db_json(key_of("NVIDIA H200", 132), 64, {1, 4}, mla, {1, 1}, {65537, 262144},
                                    detail::TopkPlanConstraints{.threads = 256});
   tools::FleetConfig fleet;
