@@ -43,8 +43,12 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   // While the loads are in flight: hist0 (16-byte stores; the plan aligns it) and the list's fill.
   for (int i = tid; i < NSAJIT_TOPK_BINS0 / 4; i += NSAJIT_THREADS)
     reinterpret_cast<u32x4*>(hist0)[i] = u32x4{0u, 0u, 0u, 0u};
-  if (tid == 0) sh.cand_local = 0;
+  if (tid == 0) {
+    sh.cand_local = 0;
+    sh.zero_keys = 0u;
+  }
   __syncthreads();
+  uint32_t zeros = 0u;  // keys of 0.0 (topk_count_first_digit)
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
     const int v = tid + j * NSAJIT_THREADS;
@@ -53,35 +57,37 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
       k[j].y = topk_key(__uint_as_float(k[j].y));
       k[j].z = topk_key(__uint_as_float(k[j].z));
       k[j].w = topk_key(__uint_as_float(k[j].w));
-      atomicAdd(&hist0[k[j].x >> NSAJIT_TOPK_SHIFT0], 1u);
-      atomicAdd(&hist0[k[j].y >> NSAJIT_TOPK_SHIFT0], 1u);
-      atomicAdd(&hist0[k[j].z >> NSAJIT_TOPK_SHIFT0], 1u);
-      atomicAdd(&hist0[k[j].w >> NSAJIT_TOPK_SHIFT0], 1u);
+      topk_count_first_digit(hist0, k[j].x, zeros);
+      topk_count_first_digit(hist0, k[j].y, zeros);
+      topk_count_first_digit(hist0, k[j].z, zeros);
+      topk_count_first_digit(hist0, k[j].w, zeros);
     } else if (v < s.nvec) {  // an edge vector: element loads, key 0 outside the slice
       k[j] = topk_global_keys(s, v);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const uint32_t key = topk_lane(k[j], e);
-        if (key != 0u) atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
+        if (key != 0u) topk_count_first_digit(hist0, key, zeros);
       }
     }
   }
+  topk_flush_zeros(hist0, zeros, sh);
   __syncthreads();
   TopkRadix x{0u, 0u, NSAJIT_TOPK, 0, 0};
   {
     int greater, count;
     const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
     topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
+    topk_resolve_zero_plateau(x, sh.zero_keys);
   }
   // The keys of the threshold's bin (about 70 of 6K normal scores), listed from the start of
   // dynamic shared memory: nothing there is in use until the output is staged (hist0's search
   // ended with a barrier), and the plan gives it room for the whole slice (4 * 256 * 9 words).
   extern __shared__ u32x4 topk_dynamic[];
   uint32_t* const listed = reinterpret_cast<uint32_t*>(topk_dynamic);
-  const int n_listed = x.count;
+  const int n_listed = x.bits < 32 ? x.count : 0;  // a plateau of 0.0 is resolved already
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
-    if (j * NSAJIT_THREADS >= s.nvec) break;  // rounds past the slice hold padding only (uniform)
+    if (j * NSAJIT_THREADS >= s.nvec || n_listed == 0) break;  // padding only, or nothing to list (uniform)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const uint32_t key = topk_lane(k[j], e);
@@ -89,7 +95,7 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     }
   }
   __syncthreads();
-  if (n_listed <= NSAJIT_THREADS) {
+  if (x.bits < 32 && n_listed <= NSAJIT_THREADS) {
     // One entry a thread, counted against all (16-byte broadcast reads): the entries with
     // greater < k <= greater + equal hold the threshold; the first listed copy writes it. One
     // barrier, where two 10-bit digits take four.

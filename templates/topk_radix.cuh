@@ -37,7 +37,29 @@ struct TopkShared {
   int own_equal[NSAJIT_TOPK_WARPS];
   unsigned long long inbox_full;  // cluster lists: the mbarrier of the C messages (topk_cluster_lists.cuh)
   int message_fill[32];           // cluster lists: the next free key of each bin's range in the message
+  uint32_t zero_keys;             // keys of +0.0 (and -0.0) in the slice, counted apart in pass 0
 };
+
+// +0.0's key. ReLU rows are mostly +0.0, whose keys would all hit one histogram word (a warp's 32
+// atomics on one address are serialised): pass 0 counts them in a register instead.
+constexpr uint32_t kTopkZeroKey = 0x80000000u;
+
+NSAJIT_DEVICE void topk_count_first_digit(uint32_t* hist0, uint32_t key, uint32_t& zeros) {
+  if (key == kTopkZeroKey)
+    ++zeros;
+  else
+    atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
+}
+
+// Whole warp: adds its lanes' zeros to hist0's bin of 0.0 and to sh.zero_keys.
+NSAJIT_DEVICE void topk_flush_zeros(uint32_t* hist0, uint32_t zeros, TopkShared& sh) {
+  zeros = __reduce_add_sync(NSAJIT_TOPK_FULL, zeros);
+  if ((threadIdx.x & 31) == 0 && zeros != 0u) {
+    atomicAdd(&hist0[kTopkZeroKey >> NSAJIT_TOPK_SHIFT0], zeros);
+    atomicAdd(&sh.zero_keys, zeros);
+  }
+}
+
 
 // One radix step, whole block: the bin d of h[0, nbins) with greater(d) < k <= greater(d) + h[d],
 // greater(d) = keys in the bins above d. nbins is a power of two; thread t owns `per` consecutive
@@ -175,6 +197,16 @@ NSAJIT_DEVICE void topk_narrow_to_range(TopkRadix& x, uint32_t lo, uint32_t hi) 
   x.mask = ~(0xffffffffu >> common);  // common >= 1: x.bits >= 12 here
   x.prefix = lo & x.mask;
   x.bits = common;
+}
+
+// After pass 0 found the first digit: when the threshold's bin holds only keys of 0.0 (a ReLU
+// row's plateau), all 32 bits are known without listing or rescanning them.
+NSAJIT_DEVICE void topk_resolve_zero_plateau(TopkRadix& x, uint32_t zero_keys) {
+  if (x.prefix == (kTopkZeroKey & x.mask) && uint32_t(x.count) == zero_keys) {
+    x.prefix = kTopkZeroKey;
+    x.mask = 0xffffffffu;
+    x.bits = 32;
+  }
 }
 
 // Whole block (C > 1: every CTA of the cluster, uniformly): lo and hi become the minimum and the
