@@ -48,7 +48,6 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     sh.zero_keys = 0u;
   }
   __syncthreads();
-  uint32_t zeros = 0u;  // keys of 0.0 (topk_count_first_digit)
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
     const int v = tid + j * NSAJIT_THREADS;
@@ -57,26 +56,34 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
       k[j].y = topk_key(__uint_as_float(k[j].y));
       k[j].z = topk_key(__uint_as_float(k[j].z));
       k[j].w = topk_key(__uint_as_float(k[j].w));
-      topk_count_first_digit(hist0, k[j].x, zeros);
-      topk_count_first_digit(hist0, k[j].y, zeros);
-      topk_count_first_digit(hist0, k[j].z, zeros);
-      topk_count_first_digit(hist0, k[j].w, zeros);
+      atomicAdd(&hist0[k[j].x >> NSAJIT_TOPK_SHIFT0], 1u);
+      atomicAdd(&hist0[k[j].y >> NSAJIT_TOPK_SHIFT0], 1u);
+      atomicAdd(&hist0[k[j].z >> NSAJIT_TOPK_SHIFT0], 1u);
+      atomicAdd(&hist0[k[j].w >> NSAJIT_TOPK_SHIFT0], 1u);
     } else if (v < s.nvec) {  // an edge vector: element loads, key 0 outside the slice
       k[j] = topk_global_keys(s, v);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const uint32_t key = topk_lane(k[j], e);
-        if (key != 0u) topk_count_first_digit(hist0, key, zeros);
+        if (key != 0u) atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
       }
     }
   }
-  topk_flush_zeros(hist0, zeros, sh);
   __syncthreads();
   TopkRadix x{0u, 0u, NSAJIT_TOPK, 0, 0};
   {
     int greater, count;
     const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
     topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
+  }
+  if (x.prefix == (kTopkZeroKey & x.mask)) {  // uniform: the threshold in 0.0's bin (a ReLU row's plateau)
+    uint32_t zeros = 0u;
+#pragma unroll
+    for (int j = 0; j < DV; ++j)
+      zeros += uint32_t(k[j].x == kTopkZeroKey) + uint32_t(k[j].y == kTopkZeroKey) + uint32_t(k[j].z == kTopkZeroKey) +
+               uint32_t(k[j].w == kTopkZeroKey);
+    topk_flush_zeros(zeros, sh);
+    __syncthreads();
     topk_resolve_zero_plateau(x, sh.zero_keys);
   }
   // The keys of the threshold's bin (about 70 of 6K normal scores), listed from the start of

@@ -37,29 +37,18 @@ struct TopkShared {
   int own_equal[NSAJIT_TOPK_WARPS];
   unsigned long long inbox_full;  // cluster lists: the mbarrier of the C messages (topk_cluster_lists.cuh)
   int message_fill[32];           // cluster lists: the next free key of each bin's range in the message
-  uint32_t zero_keys;             // keys of +0.0 (and -0.0) in the slice, counted apart in pass 0
+  uint32_t zero_keys;             // dense rows: keys of 0.0 (topk_flush_zeros; 0 from the prologue)
 };
 
-// +0.0's key. ReLU rows are mostly +0.0, whose keys would all hit one histogram word (a warp's 32
-// atomics on one address are serialised): pass 0 counts them in a register instead.
+// +0.0's key (-0.0's too). ReLU rows are mostly 0.0: when a row's threshold lies in 0.0's
+// first-digit bin, the exact 0.0 keys are counted, and a bin of nothing else is resolved at once.
 constexpr uint32_t kTopkZeroKey = 0x80000000u;
 
-NSAJIT_DEVICE void topk_count_first_digit(uint32_t* hist0, uint32_t key, uint32_t& zeros) {
-  if (key == kTopkZeroKey)
-    ++zeros;
-  else
-    atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
-}
-
-// Whole warp: adds its lanes' zeros to hist0's bin of 0.0 and to sh.zero_keys.
-NSAJIT_DEVICE void topk_flush_zeros(uint32_t* hist0, uint32_t zeros, TopkShared& sh) {
+// Whole warp: adds its lanes' counts of 0.0 keys to sh.zero_keys.
+NSAJIT_DEVICE void topk_flush_zeros(uint32_t zeros, TopkShared& sh) {
   zeros = __reduce_add_sync(NSAJIT_TOPK_FULL, zeros);
-  if ((threadIdx.x & 31) == 0 && zeros != 0u) {
-    atomicAdd(&hist0[kTopkZeroKey >> NSAJIT_TOPK_SHIFT0], zeros);
-    atomicAdd(&sh.zero_keys, zeros);
-  }
+  if ((threadIdx.x & 31) == 0 && zeros != 0u) atomicAdd(&sh.zero_keys, zeros);
 }
-
 
 // One radix step, whole block: the bin d of h[0, nbins) with greater(d) < k <= greater(d) + h[d],
 // greater(d) = keys in the bins above d. nbins is a power of two; thread t owns `per` consecutive
@@ -199,8 +188,8 @@ NSAJIT_DEVICE void topk_narrow_to_range(TopkRadix& x, uint32_t lo, uint32_t hi) 
   x.bits = common;
 }
 
-// After pass 0 found the first digit: when the threshold's bin holds only keys of 0.0 (a ReLU
-// row's plateau), all 32 bits are known without listing or rescanning them.
+// After the first digit: when the threshold's bin holds only keys of 0.0 (a ReLU row's plateau),
+// all 32 bits are known without listing or rescanning them.
 NSAJIT_DEVICE void topk_resolve_zero_plateau(TopkRadix& x, uint32_t zero_keys) {
   if (x.prefix == (kTopkZeroKey & x.mask) && uint32_t(x.count) == zero_keys) {
     x.prefix = kTopkZeroKey;
