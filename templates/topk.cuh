@@ -174,6 +174,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     sh.cand_reserved = 0;
     sh.slice_max = 0u;
     sh.short_n = 0;
+    sh.zero_keys = 0u;
   }
 #if NSAJIT_TOPK_ALGORITHM == NSAJIT_TOPK_CLUSTER_LISTS
   if (topk_uses_cluster_lists(p)) topk_cluster_lists_init(C, sh);
@@ -253,6 +254,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     // most two partial vectors at the edges are read element by element.
     {
       uint32_t slice_max = 0u;  // C > 1: the slice's largest key
+      uint32_t zeros = 0u;      // keys of 0.0 (kTopkCountZeros)
       const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
       constexpr int kUnroll = 4;
       for (int base = vw0; base < vw1; base += kUnroll * NSAJIT_THREADS) {
@@ -272,10 +274,10 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
             kv.z = topk_key(__uint_as_float(raw[u].z));
             kv.w = topk_key(__uint_as_float(raw[u].w));
             if (v < resident_vecs) keys[v] = kv;
-            atomicAdd(&hist0[kv.x >> NSAJIT_TOPK_SHIFT0], 1u);
-            atomicAdd(&hist0[kv.y >> NSAJIT_TOPK_SHIFT0], 1u);
-            atomicAdd(&hist0[kv.z >> NSAJIT_TOPK_SHIFT0], 1u);
-            atomicAdd(&hist0[kv.w >> NSAJIT_TOPK_SHIFT0], 1u);
+            topk_count_first_digit(hist0, kv.x, zeros);
+            topk_count_first_digit(hist0, kv.y, zeros);
+            topk_count_first_digit(hist0, kv.z, zeros);
+            topk_count_first_digit(hist0, kv.w, zeros);
             slice_max = max(slice_max, max(max(kv.x, kv.y), max(kv.z, kv.w)));
           }
         }
@@ -288,10 +290,11 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const uint32_t key = topk_lane(kv, j);
-          if (key != 0u) atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
+          if (key != 0u) topk_count_first_digit(hist0, key, zeros);
           slice_max = max(slice_max, key);
         }
       }
+      if (kTopkCountZeros) topk_flush_zeros(zeros, sh, hist0);
       if (C > 1) {
         slice_max = __reduce_max_sync(NSAJIT_TOPK_FULL, slice_max);
         if (lane == 0) atomicMax(&sh.slice_max, slice_max);
@@ -375,6 +378,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       int greater, count;
       const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
       topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
+      if (kTopkCountZeros) topk_resolve_zero_plateau(x, sh.zero_keys);
     }
 
     // Rescans (rare: more keys share the threshold bin than the candidate list holds, e.g. a

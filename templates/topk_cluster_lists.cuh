@@ -111,7 +111,7 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
   int* const warp_positions = l.warp_positions + warp * l.warp_capacity;
   int warp_n = 0;
   const int position0 = b + 4 * lane - s.head;  // of key 0 of this lane's vector in round 0
-  for (int q0 = round_begin; q0 < round_end; q0 += 4) {
+  for (int q0 = round_begin; fits && q0 < round_end; q0 += 4) {  // nothing to list past capacity (uniform)
     auto round_keys = [&](int u) {  // every vector is kept (topk_uses_cluster_lists); 0: never listed
       u32x4 z;
       z.x = z.y = z.z = z.w = 0u;

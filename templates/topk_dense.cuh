@@ -43,7 +43,10 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   // While the loads are in flight: hist0 (16-byte stores; the plan aligns it) and the list's fill.
   for (int i = tid; i < NSAJIT_TOPK_BINS0 / 4; i += NSAJIT_THREADS)
     reinterpret_cast<u32x4*>(hist0)[i] = u32x4{0u, 0u, 0u, 0u};
-  if (tid == 0) sh.cand_local = 0;
+  if (tid == 0) {
+    sh.cand_local = 0;
+    sh.zero_keys = 0u;
+  }
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
@@ -73,15 +76,25 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
     topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
   }
+  if (x.prefix == (kTopkZeroKey & x.mask)) {  // uniform: the threshold in 0.0's bin (a ReLU row's plateau)
+    uint32_t zeros = 0u;
+#pragma unroll
+    for (int j = 0; j < DV; ++j)
+      zeros += uint32_t(k[j].x == kTopkZeroKey) + uint32_t(k[j].y == kTopkZeroKey) + uint32_t(k[j].z == kTopkZeroKey) +
+               uint32_t(k[j].w == kTopkZeroKey);
+    topk_flush_zeros(zeros, sh);
+    __syncthreads();
+    topk_resolve_zero_plateau(x, sh.zero_keys);
+  }
   // The keys of the threshold's bin (about 70 of 6K normal scores), listed from the start of
   // dynamic shared memory: nothing there is in use until the output is staged (hist0's search
   // ended with a barrier), and the plan gives it room for the whole slice (4 * 256 * 9 words).
   extern __shared__ u32x4 topk_dynamic[];
   uint32_t* const listed = reinterpret_cast<uint32_t*>(topk_dynamic);
-  const int n_listed = x.count;
+  const int n_listed = x.bits < 32 ? x.count : 0;  // a plateau of 0.0 is resolved already
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
-    if (j * NSAJIT_THREADS >= s.nvec) break;  // rounds past the slice hold padding only (uniform)
+    if (j * NSAJIT_THREADS >= s.nvec || n_listed == 0) break;  // padding only, or nothing to list (uniform)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const uint32_t key = topk_lane(k[j], e);
@@ -89,7 +102,7 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     }
   }
   __syncthreads();
-  if (n_listed <= NSAJIT_THREADS) {
+  if (x.bits < 32 && n_listed <= NSAJIT_THREADS) {
     // One entry a thread, counted against all (16-byte broadcast reads): the entries with
     // greater < k <= greater + equal hold the threshold; the first listed copy writes it. One
     // barrier, where two 10-bit digits take four.

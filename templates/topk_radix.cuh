@@ -37,7 +37,33 @@ struct TopkShared {
   int own_equal[NSAJIT_TOPK_WARPS];
   unsigned long long inbox_full;  // cluster lists: the mbarrier of the C messages (topk_cluster_lists.cuh)
   int message_fill[32];           // cluster lists: the next free key of each bin's range in the message
+  uint32_t zero_keys;             // keys of 0.0 when counted (topk_flush_zeros; 0 from the prologue)
 };
+
+// +0.0's key (-0.0's too). ReLU rows are mostly 0.0: when a row's threshold lies in 0.0's
+// first-digit bin, the exact 0.0 keys are counted, and a bin of nothing else is resolved at once.
+constexpr uint32_t kTopkZeroKey = 0x80000000u;
+
+// Whole warp: adds its lanes' counts of 0.0 keys to sh.zero_keys (and, given hist0, to 0.0's bin).
+NSAJIT_DEVICE void topk_flush_zeros(uint32_t zeros, TopkShared& sh, uint32_t* hist0 = nullptr) {
+  zeros = __reduce_add_sync(NSAJIT_TOPK_FULL, zeros);
+  if ((threadIdx.x & 31) == 0 && zeros != 0u) {
+    atomicAdd(&sh.zero_keys, zeros);
+    if (hist0 != nullptr) atomicAdd(&hist0[kTopkZeroKey >> NSAJIT_TOPK_SHIFT0], zeros);
+  }
+}
+
+// Speculative kernels count 0.0 apart in pass 0, which only the rows that could not speculate
+// reach (ReLU plateaus among them), since a warp's atomics on one histogram word are serialised;
+// elsewhere every row runs pass 0, and the compare costs normal rows 4-6 %.
+constexpr bool kTopkCountZeros = NSAJIT_TOPK_ALGORITHM == NSAJIT_TOPK_SPECULATIVE_SWEEP;
+
+NSAJIT_DEVICE void topk_count_first_digit(uint32_t* hist0, uint32_t key, uint32_t& zeros) {
+  if (kTopkCountZeros && key == kTopkZeroKey)
+    ++zeros;
+  else
+    atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
+}
 
 // One radix step, whole block: the bin d of h[0, nbins) with greater(d) < k <= greater(d) + h[d],
 // greater(d) = keys in the bins above d. nbins is a power of two; thread t owns `per` consecutive
@@ -175,6 +201,16 @@ NSAJIT_DEVICE void topk_narrow_to_range(TopkRadix& x, uint32_t lo, uint32_t hi) 
   x.mask = ~(0xffffffffu >> common);  // common >= 1: x.bits >= 12 here
   x.prefix = lo & x.mask;
   x.bits = common;
+}
+
+// After the first digit: when the threshold's bin holds only keys of 0.0 (a ReLU row's plateau),
+// all 32 bits are known without listing or rescanning them.
+NSAJIT_DEVICE void topk_resolve_zero_plateau(TopkRadix& x, uint32_t zero_keys) {
+  if (x.prefix == (kTopkZeroKey & x.mask) && uint32_t(x.count) == zero_keys) {
+    x.prefix = kTopkZeroKey;
+    x.mask = 0xffffffffu;
+    x.bits = 32;
+  }
 }
 
 // Whole block (C > 1: every CTA of the cluster, uniformly): lo and hi become the minimum and the

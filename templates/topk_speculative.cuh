@@ -67,7 +67,8 @@ NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, const u32x4 (&head)
   if (8 * r > samples) return 0u;  // uniform; also when fewer than r samples (find_bin needs >= r)
   int greater, count;
   const uint32_t d = topk_find_bin(hist, NSAJIT_TOPK_BINS0, r, sh, greater, count);
-  return d == 0u ? 0u : d << NSAJIT_TOPK_SHIFT0;  // bin 0 (NaN, below -inf): the exact path
+  // Bin 0 (NaN, below -inf) or 0.0's bin (a ReLU row's plateau, which no list holds): the exact path.
+  return d == 0u || d == kTopkZeroKey >> NSAJIT_TOPK_SHIFT0 ? 0u : d << NSAJIT_TOPK_SHIFT0;
 }
 
 // Asks L2 for the whole vectors of rounds [round_begin, round_end) (a hint, no
@@ -144,8 +145,7 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, ui
       if (fill + found <= capacity) {
         // Predicated stores of the raw score bits and positions at 32-bit shared addresses: no
         // loop as long as the lane with the most listed scores, no key conversion (done after
-        // the sweep over the lists). Run 27's profile: the loop's version issued ~200
-        // instructions a round.
+        // the sweep over the lists); a loop over the lane's scores issued ~200 instructions a round.
         uint32_t at = 4u * uint32_t(fill + __popc(m[0] & lanes_below) + __popc(m[1] & lanes_below) +
                                     __popc(m[2] & lanes_below) + __popc(m[3] & lanes_below));
         const int position = slice_begin + 4 * v - s.head;

@@ -573,6 +573,12 @@ TEST_CASE("topk gpu: distributions, at 1, 2, 8 and 16 CTAs per row, list, rescan
          std::fill(row.begin(), row.end(), 0.0f);
          for (int i = 0; i < nonzero; ++i) row[rng() % std::uint32_t(width)] = std::fabs(normal(rng)) + 0x1.0p-20f;
        }},
+      {"0.0 plateau with positive subnormals (0.0's first-digit bin, not only 0.0)",
+       [&](std::vector<float>& row, int width) {
+         const int nonzero = std::min(width, 300 + int(rng() % 200));  // < 512 <= topk
+         std::fill(row.begin(), row.end(), 0.0f);
+         for (int i = 0; i < nonzero; ++i) row[rng() % std::uint32_t(width)] = from_bits(1u + (rng() & 0x000fffffu));
+       }},
       {"small integers (many ties)", per_element([&] { return float(int(rng() % 7) - 3); })},
       {"plateau", per_element([&] { return 0.5f; })},
       {"raw bit patterns", per_element([&] { return from_bits(bits(rng)); })},
