@@ -18,6 +18,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cache/cache_admin.hpp"
@@ -29,6 +30,8 @@
 #include "tests/spec_matrix.hpp"
 #include "tests/test_dirs.hpp"
 #include "tools/fleet_specs.hpp"
+#include "tools/model_config.hpp"
+#include "tools/tuning_config.hpp"
 #include "tools/spec_text.hpp"
 
 using namespace nsajit;
@@ -197,6 +200,44 @@ TEST_CASE("fleet enumeration holds every top-k kernel tile the launch plan picks
     KernelSpec s{.family = Family::topk, .tile = detail::topk_tile(plan)};
     s = with_default_tile(s);
     REQUIRE(std::find(tiles.begin(), tiles.end(), s.tile) != tiles.end());
+  }
+}
+
+TEST_CASE("nsajit run's precompile list: top-k's tile at any SM count (MIG slices), the tuning databases' choices") {
+  for (const auto& [tp, batch, arch] : {std::tuple{1, 64, Arch{90, 'a'}}, std::tuple{8, 64, Arch{100, 'a'}},
+                                        std::tuple{2, 8, Arch{90, 'a'}}, std::tuple{1, 1, Arch{100, 'a'}}}) {
+    tools::ModelConfig c;
+    c.tp = tp;
+    c.batch = batch;
+    std::vector<const tuning::TuningDb*> dbs;
+    for (const tuning::TuningDb& db : tuning::shipped_tuning_dbs()) dbs.push_back(&db);
+    const std::vector<KernelSpec> specs = tools::decode_step_specs(c, arch, dbs);
+    auto has = [&](const KernelSpec& s) { return std::find(specs.begin(), specs.end(), s) != specs.end(); };
+    for (const int sm_count : {1, 7, 16, 32, 60, 64, 78, 100, 114, 132, 200}) {
+      for (const int max_cluster : {16, 8}) {
+        INFO("tp " << tp << ", batch " << batch << ", " << to_string(arch) << ", " << sm_count << " SMs, clusters of at most "
+                   << max_cluster);
+        const detail::TopkLaunchPlan plan =
+            detail::plan_topk_launch(c.batch, c.max_context, c.index_topk, sm_count, max_cluster);
+        KernelSpec topk{.family = Family::topk, .topk = c.index_topk, .tile = detail::topk_tile(plan), .arch = arch};
+        CHECK(has(with_default_tile(topk)));
+      }
+    }
+    for (const tuning::TuningDb* db : dbs) {
+      for (const tools::DbSpec& d : tools::tuning_db_specs(*db, arch, c.index_topk))
+        if (d.spec.family == Family::sparse_mla && d.spec.h_q == c.h_q()) {
+          INFO(d.origin);
+          CHECK(has(d.spec));
+        }
+      const detail::TopkTuningEntry* e = detail::find_topk_entry(db->topk, c.batch, c.max_context, c.index_topk);
+      if (db->key.arch != to_string(arch) || e == nullptr) continue;
+      INFO(db->origin << ", top-k bucket " << e->bucket.name);
+      const detail::TopkLaunchPlan plan =
+          detail::plan_topk_launch(c.batch, c.max_context, c.index_topk, db->key.sm_count, 16, e->choice);
+      CHECK(has(with_default_tile({.family = Family::topk, .topk = c.index_topk, .tile = detail::topk_tile(plan), .arch = arch})));
+    }
+    std::set<std::string> names;
+    for (const KernelSpec& s : specs) CHECK(names.insert(readable_name(s)).second);  // each once
   }
 }
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <numeric>
 #include <set>
 #include <type_traits>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "families/topk/heuristics.hpp"
 #include "nsajit/errors.hpp"
 #include "tools/fleet_specs.hpp"
+#include "tools/tuning_config.hpp"
 
 namespace nsajit::tools {
 namespace {
@@ -212,23 +214,41 @@ void check_run_host_memory(const ModelConfig& c, std::uint64_t available) {
       c.origin("max_context"), available, double(available) / double(1ull << 30)));
 }
 
-std::vector<KernelSpec> decode_step_specs(const ModelConfig& c, Arch arch) {
+std::vector<KernelSpec> decode_step_specs(const ModelConfig& c, Arch arch,
+                                          const std::vector<const tuning::TuningDb*>& dbs) {
   // What `nsajit run` launches: top-k, the paged transform, the FP8 cache writer, and sparse MLA
   // over bf16 and FP8 KV (decode and prefill rows share one kernel per layout). Top-k's kernel
   // follows its launch plan for the run's batch (batch rows of max_context scores,
-  // tools/decode_step.cpp) on the arch's parts.
+  // tools/decode_step.cpp) on whatever part runs it: every SM count up to 256, since a MIG slice
+  // has fewer than the arch's listed parts.
   std::vector<KernelSpec> specs = {
       {.family = Family::index_transform, .topk = c.index_topk, .page_size = c.page_size, .mode = IndexMode::decode},
       {.family = Family::fp8_kv_quantize, .page_size = c.page_size},
       {.family = Family::sparse_mla, .h_q = c.h_q(), .topk = c.index_topk},
       {.family = Family::sparse_mla, .h_q = c.h_q(), .topk = c.index_topk, .kv_dtype = KvDtype::fp8_e4m3},
   };
-  for (const detail::TopkTileChoice& t : detail::topk_tile_choices(c.index_topk, sm_counts_of(arch), {}, c.batch, c.batch,
-                                                                            c.max_context, c.max_context))
+  std::vector<int> any_sm_count(256);
+  std::iota(any_sm_count.begin(), any_sm_count.end(), 1);
+  for (const detail::TopkTileChoice& t :
+       detail::topk_tile_choices(c.index_topk, any_sm_count, {}, c.batch, c.batch, c.max_context, c.max_context))
     specs.push_back({.family = Family::topk, .topk = c.index_topk, .tile = t.tile});
   for (KernelSpec& s : specs) {
     s.arch = arch;
     s = with_default_tile(s);
+  }
+  // The tuning databases' choices this run can dispatch: sparse MLA variants at its h_q, and top-k's
+  // tile for its shape on the database's GPU.
+  auto add = [&](const KernelSpec& s) {
+    if (std::find(specs.begin(), specs.end(), s) == specs.end()) specs.push_back(s);
+  };
+  for (const tuning::TuningDb* db : dbs) {
+    for (const DbSpec& d : tuning_db_specs(*db, arch, c.index_topk))
+      if (d.spec.family == Family::sparse_mla && d.spec.h_q == c.h_q()) add(d.spec);
+    const detail::TopkTuningEntry* e = detail::find_topk_entry(db->topk, c.batch, c.max_context, c.index_topk);
+    if (db->key.arch != to_string(arch) || e == nullptr) continue;
+    for (const detail::TopkTileChoice& t : detail::topk_tile_choices(c.index_topk, {db->key.sm_count}, e->choice, c.batch,
+                                                                     c.batch, c.max_context, c.max_context))
+      add(with_default_tile({.family = Family::topk, .topk = c.index_topk, .tile = t.tile, .arch = arch}));
   }
   return specs;
 }

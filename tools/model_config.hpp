@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "nsajit/spec.hpp"
+#include "runtime/tuning_db.hpp"
 
 namespace nsajit::tools {
 
@@ -57,7 +58,10 @@ std::uint64_t run_host_bytes(const ModelConfig& config);
 // Throws InvalidArgument naming the bytes run_host_bytes() needs when they exceed `available`.
 void check_run_host_memory(const ModelConfig& config, std::uint64_t available);
 
-// Every kernel a decode step of this config launches, for `arch`.
-std::vector<KernelSpec> decode_step_specs(const ModelConfig& config, Arch arch);
+// Every kernel a decode step of this config may launch on a device of `arch`: top-k in the tile its
+// launch plan picks for the step's shape at any SM count (MIG slices too), and the choices of the
+// tuning databases `dbs` (those the dispatcher may read) at the config's h_q and topk.
+std::vector<KernelSpec> decode_step_specs(const ModelConfig& config, Arch arch,
+                                          const std::vector<const tuning::TuningDb*>& dbs = {});
 
 }  // namespace nsajit::tools

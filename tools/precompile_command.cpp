@@ -22,6 +22,7 @@
 #include "tools/progress.hpp"
 #include "tools/spec_text.hpp"
 #include "tools/subcommands.hpp"
+#include "tools/tuning_config.hpp"
 
 namespace nsajit::tools {
 namespace {
@@ -112,16 +113,7 @@ int run_precompile(const PrecompileOptions& o) {
   fleet.sorted_topk = o.sorted;
   // Tuning databases whose choices are compiled besides the shipped ones: --tuning-db, else the
   // one NSAJIT_TUNING_DB names (what the fleet's processes will read).
-  std::vector<std::string> dbs = o.tuning_dbs;
-  if (const char* env = std::getenv(tuning::kEnvVariable); dbs.empty() && env && *env && std::string(env) != "none")
-    dbs.push_back(env);
-  for (const std::string& path : dbs) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in) throw InvalidArgument(fmt::format("--tuning-db {}: cannot read the file", path));
-    fleet.tuning_dbs.push_back(tuning::parse_tuning_db(text.str(), path));
-  }
+  fleet.tuning_dbs = read_tuning_dbs(o.tuning_dbs, "--tuning-db");
   if (!o.score_dtypes.empty()) {
     fleet.score_dtypes.clear();
     for (const std::string& d : o.score_dtypes) {

@@ -9,6 +9,8 @@
 #include "nsajit/jit.hpp"
 #include "runtime/driver.hpp"
 #include "tools/commands.hpp"
+#include "tools/model_config.hpp"
+#include "tools/tuning_config.hpp"
 
 namespace nsajit::tools {
 namespace {
@@ -72,7 +74,12 @@ std::string no_gpu_reason() {
 int precompile_command(const RunOptions& options) {
   const Arch arch = target_arch(options.arch);
   print_config(options.config);
-  for (const KernelSpec& spec : decode_step_specs(options.config, arch)) precompile(spec);
+  // The databases the run's processes may read: the shipped ones and $NSAJIT_TUNING_DB's.
+  const std::vector<tuning::TuningDb> env_dbs = read_tuning_dbs({}, tuning::kEnvVariable);
+  std::vector<const tuning::TuningDb*> dbs;
+  for (const tuning::TuningDb& db : tuning::shipped_tuning_dbs()) dbs.push_back(&db);
+  for (const tuning::TuningDb& db : env_dbs) dbs.push_back(&db);
+  for (const KernelSpec& spec : decode_step_specs(options.config, arch, dbs)) precompile(spec);
   print_jit_records();
   int not_cached = 0;
   for (const KernelRecord& r : jit_records()) not_cached += !r.on_disk;

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -386,6 +387,20 @@ std::vector<DbSpec> tuning_db_specs(const tuning::TuningDb& db, Arch arch, int t
     }
   }
   return out;
+}
+
+std::vector<tuning::TuningDb> read_tuning_dbs(std::vector<std::string> paths, const std::string& flag) {
+  if (const char* env = std::getenv(tuning::kEnvVariable); paths.empty() && env && *env && std::string(env) != "none")
+    paths.push_back(env);
+  std::vector<tuning::TuningDb> dbs;
+  for (const std::string& path : paths) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) throw InvalidArgument(fmt::format("{} {}: cannot read the file", flag, path));
+    dbs.push_back(tuning::parse_tuning_db(text.str(), path));
+  }
+  return dbs;
 }
 
 }  // namespace nsajit::tools

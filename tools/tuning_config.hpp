@@ -106,4 +106,9 @@ struct DbSpec {
 };
 std::vector<DbSpec> tuning_db_specs(const tuning::TuningDb& db, Arch arch, int topk);
 
+// The tuning databases a fleet's processes read besides the shipped ones: `paths`, else the file
+// $NSAJIT_TUNING_DB names (unless "none"). InvalidArgument names `flag` and the path of a file
+// that cannot be read or parsed.
+std::vector<tuning::TuningDb> read_tuning_dbs(std::vector<std::string> paths, const std::string& flag);
+
 }  // namespace nsajit::tools
