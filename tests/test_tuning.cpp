@@ -381,6 +381,13 @@ TEST_CASE("nsajit precompile --tuning-db: the database's choices are enumerated;
   r = run_cli(env, "precompile --tp 1 --check --quiet --tuning-db " + dir.path() + "/bad.json");
   CHECK(r.code == 2);
   CHECK(contains(r.output, "bad.json: families.sparse_mla[0].choice.heads_per_cta = 7"));
+  // A file that cannot be read is named with where it came from: the flag, or the variable.
+  r = run_cli(env, "precompile --tp 1 --check --quiet --tuning-db " + dir.path() + "/absent.json");
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "--tuning-db " + dir.path() + "/absent.json: cannot read the file"));
+  r = run_cli(env + " NSAJIT_TUNING_DB='" + dir.path() + "/absent.json'", "precompile --tp 1 --check --quiet");
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "NSAJIT_TUNING_DB " + dir.path() + "/absent.json: cannot read the file"));
 }
 
 TEST_CASE("NSAJIT_TUNING_DB: a truncated or other-schema database is reported once, naming the file and field") {

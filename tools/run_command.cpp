@@ -75,7 +75,7 @@ int precompile_command(const RunOptions& options) {
   const Arch arch = target_arch(options.arch);
   print_config(options.config);
   // The databases the run's processes may read: the shipped ones and $NSAJIT_TUNING_DB's.
-  const std::vector<tuning::TuningDb> env_dbs = read_tuning_dbs({}, tuning::kEnvVariable);
+  const std::vector<tuning::TuningDb> env_dbs = read_tuning_dbs({}, "");
   std::vector<const tuning::TuningDb*> dbs;
   for (const tuning::TuningDb& db : tuning::shipped_tuning_dbs()) dbs.push_back(&db);
   for (const tuning::TuningDb& db : env_dbs) dbs.push_back(&db);

@@ -390,14 +390,17 @@ std::vector<DbSpec> tuning_db_specs(const tuning::TuningDb& db, Arch arch, int t
 }
 
 std::vector<tuning::TuningDb> read_tuning_dbs(std::vector<std::string> paths, const std::string& flag) {
-  if (const char* env = std::getenv(tuning::kEnvVariable); paths.empty() && env && *env && std::string(env) != "none")
+  std::string source = flag;
+  if (const char* env = std::getenv(tuning::kEnvVariable); paths.empty() && env && *env && std::string(env) != "none") {
     paths.push_back(env);
+    source = tuning::kEnvVariable;
+  }
   std::vector<tuning::TuningDb> dbs;
   for (const std::string& path : paths) {
     std::ifstream in(path, std::ios::binary);
     std::stringstream text;
     text << in.rdbuf();
-    if (!in) throw InvalidArgument(fmt::format("{} {}: cannot read the file", flag, path));
+    if (!in) throw InvalidArgument(fmt::format("{} {}: cannot read the file", source, path));
     dbs.push_back(tuning::parse_tuning_db(text.str(), path));
   }
   return dbs;

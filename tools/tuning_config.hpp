@@ -106,9 +106,9 @@ struct DbSpec {
 };
 std::vector<DbSpec> tuning_db_specs(const tuning::TuningDb& db, Arch arch, int topk);
 
-// The tuning databases a fleet's processes read besides the shipped ones: `paths`, else the file
-// $NSAJIT_TUNING_DB names (unless "none"). InvalidArgument names `flag` and the path of a file
-// that cannot be read or parsed.
+// The tuning databases a fleet's processes read besides the shipped ones: `paths` (given by `flag`),
+// else the file $NSAJIT_TUNING_DB names (unless "none"). InvalidArgument names the flag or the
+// variable and the path of a file that cannot be read; a parse error names the file.
 std::vector<tuning::TuningDb> read_tuning_dbs(std::vector<std::string> paths, const std::string& flag);
 
 }  // namespace nsajit::tools
