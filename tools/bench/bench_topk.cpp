@@ -53,14 +53,16 @@ double relu_nonzero_fraction(int r, int len, int topk) {
   return len > 0 ? std::min(0.25, 0.5 * topk / len) : 0.0;
 }
 
-void fill_scores(Distribution dist, const Shape& shape, int topk, FastRandom& rng, std::vector<float>& scores) {
+// relu_kind >= 0: every row of that kind (r % 3 of relu_nonzero_fraction), for the sweep's timing by kind.
+void fill_scores(Distribution dist, const Shape& shape, int topk, FastRandom& rng, std::vector<float>& scores,
+                 int relu_kind = -1) {
   for (int r = 0; r < shape.rows; ++r) {
     float* row = scores.data() + std::ptrdiff_t(r) * shape.width;
     if (dist == Distribution::normal) {
       for (int i = 0; i < shape.width; ++i) row[i] = rng.sum4_normal();
       continue;
     }
-    const double nonzero = relu_nonzero_fraction(r, length_of_row(shape, r), topk);
+    const double nonzero = relu_nonzero_fraction(relu_kind >= 0 ? relu_kind : r, length_of_row(shape, r), topk);
     for (int i = 0; i < shape.width; ++i)
       row[i] = rng.uniform53() < nonzero ? std::fabs(rng.sum4_normal()) + 0x1.0p-20f : 0.0f;  // ReLU: exact +0.0
   }
@@ -281,6 +283,20 @@ int bench_topk(const BenchOptions& options) {
         warm_code.after_flush = [&] { nsajit::topk(decoy); };
         std::fprintf(stderr, "    sweep %-20s code warm (a decoy launch after the flush): %8.1f us\n",
                      shape.name.c_str(), median_us([&] { nsajit::topk(args); }, warm_code));
+        // ReLU rows one kind at a time (every row with 25 %, 5 % or fewer than topk non-zeros): a
+        // batch's time is its slowest rows', so the mixed case alone does not say which kind costs.
+        for (int kind = 0; dist == Distribution::relu && kind < 3; ++kind) {
+          std::vector<float> kind_scores(count);
+          FastRandom kind_rng{0x5851f42d4c957f2dull ^ std::uint64_t(kind)};
+          fill_scores(dist, shape, topk, kind_rng, kind_scores, kind);
+          DeviceBuffer<float> d_kind_scores(kind_scores);
+          TopkArgs one_kind = args;
+          one_kind.scores = d_kind_scores.get();
+          one_kind.out = d_decoy_out.get();
+          std::fprintf(stderr, "    sweep %-20s relu rows of kind %d only (non-zero fraction %.3f at len %d): %8.1f us\n",
+                       shape.name.c_str(), kind, relu_nonzero_fraction(kind, lengths.back(), topk), lengths.back(),
+                       median_us([&] { nsajit::topk(one_kind); }, quick));
+        }
       }
     }
   }
