@@ -1064,6 +1064,30 @@ TEST_CASE("topk gpu: keys in registers (dense rows): copies of the threshold in 
   CHECK_MESSAGE(why.empty(), why);
 }
 
+TEST_CASE("topk gpu: keys in registers (dense rows): threshold bins of 256, 257, 512, 513 and 2000 keys") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  LaunchOverride dense(kDenseRows);
+  // Row r: 1900 scores above 2, bin[r] scores in [1, 1.125) (one first-digit bin; every 5th one
+  // 1.0625, so the threshold has copies), the rest below -1. topk 2048 takes 148 from the bin:
+  // ranked one a thread (256), refined over the short list (257, 512), over the runs (513, 2000).
+  const int width = 6001, topk = 2048;
+  const int bin[5] = {256, 257, 512, 513, 2000};
+  auto p = make_problem(5, width, topk, [] { return 0.0f; });
+  for (int r = 0; r < p.rows; ++r) {
+    float* row = p.scores.data() + std::ptrdiff_t(r) * width;
+    for (int i = 0; i < width; ++i)
+      row[i] = i < 1900                ? 2.0f + unit(rng)
+               : i < 1900 + bin[r]     ? (i % 5 == 0 ? 1.0625f : 1.0f + 0.12f * unit(rng))
+                                       : -1.0f - unit(rng);
+    std::shuffle(row, row + width, rng);
+  }
+  const I got = DeviceTopk(p).run();
+  const std::string why = explain(p, got, ref::topk_index_order(p));
+  CHECK_MESSAGE(why.empty(), why);
+  CHECK(DeviceTopk(p).run() == got);
+}
+
 TEST_CASE("topk gpu fused: prefill with a cached prefix (row_starts, cu_seqlens_q) and ragged offsets") {
   NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
