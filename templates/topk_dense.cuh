@@ -17,9 +17,11 @@
 // order to staged slots, which go to `out` coalesced (fused: through the transform, the
 // page-table reads batched). Exact whatever the distribution: nothing is sampled or truncated.
 
-// Vector index of vector v's keys in the exchange: swizzled inside aligned groups of 8, so that a
-// warp's reads of runs of dv consecutive vectors fall in distinct banks (dv = 8 would be 8-way).
-NSAJIT_DEVICE int topk_dense_exchange_index(int v) { return v ^ ((v >> 3) & 7); }
+// Vector index of vector v's keys in the exchange: v with its low bits XORed by its group of 8,
+// under the mask (dv & -dv) - 1, so that a quarter-warp's reads of runs of dv vectors (lanes dv
+// vectors apart) fall in 8 distinct 16-byte bank groups for every dv <= 9 (odd dv: no swizzle;
+// dv = 8 unswizzled would be 8-way). The stores, in load order, stay conflict-free.
+NSAJIT_DEVICE int topk_dense_exchange_index(int v, int swizzle) { return v ^ ((v >> 3) & swizzle); }
 
 // Sets bit i of the 64-bit mask (lo, hi) when cond: a constant i after unrolling.
 NSAJIT_DEVICE void topk_mask_set(uint32_t& lo, uint32_t& hi, int i, bool cond) {
@@ -54,6 +56,7 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   constexpr bool kApply = NSAJIT_FUSED != 0 && NSAJIT_SORTED == 0;  // the caller's `apply`, known here at compile time
   static_assert(4 * DV <= 64, "a thread's keys are one 64-bit mask");
   static_assert((NSAJIT_THREADS * DV) % 8 == 0, "the exchange's swizzled groups of 8 vectors lie inside it");
+  static_assert(NSAJIT_THREADS == 256, "dense rows: 256 threads (NSAJIT_TOPK_DENSE_SMEM_VECS)");
   TopkSlice s;
   s.sp = sp;
   s.abase = abase;
@@ -125,19 +128,20 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   // plan gives it room for DV vectors a thread, then the short list): stored in load order, read
   // back in runs.
   extern __shared__ u32x4 topk_dynamic[];
+  const int dv = (s.nvec + NSAJIT_THREADS - 1) / NSAJIT_THREADS;  // uniform, <= DV
+  const int swizzle = (dv & -dv) - 1;  // topk_dense_exchange_index
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
     const int v = tid + j * NSAJIT_THREADS;
-    if (v < s.nvec) topk_dynamic[topk_dense_exchange_index(v)] = k[j];
+    if (v < s.nvec) topk_dynamic[topk_dense_exchange_index(v, swizzle)] = k[j];
   }
   __syncthreads();
-  const int dv = (s.nvec + NSAJIT_THREADS - 1) / NSAJIT_THREADS;  // uniform, <= DV
   const int v0 = tid * dv;
   // Vector j of this thread's run (keys 0 past the slice). Read from shared memory in each pass:
   // the registers stay free for the rest (holding the 36 keys through the passes spilled).
   auto run = [&](int j) {
     u32x4 r{0u, 0u, 0u, 0u};
-    if (v0 + j < s.nvec) r = topk_dynamic[topk_dense_exchange_index(v0 + j)];
+    if (v0 + j < s.nvec) r = topk_dynamic[topk_dense_exchange_index(v0 + j, swizzle)];
     return r;
   };
 
