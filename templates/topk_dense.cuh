@@ -124,10 +124,27 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     topk_resolve_zero_plateau(x, sh.zero_keys);
   }
 
+  // The keys of the threshold's bin (about 70 of 6K normal scores), listed after the exchange's
+  // area when at most 512, then ranked one a thread when at most 256; a larger bin (a plateau) is
+  // refined by two 10-bit digits counted over the runs.
+  extern __shared__ u32x4 topk_dynamic[];
+  constexpr int kShortList = 4 * (NSAJIT_TOPK_DENSE_SMEM_VECS - NSAJIT_THREADS * DV);
+  const int n_listed = x.bits < 32 && x.count <= kShortList ? x.count : 0;  // a plateau of 0.0 is resolved already
+  uint32_t* const listed = reinterpret_cast<uint32_t*>(topk_dynamic + NSAJIT_THREADS * DV);
+  if (n_listed > 0) {  // uniform
+#pragma unroll
+    for (int j = 0; j < DV; ++j) {
+      if (j * NSAJIT_THREADS >= s.nvec) break;  // uniform: padding only (its keys are 0)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const uint32_t key = topk_lane(k[j], e);
+        if (key != 0u && (key & x.mask) == x.prefix) listed[atomicAdd(&sh.cand_local, 1)] = key;
+      }
+    }
+  }
   // The exchange, from word 0 of dynamic shared memory (hist0's search ended with a barrier; the
   // plan gives it room for DV vectors a thread, then the short list): stored in load order, read
-  // back in runs.
-  extern __shared__ u32x4 topk_dynamic[];
+  // back in runs. Its barrier also publishes the list.
   const int dv = (s.nvec + NSAJIT_THREADS - 1) / NSAJIT_THREADS;  // uniform, <= DV
   const int swizzle = (dv & -dv) - 1;  // topk_dense_exchange_index
 #pragma unroll
@@ -145,25 +162,6 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     return r;
   };
 
-  // The keys of the threshold's bin (about 70 of 6K normal scores) listed after the exchange when
-  // at most 512, then ranked one a thread when at most 256; a larger bin (a plateau) is refined by
-  // two 10-bit digits counted over the runs.
-  constexpr int kShortList = 4 * (NSAJIT_TOPK_DENSE_SMEM_VECS - NSAJIT_THREADS * DV);
-  const int n_listed = x.bits < 32 && x.count <= kShortList ? x.count : 0;  // a plateau of 0.0 is resolved already
-  uint32_t* const listed = reinterpret_cast<uint32_t*>(topk_dynamic + NSAJIT_THREADS * DV);
-  if (n_listed > 0) {  // uniform
-#pragma unroll
-    for (int j = 0; j < DV; ++j) {
-      if (j >= dv) break;  // uniform
-      const u32x4 k4 = run(j);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const uint32_t key = topk_lane(k4, e);
-        if (key != 0u && (key & x.mask) == x.prefix) listed[atomicAdd(&sh.cand_local, 1)] = key;
-      }
-    }
-    __syncthreads();
-  }
   if (x.bits < 32 && n_listed > 0 && n_listed <= NSAJIT_THREADS) {
     // One entry a thread, counted against all (16-byte broadcast reads): the entries with
     // greater < k <= greater + equal hold the threshold; the first listed copy writes it. One
