@@ -47,6 +47,28 @@ NSAJIT_DEVICE int topk_stage_bits(uint32_t lo, uint32_t hi, int position0, int* 
   return at;
 }
 
+// Vector v's scores as loaded: fp32 bits, or a bf16 vector's 8 bytes in .x and .y (widened by
+// topk_dense_widen when keyed, after every load is in flight: widened at the load, ptxas gave the
+// nine loads one register pair, so each waited for the one before).
+NSAJIT_DEVICE u32x4 topk_dense_load(const TopkScore* ptr) {
+#if NSAJIT_SCORE_BF16
+  u32x4 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(ptr));
+  v.z = v.w = 0u;
+  return v;
+#else
+  return topk_load_vec(ptr);
+#endif
+}
+
+NSAJIT_DEVICE u32x4 topk_dense_widen(const u32x4& raw) {
+#if NSAJIT_SCORE_BF16
+  return u32x4{raw.x << 16, raw.x & 0xffff0000u, raw.y << 16, raw.y & 0xffff0000u};
+#else
+  return raw;
+#endif
+}
+
 // Not inlined: its registers are allocated apart from the rest of the kernel's (inlined, the
 // whole kernel spilled at 64 registers); scalar arguments, so that nothing goes through the stack.
 __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore* abase, int head, int n, int nvec,
@@ -75,7 +97,7 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   for (int j = 0; j < DV; ++j) {
     const int v = tid + j * NSAJIT_THREADS;
     k[j].x = k[j].y = k[j].z = k[j].w = 0u;
-    if (v >= vw0 && v < vw1) k[j] = topk_load_vec(s.abase + 4 * v);
+    if (v >= vw0 && v < vw1) k[j] = topk_dense_load(s.abase + 4 * v);
   }
   // While the loads are in flight: hist0 (16-byte stores; the plan aligns it) and the list's fill.
   for (int i = tid; i < NSAJIT_TOPK_BINS0 / 4; i += NSAJIT_THREADS)
@@ -89,10 +111,11 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   for (int j = 0; j < DV; ++j) {
     const int v = tid + j * NSAJIT_THREADS;
     if (v >= vw0 && v < vw1) {  // keys of real scores are never 0
-      k[j].x = topk_key(__uint_as_float(k[j].x));
-      k[j].y = topk_key(__uint_as_float(k[j].y));
-      k[j].z = topk_key(__uint_as_float(k[j].z));
-      k[j].w = topk_key(__uint_as_float(k[j].w));
+      const u32x4 f = topk_dense_widen(k[j]);
+      k[j].x = topk_key(__uint_as_float(f.x));
+      k[j].y = topk_key(__uint_as_float(f.y));
+      k[j].z = topk_key(__uint_as_float(f.z));
+      k[j].w = topk_key(__uint_as_float(f.w));
       atomicAdd(&hist0[k[j].x >> NSAJIT_TOPK_SHIFT0], 1u);
       atomicAdd(&hist0[k[j].y >> NSAJIT_TOPK_SHIFT0], 1u);
       atomicAdd(&hist0[k[j].z >> NSAJIT_TOPK_SHIFT0], 1u);
