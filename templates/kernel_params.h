@@ -30,10 +30,11 @@ struct IndexTransformParams {
 };
 
 // Dense rows (NSAJIT_TOPK_DENSE_REGISTERS): each of the 256 threads holds this many 16-byte vectors
-// of the row in registers, so slices of at most 256 * NSAJIT_TOPK_DENSE_VECS vectors; the list of
-// the threshold bin's keys takes up to 4 * 256 * NSAJIT_TOPK_DENSE_VECS words of dynamic shared
-// memory from word 0 (the host plans both).
+// of the row in registers, so slices of at most 256 * NSAJIT_TOPK_DENSE_VECS vectors; their keys'
+// exchange, then a short list of the threshold bin's keys (512 words), take
+// NSAJIT_TOPK_DENSE_SMEM_VECS vectors of dynamic shared memory from word 0 (the host plans it).
 #define NSAJIT_TOPK_DENSE_VECS 9
+#define NSAJIT_TOPK_DENSE_SMEM_VECS (256 * NSAJIT_TOPK_DENSE_VECS + 128)
 
 // A cluster-lists message (NSAJIT_TOPK_CLUSTER_LISTS, templates/topk_cluster_lists.cuh): header
 // words, then the counts of the 32 first-digit bins top, top - 1, ..., then the keys (a multiple

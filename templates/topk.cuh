@@ -132,7 +132,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
 #if NSAJIT_TOPK_ALGORITHM == NSAJIT_TOPK_DENSE_REGISTERS
   // The host launches it only with slices of at most 256 * NSAJIT_TOPK_DENSE_VECS - 1 vectors
   // (families/topk/launch.cpp checks the plan), so every row's keys fit the registers.
-  topk_dense_row(s.sp, s.abase, s.head, s.n, s.nvec, t.table_row, t.limit, t.offset, apply, out,
+  topk_dense_row(s.sp, s.abase, s.head, s.n, s.nvec, t.table_row, t.limit, t.offset, out,
                  words + p.hist_offset, reinterpret_cast<int*>(words + p.slots_offset), sh);
 #else  // the other algorithms: the rest of the kernel
   const int lane = tid & 31;

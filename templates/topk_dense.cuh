@@ -1,25 +1,84 @@
-// topk_dense.cuh — the top-k family (templates/topk.cuh), part 6: dense rows with their keys in
-// registers (one 256-thread CTA per row).
+// topk_dense.cuh — the top-k family (templates/topk.cuh), part 6: dense rows, read once into
+// registers, then exchanged through shared memory (one 256-thread CTA per row).
 #pragma once
 #include "topk_radix.cuh"
 
 #if NSAJIT_TOPK_ALGORITHM == NSAJIT_TOPK_DENSE_REGISTERS
 // Rows of at most NSAJIT_TOPK_DENSE_VECS * 256 - 1 vectors (slices <= 9212 positions), in
-// dense_registers kernels (256 threads): thread t holds the keys of vectors t + 256 j (j < NSAJIT_TOPK_DENSE_VECS) in
-// registers, read once. Radix select on them: the 12-bit first digit (hist0), then two 10-bit
-// digits counted straight from the registers (no candidate list, no second read of the row: exact
-// whatever the distribution). Output: the keys > T and the first take_equal keys == T in index
-// order, their slots from one block-wide scan of packed (greater | equal << 16) counts per round j
-// (index order is round j, then thread, then element). Unfused: stored straight to `out` (a warp's
-// selected keys of a round are consecutive slots, faster than staging). Fused: staged in shared memory and written to `out`
-// coalesced, the page-table reads batched.
+// dense_registers kernels (256 threads). The row is read once, coalesced (thread t loads vectors
+// t + 256 j), its keys counted into hist0 (the 12-bit first digit) and the threshold's bin found.
+// Then the keys change hands through shared memory: thread t takes the dv = ceil(nvec / 256)
+// consecutive vectors [t dv, t dv + dv), so that index order is thread order: one block scan of
+// per-thread counts places every output, every thread has work whatever the row's length, and
+// padding costs nothing past dv. The threshold bin's keys (about 70 of 6K normal scores) are
+// listed and ranked (one a thread), or refined by two 10-bit digits over the list (257-512 keys)
+// or over the runs (a larger bin: a plateau); each
+// thread records its keys > T and == T as bit masks and writes its selected positions in index
+// order to staged slots, which go to `out` coalesced (fused: through the transform, the
+// page-table reads batched). Exact whatever the distribution: nothing is sampled or truncated.
+
+// Vector index of vector v's keys in the exchange: v with its low bits XORed by its group of 8,
+// under the mask (dv & -dv) - 1, so that a quarter-warp's reads of runs of dv vectors (lanes dv
+// vectors apart) fall in 8 distinct 16-byte bank groups for every dv <= 9 (odd dv: no swizzle;
+// dv = 8 unswizzled would be 8-way). The stores, in load order, stay conflict-free.
+NSAJIT_DEVICE int topk_dense_exchange_index(int v, int swizzle) { return v ^ ((v >> 3) & swizzle); }
+
+// Sets bit i of the 64-bit mask (lo, hi) when cond: a constant i after unrolling.
+NSAJIT_DEVICE void topk_mask_set(uint32_t& lo, uint32_t& hi, int i, bool cond) {
+  if (i < 32)
+    lo |= uint32_t(cond) << i;
+  else
+    hi |= uint32_t(cond) << (i - 32);
+}
+
+// Writes position0 + i for each set bit i of (lo, hi), in increasing i, to staged[at], staged[at + 1], ...,
+// at most `limit` of them; returns the next slot.
+NSAJIT_DEVICE int topk_stage_bits(uint32_t lo, uint32_t hi, int position0, int* staged, int at, int limit) {
+  while (lo != 0u && at < limit) {
+    const int i = __ffs(lo) - 1;
+    lo &= lo - 1u;
+    staged[at++] = position0 + i;
+  }
+  while (hi != 0u && at < limit) {
+    const int i = __ffs(hi) - 1;
+    hi &= hi - 1u;
+    staged[at++] = position0 + 32 + i;
+  }
+  return at;
+}
+
+// Vector v's scores as loaded: fp32 bits, or a bf16 vector's 8 bytes in .x and .y (widened by
+// topk_dense_widen when keyed, after every load is in flight: widened at the load, ptxas gave the
+// nine loads one register pair, so each waited for the one before).
+NSAJIT_DEVICE u32x4 topk_dense_load(const TopkScore* ptr) {
+#if NSAJIT_SCORE_BF16
+  u32x4 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(ptr));
+  v.z = v.w = 0u;
+  return v;
+#else
+  return topk_load_vec(ptr);
+#endif
+}
+
+NSAJIT_DEVICE u32x4 topk_dense_widen(const u32x4& raw) {
+#if NSAJIT_SCORE_BF16
+  return u32x4{raw.x << 16, raw.x & 0xffff0000u, raw.y << 16, raw.y & 0xffff0000u};
+#else
+  return raw;
+#endif
+}
 
 // Not inlined: its registers are allocated apart from the rest of the kernel's (inlined, the
 // whole kernel spilled at 64 registers); scalar arguments, so that nothing goes through the stack.
 __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore* abase, int head, int n, int nvec,
-                                            const int* table_row, int limit, int offset, bool apply,
+                                            const int* table_row, int limit, int offset,
                                             int* out, uint32_t* hist0, int* staged, TopkShared& sh) {
   constexpr int DV = NSAJIT_TOPK_DENSE_VECS;
+  constexpr bool kApply = NSAJIT_FUSED != 0 && NSAJIT_SORTED == 0;  // the caller's `apply`, known here at compile time
+  static_assert(4 * DV <= 64, "a thread's keys are one 64-bit mask");
+  static_assert((NSAJIT_THREADS * DV) % 8 == 0, "the exchange's swizzled groups of 8 vectors lie inside it");
+  static_assert(NSAJIT_THREADS == 256, "dense rows: 256 threads (NSAJIT_TOPK_DENSE_SMEM_VECS)");
   TopkSlice s;
   s.sp = sp;
   s.abase = abase;
@@ -38,7 +97,7 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   for (int j = 0; j < DV; ++j) {
     const int v = tid + j * NSAJIT_THREADS;
     k[j].x = k[j].y = k[j].z = k[j].w = 0u;
-    if (v >= vw0 && v < vw1) k[j] = topk_load_vec(s.abase + 4 * v);
+    if (v >= vw0 && v < vw1) k[j] = topk_dense_load(s.abase + 4 * v);
   }
   // While the loads are in flight: hist0 (16-byte stores; the plan aligns it) and the list's fill.
   for (int i = tid; i < NSAJIT_TOPK_BINS0 / 4; i += NSAJIT_THREADS)
@@ -52,10 +111,11 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   for (int j = 0; j < DV; ++j) {
     const int v = tid + j * NSAJIT_THREADS;
     if (v >= vw0 && v < vw1) {  // keys of real scores are never 0
-      k[j].x = topk_key(__uint_as_float(k[j].x));
-      k[j].y = topk_key(__uint_as_float(k[j].y));
-      k[j].z = topk_key(__uint_as_float(k[j].z));
-      k[j].w = topk_key(__uint_as_float(k[j].w));
+      const u32x4 f = topk_dense_widen(k[j]);
+      k[j].x = topk_key(__uint_as_float(f.x));
+      k[j].y = topk_key(__uint_as_float(f.y));
+      k[j].z = topk_key(__uint_as_float(f.z));
+      k[j].w = topk_key(__uint_as_float(f.w));
       atomicAdd(&hist0[k[j].x >> NSAJIT_TOPK_SHIFT0], 1u);
       atomicAdd(&hist0[k[j].y >> NSAJIT_TOPK_SHIFT0], 1u);
       atomicAdd(&hist0[k[j].z >> NSAJIT_TOPK_SHIFT0], 1u);
@@ -86,23 +146,46 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     __syncthreads();
     topk_resolve_zero_plateau(x, sh.zero_keys);
   }
-  // The keys of the threshold's bin (about 70 of 6K normal scores), listed from the start of
-  // dynamic shared memory: nothing there is in use until the output is staged (hist0's search
-  // ended with a barrier), and the plan gives it room for the whole slice (4 * 256 * 9 words).
+
+  // The keys of the threshold's bin (about 70 of 6K normal scores), listed after the exchange's
+  // area when at most 512, then ranked one a thread when at most 256; a larger bin (a plateau) is
+  // refined by two 10-bit digits counted over the runs.
   extern __shared__ u32x4 topk_dynamic[];
-  uint32_t* const listed = reinterpret_cast<uint32_t*>(topk_dynamic);
-  const int n_listed = x.bits < 32 ? x.count : 0;  // a plateau of 0.0 is resolved already
+  constexpr int kShortList = 4 * (NSAJIT_TOPK_DENSE_SMEM_VECS - NSAJIT_THREADS * DV);
+  const int n_listed = x.bits < 32 && x.count <= kShortList ? x.count : 0;  // a plateau of 0.0 is resolved already
+  uint32_t* const listed = reinterpret_cast<uint32_t*>(topk_dynamic + NSAJIT_THREADS * DV);
+  if (n_listed > 0) {  // uniform
 #pragma unroll
-  for (int j = 0; j < DV; ++j) {
-    if (j * NSAJIT_THREADS >= s.nvec || n_listed == 0) break;  // padding only, or nothing to list (uniform)
+    for (int j = 0; j < DV; ++j) {
+      if (j * NSAJIT_THREADS >= s.nvec) break;  // uniform: padding only (its keys are 0)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const uint32_t key = topk_lane(k[j], e);
-      if (key != 0u && (key & x.mask) == x.prefix) listed[atomicAdd(&sh.cand_local, 1)] = key;
+      for (int e = 0; e < 4; ++e) {
+        const uint32_t key = topk_lane(k[j], e);
+        if (key != 0u && (key & x.mask) == x.prefix) listed[atomicAdd(&sh.cand_local, 1)] = key;
+      }
     }
   }
+  // The exchange, from word 0 of dynamic shared memory (hist0's search ended with a barrier; the
+  // plan gives it room for DV vectors a thread, then the short list): stored in load order, read
+  // back in runs. Its barrier also publishes the list.
+  const int dv = (s.nvec + NSAJIT_THREADS - 1) / NSAJIT_THREADS;  // uniform, <= DV
+  const int swizzle = (dv & -dv) - 1;  // topk_dense_exchange_index
+#pragma unroll
+  for (int j = 0; j < DV; ++j) {
+    const int v = tid + j * NSAJIT_THREADS;
+    if (v < s.nvec) topk_dynamic[topk_dense_exchange_index(v, swizzle)] = k[j];
+  }
   __syncthreads();
-  if (x.bits < 32 && n_listed <= NSAJIT_THREADS) {
+  const int v0 = tid * dv;
+  // Vector j of this thread's run (keys 0 past the slice). Read from shared memory in each pass:
+  // the registers stay free for the rest (holding the 36 keys through the passes spilled).
+  auto run = [&](int j) {
+    u32x4 r{0u, 0u, 0u, 0u};
+    if (v0 + j < s.nvec) r = topk_dynamic[topk_dense_exchange_index(v0 + j, swizzle)];
+    return r;
+  };
+
+  if (x.bits < 32 && n_listed > 0 && n_listed <= NSAJIT_THREADS) {
     // One entry a thread, counted against all (16-byte broadcast reads): the entries with
     // greater < k <= greater + equal hold the threshold; the first listed copy writes it. One
     // barrier, where two 10-bit digits take four.
@@ -138,72 +221,56 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     for (int i = tid; i < 2 << NSAJIT_TOPK_REFINE_BITS; i += NSAJIT_THREADS) (&sh.refine_hist[0][0])[i] = 0u;
     __syncthreads();
   }
-  for (int pass = 0; x.bits < 32; ++pass) {  // two 10-bit digits over the list
+  for (int pass = 0; x.bits < 32; ++pass) {  // two 10-bit digits, over the list or the runs
     const TopkRefineDigit digit = topk_refine_digit(x, sh, pass);
-    for (int i = tid; i < n_listed; i += NSAJIT_THREADS) topk_refine_count(digit, x, listed[i]);
+    if (n_listed > 0) {
+      for (int i = tid; i < n_listed; i += NSAJIT_THREADS) topk_refine_count(digit, x, listed[i]);
+    } else {
+#pragma unroll 1
+      for (int j = 0; j < dv; ++j) {
+        const u32x4 k4 = run(j);
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (topk_lane(k4, e) != 0u) topk_refine_count(digit, x, topk_lane(k4, e));  // 0: padding
+      }
+    }
     topk_refine_finish(digit, x, sh);
   }
   const uint32_t threshold = x.prefix;  // the topk-th largest key (>= 1)
   const int take_equal = x.k;
   const int total_greater = NSAJIT_TOPK - take_equal;
 
-  // Packed counts of round j: greater in the low 16 bits, equal in the high (a row's totals stay
-  // below 2^16). Warp-inclusive scans; each warp's totals per round and each thread's exclusive
-  // prefix inside its warp go to hist0 (free by now: the first digit's search ended with a
-  // barrier; 72 + 9 * 256 words of its 4096), not to registers, which the keys fill.
-  uint32_t* const warp_totals = hist0;                           // [warps][DV]
-  uint32_t* const before = hist0 + DV * NSAJIT_TOPK_WARPS;       // [DV][threads]
+  // Bit 4 j + e of the masks: the thread's key of vector v0 + j, element e (padding keys are 0,
+  // below any threshold). Packed counts (greater in the low 16 bits, equal in the high: a row's
+  // totals stay below 2^16), one block-wide exclusive scan.
+  uint32_t greater_lo = 0u, greater_hi = 0u, equal_lo = 0u, equal_hi = 0u;
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
-    uint32_t c = 0u;
+    if (j >= dv) break;  // uniform
+    const u32x4 k4 = run(j);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const uint32_t key = topk_lane(k[j], e);
-      c += uint32_t(key > threshold) | (uint32_t(key == threshold) << 16);
+      const uint32_t key = topk_lane(k4, e);
+      topk_mask_set(greater_lo, greater_hi, 4 * j + e, key > threshold);
+      topk_mask_set(equal_lo, equal_hi, 4 * j + e, key == threshold);
     }
-    const uint32_t inclusive = uint32_t(warp_inclusive_scan(int(c)));
-    before[j * NSAJIT_THREADS + tid] = inclusive - c;
-    if (lane == 31) warp_totals[warp * DV + j] = inclusive;
   }
+  const uint32_t c = uint32_t(__popc(greater_lo) + __popc(greater_hi)) |
+                     (uint32_t(__popc(equal_lo) + __popc(equal_hi)) << 16);
+  const uint32_t inclusive = uint32_t(warp_inclusive_scan(int(c)));
+  if (lane == 31) sh.warp_sum[warp] = int(inclusive);  // free: the bin search read it before its last barrier
   __syncthreads();
-  // Lane j < DV: round j's total, the warps before this one in it, then an exclusive scan of the
-  // round totals over the lanes: the packed offset of (round j, this warp).
-  uint32_t total = 0u, in_round = 0u;
-  if (lane < DV) {
-#pragma unroll
-    for (int w = 0; w < NSAJIT_TOPK_WARPS; ++w) {
-      const uint32_t v = warp_totals[w * DV + lane];
-      total += v;
-      in_round += w < warp ? v : 0u;
-    }
-  }
-  const uint32_t rounds_inclusive = uint32_t(warp_inclusive_scan(int(total)));
-  const uint32_t warp_offset = rounds_inclusive - total + in_round;
-#pragma unroll
-  for (int j = 0; j < DV; ++j) {
-    const uint32_t base = __shfl_sync(NSAJIT_TOPK_FULL, warp_offset, j) + before[j * NSAJIT_THREADS + tid];
-    int g = int(base & 0xffffu), q = int(base >> 16);
-    const int position0 = 4 * (tid + j * NSAJIT_THREADS) - s.head;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {  // predicated stores, no branches (the keys diverge)
-      const uint32_t key = topk_lane(k[j], e);
-      const bool greater = key > threshold, equal = key == threshold;
-      const int slot = greater ? g : total_greater + q;
-      // Unfused (uniform): straight to `out` (a warp's selected keys of a round are consecutive
-      // slots); fused: staged for the transform's batched table reads below.
-      if (greater || (equal && q < take_equal)) {
-        if (apply)
-          staged[slot] = position0 + e;
-        else
-          out[slot] = position0 + e;
-      }
-      g += int(greater);
-      q += int(equal);
-    }
-  }
-  if (!apply) return;  // the positions are in `out` already
+  const uint32_t earlier_warp = lane < warp ? uint32_t(sh.warp_sum[lane]) : 0u;  // warps <= 32 lanes
+  const uint32_t before = inclusive - c + __reduce_add_sync(NSAJIT_TOPK_FULL, earlier_warp);
+  // The thread's selected positions in index order: keys > T at [0, total_greater), then the
+  // first take_equal keys == T after them.
+  const int position0 = 4 * v0 - s.head;
+  topk_stage_bits(greater_lo, greater_hi, position0, staged, int(before & 0xffffu), NSAJIT_TOPK);
+  const int q = int(before >> 16);
+  if (q < take_equal)
+    topk_stage_bits(equal_lo, equal_hi, position0, staged + total_greater, q, take_equal);
   __syncthreads();
-  // Fused: `out`, consecutive threads on consecutive slots, up to 8 page-table reads in flight.
+  // `out`, consecutive threads on consecutive slots, up to 8 page-table reads in flight (fused).
   // Positions first, then the transform, then the stores: no branch between the reads.
   constexpr int kBatch = 8;
 #pragma unroll
@@ -215,7 +282,7 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
       value[u] = i < NSAJIT_TOPK ? staged[i] : -1;
     }
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) value[u] = topk_emit(t, value[u], apply);
+    for (int u = 0; u < kBatch; ++u) value[u] = topk_emit(t, value[u], kApply);
 #pragma unroll
     for (int u = 0; u < kBatch; ++u)
       if (i0 + u * NSAJIT_THREADS < NSAJIT_TOPK) out[i0 + u * NSAJIT_THREADS] = value[u];

@@ -70,9 +70,6 @@ bool speculates(const nsajit::detail::TopkLaunchPlan& q) { return q.algorithm ==
 bool keeps_registers(const nsajit::detail::TopkLaunchPlan& q) { return q.algorithm == Algorithm::dense_registers; }
 bool lists_over_cluster(const nsajit::detail::TopkLaunchPlan& q) { return q.algorithm == Algorithm::cluster_lists; }
 
-// The dense rows' path forced as production lays it out: nothing kept in shared memory, so the
-// list of the threshold bin's keys overlaps hist0 and the staged output (keeping the slice would
-// move hist0 past the list).
 // Device copies of a problem's inputs (and of a transform's), and a poisoned output.
 // bf16: the scores (already bf16 values) go up as bf16 bits.
 struct DeviceTopk {
@@ -171,6 +168,9 @@ struct ClusterFallbackProbe {
   ~ClusterFallbackProbe() { DeviceTopk::kernel_loader = nullptr; }
 };
 
+// The dense rows' path forced as production lays it out: nothing kept in shared memory, so the
+// keys' exchange from word 0 overlaps hist0 and the staged output (keeping the slice would move
+// hist0 past the exchange).
 const nsajit::detail::TopkPlanConstraints kDenseRows{
     .ctas_per_row = 1, .threads = 256, .force_streaming = true, .dense_registers = 1};
 
@@ -334,10 +334,10 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
   CHECK(!speculates(plan_topk_launch(4096, 8192, 2048, 132)));
   CHECK(!keeps_registers(plan_topk_launch(8, 8192, 2048, 132)));
   CHECK(!keeps_registers(plan_topk_launch(4096, 32768, 2048, 132)));
-  {  // as planned, nothing is kept: the list of the threshold bin's keys from word 0 overlaps hist0
+  {  // as planned, nothing is kept: the keys' exchange from word 0 overlaps hist0
     const auto planned = plan_topk_launch(4096, 8192, 2048, 132);
     CHECK(planned.hist_offset == 0);
-    CHECK(planned.dynamic_smem >= 4u * 4 * 256 * NSAJIT_TOPK_DENSE_VECS);
+    CHECK(planned.dynamic_smem >= 4u * 4 * NSAJIT_TOPK_DENSE_SMEM_VECS);
   }
   {
     LaunchOverride dense({.ctas_per_row = 1, .threads = 256, .dense_registers = 1});
@@ -351,7 +351,7 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
     const auto forced = plan_topk_launch(6, 9212, 2048, 132);
     CHECK(keeps_registers(forced));
     CHECK(forced.hist_offset == 0);
-    CHECK(forced.dynamic_smem >= 4u * 4 * 256 * NSAJIT_TOPK_DENSE_VECS);
+    CHECK(forced.dynamic_smem >= 4u * 4 * NSAJIT_TOPK_DENSE_SMEM_VECS);
   }
   // The slice-prefetch regimes of docs/design/topk.md, and its override.
   CHECK(plan_topk_launch(1, 131072, 2048, 132).prefetch_slice);
@@ -1062,6 +1062,45 @@ TEST_CASE("topk gpu: keys in registers (dense rows): copies of the threshold in 
   const I got = DeviceTopk(p).run();
   const std::string why = explain(p, got, ref::topk_index_order(p));
   CHECK_MESSAGE(why.empty(), why);
+}
+
+TEST_CASE("topk gpu: keys in registers (dense rows): threshold bins of 256, 257, 512, 513 and 2000 keys") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  // Row r: 1900 scores above 2, bin[r] scores in [1, 1.125) (one first-digit bin), the rest below
+  // -1. topk 2048 takes 148 from the bin: its 140 scores in [1.07, 1.12) and 8 of its 20 copies of
+  // 1.0625 (the threshold), the bin ranked one a thread (256), refined over the short list (257,
+  // 512) or over the runs (513, 2000).
+  const int width = 6001, topk = 2048;
+  const int bin[5] = {256, 257, 512, 513, 2000};
+  auto p = make_problem(5, width, topk, [] { return 0.0f; });
+  for (int r = 0; r < p.rows; ++r) {
+    float* row = p.scores.data() + std::ptrdiff_t(r) * width;
+    for (int i = 0; i < width; ++i) {
+      const int b = i - 1900;  // index inside the bin
+      row[i] = i < 1900        ? 2.0f + unit(rng)
+               : b < 140       ? 1.07f + 0.05f * unit(rng)
+               : b < 160       ? 1.0625f
+               : b < bin[r]    ? 1.0f + 0.06f * unit(rng)
+                               : -1.0f - unit(rng);
+    }
+    std::shuffle(row, row + width, rng);
+  }
+  const I expected = ref::topk_index_order(p);
+  {
+    LaunchOverride dense(kDenseRows);
+    const I got = DeviceTopk(p).run();
+    const std::string why = explain(p, got, expected);
+    CHECK_MESSAGE(why.empty(), why);
+    CHECK(DeviceTopk(p).run() == got);
+  }
+  {  // the slice kept too (a tuned plan may ask for it): hist0 after it, the exchange over both
+    LaunchOverride kept({.ctas_per_row = 1, .threads = 256, .dense_registers = 1});
+    CHECK(plan_topk_launch(p.rows, width, topk, 132).hist_offset > 0);
+    const I got = DeviceTopk(p).run();
+    const std::string why = explain(p, got, expected);
+    CHECK_MESSAGE(why.empty(), why);
+  }
 }
 
 TEST_CASE("topk gpu fused: prefill with a cached prefix (row_starts, cu_seqlens_q) and ragged offsets") {

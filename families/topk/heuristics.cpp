@@ -156,9 +156,9 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   plan.bitmap_offset = plan.hist_offset + fixed.bitmaps;
   plan.bitmap_words = fixed.bitmap_words;
   plan.dynamic_smem = unsigned(4 * (plan.hist_offset + fixed.end));
-  // The dense rows list their threshold bin's keys from word 0: room for a whole slice.
-  if (dense)
-    plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * 4 * 256 * NSAJIT_TOPK_DENSE_VECS));
+  // The dense rows exchange their keys from word 0 (a whole slice), then list a threshold bin of
+  // at most 512 keys after them.
+  if (dense) plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * 4 * NSAJIT_TOPK_DENSE_SMEM_VECS));
   // The speculative sweep's lists (score bits, later keys; positions) start where the exact
   // path's slots do (what follows is used by the exact path only) and take at least what the
   // exact path takes, up to 64 KB of dynamic shared memory when rows share SMs over several waves,
