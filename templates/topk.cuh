@@ -190,6 +190,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   TopkRadix x{0u, 0u, NSAJIT_TOPK, 0, 0};
   bool resolved = false;      // exact path: all 32 bits found before the classify
   bool speculated = false;    // the speculative sweep's list holds the selection
+  bool zero_ties = false;     // ... and it is a plateau of 0.0: the list holds the keys above it
+  int listed = 0;             // keys in all the warps' lists
   int warp_fill = 0;          // keys in this warp's list
   if (may_speculate) {
     if (p.prefetch_row != 0 && lane == 0) topk_prefetch_segment(s, round_begin, round_end);
@@ -197,22 +199,44 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     topk_sweep_load(s, round_begin, round_end, head);
     const uint32_t bound = topk_sample_bound(s, head, round_begin, round_end, list, sh);
     if (bound != 0u) {  // uniform
-      warp_fill = topk_speculative_sweep(s, b, bound, smem_u32(warp_list), smem_u32(warp_list_position),
-                                         list_capacity, round_begin, round_end, head);
-      if (lane == 0) sh.warp_sum[warp] = warp_fill;
+      const bool plateau = bound == kTopkPositiveBound;  // uniform
+      int zeros = 0;
+      warp_fill = plateau ? topk_speculative_sweep<true>(s, b, bound, smem_u32(warp_list), smem_u32(warp_list_position),
+                                                         list_capacity, round_begin, round_end, head, zeros)
+                          : topk_speculative_sweep<false>(s, b, bound, smem_u32(warp_list),
+                                                          smem_u32(warp_list_position), list_capacity, round_begin,
+                                                          round_end, head, zeros);
+      zeros = __reduce_add_sync(NSAJIT_TOPK_FULL, zeros);
+      if (lane == 0) {
+        sh.warp_sum[warp] = warp_fill;
+        sh.warp_equal[warp] = zeros;  // the plateau's ties, used when zero_ties
+      }
       __syncthreads();
-      int listed = 0;
+      int zero_total = 0;
       bool overflowed = false;
 #pragma unroll
       for (int w = 0; w < NSAJIT_TOPK_WARPS; ++w) {
         listed += sh.warp_sum[w];
+        zero_total += sh.warp_equal[w];
         overflowed |= sh.warp_sum[w] > list_capacity;
       }
       speculated = !overflowed && listed >= NSAJIT_TOPK;
+      zero_ties = !overflowed && plateau && listed < NSAJIT_TOPK && listed + zero_total >= NSAJIT_TOPK;
+      speculated = speculated || zero_ties;
     }
   }
 
-  if (speculated) {
+  if (zero_ties) {
+    // The threshold is 0.0; every listed key is above it, and the first topk - listed zeros of
+    // the row (in index order, at the output) are its ties. sh.warp_equal holds each warp's zeros.
+    for (int i = lane; i < warp_fill; i += 32) warp_list[i] = topk_key(__uint_as_float(warp_list[i]));
+    x.prefix = kTopkZeroKey;
+    x.mask = 0xffffffffu;
+    x.bits = 32;
+    x.k = NSAJIT_TOPK - listed;
+    if (lane == 0) sh.warp_greater[warp] = warp_fill;
+    __syncthreads();
+  } else if (speculated) {
     // The topk-th largest of the listed keys is the row's: first digit from hist0, then 10-bit
     // digits over the lists down to bit 0 (no capacity limit: the lists hold every candidate).
     for (int i = lane; i < warp_fill; i += 32) {  // scores to keys, first digits counted
@@ -624,6 +648,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     next_greater += __popc(g);
     next_equal += __popc(e);
   }
+  if (zero_ties) topk_write_zero_ties(s, b, round_begin, round_end, next_equal, take_equal, total_greater, dst);
   for (int w0 = 4 * round_begin; !speculated && w0 < word_end; w0 += 32) {
     if (next_greater >= total_greater && next_equal >= take_equal) break;  // warp-uniform
     const int w = w0 + lane;

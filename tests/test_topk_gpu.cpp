@@ -579,6 +579,16 @@ TEST_CASE("topk gpu: distributions, at 1, 2, 8 and 16 CTAs per row, list, rescan
          std::fill(row.begin(), row.end(), 0.0f);
          for (int i = 0; i < nonzero; ++i) row[rng() % std::uint32_t(width)] = from_bits(1u + (rng() & 0x000fffffu));
        }},
+      {"0.1% positive, 30% 0.0, the rest negative (the threshold on 0.0, below it negatives)",
+       per_element([&] {
+         const unsigned c = rng() % 1000;
+         return c == 0 ? std::fabs(normal(rng)) + 1.0f : c < 300 ? 0.0f : -std::fabs(normal(rng)) - 1e-3f;
+       })},
+      {"0.1% positive, 1% 0.0, the rest negative (the threshold below 0.0)",
+       per_element([&] {
+         const unsigned c = rng() % 1000;
+         return c == 0 ? std::fabs(normal(rng)) + 1.0f : c < 11 ? 0.0f : -std::fabs(normal(rng)) - 1e-3f;
+       })},
       {"small integers (many ties)", per_element([&] { return float(int(rng() % 7) - 3); })},
       {"plateau", per_element([&] { return 0.5f; })},
       {"raw bit patterns", per_element([&] { return from_bits(bits(rng)); })},
