@@ -191,6 +191,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   bool resolved = false;      // exact path: all 32 bits found before the classify
   bool speculated = false;    // the speculative sweep's list holds the selection
   bool zero_ties = false;     // ... and it is a plateau of 0.0: the list holds the keys above it
+  int warp_zeros = 0;         // zero_ties: this warp's zeros (its segment's ties)
   int listed = 0;             // keys in all the warps' lists
   int warp_fill = 0;          // keys in this warp's list
   if (may_speculate) {
@@ -207,6 +208,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
                                                           smem_u32(warp_list_position), list_capacity, round_begin,
                                                           round_end, head, zeros);
       zeros = __reduce_add_sync(NSAJIT_TOPK_FULL, zeros);
+      warp_zeros = zeros;
       if (lane == 0) {
         sh.warp_sum[warp] = warp_fill;
         sh.warp_equal[warp] = zeros;  // the plateau's ties, used when zero_ties
@@ -648,7 +650,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     next_greater += __popc(g);
     next_equal += __popc(e);
   }
-  if (zero_ties) topk_write_zero_ties(s, b, round_begin, round_end, next_equal, take_equal, total_greater, dst);
+  if (zero_ties)
+    topk_write_zero_ties(s, b, round_begin, round_end, next_equal, take_equal, total_greater, warp_zeros, dst);
   for (int w0 = 4 * round_begin; !speculated && w0 < word_end; w0 += 32) {
     if (next_greater >= total_greater && next_equal >= take_equal) break;  // warp-uniform
     const int w = w0 + lane;

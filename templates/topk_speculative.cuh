@@ -175,9 +175,12 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, ui
 
 // Speculated on a plateau of 0.0 (whole warp, after the lists' keys are written): the warp's zeros
 // of rounds [round_begin, round_end) in index order, read again from the scores (L2), at slots
-// total_greater + next_equal onwards while next_equal < take_equal; stops when those are taken.
+// total_greater + next_equal onwards while next_equal < take_equal; stops when those are taken
+// or the warp's warp_zeros zeros are all written.
 NSAJIT_DEVICE void topk_write_zero_ties(const TopkSlice& s, int slice_begin, int round_begin, int round_end,
-                                        int next_equal, int take_equal, int total_greater, int* dst) {
+                                        int next_equal, int take_equal, int total_greater, int warp_zeros,
+                                        int* dst) {
+  take_equal = min(take_equal, next_equal + warp_zeros);  // past the warp's own zeros: nothing to find
   const int lane = threadIdx.x & 31;
   const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
   for (int q = round_begin; q < round_end && next_equal < take_equal; ++q) {  // warp-uniform
