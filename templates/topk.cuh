@@ -58,9 +58,12 @@
 // the topk-th largest key from below, one sweep lists every score at or above the bound per warp
 // (score and position, in index order), and the selection (first digit, two 10-bit digits) and
 // the ordered output run on the lists alone. The row reads its scores once instead of twice.
-// Exact whenever used: when the lists overflow or hold fewer than topk keys (a misleading sample,
-// large scores crowded into one warp's segment), or the row is dense (more than ~1/8 of it would
-// be listed) or too short to give the sample, the row takes the exact path above.
+// A bound in 0.0's bin (a ReLU plateau no list could hold) lists the scores above 0.0 and counts
+// the zeros: when those complete topk the threshold is 0.0 and its ties, the first zeros in index
+// order, are re-read (L2). Exact whenever used: when the lists overflow or hold fewer than topk
+// keys (a misleading sample, large scores crowded into one warp's segment, a plateau of 0.0 with
+// negatives needed below it), or the row is dense (more than ~1/8 of it would be listed) or too
+// short to give the sample, the row takes the exact path above.
 //
 // NSAJIT_FUSED: every written index goes through the transform (in the pass that writes the
 // staged slots, all page-table reads in parallel so that they do not serialise) (decode: page-table row
@@ -201,26 +204,29 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     const uint32_t bound = topk_sample_bound(s, head, round_begin, round_end, list, sh);
     if (bound != 0u) {  // uniform
       const bool plateau = bound == kTopkPositiveBound;  // uniform
-      int zeros = 0;
-      warp_fill = plateau ? topk_speculative_sweep<true>(s, b, bound, smem_u32(warp_list), smem_u32(warp_list_position),
-                                                         list_capacity, round_begin, round_end, head, zeros)
-                          : topk_speculative_sweep<false>(s, b, bound, smem_u32(warp_list),
-                                                          smem_u32(warp_list_position), list_capacity, round_begin,
-                                                          round_end, head, zeros);
-      zeros = __reduce_add_sync(NSAJIT_TOPK_FULL, zeros);
-      warp_zeros = zeros;
-      if (lane == 0) {
-        sh.warp_sum[warp] = warp_fill;
-        sh.warp_equal[warp] = zeros;  // the plateau's ties, used when zero_ties
+      if (plateau) {  // the zeros are counted only here: normal rows run the sweep they ran before
+        int zeros = 0;
+        warp_fill = topk_speculative_sweep<true>(s, b, bound, smem_u32(warp_list), smem_u32(warp_list_position),
+                                                 list_capacity, round_begin, round_end, head, zeros);
+        warp_zeros = __reduce_add_sync(NSAJIT_TOPK_FULL, zeros);
+        if (lane == 0) sh.warp_equal[warp] = warp_zeros;  // the plateau's ties, used when zero_ties
+      } else {
+        int unused = 0;
+        warp_fill = topk_speculative_sweep<false>(s, b, bound, smem_u32(warp_list), smem_u32(warp_list_position),
+                                                  list_capacity, round_begin, round_end, head, unused);
       }
+      if (lane == 0) sh.warp_sum[warp] = warp_fill;
       __syncthreads();
       int zero_total = 0;
       bool overflowed = false;
 #pragma unroll
       for (int w = 0; w < NSAJIT_TOPK_WARPS; ++w) {
         listed += sh.warp_sum[w];
-        zero_total += sh.warp_equal[w];
         overflowed |= sh.warp_sum[w] > list_capacity;
+      }
+      if (plateau) {
+#pragma unroll
+        for (int w = 0; w < NSAJIT_TOPK_WARPS; ++w) zero_total += sh.warp_equal[w];
       }
       speculated = !overflowed && listed >= NSAJIT_TOPK;
       zero_ties = !overflowed && plateau && listed < NSAJIT_TOPK && listed + zero_total >= NSAJIT_TOPK;

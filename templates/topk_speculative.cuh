@@ -13,7 +13,8 @@
 // and their first digits counted over the lists afterwards, and the selection runs on the lists
 // alone. Exact whenever it is used: the topk largest keys are all >= B iff at least
 // topk keys are; when fewer are, or a warp's list overflows (a plateau at B, a row whose large
-// scores crowd one warp's segment), the row falls back to the exact sweeps.
+// scores crowd one warp's segment), the row falls back to the exact sweeps. A B in 0.0's bin
+// becomes kTopkPositiveBound (below), so that a plateau of 0.0 completing topk does not fall back.
 
 constexpr int kTopkSweepUnroll = 4;  // rounds of 32 vectors in flight per warp in the sweep
 
