@@ -58,9 +58,12 @@
 // the topk-th largest key from below, one sweep lists every score at or above the bound per warp
 // (score and position, in index order), and the selection (first digit, two 10-bit digits) and
 // the ordered output run on the lists alone. The row reads its scores once instead of twice.
-// Exact whenever used: when the lists overflow or hold fewer than topk keys (a misleading sample,
-// large scores crowded into one warp's segment), or the row is dense (more than ~1/8 of it would
-// be listed) or too short to give the sample, the row takes the exact path above.
+// A bound in 0.0's bin (a ReLU plateau no list could hold) lists the scores above 0.0 and counts
+// the zeros: when those complete topk the threshold is 0.0 and its ties, the first zeros in index
+// order, are re-read (L2). Exact whenever used: when the lists overflow or hold fewer than topk
+// keys (a misleading sample, large scores crowded into one warp's segment, a plateau of 0.0 with
+// negatives needed below it), or the row is dense (more than ~1/8 of it would be listed) or too
+// short to give the sample, the row takes the exact path above.
 //
 // NSAJIT_FUSED: every written index goes through the transform (in the pass that writes the
 // staged slots, all page-table reads in parallel so that they do not serialise) (decode: page-table row
@@ -190,6 +193,9 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   TopkRadix x{0u, 0u, NSAJIT_TOPK, 0, 0};
   bool resolved = false;      // exact path: all 32 bits found before the classify
   bool speculated = false;    // the speculative sweep's list holds the selection
+  bool zero_ties = false;     // ... and it is a plateau of 0.0: the list holds the keys above it
+  int warp_zeros = 0;         // zero_ties: this warp's zeros (its segment's ties)
+  int listed = 0;             // keys in all the warps' lists
   int warp_fill = 0;          // keys in this warp's list
   if (may_speculate) {
     if (p.prefetch_row != 0 && lane == 0) topk_prefetch_segment(s, round_begin, round_end);
@@ -197,22 +203,48 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     topk_sweep_load(s, round_begin, round_end, head);
     const uint32_t bound = topk_sample_bound(s, head, round_begin, round_end, list, sh);
     if (bound != 0u) {  // uniform
-      warp_fill = topk_speculative_sweep(s, b, bound, smem_u32(warp_list), smem_u32(warp_list_position),
-                                         list_capacity, round_begin, round_end, head);
+      const bool plateau = bound == kTopkPositiveBound;  // uniform
+      if (plateau) {  // the zeros are counted only here: normal rows run the sweep they ran before
+        int zeros = 0;
+        warp_fill = topk_speculative_sweep<true>(s, b, bound, smem_u32(warp_list), smem_u32(warp_list_position),
+                                                 list_capacity, round_begin, round_end, head, zeros);
+        warp_zeros = __reduce_add_sync(NSAJIT_TOPK_FULL, zeros);
+        if (lane == 0) sh.warp_equal[warp] = warp_zeros;  // the plateau's ties, used when zero_ties
+      } else {
+        int unused = 0;
+        warp_fill = topk_speculative_sweep<false>(s, b, bound, smem_u32(warp_list), smem_u32(warp_list_position),
+                                                  list_capacity, round_begin, round_end, head, unused);
+      }
       if (lane == 0) sh.warp_sum[warp] = warp_fill;
       __syncthreads();
-      int listed = 0;
+      int zero_total = 0;
       bool overflowed = false;
 #pragma unroll
       for (int w = 0; w < NSAJIT_TOPK_WARPS; ++w) {
         listed += sh.warp_sum[w];
         overflowed |= sh.warp_sum[w] > list_capacity;
       }
+      if (plateau) {
+#pragma unroll
+        for (int w = 0; w < NSAJIT_TOPK_WARPS; ++w) zero_total += sh.warp_equal[w];
+      }
       speculated = !overflowed && listed >= NSAJIT_TOPK;
+      zero_ties = !overflowed && plateau && listed < NSAJIT_TOPK && listed + zero_total >= NSAJIT_TOPK;
+      speculated = speculated || zero_ties;
     }
   }
 
-  if (speculated) {
+  if (zero_ties) {
+    // The threshold is 0.0; every listed key is above it, and the first topk - listed zeros of
+    // the row (in index order, at the output) are its ties. sh.warp_equal holds each warp's zeros.
+    for (int i = lane; i < warp_fill; i += 32) warp_list[i] = topk_key(__uint_as_float(warp_list[i]));
+    x.prefix = kTopkZeroKey;
+    x.mask = 0xffffffffu;
+    x.bits = 32;
+    x.k = NSAJIT_TOPK - listed;
+    if (lane == 0) sh.warp_greater[warp] = warp_fill;
+    __syncthreads();
+  } else if (speculated) {
     // The topk-th largest of the listed keys is the row's: first digit from hist0, then 10-bit
     // digits over the lists down to bit 0 (no capacity limit: the lists hold every candidate).
     for (int i = lane; i < warp_fill; i += 32) {  // scores to keys, first digits counted
@@ -624,6 +656,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     next_greater += __popc(g);
     next_equal += __popc(e);
   }
+  if (zero_ties)
+    topk_write_zero_ties(s, b, round_begin, round_end, next_equal, take_equal, total_greater, warp_zeros, dst);
   for (int w0 = 4 * round_begin; !speculated && w0 < word_end; w0 += 32) {
     if (next_greater >= total_greater && next_equal >= take_equal) break;  // warp-uniform
     const int w = w0 + lane;

@@ -40,8 +40,7 @@ struct TopkShared {
   uint32_t zero_keys;             // keys of 0.0 when counted (topk_flush_zeros; 0 from the prologue)
 };
 
-// +0.0's key (-0.0's too). ReLU rows are mostly 0.0: when a row's threshold lies in 0.0's
-// first-digit bin, the exact 0.0 keys are counted, and a bin of nothing else is resolved at once.
+// +0.0's key (-0.0's too): ReLU rows are mostly 0.0, which the sweep (kTopkPositiveBound) and pass 0 treat apart.
 constexpr uint32_t kTopkZeroKey = 0x80000000u;
 
 // Whole warp: adds its lanes' counts of 0.0 keys to sh.zero_keys (and, given hist0, to 0.0's bin).

@@ -13,9 +13,15 @@
 // and their first digits counted over the lists afterwards, and the selection runs on the lists
 // alone. Exact whenever it is used: the topk largest keys are all >= B iff at least
 // topk keys are; when fewer are, or a warp's list overflows (a plateau at B, a row whose large
-// scores crowd one warp's segment), the row falls back to the exact sweeps.
+// scores crowd one warp's segment), the row falls back to the exact sweeps. A B in 0.0's bin
+// becomes kTopkPositiveBound (below), so that a plateau of 0.0 completing topk does not fall back.
 
 constexpr int kTopkSweepUnroll = 4;  // rounds of 32 vectors in flight per warp in the sweep
+
+// The bound of a row whose sample puts the topk-th largest in 0.0's bin (a ReLU row's plateau): the
+// sweep lists the scores above 0.0 and counts the 0.0s; when fewer than topk are listed and the
+// 0.0s make up the rest, the threshold is 0.0 and the first zeros in index order are its ties.
+constexpr uint32_t kTopkPositiveBound = kTopkZeroKey + 1u;
 
 // Rounds [q0, q0 + kTopkSweepUnroll) of this lane's vectors, whole vectors only, into raw (edge
 // vectors and rounds past round_end are left as they are: the sweep reads them by element).
@@ -67,8 +73,8 @@ NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, const u32x4 (&head)
   if (8 * r > samples) return 0u;  // uniform; also when fewer than r samples (find_bin needs >= r)
   int greater, count;
   const uint32_t d = topk_find_bin(hist, NSAJIT_TOPK_BINS0, r, sh, greater, count);
-  // Bin 0 (NaN, below -inf) or 0.0's bin (a ReLU row's plateau, which no list holds): the exact path.
-  return d == 0u || d == kTopkZeroKey >> NSAJIT_TOPK_SHIFT0 ? 0u : d << NSAJIT_TOPK_SHIFT0;
+  if (d == kTopkZeroKey >> NSAJIT_TOPK_SHIFT0) return kTopkPositiveBound;  // no list holds a plateau of 0.0
+  return d == 0u ? 0u : d << NSAJIT_TOPK_SHIFT0;                           // bin 0 (NaN, below -inf): the exact path
 }
 
 // Asks L2 for the whole vectors of rounds [round_begin, round_end) (a hint, no
@@ -102,9 +108,11 @@ NSAJIT_DEVICE float topk_bound_score(uint32_t bound) {
 // segments), every score x >= f(bound) appended to the warp's list as (score bits, row position)
 // (shared-memory addresses list_key, list_position), in index order, at most `capacity` entries.
 // Returns the number found (more than capacity: the list overflowed and the sweep stopped).
+// kCountZeros: `zeros` also counts this lane's scores equal to 0.0 (the plateau bound).
+template <bool kCountZeros>
 NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
                                          uint32_t list_position, int capacity, int round_begin, int round_end,
-                                         u32x4 (&raw)[kTopkSweepUnroll]) {
+                                         u32x4 (&raw)[kTopkSweepUnroll], int& zeros) {
   const int lane = threadIdx.x & 31;
   const uint32_t lanes_below = (1u << lane) - 1u;
   const float f = topk_bound_score(bound);
@@ -140,6 +148,7 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, ui
       for (int j = 0; j < 4; ++j) {
         listed[j] = x[j] >= f;
         m[j] = __ballot_sync(NSAJIT_TOPK_FULL, listed[j]);
+        if (kCountZeros) zeros += int(x[j] == 0.0f);  // -0.0 too; NaN (outside the slice) never
       }
       const int found = __popc(m[0]) + __popc(m[1]) + __popc(m[2]) + __popc(m[3]);
       if (fill + found <= capacity) {
@@ -163,4 +172,42 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, ui
     if (fill > capacity) break;  // warp-uniform: the row falls back
   }
   return fill;
+}
+
+// Speculated on a plateau of 0.0 (whole warp, after the lists' keys are written): the warp's zeros
+// of rounds [round_begin, round_end) in index order, read again from the scores (L2), at slots
+// total_greater + next_equal onwards while next_equal < take_equal; stops when those are taken
+// or the warp's warp_zeros zeros are all written.
+NSAJIT_DEVICE void topk_write_zero_ties(const TopkSlice& s, int slice_begin, int round_begin, int round_end,
+                                        int next_equal, int take_equal, int total_greater, int warp_zeros,
+                                        int* dst) {
+  take_equal = min(take_equal, next_equal + warp_zeros);  // past the warp's own zeros: nothing to find
+  const int lane = threadIdx.x & 31;
+  const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
+  for (int q = round_begin; q < round_end && next_equal < take_equal; ++q) {  // warp-uniform
+    const int v = q * 32 + lane;
+    uint32_t zero = 0u;  // bit j: element j of this lane's vector is 0.0
+    if (v >= vw0 && v < vw1) {
+      const u32x4 raw = topk_load_vec(s.abase + 4 * v);
+      zero = uint32_t(__uint_as_float(raw.x) == 0.0f) | uint32_t(__uint_as_float(raw.y) == 0.0f) << 1 |
+             uint32_t(__uint_as_float(raw.z) == 0.0f) << 2 | uint32_t(__uint_as_float(raw.w) == 0.0f) << 3;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int e = 4 * v + j - s.head;
+        zero |= uint32_t(e >= 0 && e < s.n && topk_score(s.sp, e) == 0.0f) << j;
+      }
+    }
+    const int count = __popc(zero);
+    const int inclusive = warp_inclusive_scan(count);
+    int slot = next_equal + inclusive - count;
+    const int position0 = slice_begin + 4 * v - s.head;
+    while (zero) {
+      const int j = __ffs(zero) - 1;
+      zero &= zero - 1u;
+      if (slot < take_equal) dst[total_greater + slot] = position0 + j;
+      ++slot;
+    }
+    next_equal += __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
+  }
 }

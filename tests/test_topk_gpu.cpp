@@ -579,6 +579,16 @@ TEST_CASE("topk gpu: distributions, at 1, 2, 8 and 16 CTAs per row, list, rescan
          std::fill(row.begin(), row.end(), 0.0f);
          for (int i = 0; i < nonzero; ++i) row[rng() % std::uint32_t(width)] = from_bits(1u + (rng() & 0x000fffffu));
        }},
+      {"0.1% positive, 30% 0.0, the rest negative (the threshold on 0.0, below it negatives)",
+       per_element([&] {
+         const unsigned c = rng() % 1000;
+         return c == 0 ? std::fabs(normal(rng)) + 1.0f : c < 300 ? 0.0f : -std::fabs(normal(rng)) - 1e-3f;
+       })},
+      {"0.1% positive, 1% 0.0, the rest negative (the threshold below 0.0)",
+       per_element([&] {
+         const unsigned c = rng() % 1000;
+         return c == 0 ? std::fabs(normal(rng)) + 1.0f : c < 11 ? 0.0f : -std::fabs(normal(rng)) - 1e-3f;
+       })},
       {"small integers (many ties)", per_element([&] { return float(int(rng() % 7) - 3); })},
       {"plateau", per_element([&] { return 0.5f; })},
       {"raw bit patterns", per_element([&] { return from_bits(bits(rng)); })},
@@ -1271,6 +1281,393 @@ TEST_CASE("topk gpu bf16 fused: decode (MTP, page sizes 1 and 64), prefill, ragg
     rg.mode = IndexMode::ragged;
     for (int r = 0; r < rows; ++r) rg.offsets.push_back(r < 3000 ? 0 : 3000);
     check_fused(p, rg, bf16);
+  }
+}
+
+// --- the speculative sweep on a plateau of 0.0 (zero ties) -------------------------------------------
+
+namespace {
+
+// The path marks of the zero-speculation probe, one word per row (one CTA per row): bit 0 the
+// sample's bound fell in 0.0's bin (the zero-counting sweep ran), bit 1 the zeros completed topk
+// (the zero-ties output ran). Never freed: the probe builds hold its address.
+constexpr int kZeroPathRows = 64;
+constexpr std::uint32_t kPlateauSweep = 1u, kZeroTies = 2u;
+DeviceBuffer<std::uint32_t>& zero_path_marks() {
+  static auto* marks = new DeviceBuffer<std::uint32_t>(std::vector<std::uint32_t>(kZeroPathRows, 0u));
+  return *marks;
+}
+
+// The probe source of a speculative top-k spec: the product's source with the sweep and
+// topk_write_zero_ties wrapped so that each marks its row in the words at `marks` (a device
+// address compiled in), so a test sees which rows took the zero-ties path. Only tests compile it.
+std::string zero_path_probe_source(const nsajit::KernelSpec& spec, std::uintptr_t marks) {
+  REQUIRE(spec.tile.algorithm == Algorithm::speculative_sweep);
+  const std::string wrapper = R"(
+NSAJIT_DEVICE void topk_zero_path_mark(uint32_t bit) {
+  if (threadIdx.x == 0 && blockIdx.x < )" + std::to_string(kZeroPathRows) + R"(u)
+    atomicOr(reinterpret_cast<uint32_t*>()" + std::to_string(marks) + R"(ull) + blockIdx.x, bit);
+}
+template <bool kCountZeros, class... A>
+NSAJIT_DEVICE int topk_speculative_sweep_marked(A&&... a) {
+  const int n = topk_speculative_sweep<kCountZeros>(a...);
+  if (kCountZeros) topk_zero_path_mark(1u);
+  return n;
+}
+template <class... A>
+NSAJIT_DEVICE void topk_write_zero_ties_marked(A&&... a) {
+  topk_write_zero_ties(a...);
+  topk_zero_path_mark(2u);
+}
+#define topk_speculative_sweep topk_speculative_sweep_marked
+#define topk_write_zero_ties topk_write_zero_ties_marked
+)";
+  std::string source = nsajit::generate_source(spec);
+  const std::string entry = "extern \"C\" __global__";
+  const std::size_t at = source.find(entry);
+  REQUIRE(at != std::string::npos);
+  REQUIRE(source.find(entry, at + 1) == std::string::npos);
+  REQUIRE(source.find("topk_speculative_sweep<true>(", at) != std::string::npos);  // the kernel calls both
+  REQUIRE(source.find("topk_write_zero_ties(", at) != std::string::npos);
+  source.insert(at, wrapper);
+  return source;
+}
+
+// The probe build of a speculative spec, marking zero_path_marks.
+const nsajit::LoadedKernel& load_zero_path_probe(const nsajit::KernelSpec& spec) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<nsajit::LoadedKernel>> loaded;  // these tests use one context
+  std::lock_guard lock(mutex);
+  std::unique_ptr<nsajit::LoadedKernel>& k = loaded[nsajit::canonical_text(spec)];
+  if (k) return *k;
+  const std::string source =
+      zero_path_probe_source(spec, reinterpret_cast<std::uintptr_t>(zero_path_marks().get()));
+  const nsajit::CompileResult r = nsajit::compile_cubin("topk_zero_path_probe", source,
+                                                        nsajit::nvrtc_options(spec.arch));
+  CUmodule module = nullptr;
+  NSAJIT_CU(cuModuleLoadData, &module, r.cubin.data());
+  k = std::make_unique<nsajit::LoadedKernel>();
+  NSAJIT_CU(cuModuleGetFunction, &k->function, module, "nsajit_topk");
+  NSAJIT_CU(cuFuncSetAttribute, k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            int(kTopkMaxDynamicSmem));
+  return *k;
+}
+
+// While alive, DeviceTopk runs the zero-path probe; take() returns the rows' marks since the last
+// take() (or the start) and clears them.
+struct ZeroPathProbe {
+  ZeroPathProbe() {
+    DeviceTopk::kernel_loader = &load_zero_path_probe;
+    take();
+  }
+  ~ZeroPathProbe() { DeviceTopk::kernel_loader = nullptr; }
+  std::vector<std::uint32_t> take(int rows = kZeroPathRows) {
+    std::vector<std::uint32_t> m = zero_path_marks().download();
+    zero_path_marks().upload(std::vector<std::uint32_t>(kZeroPathRows, 0u));
+    m.resize(std::size_t(rows));
+    return m;
+  }
+};
+
+// The kernel's order-preserving key (templates/topk_common.cuh, topk_key) of a non-NaN score.
+std::uint32_t order_key(float x) {
+  if (x == 0.0f) return 0x80000000u;  // -0.0 == +0.0
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+  return u ^ (std::uint32_t(std::int32_t(u) >> 31) | 0x80000000u);
+}
+
+// templates/topk_speculative.cuh, topk_sample_rank, in the same float arithmetic.
+int sample_rank(int samples, int n, int topk) {
+  const float expected = float(samples) * float(topk) / float(n);
+  const float fraction = float(topk) / float(n);
+  return int(std::ceil(expected + 4.0f * std::sqrt(expected * (1.0f - fraction)) + 1.0f));
+}
+
+// Warp w's segment of a slice of n scores starting `head` elements past a vector boundary (the
+// kernel's rounds [w R / W, (w + 1) R / W) of 32 vectors of 4 scores).
+struct Segment {
+  int round_begin, round_end;
+};
+Segment segment_of(int n, int head, int threads, int w) {
+  const int nvec = (head + n + 3) / 4, rounds = (nvec + 31) / 32, warps = threads / 32;
+  return {int((long long)rounds * w / warps), int((long long)rounds * (w + 1) / warps)};
+}
+
+// The positions topk_sample_bound samples at `threads` threads, in rounds 0 (u = 0) or 2 (u = 2)
+// of each warp's segment: the last score of each lane's whole vector.
+std::vector<int> sampled_positions(int n, int head, int threads, int u) {
+  const int vw0 = head == 0 ? 0 : 1, vw1 = std::max(vw0, (head + n) / 4);
+  std::vector<int> out;
+  for (int w = 0; w < threads / 32; ++w) {
+    const Segment g = segment_of(n, head, threads, w);
+    for (int lane = 0; lane < 32; ++lane) {
+      const int v = (g.round_begin + u) * 32 + lane;
+      if (g.round_begin + u < g.round_end && v >= vw0 && v < vw1) out.push_back(4 * v + 3 - head);
+    }
+  }
+  return out;
+}
+
+// The speculative kernel's path for one row of n scores (head as above), mirrored from
+// templates/topk.cuh and topk_speculative.cuh: the probe's marks (kPlateauSweep when the sample's
+// bound is 0.0's first-digit bin; kZeroTies when then no warp's list of positives overflows
+// `capacity` and the positives, fewer than topk, and the zeros complete topk).
+std::uint32_t zero_path_of(const float* row, int n, int head, int threads, int topk, int capacity) {
+  if (n <= topk || 8 * sample_rank(2 * threads, n, topk) > 2 * threads) return 0u;
+  std::vector<std::uint32_t> sample;
+  for (const int u : {0, 2})
+    for (const int i : sampled_positions(n, head, threads, u)) sample.push_back(order_key(row[i]));
+  const int r = sample_rank(int(sample.size()), n, topk);
+  if (8 * r > int(sample.size())) return 0u;
+  std::sort(sample.begin(), sample.end(), std::greater<>());
+  if (sample[std::size_t(r - 1)] >> 20 != 0x800u) return 0u;
+  long long positives = 0, zeros = 0;
+  bool overflow = false;
+  for (int w = 0; w < threads / 32; ++w) {
+    const Segment g = segment_of(n, head, threads, w);
+    int listed = 0;
+    for (int i = std::max(0, 128 * g.round_begin - head); i < std::min(n, 128 * g.round_end - head); ++i) {
+      listed += row[i] > 0.0f;
+      zeros += row[i] == 0.0f;
+    }
+    positives += listed;
+    overflow |= listed > capacity;
+  }
+  return kPlateauSweep | (!overflow && positives < topk && positives + zeros >= topk ? kZeroTies : 0u);
+}
+
+// The list entries per warp of the speculative plan of p at `threads` threads (C = 1).
+int list_capacity_of(const ref::TopkProblem& p, int threads, int sm_count) {
+  const auto q = nsajit::detail::plan_topk_launch(p.rows, p.width, p.topk, sm_count, 16,
+                                                  {.ctas_per_row = 1, .threads = threads, .speculate = 1});
+  REQUIRE(speculates(q));
+  return q.list_words / 2 / (threads / 32);
+}
+
+// Row r's scores from its row_start, and how far they lie past a vector boundary (the devices'
+// buffers are 256-byte aligned; bf16 vectors are 4 scores too).
+std::size_t row_offset(const ref::TopkProblem& p, int r) {
+  const std::int64_t stride = p.score_row_stride > 0 ? p.score_row_stride : p.width;
+  return std::size_t(r * stride + (p.row_starts.empty() ? 0 : ref::row_start_of(p, r)));
+}
+const float* row_of(const ref::TopkProblem& p, int r) { return p.scores.data() + row_offset(p, r); }
+int head_of(const ref::TopkProblem& p, int r) { return int(row_offset(p, r) % 4); }
+
+std::vector<std::uint32_t> zero_paths_of(const ref::TopkProblem& p, int threads, int sm_count) {
+  const int capacity = list_capacity_of(p, threads, sm_count);
+  std::vector<std::uint32_t> paths;
+  for (int r = 0; r < p.rows; ++r)
+    paths.push_back(zero_path_of(row_of(p, r), ref::length_of(p, r), head_of(p, r), threads, p.topk, capacity));
+  return paths;
+}
+
+// "1 1 3 0 ...": a row's marks, for messages.
+std::string marks_text(const std::vector<std::uint32_t>& marks) {
+  std::string s;
+  for (const std::uint32_t m : marks) s += std::to_string(m) + " ";
+  return s;
+}
+
+// Rows of 32768 whose sample's bound lands in 0.0's bin, at 256, 512 and 1024 threads alike (the
+// warps' segments start at multiples of 8 rounds of 128 scores, so the sample is i % 4 == 3 in
+// rounds i / 128 = 0 and 2 mod 8; at 256 and 512 threads a subset of those), topk 2048, rounded
+// to bf16. Rows 0-2 fall back (expected marks kPlateauSweep), row 3 (normal) does not reach the
+// plateau (0), rows 4 and 5 take the zero ties (kPlateauSweep | kZeroTies).
+ref::TopkProblem plateau_bound_problem(std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  const int width = 32768, topk = 2048;
+  auto negative = [&] { return -std::fabs(normal(rng)) - 1e-3f; };
+  auto positive = [&] { return std::fabs(normal(rng)) + 1.0f; };
+  ref::TopkProblem p = make_problem(6, width, topk, negative);
+  auto sampled = [](int i, bool round2) {
+    return i % 4 == 3 && ((i / 128) % 8 == 0 || (round2 && (i / 128) % 8 == 2));
+  };
+  for (int i = 0; i < width; ++i) {
+    float* row = p.scores.data();
+    // Row 0: 1024 zeros where the sample looks (half the sample): the bound is 0.0's, the zeros
+    // (no positives) do not complete topk, so the threshold is negative.
+    if (sampled(i, false)) row[i] = 0.0f;
+    // Row 1: the same with 100 positives elsewhere (100 + 1024 < topk).
+    if (sampled(i, false)) row[width + i] = 0.0f;
+    // Row 2: 2048 zeros where the sample looks and 2000 positives crowding the first positions
+    // (every other position from 0): with the zeros they would complete topk, but the first
+    // warps' lists overflow.
+    row[2 * width + i] = sampled(i, true) ? 0.0f : i < 4000 && i % 2 == 0 ? positive() : row[2 * width + i];
+    // Row 3: normal scores.
+    row[3 * width + i] = normal(rng);
+    // Rows 4 and 5: 2048 zeros where the sample looks (row 5: every other one -0.0), 500
+    // positives elsewhere: the zeros complete topk, the threshold is 0.0.
+    if (sampled(i, true)) row[4 * width + i] = 0.0f;
+    if (sampled(i, true)) row[5 * width + i] = i % 8 == 3 ? -0.0f : 0.0f;
+  }
+  auto sprinkle = [&](int r, int count) {
+    for (int placed = 0; placed < count;) {
+      const int i = int(rng() % width);
+      float& x = p.scores[std::size_t(r) * width + i];
+      if (x < 0.0f) {
+        x = positive();
+        ++placed;
+      }
+    }
+  };
+  sprinkle(1, 100);
+  sprinkle(4, 500);
+  sprinkle(5, 500);
+  return rounded_to_bf16(p);
+}
+const std::vector<std::uint32_t> kPlateauBoundPaths = {kPlateauSweep, kPlateauSweep, kPlateauSweep, 0u,
+                                                       kPlateauSweep | kZeroTies, kPlateauSweep | kZeroTies};
+
+// Rows on the zero-ties path at `threads` threads, none vector-aligned at both ends: a stride of
+// width + 3 and odd row_starts put their first scores 0-3 elements past a vector boundary, and
+// the lengths end them inside vectors. Even rows: exactly topk - P zeros, so that every zero is
+// taken (-0.0 in the partial head vector, 0.0 in the partial tail vector, the rest where the
+// sample looks in each warp's round 0), and P positives (some subnormal, in 0.0's bin) elsewhere.
+// Odd rows: zeros where the sample looks and at 5 % of the other positions, 300 positives: the
+// first zeros are taken, the rest not. Negatives elsewhere, 0.0 outside the rows (a read past a
+// row's ends would be taken). Rounded to bf16. Expected marks: kPlateauSweep | kZeroTies.
+ref::TopkProblem zero_ties_problem(std::mt19937& rng, int threads) {
+  std::normal_distribution<float> normal;
+  const int width = 40000, topk = 2048, rows = 6;
+  ref::TopkProblem p = make_problem(rows, width, topk, [] { return 0.0f; }, width + 3);
+  p.row_starts = {0, 1, 3, 6, 7, 13};
+  const int shorter[rows] = {0, 2, 5, 1, 3, 8};
+  for (int r = 0; r < rows; ++r) p.lengths[std::size_t(r)] = width - p.row_starts[std::size_t(r)] - shorter[r];
+  for (int r = 0; r < rows; ++r) {
+    const int n = p.lengths[std::size_t(r)], head = head_of(p, r);
+    float* const row = p.scores.data() + row_offset(p, r);
+    std::vector<char> kind(std::size_t(n), 'n');  // n negative, z zero, s sampled (not positive)
+    for (const int u : {0, 2})
+      for (const int i : sampled_positions(n, head, threads, u))
+        kind[std::size_t(i)] = r % 2 == 0 && u == 2 ? 's' : 'z';
+    if (r % 2 == 0) {
+      for (const int i : {0, 1, 2, n - 5, n - 4, n - 3, n - 2, n - 1}) kind[std::size_t(i)] = 'z';
+    } else {
+      for (char& k : kind)
+        if (k == 'n' && rng() % 20 == 0) k = 'z';
+    }
+    const long long zeros = std::count(kind.begin(), kind.end(), 'z');
+    const int positives = r % 2 == 0 ? topk - int(zeros) : 300;
+    REQUIRE(positives > 0);
+    for (int placed = 0; placed < positives;) {
+      const int i = int(rng() % std::uint32_t(n));
+      if (kind[std::size_t(i)] != 'n') continue;
+      kind[std::size_t(i)] = 'p';
+      ++placed;
+    }
+    for (int i = 0; i < n; ++i) {
+      float& x = row[i];
+      switch (kind[std::size_t(i)]) {
+        case 'z': x = i < 3 || (r % 2 == 1 && rng() % 2) ? -0.0f : 0.0f; break;
+        case 'p':  // a tenth bf16 subnormals
+          x = rng() % 10 == 0 ? from_bits(std::uint32_t(1 + rng() % 127) << 16) : std::fabs(normal(rng)) + 0.5f;
+          break;
+        default: x = -std::fabs(normal(rng)) - 1e-3f;
+      }
+    }
+  }
+  return rounded_to_bf16(p);
+}
+
+}  // namespace
+
+TEST_CASE("topk zero speculation: the test rows take the paths they are built for (the kernel mirrored on the CPU)") {
+  // The GPU tests below check the probe's marks against zero_paths_of; here, without a GPU, that
+  // their rows are built so that the mirrored kernel takes the intended path at every thread
+  // count they run (132 SMs, as the H100 and H200).
+  std::mt19937 rng(12345);
+  const ref::TopkProblem fallback = plateau_bound_problem(rng);
+  for (const int threads : {256, 512, 1024}) {
+    INFO("plateau bound rows, threads " << threads);
+    const std::vector<std::uint32_t> paths = zero_paths_of(fallback, threads, 132);
+    CHECK_MESSAGE(paths == kPlateauBoundPaths, marks_text(paths));
+  }
+  // Row 2 falls back only because its lists overflow: its positives alone are fewer than topk.
+  long long row2_positives = 0;
+  for (int i = 0; i < fallback.width; ++i) row2_positives += row_of(fallback, 2)[i] > 0.0f;
+  CHECK(row2_positives == 2000);
+  for (const int threads : {256, 1024}) {
+    INFO("zero-ties rows, threads " << threads);
+    const ref::TopkProblem p = zero_ties_problem(rng, threads);
+    const std::vector<std::uint32_t> paths = zero_paths_of(p, threads, 132);
+    CHECK_MESSAGE(paths == std::vector<std::uint32_t>(6, kPlateauSweep | kZeroTies), marks_text(paths));
+    bool head_partial = false, tail_partial = false;
+    for (int r = 0; r < p.rows; r += 2) {  // the rows whose every zero is taken
+      const int n = ref::length_of(p, r), head = head_of(p, r);
+      long long positives = 0, zeros = 0;
+      for (int i = 0; i < n; ++i) {
+        positives += row_of(p, r)[i] > 0.0f;
+        zeros += row_of(p, r)[i] == 0.0f;
+      }
+      CHECK(positives + zeros == p.topk);
+      head_partial |= head != 0;
+      tail_partial |= (head + n) % 4 != 0;
+    }
+    CHECK(head_partial);
+    CHECK(tail_partial);
+  }
+  // The probe builds the GPU tests load compile (a plain spec and a fused, sorted bf16 one).
+  using S = nsajit::KernelSpec;
+  const S plain{.family = nsajit::Family::topk, .tile = {.threads = 256, .algorithm = Algorithm::speculative_sweep}};
+  const S fused{.family = nsajit::Family::topk, .page_size = 64, .fused_transform = true, .sorted = true,
+                .score_dtype = nsajit::ScoreDtype::bf16,
+                .tile = {.threads = 1024, .algorithm = Algorithm::speculative_sweep}};
+  for (const S& spec : {plain, fused}) {
+    INFO(nsajit::readable_name(spec));
+    CHECK_NOTHROW(nsajit::compile_cubin("topk_zero_path_probe", zero_path_probe_source(spec, 0x10000u),
+                                        nsajit::nvrtc_options(spec.arch)));
+  }
+}
+
+TEST_CASE("topk gpu: the sweep's bound in 0.0's bin falls back where the zeros fall short or a list overflows") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  const ref::TopkProblem p = plateau_bound_problem(rng);
+  const int sm_count = nsajit::driver::current_context_info().sm_count;
+  for (const int threads : {256, 512, 1024}) {
+    const std::vector<std::uint32_t> paths = zero_paths_of(p, threads, sm_count);
+    CHECK_MESSAGE(paths == kPlateauBoundPaths, marks_text(paths));  // the rows force the paths
+    for (const auto dtype : {nsajit::ScoreDtype::fp32, nsajit::ScoreDtype::bf16}) {
+      INFO("threads " << threads << (dtype == nsajit::ScoreDtype::bf16 ? ", bf16" : ", fp32"));
+      LaunchOverride one({.ctas_per_row = 1, .threads = threads, .speculate = 1});
+      check_topk(p, dtype);
+      ZeroPathProbe probe;
+      check_topk(p, dtype);
+      const std::vector<std::uint32_t> marks = probe.take(p.rows);
+      CHECK_MESSAGE(marks == paths, "marks " << marks_text(marks) << "expected " << marks_text(paths));
+    }
+  }
+}
+
+TEST_CASE("topk gpu: the sweep's zero ties on unaligned rows and row_starts, sorted, fused decode, bf16") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  const int sm_count = nsajit::driver::current_context_info().sm_count;
+  for (const int threads : {256, 1024}) {
+    const ref::TopkProblem p = zero_ties_problem(rng, threads);
+    const std::vector<std::uint32_t> paths = zero_paths_of(p, threads, sm_count);
+    CHECK_MESSAGE(paths == std::vector<std::uint32_t>(std::size_t(p.rows), kPlateauSweep | kZeroTies),
+                  marks_text(paths));
+    const I request_len(std::size_t(p.rows), p.width);
+    const I pt1 = shuffled_page_table_1(rng, p.rows, p.width, 64, request_len);
+    const ref::TopkTransform t64{ref::decode_tables(pt1, p.rows, p.width, 64), 1};
+    const I index_order = ref::topk_index_order(p), sorted = ref::topk(p);
+    LaunchOverride one({.ctas_per_row = 1, .threads = threads, .speculate = 1});
+    for (const auto dtype : {nsajit::ScoreDtype::fp32, nsajit::ScoreDtype::bf16}) {
+      // Each launch with the product's kernel, then with the probe (its marks: every row took the
+      // zero ties); every output byte against the reference.
+      auto check = [&](const char* what, const ref::TopkTransform* t, bool sort, const I& expected) {
+        INFO(what << ", threads " << threads << (dtype == nsajit::ScoreDtype::bf16 ? ", bf16" : ", fp32"));
+        const I got = DeviceTopk(p, t, sort, dtype).run();
+        CHECK_MESSAGE(got == expected, ref::first_difference(got, expected, p.topk));
+        ZeroPathProbe probe;
+        CHECK(DeviceTopk(p, t, sort, dtype).run() == expected);
+        const std::vector<std::uint32_t> marks = probe.take(p.rows);
+        CHECK_MESSAGE(marks == paths, "marks " << marks_text(marks) << "expected " << marks_text(paths));
+      };
+      check("plain", nullptr, false, index_order);
+      check("sorted", nullptr, true, sorted);
+      check("fused decode, page size 64", &t64, false, ref::apply_transform(t64, p.rows, p.topk, index_order));
+      check("fused decode, page size 64, sorted", &t64, true, ref::apply_transform(t64, p.rows, p.topk, sorted));
+    }
   }
 }
 
