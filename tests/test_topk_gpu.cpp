@@ -115,7 +115,7 @@ struct DeviceTopk {
     nsajit::detail::topk(args, LaunchOverride::current, nullptr, kernel_loader);
     return out.download();
   }
-  // nullptr: the product's kernel; a ClusterFallbackProbe sets its probe build.
+  // nullptr: the product's kernel; a ClusterFallbackProbe or ZeroPathProbe sets its probe build.
   static inline nsajit::detail::TopkKernelLoader kernel_loader = nullptr;
   DeviceBuffer<float> scores;
   std::unique_ptr<DeviceBuffer<std::uint16_t>> scores_bf16;
@@ -124,6 +124,20 @@ struct DeviceTopk {
   DeviceBuffer<std::int32_t> out;
   nsajit::TopkArgs args;
 };
+
+// A probe build of the top-k kernel (the product's source, altered by a test) compiled and loaded
+// as DeviceTopk's kernel_loader returns it.
+std::unique_ptr<nsajit::LoadedKernel> compile_probe(const char* name, const std::string& source,
+                                                    const nsajit::KernelSpec& spec) {
+  const nsajit::CompileResult r = nsajit::compile_cubin(name, source, nsajit::nvrtc_options(spec.arch));
+  CUmodule module = nullptr;
+  NSAJIT_CU(cuModuleLoadData, &module, r.cubin.data());
+  auto k = std::make_unique<nsajit::LoadedKernel>();
+  NSAJIT_CU(cuModuleGetFunction, &k->function, module, "nsajit_topk");
+  NSAJIT_CU(cuFuncSetAttribute, k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            int(kTopkMaxDynamicSmem));
+  return k;
+}
 
 // The probe build of a top-k kernel: the product's source, its cluster selection wrapped so that a
 // row whose cluster lists cannot hold the selection writes -2 to its first slot instead of taking
@@ -151,14 +165,7 @@ NSAJIT_DEVICE bool topk_cluster_select_or_mark(int C, uint32_t rank, const TopkC
   REQUIRE(source.find(entry, at + 1) == std::string::npos);
   REQUIRE(source.find("topk_cluster_select(", at) != std::string::npos);  // the kernel calls it
   source.insert(at, kWrapper);
-  const nsajit::CompileResult r = nsajit::compile_cubin("topk_cluster_fallback_probe", source,
-                                                        nsajit::nvrtc_options(spec.arch));
-  CUmodule module = nullptr;
-  NSAJIT_CU(cuModuleLoadData, &module, r.cubin.data());
-  k = std::make_unique<nsajit::LoadedKernel>();
-  NSAJIT_CU(cuModuleGetFunction, &k->function, module, "nsajit_topk");
-  NSAJIT_CU(cuFuncSetAttribute, k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            int(kTopkMaxDynamicSmem));
+  k = compile_probe("topk_cluster_fallback_probe", source, spec);
   return *k;
 }
 
@@ -1342,14 +1349,7 @@ const nsajit::LoadedKernel& load_zero_path_probe(const nsajit::KernelSpec& spec)
   if (k) return *k;
   const std::string source =
       zero_path_probe_source(spec, reinterpret_cast<std::uintptr_t>(zero_path_marks().get()));
-  const nsajit::CompileResult r = nsajit::compile_cubin("topk_zero_path_probe", source,
-                                                        nsajit::nvrtc_options(spec.arch));
-  CUmodule module = nullptr;
-  NSAJIT_CU(cuModuleLoadData, &module, r.cubin.data());
-  k = std::make_unique<nsajit::LoadedKernel>();
-  NSAJIT_CU(cuModuleGetFunction, &k->function, module, "nsajit_topk");
-  NSAJIT_CU(cuFuncSetAttribute, k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            int(kTopkMaxDynamicSmem));
+  k = compile_probe("topk_zero_path_probe", source, spec);
   return *k;
 }
 
