@@ -186,11 +186,12 @@ NSAJIT_DEVICE int topk_sample_pairs(const TopkSlice& s, const u32x4 (&head)[kTop
   return taken;
 }
 
-// The packed bf16 bound of the sweep: for every bf16 x, x >= f (as fp32) iff x >= the result (the
-// smallest bf16 >= f: f's bits truncated, as f >= +0.0 has 20 low zero bits and a negative f's
-// magnitude rounds down), in both halves.
+// The packed bf16 bound of the sweep: for every bf16 x, x >= f (as fp32) iff x >= the result, the
+// smallest bf16 >= f in both halves (a negative f's magnitude rounds down, a positive f up; the
+// sweep's bounds of first-digit bins are exact bf16 values when >= +0.0). f is not NaN.
 NSAJIT_DEVICE uint32_t topk_pair_bound(float f) {
-  const uint32_t h = __float_as_uint(f) >> 16;
+  const uint32_t u = __float_as_uint(f);
+  const uint32_t h = (u & 0x80000000u) != 0u ? u >> 16 : (u + 0xffffu) >> 16;
   return h | h << 16;
 }
 
