@@ -47,6 +47,12 @@ std::vector<std::pair<std::string, KernelSpec>> kernels() {
     const std::string t = ".t" + std::to_string(tile.threads) + "." + to_string(tile.algorithm);
     out.push_back({"topk.plain" + t, KernelSpec{.family = Family::topk, .topk = topk, .tile = tile}});
     out.push_back({"topk.sorted" + t, KernelSpec{.family = Family::topk, .topk = topk, .sorted = true, .tile = tile}});
+    // bf16 scores (score_dtype): the plain kernel and one fused form, to compare with fp32's.
+    out.push_back({"topk.plain.bf16" + t,
+                   KernelSpec{.family = Family::topk, .topk = topk, .score_dtype = ScoreDtype::bf16, .tile = tile}});
+    out.push_back({"topk.fused.decode.ps64.bf16" + t,
+                   KernelSpec{.family = Family::topk, .topk = topk, .page_size = 64, .mode = IndexMode::decode,
+                              .fused_transform = true, .score_dtype = ScoreDtype::bf16, .tile = tile}});
     out.push_back({"topk.fused.decode.ps64" + t,
                    KernelSpec{.family = Family::topk, .topk = topk, .page_size = 64, .mode = IndexMode::decode,
                               .fused_transform = true, .tile = tile}});

@@ -75,12 +75,14 @@
 //
 // The parts before this file (concatenated by the generator): topk_common.cuh (constants, keys,
 // cluster helpers, slices), topk_radix.cuh (block-wide radix steps), topk_speculative.cuh (the
-// speculative sweep), topk_cluster_lists.cuh (the speculative cluster selection), topk_sort.cuh
-// (phase 1 of sorted specs), topk_dense.cuh (dense rows).
+// speculative sweep), topk_bf16.cuh (bf16 rows: pass 0 and the sweep with 16-byte loads of 8
+// scores), topk_cluster_lists.cuh (the speculative cluster selection), topk_sort.cuh (phase 1 of
+// sorted specs), topk_dense.cuh (dense rows).
 #include "kv_slot_transform.cuh"
 #include "topk_common.cuh"
 #include "topk_radix.cuh"
 #include "topk_speculative.cuh"
+#include "topk_bf16.cuh"
 #include "topk_cluster_lists.cuh"
 #include "topk_sort.cuh"
 #include "topk_dense.cuh"
@@ -200,7 +202,11 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   if (may_speculate) {
     if (p.prefetch_row != 0 && lane == 0) topk_prefetch_segment(s, round_begin, round_end);
     u32x4 head[kTopkSweepUnroll];  // the sweep's first batch, which also gives the sample
+#if NSAJIT_SCORE_BF16
+    topk_sweep_load_pairs(s, round_begin, round_end, head);  // 8 scores a lane (templates/topk_bf16.cuh)
+#else
     topk_sweep_load(s, round_begin, round_end, head);
+#endif
     const uint32_t bound = topk_sample_bound(s, head, round_begin, round_end, list, sh);
     if (bound != 0u) {  // uniform
       const bool plateau = bound == kTopkPositiveBound;  // uniform
@@ -269,6 +275,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       const TopkRefineDigit digit = topk_refine_digit(x, sh, pass);
       for (int i = lane; i < warp_fill; i += 32) topk_refine_count(digit, x, warp_list[i]);
       topk_refine_finish(digit, x, sh);
+      topk_resolve_bf16(x);  // bf16: 22 bits are all of them
     }
     int g = 0, e = 0;
     for (int i = lane; i < warp_fill; i += 32) {
@@ -287,6 +294,9 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     {
       uint32_t slice_max = 0u;  // C > 1: the slice's largest key
       uint32_t zeros = 0u;      // keys of 0.0 (kTopkCountZeros)
+#if NSAJIT_SCORE_BF16
+      topk_pass0_pairs(s, keys, resident_vecs, hist0, zeros, slice_max);  // 8 scores a load (topk_bf16.cuh)
+#else
       const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
       constexpr int kUnroll = 4;
       for (int base = vw0; base < vw1; base += kUnroll * NSAJIT_THREADS) {
@@ -326,6 +336,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
           slice_max = max(slice_max, key);
         }
       }
+#endif
       if (kTopkCountZeros) topk_flush_zeros(zeros, sh, hist0);
       if (C > 1) {
         slice_max = __reduce_max_sync(NSAJIT_TOPK_FULL, slice_max);
@@ -432,6 +443,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       }
       topk_key_range(lo, hi, sh, C);
       topk_narrow_to_range(x, lo, hi);
+      topk_resolve_bf16(x);
     }
     for (int pass = 0; x.count > p.cand_capacity && x.bits < 32; ++pass) {
       const int width = min(NSAJIT_TOPK_RESCAN_BITS, 32 - x.bits);
@@ -457,6 +469,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       int greater, count;
       const uint32_t d = topk_find_bin(total, nbins, x.k, sh, greater, count);
       topk_radix_step(x, d, width, greater, count);
+      topk_resolve_bf16(x);
     }
     resolved = x.bits == 32;  // else: x.count <= cand_capacity keys go to the list
 

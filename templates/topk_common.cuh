@@ -1,6 +1,6 @@
 // topk_common.cuh — the top-k family (templates/topk.cuh), part 1: its compile-time constants,
 // order-preserving keys, cluster helpers, the fused transform's glue, slice access and the classify
-// sweep's bitmaps. topk.cuh includes topk_common, topk_radix, topk_speculative,
+// sweep's bitmaps. topk.cuh includes topk_common, topk_radix, topk_speculative, topk_bf16,
 // topk_cluster_lists, topk_sort and topk_dense, in that order.
 #pragma once
 #include "kv_slot_transform.cuh"

@@ -212,6 +212,22 @@ NSAJIT_DEVICE void topk_resolve_zero_plateau(TopkRadix& x, uint32_t zero_keys) {
   }
 }
 
+// bf16 scores: a key's low 16 bits follow from its high 16 (0 for a score >= +0.0, 0xffff for a
+// negative one; NaN's key is 1, the only key with high bits 0 besides padding, which is never
+// counted), so once 16 bits are resolved the keys matching the prefix are all one key, T: all 32
+// bits are known (count and k unchanged), and no further digit is needed (the ties of a bf16 row
+// never leave one key, which ended fp32's refinement early). fp32: nothing.
+NSAJIT_DEVICE void topk_resolve_bf16(TopkRadix& x) {
+#if NSAJIT_SCORE_BF16
+  if (x.bits >= 16 && x.bits < 32) {
+    const uint32_t high = x.prefix >> 16;
+    x.prefix = high == 0u ? 1u : (high & 0x8000u) != 0u ? high << 16 : high << 16 | 0xffffu;
+    x.mask = 0xffffffffu;
+    x.bits = 32;
+  }
+#endif
+}
+
 // Whole block (C > 1: every CTA of the cluster, uniformly): lo and hi become the minimum and the
 // maximum over the block's (the cluster's) threads. sh.key_lo / key_hi are written only here, from
 // the prologue's ~0u / 0, so cluster peers may read them until the kernel ends. Ends synchronised.
@@ -307,6 +323,7 @@ NSAJIT_DEVICE void topk_refine_candidates(TopkRadix& x, TopkShared& sh, int mine
     }
     __syncthreads();
     topk_radix_step(x, sh.digit, width, sh.greater, sh.count);
+    topk_resolve_bf16(x);  // bf16: 20 bits are all of them
   }
   if (x.bits < 32 && x.count <= 32) {  // uniform
 #pragma unroll 1  // as above

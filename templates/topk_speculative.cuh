@@ -43,6 +43,19 @@ NSAJIT_DEVICE int topk_sample_rank(int samples, int n) {
   return int(ceilf(expected + 4.0f * sqrtf(expected * (1.0f - fraction)) + 1.0f));
 }
 
+#if NSAJIT_SCORE_BF16
+// bf16 scores: the sweep's loads are 16 bytes of 8 scores (templates/topk_bf16.cuh, included by
+// topk.cuh after this file): the first batch, the sample taken from it, the sweep.
+NSAJIT_DEVICE void topk_sweep_load_pairs(const TopkSlice& s, int round_begin, int round_end,
+                                         u32x4 (&raw)[kTopkSweepUnroll]);
+NSAJIT_DEVICE int topk_sample_pairs(const TopkSlice& s, const u32x4 (&head)[kTopkSweepUnroll], int round_begin,
+                                    int round_end, uint32_t* hist);
+template <bool kCountZeros>
+NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
+                                               uint32_t list_position, int capacity, int round_begin, int round_end,
+                                               u32x4 (&raw)[kTopkSweepUnroll], int& zeros);
+#endif
+
 // The bound B (a key >= 1, so that padding is never listed) for a row of n > topk positions, or
 // 0 when the row should not speculate. Whole block (uniform result); `hist` (4096 words) is zero
 // on entry and dirty on return.
@@ -57,6 +70,9 @@ NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, const u32x4 (&head)
   // exact path, whose second sweep hits L2 and whose list holds only the threshold bin, is faster.
   constexpr int kMaxSamples = 2 * NSAJIT_THREADS;
   if (8 * topk_sample_rank(kMaxSamples, s.n) > kMaxSamples) return 0u;
+#if NSAJIT_SCORE_BF16
+  const int taken = topk_sample_pairs(s, head, round_begin, round_end, hist);  // the same from pairs
+#else
   const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
   int taken = 0;
 #pragma unroll
@@ -67,6 +83,7 @@ NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, const u32x4 (&head)
       ++taken;
     }
   }
+#endif
   // The barrier that publishes the histogram also counts the samples (0, 1 or 2 a thread).
   const int samples = __syncthreads_count(taken >= 1) + __syncthreads_count(taken >= 2);
   const int r = topk_sample_rank(samples, s.n);
@@ -113,6 +130,10 @@ template <bool kCountZeros>
 NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
                                          uint32_t list_position, int capacity, int round_begin, int round_end,
                                          u32x4 (&raw)[kTopkSweepUnroll], int& zeros) {
+#if NSAJIT_SCORE_BF16  // 8 scores a lane and load (templates/topk_bf16.cuh); raw: topk_sweep_load_pairs'
+  return topk_speculative_sweep_pairs<kCountZeros>(s, slice_begin, bound, list_key, list_position, capacity,
+                                                   round_begin, round_end, raw, zeros);
+#else
   const int lane = threadIdx.x & 31;
   const uint32_t lanes_below = (1u << lane) - 1u;
   const float f = topk_bound_score(bound);
@@ -172,6 +193,7 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, ui
     if (fill > capacity) break;  // warp-uniform: the row falls back
   }
   return fill;
+#endif
 }
 
 // Speculated on a plateau of 0.0 (whole warp, after the lists' keys are written): the warp's zeros

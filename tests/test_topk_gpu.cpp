@@ -1248,6 +1248,101 @@ TEST_CASE("topk gpu bf16: row strides (odd, 1024-byte aligned), row_starts, topk
   }
 }
 
+// bf16 rows load 16 bytes (8 scores, two vectors: a pair) a lane in pass 0 and in the speculative
+// sweep (templates/topk_bf16.cuh): a pair starts at a 16-byte unit, so a slice's vector 0 is the
+// first or second half of its pair (phase 0 or 1), and with phase 1 a warp's first and last pairs
+// reach one vector into its neighbours' segments. These cases move the largest scores onto those
+// edges at every head (0..7 scores into a 16-byte unit) and phase, in every algorithm that loads
+// pairs: a score listed or counted twice, or missed, moves the output.
+TEST_CASE("topk gpu bf16: pair loads at every alignment, segment edge and algorithm") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  std::normal_distribution<float> normal;
+  const int width = 40000, stride = width + 1, rows = 8;  // row r starts 2 r bytes into a 16-byte unit
+  auto p = make_problem(rows, width, 2048, [&] { return normal(rng); }, stride);
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < width; ++i) {
+      const int at = (i + 3 * r) % 128;  // chunks of 128 scores (a round of 32 vectors) at offsets by row
+      if (at < 5 || at > 122 || i < 9 || i > width - 9) p.scores[std::size_t(r) * stride + i] = 3.0f + 0.25f * normal(rng);
+    }
+  p = rounded_to_bf16(p);
+  p.lengths = {width, width - 1, width - 7, 30001, 24577, 24579, 2049 * 12, 33333};
+  p.row_starts = {0, 1, 2, 3, 5, 7, 11, 6660};
+  struct Plan {
+    const char* name;
+    nsajit::detail::TopkPlanConstraints c;
+  };
+  const std::vector<Plan> plans = {
+      {"default plan", {}},
+      {"speculative, 256 threads", {.ctas_per_row = 1, .threads = 256, .speculate = 1}},
+      {"speculative, 512 threads", {.ctas_per_row = 1, .threads = 512, .speculate = 1}},
+      {"speculative, 1024 threads", {.ctas_per_row = 1, .threads = 1024, .speculate = 1}},
+      {"exact, 1024 threads (part of the slice kept)", {.ctas_per_row = 1, .threads = 1024, .speculate = 0}},
+      {"exact, 512 threads, nothing kept", {.ctas_per_row = 1, .threads = 512, .force_streaming = true, .speculate = 0}},
+      {"cluster sweeps, 2 CTAs", {.ctas_per_row = 2, .speculate = 0}},
+      {"cluster sweeps, 8 CTAs", {.ctas_per_row = 8, .speculate = 0}},
+      {"cluster lists, 4 CTAs", {.ctas_per_row = 4, .threads = 1024}},
+      {"cluster lists, 8 CTAs", {.ctas_per_row = 8}},
+      {"cluster lists, 16 CTAs", {.ctas_per_row = 16, .threads = 512}},
+  };
+  for (const Plan& plan : plans) {
+    INFO(plan.name);
+    LaunchOverride o(plan.c);
+    check_bf16(p);
+  }
+  // Thresholds a bf16 key resolves at 16 bits (topk_resolve_bf16): negative (low key bits all
+  // ones), among ties, at +-0.0 and subnormals (the packed key conversion), and NaN's key 1.
+  struct Dist {
+    const char* name;
+    std::function<float()> draw;
+  };
+  const std::vector<Dist> dists = {
+      {"all negative", [&] { return -std::fabs(normal(rng)); }},
+      {"-inf, -0.0, +0.0 and a few positives",
+       [&] { const int k = int(rng() % 64); return k == 0 ? std::fabs(normal(rng)) : k < 20 ? -kInf : k < 40 ? -0.0f : 0.0f; }},
+      {"subnormals of both signs and zeros",
+       [&] { const std::uint16_t m = std::uint16_t(rng() % 0x80); return ref::bf16_to_float(std::uint16_t(rng() % 2 ? m : 0x8000 | m)); }},
+      {"97% NaN of both signs (threshold NaN)",
+       [&] { return rng() % 100 < 97 ? ref::bf16_to_float(std::uint16_t(rng() % 2 ? 0x7fc1 : 0xffc0)) : normal(rng); }},
+  };
+  for (const Dist& d : dists) {
+    auto q = rounded_to_bf16(make_problem(3, 30000, 2048, d.draw, 30003));
+    q.lengths = {30000, 29993, 2049 * 12};
+    q.row_starts = {0, 5, 3};
+    for (const Plan& plan : plans) {
+      INFO(d.name << ", " << plan.name);
+      LaunchOverride o(plan.c);
+      check_bf16(q);
+    }
+  }
+}
+
+TEST_CASE("topk gpu bf16: the pair sweep falls back when its sample misleads it or a warp's list overflows") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  std::normal_distribution<float> normal;
+  const int width = 32768;
+  auto p = make_problem(4, width, 2048, [&] { return normal(rng); });
+  for (int i = 0; i < width; ++i) {
+    // Row 0: large scores exactly where the pair sample looks (topk_sample_pairs: the last score of
+    // each lane's pair in rounds 0 and 2 of 256 scores of its warp's segment; segments begin at
+    // multiples of 1024 scores at 256, 512 and 1024 threads): the bound lands among them and lists
+    // fewer than topk keys. Row 1: the largest scores crowd the first 4096 positions (a warp's
+    // list overflows). Rows 2 and 3: normal and the fp32 sample's positions (every 4th score of
+    // rounds 0 and 2 of 128), which the pair sample sees only in part.
+    if (i % 8 == 7 && ((i % 1024) / 256 == 0 || (i % 1024) / 256 == 2)) p.scores[i] = 50.0f + normal(rng);
+    if (i < 4096) p.scores[std::size_t(width) + i] = 10.0f + normal(rng);
+    if (i % 4 == 3 && ((i / 128) % 8 == 0 || (i / 128) % 8 == 2)) p.scores[3 * std::size_t(width) + i] = 50.0f + normal(rng);
+  }
+  p = rounded_to_bf16(p);
+  for (const int threads : {256, 512, 1024}) {
+    INFO("threads " << threads);
+    LaunchOverride one({.ctas_per_row = 1, .threads = threads, .speculate = 1});
+    check_bf16(p);
+    auto shifted = p;  // rows 8 bytes into a 16-byte unit: pair phase 1
+    shifted.row_starts = {4, 4, 4, 4};
+    check_bf16(shifted);
+  }
+}
+
 TEST_CASE("topk gpu bf16 fused: decode (MTP, page sizes 1 and 64), prefill, ragged, sorted") {
   NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;

@@ -1,0 +1,289 @@
+// topk_bf16.cuh — the top-k family (templates/topk.cuh), bf16 scores: the streaming loops of
+// pass 0 and of the speculative sweep with 16-byte loads of 8 scores (two vectors, "a pair").
+// Compiled only for bf16 kernels (NSAJIT_SCORE_BF16); fp32 kernels see nothing of this file.
+//
+// Why: a bf16 vector (4 scores) is 8 bytes, so with the fp32 loops' vector per load a bf16 row
+// runs as many loads, loop rounds and load batches (each one memory latency of the warp's chain)
+// as an fp32 row of the same length, for half the bytes; the fp32 kernels are latency- and
+// issue-bound, not byte-bound, so bf16 was not faster (docs/notes/topk.md, issue 36). Here a lane
+// loads a pair: the same 16 bytes a load and the same bytes in flight per thread as fp32
+// (kTopkSweepUnroll loads), half the loads, rounds and batches a row.
+//
+// Pairs: the slice's vectors (TopkSlice: vector v at s.abase + 4 v, 8-byte aligned) are grouped
+// in 16-byte units; p0 = 1 when s.abase is 8 bytes into one, so pair P is the vectors
+// 2 P - p0 and 2 P - p0 + 1 (one aligned 16-byte load when both lie in the slice's whole vectors).
+// Everything after the load is the 4-score vectors' (keys, shared-memory vectors, lists, order):
+// a bf16 launch still returns the fp32 launch's bytes on the widened values.
+#pragma once
+#include "topk_speculative.cuh"
+
+#if NSAJIT_SCORE_BF16
+
+// The 8 scores of an aligned pair as packed bf16 (word i: scores 2 i (low half) and 2 i + 1).
+NSAJIT_DEVICE u32x4 topk_load_pair(const TopkScore* ptr) {
+  u32x4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(ptr));
+  return v;
+}
+
+// The keys of the two bf16 scores of word w (the lower address in the low half): topk_key of
+// their fp32 values, bit for bit, from the packed pair (4 instructions a score instead of 6):
+// g = w + 0.0 in bf16 (-0.0 becomes +0.0, every other value is exact), s = each half's sign
+// replicated over it, g ^ (s | 0x8000) = each score's key bits 31..16 (negatives reversed, below
+// positives), and bits 15..0 of an fp32 key of a bf16 are the sign replicated: the low 16 bits of
+// ~(x << 16) for a negative x, 0 otherwise. NaN (either sign): 1.
+NSAJIT_DEVICE void topk_pair_keys(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  uint32_t g, s, nan_lo, nan_hi;
+  asm("{\n\t.reg .pred p, q;\n\t"
+      "add.rn.bf16x2 %0, %4, %5;\n\t"
+      "setp.nan.bf16x2 p|q, %4, %4;\n\t"
+      "selp.u32 %2, 1, 0, p;\n\tselp.u32 %3, 1, 0, q;\n\t"
+      "prmt.b32 %1, %0, 0, 0xbb99;\n\t}"  // s: byte 1's sign over bytes 0-1, byte 3's over 2-3
+      : "=r"(g), "=r"(s), "=r"(nan_lo), "=r"(nan_hi)
+      : "r"(w), "r"(0u));
+  const uint32_t k = g ^ (s | 0x80008000u);
+  lo = nan_lo != 0u ? 1u : __byte_perm(k, s, 0x1054);  // bytes: s, s, k.0, k.1
+  hi = nan_hi != 0u ? 1u : __byte_perm(k, s, 0x3276);  // bytes: s, s, k.2, k.3
+}
+
+// 1 when the slice's vector 0 is the second half of a 16-byte unit.
+NSAJIT_DEVICE int topk_pair_phase(const TopkSlice& s) {
+  return int((reinterpret_cast<unsigned long long>(s.abase) >> 3) & 1ull);
+}
+
+// The whole pairs of the slice: [pw0, pw1), both vectors in [topk_whole_begin, topk_whole_end).
+NSAJIT_DEVICE int topk_whole_pair_begin(const TopkSlice& s, int p0) { return (topk_whole_begin(s) + p0 + 1) >> 1; }
+NSAJIT_DEVICE int topk_whole_pair_end(const TopkSlice& s, int p0) {
+  return max(topk_whole_pair_begin(s, p0), (topk_whole_end(s) + p0) >> 1);
+}
+
+// --- pass 0 ------------------------------------------------------------------------------------------
+
+// Pass 0 of a bf16 slice (topk.cuh): every key of the slice counted in hist0 (0.0's in `zeros`
+// where kTopkCountZeros), the first resident_vecs vectors' keys kept, slice_max the largest key.
+// Thread tid takes the whole pairs tid, tid + T, ... (4 loads in flight); threads 0-3 the at most
+// two vectors at each end that no whole pair covers (partial or not), element by element.
+NSAJIT_DEVICE void topk_pass0_pairs(const TopkSlice& s, u32x4* keys, int resident_vecs, uint32_t* hist0,
+                                    uint32_t& zeros, uint32_t& slice_max) {
+  const int tid = threadIdx.x;
+  const int p0 = topk_pair_phase(s);
+  const int pw0 = topk_whole_pair_begin(s, p0), pw1 = topk_whole_pair_end(s, p0);
+  constexpr int kUnroll = 4;
+  for (int base = pw0; base < pw1; base += kUnroll * NSAJIT_THREADS) {
+    u32x4 raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int pair = base + u * NSAJIT_THREADS + tid;
+      if (pair < pw1) raw[u] = topk_load_pair(s.abase + 4 * (2 * pair - p0));
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int pair = base + u * NSAJIT_THREADS + tid;
+      if (pair < pw1) {
+        const int v = 2 * pair - p0;
+        u32x4 k0, k1;
+        topk_pair_keys(raw[u].x, k0.x, k0.y);
+        topk_pair_keys(raw[u].y, k0.z, k0.w);
+        topk_pair_keys(raw[u].z, k1.x, k1.y);
+        topk_pair_keys(raw[u].w, k1.z, k1.w);
+        if (v < resident_vecs) keys[v] = k0;
+        if (v + 1 < resident_vecs) keys[v + 1] = k1;
+        topk_count_first_digit(hist0, k0.x, zeros);
+        topk_count_first_digit(hist0, k0.y, zeros);
+        topk_count_first_digit(hist0, k0.z, zeros);
+        topk_count_first_digit(hist0, k0.w, zeros);
+        topk_count_first_digit(hist0, k1.x, zeros);
+        topk_count_first_digit(hist0, k1.y, zeros);
+        topk_count_first_digit(hist0, k1.z, zeros);
+        topk_count_first_digit(hist0, k1.w, zeros);
+        slice_max = max(slice_max, max(max(max(k0.x, k0.y), max(k0.z, k0.w)), max(max(k1.x, k1.y), max(k1.z, k1.w))));
+      }
+    }
+  }
+  // The vectors outside the whole pairs: [0, 2 pw0 - p0) (at most 2: vw0 <= 1) and
+  // [2 pw1 - p0, nvec) (at most 2: the last whole vector and the partial one).
+  const int v = tid < 2 ? tid : 2 * pw1 - p0 + tid - 2;
+  if (tid < 4 && v < s.nvec && (tid >= 2 || v < 2 * pw0 - p0)) {
+    const u32x4 kv = topk_global_keys(s, v);
+    if (v < resident_vecs) keys[v] = kv;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t key = topk_lane(kv, j);
+      if (key != 0u) topk_count_first_digit(hist0, key, zeros);
+      slice_max = max(slice_max, key);
+    }
+  }
+}
+
+// --- the speculative sweep ---------------------------------------------------------------------------
+
+// A warp's segment (rounds [round_begin, round_end) of 32 vectors: vectors [v0, v1), the same
+// segment as the fp32 sweep's, the classify's and the output's) as rounds of 32 pairs: pairs
+// [pb, pe), pair pb + 32 d + lane in round d. With p0 = 1 the segment's first and last pairs reach
+// one vector into the neighbouring segments, whose scores are never listed here: a pair's first
+// vector 2 P - p0 is the segment's iff P is in [first_begin, pe), its second iff P < second_end.
+struct TopkPairSegment {
+  int p0;           // topk_pair_phase
+  int pw0, pw1;     // the slice's whole pairs
+  int pb, pe;       // the segment's pairs
+  int load_end;     // min(pw1, pe): the whole pairs of the segment are [max(pw0, pb), load_end)
+  int first_begin;  // pb + p0
+  int second_end;   // (v1 + p0) / 2
+};
+
+NSAJIT_DEVICE TopkPairSegment topk_pair_segment(const TopkSlice& s, int round_begin, int round_end) {
+  TopkPairSegment g;
+  g.p0 = topk_pair_phase(s);
+  g.pw0 = topk_whole_pair_begin(s, g.p0);
+  g.pw1 = topk_whole_pair_end(s, g.p0);
+  const int v0 = 32 * round_begin, v1 = min(32 * round_end, s.nvec);
+  g.pb = v0 >> 1;  // v0 is even: pair pb holds vector v0
+  g.pe = v1 > v0 ? (v1 + g.p0 + 1) >> 1 : g.pb;
+  g.load_end = min(g.pw1, g.pe);
+  g.first_begin = g.pb + g.p0;
+  g.second_end = (v1 + g.p0) >> 1;
+  return g;
+}
+
+// The pairs of the rounds from first (the round's pair of lane 0) on, kTopkSweepUnroll rounds,
+// whole pairs of the segment only, into raw (edge pairs and pairs past the segment are left as
+// they are).
+NSAJIT_DEVICE void topk_sweep_load_pair_batch(const TopkSlice& s, const TopkPairSegment& g, int first,
+                                              u32x4 (&raw)[kTopkSweepUnroll]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int u = 0; u < kTopkSweepUnroll; ++u) {
+    const int pair = first + 32 * u + lane;
+    if (pair >= g.pw0 && pair < g.load_end) raw[u] = topk_load_pair(s.abase + 4 * (2 * pair - g.p0));
+  }
+}
+
+// The sweep's first batch (topk_sweep_load for bf16): rounds 0 .. kTopkSweepUnroll - 1 of pairs.
+NSAJIT_DEVICE void topk_sweep_load_pairs(const TopkSlice& s, int round_begin, int round_end,
+                                         u32x4 (&raw)[kTopkSweepUnroll]) {
+  const TopkPairSegment g = topk_pair_segment(s, round_begin, round_end);
+  topk_sweep_load_pair_batch(s, g, g.pb, raw);
+}
+
+// The sample of topk_sample_bound from the pairs' first batch: the last score of this lane's
+// pair in rounds 0 and 2 (one window of two 256-score chunks at the start of the warp's segment),
+// counted in hist; returns how many were taken (0, 1 or 2).
+NSAJIT_DEVICE int topk_sample_pairs(const TopkSlice& s, const u32x4 (&head)[kTopkSweepUnroll], int round_begin,
+                                    int round_end, uint32_t* hist) {
+  const TopkPairSegment g = topk_pair_segment(s, round_begin, round_end);
+  const int lane = threadIdx.x & 31;
+  int taken = 0;
+#pragma unroll
+  for (int u = 0; u < kTopkSweepUnroll; u += 2) {
+    const int pair = g.pb + 32 * u + lane;
+    if (pair >= g.pw0 && pair < g.load_end && pair < g.second_end) {
+      atomicAdd(&hist[topk_key(__uint_as_float(head[u].w & 0xffff0000u)) >> NSAJIT_TOPK_SHIFT0], 1u);
+      ++taken;
+    }
+  }
+  return taken;
+}
+
+// The packed bf16 bound of the sweep: for every bf16 x, x >= f (as fp32) iff x >= the result, the
+// smallest bf16 >= f in both halves (a negative f's magnitude rounds down, a positive f up; the
+// sweep's bounds of first-digit bins are exact bf16 values when >= +0.0). f is not NaN.
+NSAJIT_DEVICE uint32_t topk_pair_bound(float f) {
+  const uint32_t u = __float_as_uint(f);
+  const uint32_t h = (u & 0x80000000u) != 0u ? u >> 16 : (u + 0xffffu) >> 16;
+  return h | h << 16;
+}
+
+// The two bf16 scores of word w against the packed bound b2 (topk_pair_bound), and `in`: lo (the
+// low half) and hi are score >= bound && in; false for NaN. One compare of both halves.
+NSAJIT_DEVICE void topk_pair_at_least(uint32_t w, uint32_t b2, bool in, bool& lo, bool& hi) {
+  uint32_t a, b;
+  asm("{\n\t.reg .pred p, q, c;\n\tsetp.ne.u32 c, %3, 0;\n\tsetp.ge.and.bf16x2 p|q, %2, %4, c;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\tselp.u32 %1, 1, 0, q;\n\t}"
+      : "=r"(a), "=r"(b)
+      : "r"(w), "r"(uint32_t(in)), "r"(b2));
+  lo = a != 0u;
+  hi = b != 0u;
+}
+
+// topk_speculative_sweep for bf16 scores (same arguments and result; raw holds the first batch of
+// pairs, topk_sweep_load_pairs'): rounds of 32 pairs, 8 scores a lane, compared as bf16 pairs
+// (the bound as the smallest bf16 at or above it) and listed in index order (lane, then element:
+// lane l's 8 scores precede lane l + 1's) as fp32 bits and positions, the fp32 sweep's lists;
+// kCountZeros: `zeros` also counts this lane's scores of the segment equal to 0.0 (either sign).
+template <bool kCountZeros>
+NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
+                                               uint32_t list_position, int capacity, int round_begin, int round_end,
+                                               u32x4 (&raw)[kTopkSweepUnroll], int& zeros) {
+  const TopkPairSegment g = topk_pair_segment(s, round_begin, round_end);
+  const int lane = threadIdx.x & 31;
+  const uint32_t lanes_below = (1u << lane) - 1u;
+  const uint32_t b2 = topk_pair_bound(topk_bound_score(bound));
+  const int position0 = slice_begin - 4 * g.p0 - s.head;  // + 8 P: the position of pair P's first score
+  int fill = 0;
+  constexpr int kUnroll = kTopkSweepUnroll;
+  for (int first = g.pb; first < g.pe; first += 32 * kUnroll) {  // first: lane 0's pair, warp-uniform
+    if (first != g.pb) topk_sweep_load_pair_batch(s, g, first, raw);  // the first batch: the caller's
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int pair = first + 32 * u + lane;
+      if (pair - lane >= g.pe) break;  // warp-uniform
+      if (pair < g.pw0 || pair >= g.pw1) {  // an edge of the slice: element by element, NaN (never listed) outside it
+        const int e0 = 8 * pair - 4 * g.p0 - s.head;  // the pair's first score in the slice
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int e = e0 + 2 * i;
+          const uint32_t a = e >= 0 && e < s.n ? uint32_t(s.sp[e]) : 0x7fffu;
+          const uint32_t b = e + 1 >= 0 && e + 1 < s.n ? uint32_t(s.sp[e + 1]) : 0x7fffu;
+          w[i] = a | b << 16;
+        }
+        raw[u].x = w[0];
+        raw[u].y = w[1];
+        raw[u].z = w[2];
+        raw[u].w = w[3];
+      }
+      const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+      // Only the segment's vectors are listed (its first and last pairs may reach past it).
+      const bool first_in = pair >= g.first_begin && pair < g.pe, second_in = pair < g.second_end;
+      // Ballots by element: lane l's element j is position position0 + 8 pair + j, so the list
+      // order (lane, then element) is index order. Each ballot's counts taken at once (fewer values
+      // live across the round).
+      bool listed[8];
+      int found = 0, below = fill;  // listed in the warp; in the lanes below this one, from `fill`
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const bool in = i < 2 ? first_in : second_in;
+        topk_pair_at_least(w[i], b2, in, listed[2 * i], listed[2 * i + 1]);
+        if (kCountZeros && in) zeros += int((w[i] & 0x7fffu) == 0u) + int((w[i] & 0x7fff0000u) == 0u);
+#pragma unroll
+        for (int j = 2 * i; j < 2 * i + 2; ++j) {
+          const uint32_t m = __ballot_sync(NSAJIT_TOPK_FULL, listed[j]);
+          found += __popc(m);
+          below += __popc(m & lanes_below);
+        }
+      }
+      if (fill + found <= capacity) {
+        // Predicated stores of the scores' fp32 bits (widened here, for the listed only) and
+        // positions, as the fp32 sweep's.
+        uint32_t key_at = list_key + 4u * uint32_t(below), position_at = list_position + 4u * uint32_t(below);
+        const int position = position0 + 8 * pair;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (listed[j]) {
+            st_shared_4(key_at, j & 1 ? w[j >> 1] & 0xffff0000u : w[j >> 1] << 16);
+            st_shared_4(position_at, uint32_t(position + j));
+            key_at += 4u;
+            position_at += 4u;
+          }
+        }
+      }
+      fill += found;
+    }
+    if (fill > capacity) break;  // warp-uniform: the row falls back
+  }
+  return fill;
+}
+
+#endif  // NSAJIT_SCORE_BF16
