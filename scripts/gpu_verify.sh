@@ -74,6 +74,12 @@ summary "gpu_verify $phase: commit $NSAJIT_COMMIT, build $build, budget $budget 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
 
 if [ "$phase" = tests ] || [ "$phase" = all ]; then
+  # The CLI tests start `nsajit` by the path the build compiled in (NSAJIT_CLI_PATH): a build folder
+  # carried from elsewhere (e.g. a worktree's) is not there, so point that path at the carried binary.
+  cli=$(strings "$build/nsajit_tests" | grep -m1 -E '^/.*/nsajit$' || true)
+  if [ -n "$cli" ] && [ ! -e "$cli" ] && mkdir -p "$(dirname "$cli")" 2>/dev/null; then
+    ln -s "$(cd "$build" && pwd)/nsajit" "$cli" && summary "=== $cli: linked to $build/nsajit"
+  fi
   step tests 420 "$build/nsajit_tests" --duration=true
   show tests "test cases|assertions|ERROR|FAILED" 8
   if python3 -c "import torch, pytest" 2>/dev/null; then
