@@ -1316,6 +1316,70 @@ TEST_CASE("topk gpu bf16: pair loads at every alignment, segment edge and algori
   }
 }
 
+// The dense kernel's bf16 rows load pairs too (templates/topk_dense.cuh, topk_dense_vector): slots
+// 2 i, 2 i + 1 of thread t the pair of vectors p0 + 2 (t + 256 i) + {0, 1}, the last slot the single
+// vector p0 + 2048 + t, wrapped to vector 0 when p0 = 1. Rows at all 8 starts in a 16-byte unit
+// (heads 0-3, phases 0 and 1), up to 9212 scores (2304 vectors: the wrapped vector 0 is partial at
+// head 3), with the largest scores on the row's first and last vectors and on the slots' seams
+// (every 2048 scores: pair slot i's first vector is 512 i + p0): a vector loaded twice, missed
+// or keyed from the wrong half moves the output.
+TEST_CASE("topk gpu bf16: dense rows load pairs at both phases, every head, row_starts, fused modes") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  std::normal_distribution<float> normal;
+  const auto bf16 = nsajit::ScoreDtype::bf16;
+  const int width = 9212, stride = width + 1, rows = 16, topk = 2048;  // row r starts 5 r elements into a 16-byte unit (mod 8)
+  const I lengths = {9212, 4097, 8191, 9212, 9211, 6001, 8189, 5003, 9209, 9212, 7777, 4099, 9205, 8193, 6143, 9210};
+  const I starts = {1, 7, 13, 11, 1, 7, 813, 11, 1, 7, 13, 11, 1, 807, 13, 11};  // again all 8 starts in a unit
+  // Rows of draw(), the largest scores at the slice's edges and seams (positions from the row's start).
+  auto build = [&](const I& row_starts, const std::function<float()>& draw) {
+    auto p = make_problem(rows, width, topk, draw, stride);
+    p.lengths = lengths;
+    p.row_starts = row_starts;
+    for (int r = 0; r < rows; ++r) {
+      const int start = row_starts.empty() ? 0 : row_starts[r];
+      const int len = std::min(lengths[r], width - start);
+      for (int pos = 0; pos < len; ++pos)
+        if (pos < 9 || pos >= len - 9 || pos % 2048 < 12 || pos % 2048 > 2036)
+          p.scores[std::size_t(r) * stride + start + pos] = 3.0f + 0.25f * normal(rng);
+    }
+    return rounded_to_bf16(p);
+  };
+  LaunchOverride dense(kDenseRows);
+  struct Dist {
+    const char* name;
+    std::function<float()> draw;
+  };
+  const std::vector<Dist> dists = {
+      {"normal", [&] { return normal(rng); }},
+      {"ReLU sums: 99% exact 0.0 (threshold on the 0.0 plateau)", [&] { return rng() % 100 ? 0.0f : std::fabs(normal(rng)); }},
+      {"bf16 bit patterns (NaN, inf, subnormals, -0.0)", [&] { return ref::bf16_to_float(std::uint16_t(rng())); }},
+  };
+  for (const Dist& d : dists) {
+    INFO(d.name);
+    check_bf16(build({}, d.draw));
+    check_bf16(build(starts, d.draw));
+  }
+  const auto p = build({}, [&] { return normal(rng); });
+  const I sorted = DeviceTopk(p, nullptr, true, bf16).run();
+  const std::string why_sorted = explain(p, sorted, ref::topk(p));
+  CHECK_MESSAGE(why_sorted.empty(), why_sorted);
+  const I request_len(p.lengths.begin(), p.lengths.end());
+  check_fused(p, ref::TopkTransform{ref::decode_tables(shuffled_page_table_1(rng, rows, width, 64, request_len), rows,
+                                                       width, 64)},
+              bf16);
+  ref::TopkTransform prefill;  // rows 0-6 of request 0, rows 7-13 of request 1, rows 14-15 of none (all -1)
+  prefill.mode = IndexMode::prefill;
+  prefill.num_requests = 2;
+  prefill.cu_seqlens_q = {0, 7, 14};
+  prefill.page_table_width = width;
+  prefill.page_table = shuffled_page_table_1(rng, 2, width, 1, I{width, width});
+  check_fused(p, prefill, bf16);
+  ref::TopkTransform ragged;
+  ragged.mode = IndexMode::ragged;
+  for (int r = 0; r < rows; ++r) ragged.offsets.push_back(r % 3 == 0 ? 0 : 1000 * r + 7);
+  check_fused(p, ragged, bf16);
+}
+
 TEST_CASE("topk gpu bf16: the pair sweep falls back when its sample misleads it or a warp's list overflows") {
   NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
