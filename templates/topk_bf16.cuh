@@ -240,8 +240,9 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
   const int position0 = slice_begin - 4 * g.p0 - s.head;  // + 8 P: the position of pair P's first score
   int fill = 0;
   constexpr int kUnroll = kTopkSweepUnroll;
-  for (int first = g.pb; first < g.pe; first += 32 * kUnroll) {  // first: lane 0's pair, warp-uniform
-    if (first != g.pb) topk_sweep_load_pair_batch(s, g, first, raw);  // the first batch: the caller's
+  // This lane's pair of the next batch's round 0 (one pointer advanced, not recomputed a round).
+  const TopkScore* ahead = s.abase + 4 * (2 * (g.pb + 32 * kUnroll + lane) - g.p0);
+  for (int first = g.pb; first < g.pe; first += 32 * kUnroll, ahead += 8 * 32 * kUnroll) {  // first: lane 0's pair, warp-uniform
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int pair = first + 32 * u + lane;
@@ -296,6 +297,10 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
         }
       }
       fill += found;
+      // Round u of the next batch into the slot just read (the first batch: the caller's): its
+      // load is in flight while this batch's later rounds are processed, in the same registers.
+      // (next >= 128 > pw0: only the end is tested.)
+      if (pair + 32 * kUnroll < g.load_end) raw[u] = topk_load_pair(ahead + 256 * u);
     }
     if (fill > capacity) break;  // warp-uniform: the row falls back
   }
