@@ -195,9 +195,8 @@ NSAJIT_DEVICE uint32_t topk_pair_bound(float f) {
   return h | h << 16;
 }
 
-// The listed mask of a pair's 8 scores w (word i: scores 2 i, 2 i + 1) against the packed bound
-// b2 (topk_pair_bound): bit 31 - j set iff score j >= bound (NaN never) and j < 4 ? first_in :
-// second_in; one compare of two scores.
+// Bit 31 - j: score j of the pair w (word i: scores 2 i, 2 i + 1) is >= the packed bound b2, not
+// NaN, and inside the segment (j < 4 ? first_in : second_in). One compare of two scores.
 NSAJIT_DEVICE uint32_t topk_pair_listed(const uint32_t (&w)[4], uint32_t b2, bool first_in, bool second_in) {
   uint32_t t[4];
 #pragma unroll
@@ -205,8 +204,7 @@ NSAJIT_DEVICE uint32_t topk_pair_listed(const uint32_t (&w)[4], uint32_t b2, boo
     asm("{\n\t.reg .pred c;\n\tsetp.ne.u32 c, %2, 0;\n\tset.ge.and.u32.bf16x2 %0, %1, %3, c;\n\t}"
         : "=r"(t[i])
         : "r"(w[i]), "r"(uint32_t(i < 2 ? first_in : second_in)), "r"(b2));
-  // Byte 3 - j of a: score j < 4, of b: score j >= 4 (0xff or 0); one bit of each byte kept,
-  // bit 7 - j for score j, and the multiply adds the four bytes into the top one.
+  // Byte 3 - j of a (j < 4) or b (j >= 4): score j's 0xff or 0; bit 7 - j kept, the multiply sums bytes.
   const uint32_t a = __byte_perm(t[0], t[1], 0x1357), b = __byte_perm(t[2], t[3], 0x1357);
   return ((a & 0x80402010u) | (b & 0x08040201u)) * 0x01010101u & 0xff000000u;
 }
@@ -242,7 +240,8 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
   constexpr int kUnroll = kTopkSweepUnroll;
   // This lane's pair of the next batch's round 0 (one pointer advanced, not recomputed a round).
   const TopkScore* ahead = s.abase + 4 * (2 * (g.pb + 32 * kUnroll + lane) - g.p0);
-  for (int first = g.pb; first < g.pe; first += 32 * kUnroll, ahead += 8 * 32 * kUnroll) {  // first: lane 0's pair, warp-uniform
+  // first: lane 0's pair, warp-uniform.
+  for (int first = g.pb; first < g.pe; first += 32 * kUnroll, ahead += 8 * 32 * kUnroll) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int pair = first + 32 * u + lane;
@@ -265,8 +264,7 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
       const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
       // Only the segment's vectors are listed (its first and last pairs may reach past it).
       const bool first_in = pair >= g.first_begin && pair < g.pe, second_in = pair < g.second_end;
-      // listed: bit 31 - j for the lane's element j (position position0 + 8 pair + j), so that
-      // the count leading zeros finds the next in index order (lane, then element).
+      // Bit 31 - j: element j (position position0 + 8 pair + j), so leading zeros give index order.
       const uint32_t listed = topk_pair_listed(w, b2, first_in, second_in);
       if (kCountZeros) {
 #pragma unroll
@@ -278,8 +276,7 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
       const int inclusive = topk_warp_inclusive_scan(count);
       const int found = __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
       if (fill + found <= capacity) {
-        // Stores for the listed scores only (fp32 bits, widened here, and positions, as the fp32
-        // sweep's): the warp loops as often as its busiest lane lists, 1-3 times at ~3-10 % listed.
+        // Stores for the listed only (widened here): the warp loops as often as its busiest lane lists.
         uint32_t key_at = list_key + 4u * uint32_t(fill + inclusive - count);
         uint32_t position_at = list_position + 4u * uint32_t(fill + inclusive - count);
         const int position = position0 + 8 * pair;
@@ -297,9 +294,7 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
         }
       }
       fill += found;
-      // Round u of the next batch into the slot just read (the first batch: the caller's): its
-      // load is in flight while this batch's later rounds are processed, in the same registers.
-      // (next >= 128 > pw0: only the end is tested.)
+      // The next batch's round u into the slot just read: in flight during the later rounds (pw0 <= 1).
       if (pair + 32 * kUnroll < g.load_end) raw[u] = topk_load_pair(ahead + 256 * u);
     }
     if (fill > capacity) break;  // warp-uniform: the row falls back
