@@ -1830,6 +1830,260 @@ TEST_CASE("topk gpu: the sweep's zero ties on unaligned rows and row_starts, sor
   }
 }
 
+// --- the speculative sweep's lists, warp by warp (a probe build) ------------------------------------
+
+namespace {
+
+// What the list probe records of each warp's sweep (one CTA per row): the bound, the fill the
+// sweep returned, and over the list's first min(fill, capacity) entries sum (i + 1) position_i and
+// sum (i + 1) score_bits_i (order-sensitive). Never freed: the probe builds hold its address.
+constexpr int kListProbeRows = 8, kListProbeWords = 4;
+DeviceBuffer<std::uint32_t>& list_probe_marks() {
+  static auto* marks =
+      new DeviceBuffer<std::uint32_t>(std::vector<std::uint32_t>(kListProbeRows * 32 * kListProbeWords, 0u));
+  return *marks;
+}
+
+// The probe source of a speculative spec: the product's source with topk_speculative_sweep wrapped
+// so that each warp writes its record (above) at `marks`. Only tests compile it.
+std::string list_probe_source(const nsajit::KernelSpec& spec, std::uintptr_t marks) {
+  REQUIRE(spec.tile.algorithm == Algorithm::speculative_sweep);
+  const std::string wrapper = R"(
+template <bool kCountZeros>
+NSAJIT_DEVICE int topk_speculative_sweep_recorded(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
+                                                  uint32_t list_position, int capacity, int round_begin, int round_end,
+                                                  u32x4 (&raw)[kTopkSweepUnroll], int& zeros) {
+  const int n = topk_speculative_sweep<kCountZeros>(s, slice_begin, bound, list_key, list_position, capacity,
+                                                    round_begin, round_end, raw, zeros);
+  __syncwarp();
+  const int lane = threadIdx.x & 31;
+  uint32_t hp = 0u, hk = 0u;
+  for (int i = lane; i < min(n, capacity); i += 32) {
+    uint32_t key, position;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(key) : "r"(list_key + 4u * uint32_t(i)));
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(position) : "r"(list_position + 4u * uint32_t(i)));
+    hp += uint32_t(i + 1) * position;
+    hk += uint32_t(i + 1) * key;
+  }
+  hp = __reduce_add_sync(0xffffffffu, hp);
+  hk = __reduce_add_sync(0xffffffffu, hk);
+  if (lane == 0 && blockIdx.x < )" + std::to_string(kListProbeRows) + R"(u) {
+    uint32_t* const m = reinterpret_cast<uint32_t*>()" + std::to_string(marks) + R"(ull) +
+                        )" + std::to_string(kListProbeWords) + R"(u * (32u * blockIdx.x + (threadIdx.x >> 5));
+    m[0] = bound;
+    m[1] = uint32_t(n);
+    m[2] = hp;
+    m[3] = hk;
+  }
+  return n;
+}
+#define topk_speculative_sweep topk_speculative_sweep_recorded
+)";
+  std::string source = nsajit::generate_source(spec);
+  const std::string entry = "extern \"C\" __global__";
+  const std::size_t at = source.find(entry);
+  REQUIRE(at != std::string::npos);
+  REQUIRE(source.find(entry, at + 1) == std::string::npos);
+  REQUIRE(source.find("topk_speculative_sweep<false>(", at) != std::string::npos);  // the kernel calls it
+  source.insert(at, wrapper);
+  return source;
+}
+
+const nsajit::LoadedKernel& load_list_probe(const nsajit::KernelSpec& spec) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<nsajit::LoadedKernel>> loaded;  // these tests use one context
+  std::lock_guard lock(mutex);
+  std::unique_ptr<nsajit::LoadedKernel>& k = loaded[nsajit::canonical_text(spec)];
+  if (k) return *k;
+  k = compile_probe("topk_list_probe", list_probe_source(spec, reinterpret_cast<std::uintptr_t>(list_probe_marks().get())),
+                    spec);
+  return *k;
+}
+
+// While alive, DeviceTopk runs the list probe; take() returns the records since the last take()
+// (or the start) and clears them.
+struct ListProbe {
+  ListProbe() {
+    DeviceTopk::kernel_loader = &load_list_probe;
+    take();
+  }
+  ~ListProbe() { DeviceTopk::kernel_loader = nullptr; }
+  std::vector<std::uint32_t> take() {
+    std::vector<std::uint32_t> m = list_probe_marks().download();
+    list_probe_marks().upload(std::vector<std::uint32_t>(m.size(), 0u));
+    return m;
+  }
+};
+
+// Rows whose sample bound is 2.0's first-digit bin, [2.0, 2.25) (every score the fp32 or the bf16
+// sample can look at, i % 4 == 3 in [0, 384) and [512, 768) of each warp's segment, is in it;
+// the rest is below 0 but for chosen positions in it too), so that each warp's list is exactly its
+// segment's scores >= 2.0. Row stride width + 4: odd rows start 8 bytes into a 16-byte unit (bf16
+// pair phase 1, the segments' first and last pairs reaching into the neighbours'). Row 0: a few
+// more per warp; row 1 (phase 1): warp 1 lists exactly `capacity`, including its first and last
+// 4 scores, as do the neighbours' adjacent 4; row 2: warp 1 capacity + 1; row 3 (phase 1): warp
+// 1 capacity + 1; row 4 (length width - 5: a partial last vector, read by element): the last warp
+// exactly capacity, including the row's last 4 scores; row 5 (phase 1, length width - 3): the same.
+struct ListRows {
+  ref::TopkProblem p;
+  int capacity;
+};
+ListRows list_rows(std::mt19937& rng, int threads, int sm_count) {
+  const int width = 32768, topk = 2048, rows = 6, warps = threads / 32;
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  ref::TopkProblem p = make_problem(rows, width, topk, [&] { return -1.0f - unit(rng); }, width + 4);
+  p.lengths = {width, width, width, width, width - 5, width - 3};
+  const int capacity = list_capacity_of(p, threads, sm_count);
+  auto big = [&] { return 2.0f + 0.24f * unit(rng); };
+  const int extra = std::max(40, (topk + 200) / warps - 160);  // enough listed for topk
+  for (int r = 0; r < rows; ++r) {
+    const int n = p.lengths[std::size_t(r)];
+    float* const row = p.scores.data() + std::size_t(r) * std::size_t(width + 4);
+    std::vector<char> is_big(std::size_t(n), 0);
+    for (int w = 0; w < warps; ++w) {
+      const Segment g = segment_of(n, 0, threads, w);
+      const int b = 128 * g.round_begin, e = std::min(n, 128 * g.round_end);
+      for (int i = b; i < e; ++i) {
+        const int at = i - b;
+        if (at % 4 == 3 && (at < 384 || (at >= 512 && at < 768))) is_big[std::size_t(i)] = 1;
+      }
+      auto fill_to = [&](int want) {  // this segment's bigs up to `want` (its edges first)
+        for (int i : {b, b + 1, b + 2, b + 3, e - 4, e - 3, e - 2, e - 1}) is_big[std::size_t(i)] = 1;
+        for (int i = b; i < e && std::count(is_big.begin() + b, is_big.begin() + e, 1) < want; ++i)
+          if (!is_big[std::size_t(i)] && rng() % 2 == 0) is_big[std::size_t(i)] = 1;
+        for (int i = b; i < e && std::count(is_big.begin() + b, is_big.begin() + e, 1) < want; ++i)
+          is_big[std::size_t(i)] = 1;
+      };
+      const int target = r >= 1 && r <= 3 && w == 1 ? capacity + (r >= 2 ? 1 : 0)
+                         : r >= 4 && w == warps - 1 ? capacity
+                                                    : -1;
+      if (target >= 0) {
+        fill_to(target);
+      } else {
+        for (int placed = 0; placed < extra;) {
+          const int i = b + int(rng() % std::uint32_t(e - b));
+          if (!is_big[std::size_t(i)]) {
+            is_big[std::size_t(i)] = 1;
+            ++placed;
+          }
+        }
+      }
+    }
+    if (r >= 1 && r <= 3)  // the neighbours' scores next to warp 1's segment
+      for (int w : {0, 2}) {
+        const Segment g = segment_of(n, 0, threads, w);
+        const int i0 = w == 0 ? 128 * g.round_end - 4 : 128 * g.round_begin;
+        for (int i = i0; i < i0 + 4; ++i) is_big[std::size_t(i)] = 1;
+      }
+    for (int i = 0; i < n; ++i)
+      if (is_big[std::size_t(i)]) row[i] = big();
+  }
+  return {rounded_to_bf16(p), capacity};
+}
+
+// The probe's record each warp of each row must give: bound 2.0's key, fill the segment's scores
+// >= 2.0 in index order (their hashes as the probe takes them), or only fill > capacity.
+struct ListRecord {
+  std::uint32_t bound, fill, hp, hk;
+  bool overflow;
+};
+std::vector<ListRecord> expected_list_records(const ListRows& l, int threads) {
+  std::vector<ListRecord> out;
+  const int stride = l.p.width + 4;
+  for (int r = 0; r < l.p.rows; ++r) {
+    const int n = l.p.lengths[std::size_t(r)];
+    for (int w = 0; w < threads / 32; ++w) {
+      const Segment g = segment_of(n, 0, threads, w);
+      ListRecord rec{order_key(2.0f), 0u, 0u, 0u, false};
+      for (int i = 128 * g.round_begin; i < std::min(n, 128 * g.round_end); ++i) {
+        const float x = l.p.scores[std::size_t(r) * std::size_t(stride) + std::size_t(i)];
+        if (!(x >= 2.0f)) continue;
+        ++rec.fill;
+        rec.hp += rec.fill * std::uint32_t(i);
+        rec.hk += rec.fill * std::bit_cast<std::uint32_t>(x);
+      }
+      rec.overflow = rec.fill > std::uint32_t(l.capacity);
+      out.push_back(rec);
+    }
+  }
+  return out;
+}
+
+// The rows' counts at warp 1 and the last warp (the cases the rows are built for), for messages
+// and the CPU check.
+std::vector<std::uint32_t> list_case_fills(const std::vector<ListRecord>& e, int threads) {
+  const int warps = threads / 32;
+  return {e[std::size_t(1 * warps + 1)].fill, e[std::size_t(2 * warps + 1)].fill, e[std::size_t(3 * warps + 1)].fill,
+          e[std::size_t(4 * warps + warps - 1)].fill, e[std::size_t(5 * warps + warps - 1)].fill};
+}
+
+}  // namespace
+
+TEST_CASE("topk list probe: the rows list exactly capacity and capacity + 1 where built to; the probe compiles") {
+  std::mt19937 rng(777);
+  for (const int threads : {256, 1024}) {
+    INFO("threads " << threads);
+    const ListRows l = list_rows(rng, threads, 132);
+    const std::vector<ListRecord> e = expected_list_records(l, threads);
+    const std::uint32_t c = std::uint32_t(l.capacity);
+    CHECK(list_case_fills(e, threads) == std::vector<std::uint32_t>{c, c + 1, c + 1, c, c});
+    long long listed = 0;
+    for (int r = 0; r < l.p.rows; ++r) {
+      long long row_listed = 0;
+      for (int w = 0; w < threads / 32; ++w) {
+        const ListRecord& x = e[std::size_t(r * (threads / 32) + w)];
+        row_listed += x.fill;
+        CHECK(x.overflow == ((r == 2 || r == 3) && w == 1));
+      }
+      CHECK(row_listed >= l.p.topk);  // so that the rows without an overflow speculate
+      listed += row_listed;
+    }
+    CHECK(listed > 0);
+  }
+  using S = nsajit::KernelSpec;
+  for (const auto dtype : {nsajit::ScoreDtype::fp32, nsajit::ScoreDtype::bf16}) {
+    const S spec{.family = nsajit::Family::topk, .score_dtype = dtype,
+                 .tile = {.threads = 1024, .algorithm = Algorithm::speculative_sweep}};
+    INFO(nsajit::readable_name(spec));
+    CHECK_NOTHROW(nsajit::compile_cubin("topk_list_probe", list_probe_source(spec, 0x10000u),
+                                        nsajit::nvrtc_options(spec.arch)));
+  }
+}
+
+TEST_CASE("topk gpu: the sweep's lists warp by warp: index order, segment edges, pair phases, capacity and capacity + 1") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  const int sm_count = nsajit::driver::current_context_info().sm_count;
+  for (const int threads : {256, 1024}) {
+    const ListRows l = list_rows(rng, threads, sm_count);
+    const std::vector<ListRecord> expected = expected_list_records(l, threads);
+    const std::uint32_t c = std::uint32_t(l.capacity);
+    REQUIRE(list_case_fills(expected, threads) == std::vector<std::uint32_t>{c, c + 1, c + 1, c, c});
+    LaunchOverride one({.ctas_per_row = 1, .threads = threads, .speculate = 1});
+    for (const auto dtype : {nsajit::ScoreDtype::fp32, nsajit::ScoreDtype::bf16}) {
+      INFO("threads " << threads << (dtype == nsajit::ScoreDtype::bf16 ? ", bf16" : ", fp32"));
+      check_topk(l.p, dtype);
+      ListProbe probe;
+      check_topk(l.p, dtype);
+      const std::vector<std::uint32_t> m = probe.take();
+      for (int r = 0; r < l.p.rows; ++r)
+        for (int w = 0; w < threads / 32; ++w) {
+          const ListRecord& x = expected[std::size_t(r * (threads / 32) + w)];
+          const std::uint32_t* got = m.data() + std::size_t(kListProbeWords) * std::size_t(32 * r + w);
+          INFO("row " << r << " warp " << w << ": fill " << got[1] << " expected " << x.fill << " (capacity " << c
+                      << ")");
+          CHECK(got[0] == x.bound);
+          if (x.overflow) {
+            CHECK(got[1] > c);
+          } else {
+            CHECK(got[1] == x.fill);
+            CHECK(got[2] == x.hp);
+            CHECK(got[3] == x.hk);
+          }
+        }
+    }
+  }
+}
+
 // --- host-side argument checks: no GPU needed ----------------------------------------------------
 
 namespace {
