@@ -373,13 +373,13 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         const int warp_n = topk_cluster_exchange(s, b, keys, hist0, hi_local,
                                                  topk_cluster_list_rank(s.n, len), C, rank, lists, round_begin,
                                                  round_end, sh);
-        if (topk_cluster_select(C, rank, lists, warp_n, t, apply, out, sh)) return;
+        if (topk_cluster_select(C, rank, lists, warp_n, s, b, keys, round_begin, round_end, t, apply, out, sh)) return;
       }
 #endif
       if (warp == 0) {
         int greater, count;
         const uint32_t lo_local = s.n >= NSAJIT_TOPK
-                                      ? topk_warp_find_bin_down(hist0, hi_local, 0, NSAJIT_TOPK, greater, count)
+                                      ? topk_warp_find_bin_down_far(hist0, hi_local, 0, NSAJIT_TOPK, greater, count)
                                       : 0u;
         if (lane == 0) sh.slice_lo = lo_local;
       }
