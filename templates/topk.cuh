@@ -49,9 +49,10 @@
 // after pass 0 each CTA lists its keys down to the first-digit bin of its ~1.25 topk / C-th
 // largest and bulk-copies the list (with its bins' counts) to every CTA; each CTA selects from
 // the C lists, which hold the row's selection whenever every list's lowest bin is at or below
-// T's, and writes its own keys. One exchange instead of the steps above; when the lists cannot
-// hold the selection (scores crowded into a few slices, plateaus, lists over capacity) the row
-// takes the exact path, with nothing to undo.
+// T's, and writes its own keys. One exchange instead of the steps above; a threshold of 0.0
+// (ReLU rows) is found from the messages' counts of keys above 0.0 and of 0.0; when the lists
+// cannot hold the selection (scores crowded into a few slices, other plateaus, lists over
+// capacity) the row takes the exact path, with nothing to undo.
 //
 // Speculative single sweep (one CTA per row, speculative_sweep; the plan's choice for slices of at
 // least 12 topk positions): a sample of up to 2 scores a thread, from the sweep's first loads, bounds

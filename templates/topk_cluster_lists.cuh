@@ -17,12 +17,18 @@
 // When d is at least every cut, every key of the row >= T is listed (a list holds whole bins),
 // so T is the row's threshold, and each CTA writes its own selected keys from its warps' lists,
 // after the selected keys of the lower ranks (counted from the messages): the exact path's order.
+// A plateau of 0.0 (ReLU rows with fewer than topk positive scores): a CTA whose slice holds 0.0
+// and whose cut falls at or under 0.0's bin (or below the 32 bins) lists every key above 0.0 in
+// its warp lists and sends their count and its count of 0.0 in the header; when every CTA did and
+// those complete topk, T is 0.0 and each CTA writes its listed keys and its share of the row's
+// first zeros (topk_cluster_plateau).
 // Else (a list longer than its capacity, fewer than topk keys listed, a cut above d: the largest
-// scores crowded into a few slices, plateaus, ascending rows) the row takes the exact path, which
-// has nothing to undo: nothing was written, the exact path uses none of this file's dynamic
-// shared memory, and of the TopkShared fields written here before that decision (warp_sum,
-// message_fill, union_count, inbox_full) it uses only warp_sum, which it writes after a cluster
-// barrier before reading it (union_count is left as it is: a CTA serves one row).
+// scores crowded into a few slices, plateaus of other values, zeros short of topk, ascending rows)
+// the row takes the exact path, which has nothing to undo: nothing was written, the exact path
+// uses none of this file's dynamic shared memory, and of the TopkShared fields written here before
+// that decision (warp_sum, warp_equal, message_fill, union_count, inbox_full) it uses only
+// warp_sum and warp_equal, which it writes after a cluster barrier before reading them
+// (union_count is left as it is: a CTA serves one row).
 #pragma once
 #include "topk_radix.cuh"
 
