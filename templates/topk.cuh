@@ -404,17 +404,12 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         for (int o = 1; o < C; o <<= 1) v += __shfl_xor_sync(NSAJIT_TOPK_FULL, v, o);
         if (i < pairs && i % C == 0) total[hi - i / C] = v;
       }
-      const bool narrow = hi - lo < 32;  // uniform in the cluster
-      if (!narrow)  // the whole-block search below reads every bin
-        for (int bin = tid; bin < NSAJIT_TOPK_BINS0; bin += NSAJIT_THREADS)
-          if (bin < lo || bin > hi) total[bin] = 0u;
       topk_cluster_arrive();  // done reading the others' hist0 (the wait below: before it is reused)
       __syncthreads();
-      // A window of at most 32 bins: every warp finds the bin itself (one step, no barrier). Wider
-      // ones: the whole block (the warp's loop over steps here spills at 256 threads).
+      // Every warp finds the bin itself (no barrier): one step for a window of at most 32 bins,
+      // 1024 bins a step past them (a ReLU row's window reaches down to 0.0's bin).
       int greater, count;
-      const uint32_t d = narrow ? topk_warp_find_bin_down(total, hi, lo, x.k, greater, count)
-                                : topk_find_bin(total, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
+      const uint32_t d = topk_warp_find_bin_down_far(total, hi, lo, x.k, greater, count);
       topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
       topk_cluster_wait();  // no CTA reads this hist0 any more (it becomes the overflow list)
       __syncthreads();      // every warp has read `total` before the classify writes the slots

@@ -45,8 +45,9 @@ struct TopkClusterLists {
 };
 
 // Header word 3 of a message: this flag when the CTA's warp lists hold every key above 0.0 (a
-// plateau of 0.0, ReLU rows), with their count in bits 0-14 (at most the warps' capacities: under
-// 2^15 words of shared memory) and the slice's keys of 0.0 in bits 16-31 (a slice < 2^16).
+// plateau of 0.0, ReLU rows), with their count in bits 0-14 (lists of two words a key within
+// kTopkMaxDynamicSmem: under 2^15 keys) and the slice's keys of 0.0 in bits 16-31 (a kept slice:
+// under 2^16).
 constexpr uint32_t kTopkPlateauListed = 0x8000u;
 // The first key past 0.0's first-digit bin (which also holds the positive subnormals under 2^-129).
 constexpr uint32_t kTopkZeroBinEnd = ((kTopkZeroKey >> NSAJIT_TOPK_SHIFT0) + 1u) << NSAJIT_TOPK_SHIFT0;
