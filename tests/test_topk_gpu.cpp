@@ -139,10 +139,10 @@ std::unique_ptr<nsajit::LoadedKernel> compile_probe(const char* name, const std:
   return k;
 }
 
-// The probe build of a top-k kernel: the product's source, its cluster selection wrapped so that a
-// row whose cluster lists cannot hold the selection writes -2 to its first slot instead of taking
-// the exact path, so a test sees which path produced each row. Only tests compile it.
-const nsajit::LoadedKernel& load_cluster_fallback_probe(const nsajit::KernelSpec& spec) {
+// The probe source of a cluster-lists spec: the product's source, its cluster selection wrapped so
+// that a row whose cluster lists cannot hold the selection writes -2 to its first slot instead of
+// taking the exact path, so a test sees which path produced each row. Only tests compile it.
+std::string cluster_fallback_probe_source(const nsajit::KernelSpec& spec) {
   static const std::string kWrapper = R"(
 NSAJIT_DEVICE bool topk_cluster_select_or_mark(int C, uint32_t rank, const TopkClusterLists& l, int warp_n,
                                                const TopkSlice& s, int b, const u32x4* keys, int round_begin,
@@ -155,11 +155,6 @@ NSAJIT_DEVICE bool topk_cluster_select_or_mark(int C, uint32_t rank, const TopkC
 }
 #define topk_cluster_select topk_cluster_select_or_mark
 )";
-  static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<nsajit::LoadedKernel>> loaded;  // these tests use one context
-  std::lock_guard lock(mutex);
-  std::unique_ptr<nsajit::LoadedKernel>& k = loaded[nsajit::canonical_text(spec)];
-  if (k) return *k;
   std::string source = nsajit::generate_source(spec);
   const std::string entry = "extern \"C\" __global__";
   const std::size_t at = source.find(entry);
@@ -167,7 +162,17 @@ NSAJIT_DEVICE bool topk_cluster_select_or_mark(int C, uint32_t rank, const TopkC
   REQUIRE(source.find(entry, at + 1) == std::string::npos);
   REQUIRE(source.find("topk_cluster_select(", at) != std::string::npos);  // the kernel calls it
   source.insert(at, kWrapper);
-  k = compile_probe("topk_cluster_fallback_probe", source, spec);
+  return source;
+}
+
+// The probe build of a cluster-lists spec (above).
+const nsajit::LoadedKernel& load_cluster_fallback_probe(const nsajit::KernelSpec& spec) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<nsajit::LoadedKernel>> loaded;  // these tests use one context
+  std::lock_guard lock(mutex);
+  std::unique_ptr<nsajit::LoadedKernel>& k = loaded[nsajit::canonical_text(spec)];
+  if (k) return *k;
+  k = compile_probe("topk_cluster_fallback_probe", cluster_fallback_probe_source(spec), spec);
   return *k;
 }
 
@@ -1939,10 +1944,21 @@ TEST_CASE("topk cluster plateau: the test rows take the paths they are built for
         CHECK(sorted[std::size_t(v.topk - 1)] == 0.0f);
       }
     }
-    // Row 1's zeros needed: its last CTA's after one from every other slice; row 5 takes every zero.
+    // Row 5 takes every zero.
     long long zeros5 = 0;
     for (int i = 0; i < p.width; ++i) zeros5 += row_of(p, 5)[i] == 0.0f;
     CHECK(zeros5 == 848);
+  }
+  // The probe builds the GPU test loads compile (a plain spec at 512 threads and a fused, sorted
+  // bf16 one at 1024).
+  using S = nsajit::KernelSpec;
+  const S plain{.family = nsajit::Family::topk, .tile = {.threads = 512, .algorithm = Algorithm::cluster_lists}};
+  const S fused{.family = nsajit::Family::topk, .page_size = 64, .fused_transform = true, .sorted = true,
+                .score_dtype = nsajit::ScoreDtype::bf16, .tile = {.threads = 1024, .algorithm = Algorithm::cluster_lists}};
+  for (const S& spec : {plain, fused}) {
+    INFO(nsajit::readable_name(spec));
+    CHECK_NOTHROW(nsajit::compile_cubin("topk_cluster_fallback_probe", cluster_fallback_probe_source(spec),
+                                        nsajit::nvrtc_options(spec.arch)));
   }
 }
 
