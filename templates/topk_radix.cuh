@@ -139,6 +139,42 @@ NSAJIT_DEVICE uint32_t topk_warp_find_bin_down(const uint32_t* h, int top, int b
   return topk_warp_find_bin_down_by(top, bottom, k, greater, count, [&](int bin) { return int(h[bin]); });
 }
 
+// topk_warp_find_bin_down over a range that may be long (one warp, no barrier): the top 32 bins
+// in one step (a normal slice's bin lies there), then 1024 bins a step (lane i sums 32 of them),
+// then the reaching lane's 32 bins. A ReLU slice's topk-th key lies ~1000 bins under its top,
+// at 0.0: 3 steps instead of ~33 dependent ones.
+NSAJIT_DEVICE uint32_t topk_warp_find_bin_down_far(const uint32_t* h, int top, int bottom, int k, int& greater,
+                                                   int& count) {
+  const int lane = threadIdx.x & 31;
+  const int near_bottom = max(top - 31, bottom);
+  const uint32_t d = topk_warp_find_bin_down(h, top, near_bottom, k, greater, count);
+  if (count != 0 || near_bottom == bottom) return d;
+  int above = greater;  // keys in the bins above this step's
+  for (int first = near_bottom - 1; first >= bottom; first -= 1024) {
+    const int lane_top = first - 32 * lane;
+    int sum = 0;
+#pragma unroll 8
+    for (int i = 0; i < 32; ++i) {
+      const int bin = lane_top - ((i + lane) & 31);  // rotated: the warp's 32 reads in 32 banks
+      sum += bin >= bottom ? int(h[bin]) : 0;
+    }
+    const int inclusive = warp_inclusive_scan(sum);
+    const uint32_t reached = __ballot_sync(NSAJIT_TOPK_FULL, above + inclusive >= k);
+    if (reached) {
+      const int j = __ffs(reached) - 1;
+      const int top_j = first - 32 * j;
+      const int above_j = above + __shfl_sync(NSAJIT_TOPK_FULL, inclusive - sum, j);
+      const uint32_t d_j = topk_warp_find_bin_down(h, top_j, max(top_j - 31, bottom), k - above_j, greater, count);
+      greater += above_j;
+      return d_j;
+    }
+    above += __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
+  }
+  greater = above;
+  count = 0;
+  return uint32_t(bottom);
+}
+
 // topk_warp_find_bin_down over all of h[0, 256) in one step instead of up to eight: lane i sums the
 // 8 bins 255 - 8i - 7 .. 255 - 8i, one scan finds the lane whose chunk reaches k, and that lane
 // walks its 8 bins (every lane returns the same). The caller knows that h holds at least k keys.

@@ -139,25 +139,22 @@ std::unique_ptr<nsajit::LoadedKernel> compile_probe(const char* name, const std:
   return k;
 }
 
-// The probe build of a top-k kernel: the product's source, its cluster selection wrapped so that a
-// row whose cluster lists cannot hold the selection writes -2 to its first slot instead of taking
-// the exact path, so a test sees which path produced each row. Only tests compile it.
-const nsajit::LoadedKernel& load_cluster_fallback_probe(const nsajit::KernelSpec& spec) {
+// The probe source of a cluster-lists spec: the product's source, its cluster selection wrapped so
+// that a row whose cluster lists cannot hold the selection writes -2 to its first slot instead of
+// taking the exact path, so a test sees which path produced each row. Only tests compile it.
+std::string cluster_fallback_probe_source(const nsajit::KernelSpec& spec) {
   static const std::string kWrapper = R"(
 NSAJIT_DEVICE bool topk_cluster_select_or_mark(int C, uint32_t rank, const TopkClusterLists& l, int warp_n,
-                                               const KvSlotRow& t, bool apply, int* out, TopkShared& sh) {
-  if (topk_cluster_select(C, rank, l, warp_n, t, apply, out, sh)) return true;
+                                               const TopkSlice& s, int b, const u32x4* keys, int round_begin,
+                                               int round_end, const KvSlotRow& t, bool apply, int* out,
+                                               TopkShared& sh) {
+  if (topk_cluster_select(C, rank, l, warp_n, s, b, keys, round_begin, round_end, t, apply, out, sh)) return true;
   topk_cluster_sync();  // no CTA leaves while a copy may still read its outbox
   if (rank == 0 && threadIdx.x == 0) out[0] = -2;
   return true;
 }
 #define topk_cluster_select topk_cluster_select_or_mark
 )";
-  static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<nsajit::LoadedKernel>> loaded;  // these tests use one context
-  std::lock_guard lock(mutex);
-  std::unique_ptr<nsajit::LoadedKernel>& k = loaded[nsajit::canonical_text(spec)];
-  if (k) return *k;
   std::string source = nsajit::generate_source(spec);
   const std::string entry = "extern \"C\" __global__";
   const std::size_t at = source.find(entry);
@@ -165,7 +162,17 @@ NSAJIT_DEVICE bool topk_cluster_select_or_mark(int C, uint32_t rank, const TopkC
   REQUIRE(source.find(entry, at + 1) == std::string::npos);
   REQUIRE(source.find("topk_cluster_select(", at) != std::string::npos);  // the kernel calls it
   source.insert(at, kWrapper);
-  k = compile_probe("topk_cluster_fallback_probe", source, spec);
+  return source;
+}
+
+// The probe build of a cluster-lists spec (above).
+const nsajit::LoadedKernel& load_cluster_fallback_probe(const nsajit::KernelSpec& spec) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<nsajit::LoadedKernel>> loaded;  // these tests use one context
+  std::lock_guard lock(mutex);
+  std::unique_ptr<nsajit::LoadedKernel>& k = loaded[nsajit::canonical_text(spec)];
+  if (k) return *k;
+  k = compile_probe("topk_cluster_fallback_probe", cluster_fallback_probe_source(spec), spec);
   return *k;
 }
 
@@ -2080,6 +2087,232 @@ TEST_CASE("topk gpu: the sweep's lists warp by warp: index order, segment edges,
             CHECK(got[3] == x.hk);
           }
         }
+    }
+  }
+}
+
+// --- the cluster lists on a plateau of 0.0 (threshold exactly 0.0) -----------------------------------
+
+namespace {
+
+// What the cluster lists do with a row (templates/topk_cluster_lists.cuh mirrored on the CPU):
+// plateau: every CTA's lists hold its keys above 0.0, fewer than topk, and the zeros complete topk
+// (topk_cluster_plateau writes the row); fallback: neither that nor the lists' selection can hold
+// (a list over capacity or fewer than topk keys listed: the exact path); lists_may_hold: the
+// selection from the lists may hold (not mirrored further).
+enum class ClusterPath { plateau, fallback, lists_may_hold };
+
+ClusterPath cluster_path_of(const float* row, int len, int head, const nsajit::detail::TopkLaunchPlan& q, int topk) {
+  const int c = q.cluster_size, warps = q.threads / 32;
+  constexpr std::uint32_t kZeroBin = 0x800u;
+  bool all_plateau = true, normal_fails = false;
+  long long positives = 0, zeros = 0, listed = 0;
+  for (int rank = 0; rank < c; ++rank) {
+    const int b = rank * q.slice, n = std::max(0, std::min(len - b, q.slice));
+    const int h = (head + b) % 4;  // the slice's first score past a vector boundary
+    std::vector<std::uint32_t> keys(std::size_t(std::max(n, 0)));
+    std::vector<long long> hist(4096, 0);
+    int hi = 0;
+    for (int i = 0; i < n; ++i) {
+      keys[std::size_t(i)] = order_key(row[b + i]);
+      ++hist[keys[std::size_t(i)] >> 20];
+      hi = std::max(hi, int(keys[std::size_t(i)] >> 20));
+    }
+    const int list_rank = int((5LL * topk * n + 4LL * len - 1) / (4LL * len)) + 16;
+    const int bottom = std::max(hi - 31, 0);
+    int cut = bottom;
+    bool reached = false;
+    long long above = 0;
+    for (int bin = hi; bin >= bottom && !reached; --bin) {
+      if (above + hist[std::size_t(bin)] >= list_rank) {
+        cut = bin;
+        reached = hist[std::size_t(bin)] > 0;
+      }
+      above += hist[std::size_t(bin)];
+    }
+    const bool plateau = n == 0 || (hist[kZeroBin] != 0 && (!reached || cut <= int(kZeroBin)));
+    long long inclusive = 0;
+    for (int bin = cut; bin <= hi; ++bin) inclusive += hist[std::size_t(bin)];
+    const bool fits = inclusive <= q.cluster_list_capacity;
+    const std::uint32_t cut_key = std::max(std::uint32_t(cut) << 20, 1u);
+    const std::uint32_t list_key = plateau ? 0x80000001u : cut_key;
+    bool overflow = false;
+    long long mine = 0;
+    const int nvec = n > 0 ? (h + n + 3) / 4 : 0, rounds = (nvec + 31) / 32;
+    for (int w = 0; w < warps && (fits || plateau); ++w) {
+      const int r0 = int((long long)rounds * w / warps), r1 = int((long long)rounds * (w + 1) / warps);
+      int warp_n = 0;
+      for (int i = std::max(0, 128 * r0 - h); i < std::min(n, 128 * r1 - h); ++i)
+        warp_n += keys[std::size_t(i)] >= list_key;
+      overflow |= warp_n > q.cluster_warp_capacity;
+      mine += warp_n;
+    }
+    const long long slice_zeros = std::count(keys.begin(), keys.end(), 0x80000000u);
+    all_plateau &= plateau && !overflow;
+    positives += mine;
+    zeros += slice_zeros;
+    normal_fails |= !fits || overflow;
+    listed += inclusive;
+  }
+  if (all_plateau && positives < topk && positives + zeros >= topk) return ClusterPath::plateau;
+  return normal_fails || listed < topk ? ClusterPath::fallback : ClusterPath::lists_may_hold;
+}
+
+// The launch shapes of the plateau tests: 7 rows over clusters of 2, 4, 8 and 16 CTAs (slices of
+// 16384, 16384, 16384 and 8192 at 1024, 1024, 1024 and 512 threads), all on the cluster lists.
+struct ClusterShape {
+  int ctas, width;
+};
+const std::vector<ClusterShape> kPlateauShapes = {{2, 32768}, {4, 65536}, {8, 131072}, {16, 131072}};
+constexpr int kPlateauRows = 7;
+
+nsajit::detail::TopkLaunchPlan plateau_plan(const ClusterShape& shape, int sm_count) {
+  return nsajit::detail::plan_topk_launch(kPlateauRows, shape.width, 2048, sm_count, 16,
+                                          {.ctas_per_row = shape.ctas});
+}
+
+// Rows whose threshold is 0.0 or near it, over `c` slices of `width / c`, topk 2048:
+// 0: 1000 positives (a tenth subnormal, in 0.0's first-digit bin), the rest 0.0 and -0.0;
+// 1: 1900 positives, negatives, one zero at the start of each slice and 400 in the last one (the
+//    last CTA's zeros complete topk after the other CTAs'); 2: 300 positives, 1000 zeros, the rest
+//    negative (the zeros fall short: the threshold is negative); 3: normal scores; 4: 1000
+//    positives crowded into the first 1500 positions, the rest 0.0 (a warp's list overflows);
+//    5: 1200 positives and exactly 848 zeros (every zero taken), the rest negative; 6: 600
+//    positives, half subnormal, the rest zeros, the row shortened to end inside a vector in the
+//    middle of its last slice. Expected paths: kPlateauRowPaths.
+ref::TopkProblem cluster_plateau_problem(std::mt19937& rng, const ClusterShape& shape) {
+  std::normal_distribution<float> normal;
+  const int width = shape.width, topk = 2048, slice = width / shape.ctas;
+  ref::TopkProblem p = make_problem(kPlateauRows, width, topk, [] { return 0.0f; });
+  auto positive = [&] { return std::fabs(normal(rng)) + 0x1.0p-20f; };
+  auto subnormal = [&] { return from_bits(std::uint32_t(1 + rng() % 15) << 16); };  // exact in bf16, bin 0x800
+  auto negative = [&] { return -std::fabs(normal(rng)) - 1e-3f; };
+  auto row = [&](int r) { return p.scores.data() + std::size_t(r) * width; };
+  // count positions in [lo, hi) where is_free holds, set by value().
+  auto place = [&](int r, int count, int lo, int hi, auto is_free, auto value) {
+    for (int placed = 0; placed < count;) {
+      const int i = lo + int(rng() % std::uint32_t(hi - lo));
+      if (!is_free(row(r)[i])) continue;
+      row(r)[i] = value();
+      ++placed;
+    }
+  };
+  auto is_zero = [](float x) { return x == 0.0f; };
+  auto is_negative = [](float x) { return x < 0.0f; };
+  for (int i = 0; i < width; ++i) row(0)[i] = i % 5 == 0 ? -0.0f : 0.0f;
+  place(0, 900, 0, width, is_zero, positive);
+  place(0, 100, 0, width, is_zero, subnormal);
+  for (int i = 0; i < width; ++i) row(1)[i] = negative();
+  for (int q = 0; q < shape.ctas; ++q) row(1)[q * slice + 7] = q % 2 ? -0.0f : 0.0f;
+  place(1, 400, width - slice, width, is_negative, [] { return 0.0f; });
+  place(1, 1900, 0, width, is_negative, positive);
+  for (int i = 0; i < width; ++i) row(2)[i] = negative();
+  place(2, 1000, 0, width, is_negative, [] { return 0.0f; });
+  place(2, 300, 0, width, is_negative, positive);
+  for (int i = 0; i < width; ++i) row(3)[i] = normal(rng);
+  place(4, 1000, 0, 1500, is_zero, positive);
+  for (int i = 0; i < width; ++i) row(5)[i] = negative();
+  place(5, 848, 0, width, is_negative, [&] { return rng() % 3 ? 0.0f : -0.0f; });
+  place(5, 1200, 0, width, is_negative, positive);
+  for (int i = 0; i < width; ++i) row(6)[i] = i % 7 == 0 ? -0.0f : 0.0f;
+  place(6, 300, 0, width, is_zero, positive);
+  place(6, 300, 0, width, is_zero, subnormal);
+  p.lengths[6] = width - slice / 2 - 3;
+  return p;
+}
+const std::vector<ClusterPath> kPlateauRowPaths = {
+    ClusterPath::plateau,  ClusterPath::plateau, ClusterPath::fallback, ClusterPath::lists_may_hold,
+    ClusterPath::fallback, ClusterPath::plateau, ClusterPath::plateau};
+
+std::vector<ClusterPath> cluster_paths_of(const ref::TopkProblem& p, const nsajit::detail::TopkLaunchPlan& q) {
+  std::vector<ClusterPath> paths;
+  for (int r = 0; r < p.rows; ++r)
+    paths.push_back(cluster_path_of(row_of(p, r), ref::length_of(p, r), head_of(p, r), q, p.topk));
+  return paths;
+}
+
+std::string paths_text(const std::vector<ClusterPath>& paths) {
+  std::string s;
+  for (const ClusterPath c : paths)
+    s += c == ClusterPath::plateau ? "plateau " : c == ClusterPath::fallback ? "fallback " : "lists ";
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("topk cluster plateau: the test rows take the paths they are built for (the lists mirrored on the CPU)") {
+  // The GPU test below checks the probe's fallbacks against cluster_paths_of; here, without a GPU,
+  // that its rows are built so that the mirrored lists take the intended path at every cluster
+  // size (132 SMs), fp32 and bf16.
+  std::mt19937 rng(2024);
+  for (const ClusterShape& shape : kPlateauShapes) {
+    const nsajit::detail::TopkLaunchPlan q = plateau_plan(shape, 132);
+    INFO(nsajit::detail::to_string(q));
+    REQUIRE(lists_over_cluster(q));
+    REQUIRE(q.cluster_size == shape.ctas);
+    const ref::TopkProblem p = cluster_plateau_problem(rng, shape);
+    for (const ref::TopkProblem& v : {p, rounded_to_bf16(p)}) {
+      const std::vector<ClusterPath> paths = cluster_paths_of(v, q);
+      CHECK_MESSAGE(paths == kPlateauRowPaths, paths_text(paths));
+      // The rows on the plateau: threshold exactly 0.0, with zeros to take.
+      for (int r = 0; r < v.rows; ++r) {
+        if (kPlateauRowPaths[std::size_t(r)] != ClusterPath::plateau) continue;
+        std::vector<float> sorted(row_of(v, r), row_of(v, r) + ref::length_of(v, r));
+        std::nth_element(sorted.begin(), sorted.begin() + (v.topk - 1), sorted.end(), std::greater<float>());
+        CHECK(sorted[std::size_t(v.topk - 1)] == 0.0f);
+      }
+    }
+    // Row 5 takes every zero.
+    long long zeros5 = 0;
+    for (int i = 0; i < p.width; ++i) zeros5 += row_of(p, 5)[i] == 0.0f;
+    CHECK(zeros5 == 848);
+  }
+  // The probe builds the GPU test loads compile (a plain spec at 512 threads and a fused, sorted
+  // bf16 one at 1024).
+  using S = nsajit::KernelSpec;
+  const S plain{.family = nsajit::Family::topk, .tile = {.threads = 512, .algorithm = Algorithm::cluster_lists}};
+  const S fused{.family = nsajit::Family::topk, .page_size = 64, .fused_transform = true, .sorted = true,
+                .score_dtype = nsajit::ScoreDtype::bf16, .tile = {.threads = 1024, .algorithm = Algorithm::cluster_lists}};
+  for (const S& spec : {plain, fused}) {
+    INFO(nsajit::readable_name(spec));
+    CHECK_NOTHROW(nsajit::compile_cubin("topk_cluster_fallback_probe", cluster_fallback_probe_source(spec),
+                                        nsajit::nvrtc_options(spec.arch)));
+  }
+}
+
+TEST_CASE("topk gpu: cluster lists on a plateau of 0.0 (threshold 0.0, -0.0, subnormals, zeros short), 2-16 CTAs") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  const int sm_count = nsajit::driver::current_context_info().sm_count;
+  for (const ClusterShape& shape : kPlateauShapes) {
+    const nsajit::detail::TopkLaunchPlan q = plateau_plan(shape, sm_count);
+    REQUIRE(lists_over_cluster(q));
+    const ref::TopkProblem p32 = cluster_plateau_problem(rng, shape);
+    const I request_len(std::size_t(p32.rows), p32.width);
+    const ref::TopkTransform t{
+        ref::decode_tables(shuffled_page_table_1(rng, p32.rows, p32.width, 64, request_len), p32.rows, p32.width, 64)};
+    LaunchOverride cluster({.ctas_per_row = shape.ctas});
+    for (const auto dtype : {nsajit::ScoreDtype::fp32, nsajit::ScoreDtype::bf16}) {
+      const bool bf16 = dtype == nsajit::ScoreDtype::bf16;
+      const ref::TopkProblem p = bf16 ? rounded_to_bf16(p32) : p32;
+      INFO(shape.ctas << " CTAs, width " << shape.width << (bf16 ? ", bf16" : ", fp32"));
+      const std::vector<ClusterPath> paths = cluster_paths_of(p, q);
+      CHECK_MESSAGE(paths == kPlateauRowPaths, paths_text(paths));  // the rows force the paths
+      check_topk(p, dtype);
+      const I sorted = DeviceTopk(p, nullptr, true, dtype).run();
+      CHECK_MESSAGE(sorted == ref::topk(p), ref::first_difference(sorted, ref::topk(p), p.topk));
+      check_fused(p, t, dtype);  // fused decode, unsorted and sorted
+      // The probe: a row that falls back writes -2 to its first slot; the plateau rows must not.
+      ClusterFallbackProbe probe;
+      const I got = DeviceTopk(p, nullptr, false, dtype).run();
+      const I reference = ref::topk_index_order(p);
+      for (int r = 0; r < p.rows; ++r) {
+        INFO("row " << r << ": " << paths_text({paths[std::size_t(r)]}));
+        const auto row = got.begin() + std::ptrdiff_t(r) * p.topk;
+        if (paths[std::size_t(r)] == ClusterPath::plateau)
+          CHECK(std::equal(row, row + p.topk, reference.begin() + std::ptrdiff_t(r) * p.topk));
+        else if (paths[std::size_t(r)] == ClusterPath::fallback)
+          CHECK(row[0] == -2);
+      }
     }
   }
 }
