@@ -100,10 +100,12 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
     const bool plateau =
         s.n == 0 || (hist0[kTopkZeroKey >> NSAJIT_TOPK_SHIFT0] != 0u &&
                      (count == 0 || cut <= kTopkZeroKey >> NSAJIT_TOPK_SHIFT0));
+    // A plateau's lists hold no key at or under 0.0: its message claims only the bins above 0.0's.
+    const uint32_t sent_cut = plateau ? max(cut, (kTopkZeroKey >> NSAJIT_TOPK_SHIFT0) + 1u) : cut;
     // The counts of the 32 bins under the top one that the list holds (all of it when narrow),
     // and where each bin's keys start in the message (bins in decreasing order).
     const int bin = hi_local - lane;
-    const int c = bin >= int(cut) ? int(hist0[bin]) : 0;
+    const int c = bin >= int(sent_cut) ? int(hist0[bin]) : 0;
     const int inclusive = warp_inclusive_scan(c);
     l.outbox[NSAJIT_TOPK_MSG_HEADER + lane] = uint32_t(c);
     sh.message_fill[lane] = inclusive - c;
@@ -112,7 +114,7 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
       // whole 16-byte units) zeroed, never read.
       const bool fits = inclusive <= l.capacity;
       l.outbox[0] = fits ? uint32_t(inclusive) : uint32_t(l.capacity + 1);
-      l.outbox[1] = cut;
+      l.outbox[1] = sent_cut;
       l.outbox[2] = uint32_t(hi_local);
       l.outbox[3] = plateau ? kTopkPlateauListed : 0u;  // completed after the listing
       for (int i = inclusive; fits && (i & 3) != 0; ++i) l.outbox[NSAJIT_TOPK_MSG_KEYS + i] = 0u;

@@ -2131,10 +2131,11 @@ ClusterPath cluster_path_of(const float* row, int len, int head, const nsajit::d
       above += hist[std::size_t(bin)];
     }
     const bool plateau = n == 0 || (hist[kZeroBin] != 0 && (!reached || cut <= int(kZeroBin)));
+    const int sent_cut = plateau ? std::max(cut, int(kZeroBin) + 1) : cut;  // a plateau's message: bins above 0.0's
     long long inclusive = 0;
-    for (int bin = cut; bin <= hi; ++bin) inclusive += hist[std::size_t(bin)];
+    for (int bin = sent_cut; bin <= hi; ++bin) inclusive += hist[std::size_t(bin)];
     const bool fits = inclusive <= q.cluster_list_capacity;
-    const std::uint32_t cut_key = std::max(std::uint32_t(cut) << 20, 1u);
+    const std::uint32_t cut_key = std::max(std::uint32_t(sent_cut) << 20, 1u);
     const std::uint32_t list_key = plateau ? 0x80000001u : cut_key;
     bool overflow = false;
     long long mine = 0;
@@ -2158,13 +2159,13 @@ ClusterPath cluster_path_of(const float* row, int len, int head, const nsajit::d
   return normal_fails || listed < topk ? ClusterPath::fallback : ClusterPath::lists_may_hold;
 }
 
-// The launch shapes of the plateau tests: 7 rows over clusters of 2, 4, 8 and 16 CTAs (slices of
+// The launch shapes of the plateau tests: 8 rows over clusters of 2, 4, 8 and 16 CTAs (slices of
 // 16384, 16384, 16384 and 8192 at 1024, 1024, 1024 and 512 threads), all on the cluster lists.
 struct ClusterShape {
   int ctas, width;
 };
 const std::vector<ClusterShape> kPlateauShapes = {{2, 32768}, {4, 65536}, {8, 131072}, {16, 131072}};
-constexpr int kPlateauRows = 7;
+constexpr int kPlateauRows = 8;
 
 nsajit::detail::TopkLaunchPlan plateau_plan(const ClusterShape& shape, int sm_count) {
   return nsajit::detail::plan_topk_launch(kPlateauRows, shape.width, 2048, sm_count, 16,
@@ -2179,7 +2180,9 @@ nsajit::detail::TopkLaunchPlan plateau_plan(const ClusterShape& shape, int sm_co
 //    positives crowded into the first 1500 positions, the rest 0.0 (a warp's list overflows);
 //    5: 1200 positives and exactly 848 zeros (every zero taken), the rest negative; 6: 600
 //    positives, half subnormal, the rest zeros, the row shortened to end inside a vector in the
-//    middle of its last slice. Expected paths: kPlateauRowPaths.
+//    middle of its last slice; 7: no positives, 2100 zeros in every slice but the last, the rest
+//    negative (the plateau CTAs' messages must claim no bin of 0.0: the row's threshold 0.0 is
+//    the exact path's). Expected paths: kPlateauRowPaths.
 ref::TopkProblem cluster_plateau_problem(std::mt19937& rng, const ClusterShape& shape) {
   std::normal_distribution<float> normal;
   const int width = shape.width, topk = 2048, slice = width / shape.ctas;
@@ -2218,11 +2221,13 @@ ref::TopkProblem cluster_plateau_problem(std::mt19937& rng, const ClusterShape& 
   place(6, 300, 0, width, is_zero, positive);
   place(6, 300, 0, width, is_zero, subnormal);
   p.lengths[6] = width - slice / 2 - 3;
+  for (int i = 0; i < width; ++i) row(7)[i] = negative();
+  place(7, 2100, 0, width - slice, is_negative, [] { return 0.0f; });
   return p;
 }
 const std::vector<ClusterPath> kPlateauRowPaths = {
     ClusterPath::plateau,  ClusterPath::plateau, ClusterPath::fallback, ClusterPath::lists_may_hold,
-    ClusterPath::fallback, ClusterPath::plateau, ClusterPath::plateau};
+    ClusterPath::fallback, ClusterPath::plateau, ClusterPath::plateau,       ClusterPath::fallback};
 
 std::vector<ClusterPath> cluster_paths_of(const ref::TopkProblem& p, const nsajit::detail::TopkLaunchPlan& q) {
   std::vector<ClusterPath> paths;
