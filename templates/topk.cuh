@@ -327,16 +327,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       }
       // Partial vectors: v = 0 (when the slice is not vector-aligned) and v = nvec - 1.
       const int edge = tid == 0 ? 0 : tid == 1 ? s.nvec - 1 : -1;
-      if (edge >= 0 && edge < s.nvec && (edge < vw0 || edge >= vw1) && !(tid == 1 && edge == 0)) {
-        const u32x4 kv = topk_global_keys(s, edge);
-        if (edge < resident_vecs) keys[edge] = kv;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const uint32_t key = topk_lane(kv, j);
-          if (key != 0u) topk_count_first_digit(hist0, key, zeros);
-          slice_max = max(slice_max, key);
-        }
-      }
+      if (edge >= 0 && edge < s.nvec && (edge < vw0 || edge >= vw1) && !(tid == 1 && edge == 0))
+        topk_pass0_edge_vector(s, edge, keys, resident_vecs, hist0, zeros, slice_max);
 #endif
       if (kTopkCountZeros) topk_flush_zeros(zeros, sh, hist0);
       if (C > 1) {

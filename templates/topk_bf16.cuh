@@ -105,16 +105,8 @@ NSAJIT_DEVICE void topk_pass0_pairs(const TopkSlice& s, u32x4* keys, int residen
   // The vectors outside the whole pairs: [0, 2 pw0 - p0) (at most 2: vw0 <= 1) and
   // [2 pw1 - p0, nvec) (at most 2: the last whole vector and the partial one).
   const int v = tid < 2 ? tid : 2 * pw1 - p0 + tid - 2;
-  if (tid < 4 && v < s.nvec && (tid >= 2 || v < 2 * pw0 - p0)) {
-    const u32x4 kv = topk_global_keys(s, v);
-    if (v < resident_vecs) keys[v] = kv;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t key = topk_lane(kv, j);
-      if (key != 0u) topk_count_first_digit(hist0, key, zeros);
-      slice_max = max(slice_max, key);
-    }
-  }
+  if (tid < 4 && v < s.nvec && (tid >= 2 || v < 2 * pw0 - p0))
+    topk_pass0_edge_vector(s, v, keys, resident_vecs, hist0, zeros, slice_max);
 }
 
 // --- the speculative sweep ---------------------------------------------------------------------------

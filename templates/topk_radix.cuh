@@ -64,6 +64,20 @@ NSAJIT_DEVICE void topk_count_first_digit(uint32_t* hist0, uint32_t key, uint32_
     atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
 }
 
+// Pass 0 of one vector read score by score (a slice's partial or unaligned edge, topk_global_keys):
+// kept when resident, its keys counted (0: outside the slice, never counted) and maxed.
+NSAJIT_DEVICE void topk_pass0_edge_vector(const TopkSlice& s, int v, u32x4* keys, int resident_vecs,
+                                          uint32_t* hist0, uint32_t& zeros, uint32_t& slice_max) {
+  const u32x4 kv = topk_global_keys(s, v);
+  if (v < resident_vecs) keys[v] = kv;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t key = topk_lane(kv, j);
+    if (key != 0u) topk_count_first_digit(hist0, key, zeros);
+    slice_max = max(slice_max, key);
+  }
+}
+
 // One radix step, whole block: the bin d of h[0, nbins) with greater(d) < k <= greater(d) + h[d],
 // greater(d) = keys in the bins above d. nbins is a power of two; thread t owns `per` consecutive
 // bins counted from the top, so a block scan in thread order gives the counts above each chunk.

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <memory>
@@ -125,6 +126,20 @@ struct DeviceTopk {
   nsajit::TopkArgs args;
 };
 
+// The product's source of `spec` with `wrapper` inserted before its one kernel entry, whose body
+// must call each of `called` (so that the wrapper's macros replace calls the kernel makes).
+std::string probe_source(const nsajit::KernelSpec& spec, const std::string& wrapper,
+                         std::initializer_list<const char*> called) {
+  std::string source = nsajit::generate_source(spec);
+  const std::string entry = "extern \"C\" __global__";
+  const std::size_t at = source.find(entry);
+  REQUIRE(at != std::string::npos);
+  REQUIRE(source.find(entry, at + 1) == std::string::npos);
+  for (const char* call : called) REQUIRE_MESSAGE(source.find(call, at) != std::string::npos, call);
+  source.insert(at, wrapper);
+  return source;
+}
+
 // A probe build of the top-k kernel (the product's source, altered by a test) compiled and loaded
 // as DeviceTopk's kernel_loader returns it.
 std::unique_ptr<nsajit::LoadedKernel> compile_probe(const char* name, const std::string& source,
@@ -155,14 +170,7 @@ NSAJIT_DEVICE bool topk_cluster_select_or_mark(int C, uint32_t rank, const TopkC
 }
 #define topk_cluster_select topk_cluster_select_or_mark
 )";
-  std::string source = nsajit::generate_source(spec);
-  const std::string entry = "extern \"C\" __global__";
-  const std::size_t at = source.find(entry);
-  REQUIRE(at != std::string::npos);
-  REQUIRE(source.find(entry, at + 1) == std::string::npos);
-  REQUIRE(source.find("topk_cluster_select(", at) != std::string::npos);  // the kernel calls it
-  source.insert(at, kWrapper);
-  return source;
+  return probe_source(spec, kWrapper, {"topk_cluster_select("});
 }
 
 // The probe build of a cluster-lists spec (above).
@@ -1495,15 +1503,7 @@ NSAJIT_DEVICE void topk_write_zero_ties_marked(A&&... a) {
 #define topk_speculative_sweep topk_speculative_sweep_marked
 #define topk_write_zero_ties topk_write_zero_ties_marked
 )";
-  std::string source = nsajit::generate_source(spec);
-  const std::string entry = "extern \"C\" __global__";
-  const std::size_t at = source.find(entry);
-  REQUIRE(at != std::string::npos);
-  REQUIRE(source.find(entry, at + 1) == std::string::npos);
-  REQUIRE(source.find("topk_speculative_sweep<true>(", at) != std::string::npos);  // the kernel calls both
-  REQUIRE(source.find("topk_write_zero_ties(", at) != std::string::npos);
-  source.insert(at, wrapper);
-  return source;
+  return probe_source(spec, wrapper, {"topk_speculative_sweep<true>(", "topk_write_zero_ties("});
 }
 
 // The probe build of a speculative spec, marking zero_path_marks.
@@ -1886,14 +1886,7 @@ NSAJIT_DEVICE int topk_speculative_sweep_recorded(const TopkSlice& s, int slice_
 }
 #define topk_speculative_sweep topk_speculative_sweep_recorded
 )";
-  std::string source = nsajit::generate_source(spec);
-  const std::string entry = "extern \"C\" __global__";
-  const std::size_t at = source.find(entry);
-  REQUIRE(at != std::string::npos);
-  REQUIRE(source.find(entry, at + 1) == std::string::npos);
-  REQUIRE(source.find("topk_speculative_sweep<false>(", at) != std::string::npos);  // the kernel calls it
-  source.insert(at, wrapper);
-  return source;
+  return probe_source(spec, wrapper, {"topk_speculative_sweep<false>("});
 }
 
 const nsajit::LoadedKernel& load_list_probe(const nsajit::KernelSpec& spec) {
