@@ -1924,27 +1924,30 @@ struct ListProbe {
 // 4 scores, as do the neighbours' adjacent 4; row 2: warp 1 capacity + 1; row 3 (phase 1): warp
 // 1 capacity + 1; row 4 (length width - 5: a partial last vector, read by element): the last warp
 // exactly capacity, including the row's last 4 scores; row 5 (phase 1, length width - 3): the same.
+// pad 1 (row stride width + 1): row r starts r % 4 scores past a vector boundary (its first
+// vector an edge read by element, the segments shifted by that head; the sample positions with it).
 struct ListRows {
   ref::TopkProblem p;
   int capacity;
 };
-ListRows list_rows(std::mt19937& rng, int threads, int sm_count) {
+int list_row_head(const ListRows& l, int r) { return int(std::int64_t(r) * l.p.score_row_stride % 4); }
+ListRows list_rows(std::mt19937& rng, int threads, int sm_count, int pad = 4) {
   const int width = 32768, topk = 2048, rows = 6, warps = threads / 32;
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-  ref::TopkProblem p = make_problem(rows, width, topk, [&] { return -1.0f - unit(rng); }, width + 4);
+  ref::TopkProblem p = make_problem(rows, width, topk, [&] { return -1.0f - unit(rng); }, width + pad);
   p.lengths = {width, width, width, width, width - 5, width - 3};
   const int capacity = list_capacity_of(p, threads, sm_count);
   auto big = [&] { return 2.0f + 0.24f * unit(rng); };
   const int extra = std::max(40, (topk + 200) / warps - 160);  // enough listed for topk
   for (int r = 0; r < rows; ++r) {
-    const int n = p.lengths[std::size_t(r)];
-    float* const row = p.scores.data() + std::size_t(r) * std::size_t(width + 4);
+    const int n = p.lengths[std::size_t(r)], h = (r * pad) % 4;
+    float* const row = p.scores.data() + std::size_t(r) * std::size_t(width + pad);
     std::vector<char> is_big(std::size_t(n), 0);
     for (int w = 0; w < warps; ++w) {
-      const Segment g = segment_of(n, 0, threads, w);
-      const int b = 128 * g.round_begin, e = std::min(n, 128 * g.round_end);
+      const Segment g = segment_of(n, h, threads, w);
+      const int b = std::max(0, 128 * g.round_begin - h), e = std::min(n, 128 * g.round_end - h);
       for (int i = b; i < e; ++i) {
-        const int at = i - b;
+        const int at = i - (128 * g.round_begin - h);
         if (at % 4 == 3 && (at < 384 || (at >= 512 && at < 768))) is_big[std::size_t(i)] = 1;
       }
       auto fill_to = [&](int want) {  // this segment's bigs up to `want` (its edges first)
@@ -1971,8 +1974,8 @@ ListRows list_rows(std::mt19937& rng, int threads, int sm_count) {
     }
     if (r >= 1 && r <= 3)  // the neighbours' scores next to warp 1's segment
       for (int w : {0, 2}) {
-        const Segment g = segment_of(n, 0, threads, w);
-        const int i0 = w == 0 ? 128 * g.round_end - 4 : 128 * g.round_begin;
+        const Segment g = segment_of(n, h, threads, w);
+        const int i0 = (w == 0 ? 128 * g.round_end - 4 : 128 * g.round_begin) - h;
         for (int i = i0; i < i0 + 4; ++i) is_big[std::size_t(i)] = 1;
       }
     for (int i = 0; i < n; ++i)
@@ -1989,13 +1992,13 @@ struct ListRecord {
 };
 std::vector<ListRecord> expected_list_records(const ListRows& l, int threads) {
   std::vector<ListRecord> out;
-  const int stride = l.p.width + 4;
+  const std::int64_t stride = l.p.score_row_stride;
   for (int r = 0; r < l.p.rows; ++r) {
-    const int n = l.p.lengths[std::size_t(r)];
+    const int n = l.p.lengths[std::size_t(r)], h = list_row_head(l, r);
     for (int w = 0; w < threads / 32; ++w) {
-      const Segment g = segment_of(n, 0, threads, w);
+      const Segment g = segment_of(n, h, threads, w);
       ListRecord rec{order_key(2.0f), 0u, 0u, 0u, false};
-      for (int i = 128 * g.round_begin; i < std::min(n, 128 * g.round_end); ++i) {
+      for (int i = std::max(0, 128 * g.round_begin - h); i < std::min(n, 128 * g.round_end - h); ++i) {
         const float x = l.p.scores[std::size_t(r) * std::size_t(stride) + std::size_t(i)];
         if (!(x >= 2.0f)) continue;
         ++rec.fill;
@@ -2021,9 +2024,9 @@ std::vector<std::uint32_t> list_case_fills(const std::vector<ListRecord>& e, int
 
 TEST_CASE("topk list probe: the rows list exactly capacity and capacity + 1 where built to; the probe compiles") {
   std::mt19937 rng(777);
-  for (const int threads : {256, 1024}) {
-    INFO("threads " << threads);
-    const ListRows l = list_rows(rng, threads, 132);
+  for (const auto [threads, pad] : {std::pair{256, 4}, std::pair{1024, 4}, std::pair{256, 1}, std::pair{1024, 1}}) {
+    INFO("threads " << threads << ", row stride width + " << pad);
+    const ListRows l = list_rows(rng, threads, 132, pad);
     const std::vector<ListRecord> e = expected_list_records(l, threads);
     const std::uint32_t c = std::uint32_t(l.capacity);
     CHECK(list_case_fills(e, threads) == std::vector<std::uint32_t>{c, c + 1, c + 1, c, c});
@@ -2050,17 +2053,18 @@ TEST_CASE("topk list probe: the rows list exactly capacity and capacity + 1 wher
   }
 }
 
-TEST_CASE("topk gpu: the sweep's lists warp by warp: index order, segment edges, pair phases, capacity and capacity + 1") {
+TEST_CASE("topk gpu: the sweep's lists warp by warp: index order, segment edges, row heads, pair phases, capacity and capacity + 1") {
   NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   const int sm_count = nsajit::driver::current_context_info().sm_count;
-  for (const int threads : {256, 1024}) {
-    const ListRows l = list_rows(rng, threads, sm_count);
+  for (const auto [threads, pad] : {std::pair{256, 4}, std::pair{1024, 4}, std::pair{256, 1}, std::pair{1024, 1}}) {
+    const ListRows l = list_rows(rng, threads, sm_count, pad);
     const std::vector<ListRecord> expected = expected_list_records(l, threads);
     const std::uint32_t c = std::uint32_t(l.capacity);
     REQUIRE(list_case_fills(expected, threads) == std::vector<std::uint32_t>{c, c + 1, c + 1, c, c});
     LaunchOverride one({.ctas_per_row = 1, .threads = threads, .speculate = 1});
     for (const auto dtype : {nsajit::ScoreDtype::fp32, nsajit::ScoreDtype::bf16}) {
-      INFO("threads " << threads << (dtype == nsajit::ScoreDtype::bf16 ? ", bf16" : ", fp32"));
+      INFO("threads " << threads << ", row stride width + " << pad
+                      << (dtype == nsajit::ScoreDtype::bf16 ? ", bf16" : ", fp32"));
       check_topk(l.p, dtype);
       ListProbe probe;
       check_topk(l.p, dtype);
