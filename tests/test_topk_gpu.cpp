@@ -1980,6 +1980,8 @@ ListRows list_rows(std::mt19937& rng, int threads, int sm_count, int pad = 4) {
       }
     for (int i = 0; i < n; ++i)
       if (is_big[std::size_t(i)]) row[i] = big();
+    // Past the row (its tail and the next row's head reach these): listed if a mask were missing.
+    for (int i = n; i < width + pad; ++i) row[i] = big();
   }
   return {rounded_to_bf16(p), capacity};
 }
