@@ -201,6 +201,20 @@ NSAJIT_DEVICE uint32_t topk_pair_listed(const uint32_t (&w)[4], uint32_t b2, boo
   return ((a & 0x80402010u) | (b & 0x08040201u)) * 0x01010101u & 0xff000000u;
 }
 
+// v plus lane - o's v where that lane exists (the shuffle's in-range flag predicates the add).
+template <int kOffset>
+NSAJIT_DEVICE int topk_scan_step(int v) {
+  asm("{\n\t.reg .s32 n;\n\t.reg .pred p;\n\tshfl.sync.up.b32 n|p, %0, %1, 0, -1;\n\t@p add.s32 %0, %0, n;\n\t}"
+      : "+r"(v)
+      : "n"(kOffset));
+  return v;
+}
+
+// The inclusive sum of v over lanes 0..lane (no lane compares kept live across the sweep).
+NSAJIT_DEVICE int topk_warp_inclusive_scan(int v) {
+  return topk_scan_step<16>(topk_scan_step<8>(topk_scan_step<4>(topk_scan_step<2>(topk_scan_step<1>(v)))));
+}
+
 // topk_speculative_sweep for bf16 scores (same arguments and result; raw holds the first batch of
 // pairs, topk_sweep_load_pairs'): rounds of 32 pairs, 8 scores a lane, compared as bf16 pairs
 // (the bound as the smallest bf16 at or above it) and listed in index order (lane, then element:

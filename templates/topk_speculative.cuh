@@ -121,34 +121,10 @@ NSAJIT_DEVICE float topk_bound_score(uint32_t bound) {
   return __uint_as_float(0xff800000u);  // at or below -inf's key: every score but NaN
 }
 
-// v plus lane - o's v where that lane exists (the shuffle's in-range flag predicates the add).
-template <int kOffset>
-NSAJIT_DEVICE int topk_scan_step(int v) {
-  asm("{\n\t.reg .s32 n;\n\t.reg .pred p;\n\tshfl.sync.up.b32 n|p, %0, %1, 0, -1;\n\t@p add.s32 %0, %0, n;\n\t}"
-      : "+r"(v)
-      : "n"(kOffset));
-  return v;
-}
-
-// The inclusive sum of v over lanes 0..lane (no lane compares kept live across the sweep).
-NSAJIT_DEVICE int topk_warp_inclusive_scan(int v) {
-  return topk_scan_step<16>(topk_scan_step<8>(topk_scan_step<4>(topk_scan_step<2>(topk_scan_step<1>(v)))));
-}
-
-// raw = the aligned vector at ptr where `load`, else raw as it was (one predicated load).
-NSAJIT_DEVICE void topk_load_vec_if(bool load, const TopkScore* ptr, u32x4& raw) {
-  asm("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %4, 0;\n\t"
-      "@p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%5];\n\t}"
-      : "+r"(raw.x), "+r"(raw.y), "+r"(raw.z), "+r"(raw.w)
-      : "r"(uint32_t(load)), "l"(ptr));
-}
-
 // One warp's part of the sweep: rounds [round_begin, round_end) of 32 vectors (the classify's
 // segments), every score x >= f(bound) appended to the warp's list as (score bits, row position)
 // (shared-memory addresses list_key, list_position), in index order, at most `capacity` entries.
 // Returns the number found (more than capacity: the list overflowed and the sweep stopped).
-// One warp scan of the lanes' counts places each lane's run; each round's slot of raw is loaded
-// with the next batch's vector right after it is read.
 // kCountZeros: `zeros` also counts this lane's scores equal to 0.0 (the plateau bound).
 template <bool kCountZeros>
 NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
@@ -159,63 +135,60 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, ui
                                                    round_begin, round_end, raw, zeros);
 #else
   const int lane = threadIdx.x & 31;
+  const uint32_t lanes_below = (1u << lane) - 1u;
   const float f = topk_bound_score(bound);
   const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
-  const int load_end = min(vw1, 32 * round_end);  // the segment's whole vectors end here (vw0 <= 1)
   const float kNaN = __uint_as_float(0x7fffffffu);  // outside the slice: never listed
   int fill = 0;
   constexpr int kUnroll = kTopkSweepUnroll;
-  // This lane's vector of the next batch's round 0 (one pointer advanced, not recomputed a round).
-  const TopkScore* ahead = s.abase + 4 * (32 * (round_begin + kUnroll) + lane);
-  for (int q0 = round_begin; q0 < round_end; q0 += kUnroll, ahead += 4 * 32 * kUnroll) {
+  for (int q0 = round_begin; q0 < round_end; q0 += kUnroll) {
+    if (q0 != round_begin) topk_sweep_load(s, q0, round_end, raw);  // the first batch: the caller's
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int q = q0 + u;
       if (q >= round_end) break;  // warp-uniform
       const int v = q * 32 + lane;
-      if (v < vw0 || v >= vw1) {  // an edge vector, or past the slice: into raw[u] (no copies on the whole path)
-        float y[4];
+      float x[4];
+      if (v >= vw0 && v < vw1) {
+        x[0] = __uint_as_float(raw[u].x);
+        x[1] = __uint_as_float(raw[u].y);
+        x[2] = __uint_as_float(raw[u].z);
+        x[3] = __uint_as_float(raw[u].w);
+      } else {  // an edge vector, or past the slice
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int e = 4 * v + j - s.head;
-          y[j] = e >= 0 && e < s.n ? topk_score(s.sp, e) : kNaN;
+          x[j] = e >= 0 && e < s.n ? topk_score(s.sp, e) : kNaN;
         }
-        raw[u] = {__float_as_uint(y[0]), __float_as_uint(y[1]), __float_as_uint(y[2]), __float_as_uint(y[3])};
       }
-      const float x[4] = {__uint_as_float(raw[u].x), __uint_as_float(raw[u].y), __uint_as_float(raw[u].z),
-                          __uint_as_float(raw[u].w)};
+      // Ballots by element: lane l's element j is position 4 (32 q + l) + j, so the list order
+      // (lane, then element) is index order.
       bool listed[4];
+      uint32_t m[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) listed[j] = x[j] >= f;  // NaN (outside the slice) never
-      if (kCountZeros) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) zeros += int(x[j] == 0.0f);  // -0.0 too; NaN never
+      for (int j = 0; j < 4; ++j) {
+        listed[j] = x[j] >= f;
+        m[j] = __ballot_sync(NSAJIT_TOPK_FULL, listed[j]);
+        if (kCountZeros) zeros += int(x[j] == 0.0f);  // -0.0 too; NaN (outside the slice) never
       }
-      // One scan of the lanes' counts places each lane's run (cheaper than a ballot per element).
-      uint32_t bits = listed[0] ? 1u : 0u;  // one POPC (the compares' predicates stay for the stores)
-#pragma unroll
-      for (int j = 1; j < 4; ++j) bits = listed[j] ? bits | 1u << j : bits;
-      const int count = __popc(bits);
-      const int inclusive = topk_warp_inclusive_scan(count);
-      const int found = __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
+      const int found = __popc(m[0]) + __popc(m[1]) + __popc(m[2]) + __popc(m[3]);
       if (fill + found <= capacity) {
-        // Predicated stores in element order (4 scores a lane: cheaper than a loop over the listed).
-        uint32_t key_at = list_key + 4u * uint32_t(fill + inclusive - count);
-        uint32_t position_at = list_position + 4u * uint32_t(fill + inclusive - count);
+        // Predicated stores of the raw score bits and positions at 32-bit shared addresses: no
+        // loop as long as the lane with the most listed scores, no key conversion (done after
+        // the sweep over the lists); a loop over the lane's scores issued ~200 instructions a round.
+        uint32_t at = 4u * uint32_t(fill + __popc(m[0] & lanes_below) + __popc(m[1] & lanes_below) +
+                                    __popc(m[2] & lanes_below) + __popc(m[3] & lanes_below));
         const int position = slice_begin + 4 * v - s.head;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           if (listed[j]) {
-            st_shared_4(key_at, __float_as_uint(x[j]));
-            st_shared_4(position_at, uint32_t(position + j));
-            key_at += 4u;
-            position_at += 4u;
+            st_shared_4(list_key + at, __float_as_uint(x[j]));
+            st_shared_4(list_position + at, uint32_t(position + j));
+            at += 4u;
           }
         }
       }
       fill += found;
-      // The next batch's round u into the slot just read: in flight during the later rounds.
-      topk_load_vec_if(v + 32 * kUnroll < load_end, ahead + 128 * u, raw[u]);
     }
     if (fill > capacity) break;  // warp-uniform: the row falls back
   }
