@@ -65,6 +65,16 @@ std::vector<std::pair<std::string, KernelSpec>> kernels() {
     out.push_back({"topk.fused.ragged" + t,
                    KernelSpec{.family = Family::topk, .topk = topk, .mode = IndexMode::ragged,
                               .fused_transform = true, .tile = tile}});
+    // The dense kernel's bf16 loads are its own (topk_dense.cuh): every form its tests compile.
+    if (tile.algorithm != TopkAlgorithm::dense_registers) continue;
+    out.push_back({"topk.sorted.bf16" + t, KernelSpec{.family = Family::topk, .topk = topk, .sorted = true,
+                                                      .score_dtype = ScoreDtype::bf16, .tile = tile}});
+    out.push_back({"topk.fused.prefill.ps64.bf16" + t,
+                   KernelSpec{.family = Family::topk, .topk = topk, .page_size = 64, .mode = IndexMode::prefill,
+                              .fused_transform = true, .score_dtype = ScoreDtype::bf16, .tile = tile}});
+    out.push_back({"topk.fused.ragged.bf16" + t,
+                   KernelSpec{.family = Family::topk, .topk = topk, .mode = IndexMode::ragged,
+                              .fused_transform = true, .score_dtype = ScoreDtype::bf16, .tile = tile}});
   }
 
   for (IndexMode m : {IndexMode::decode, IndexMode::prefill})

@@ -39,7 +39,7 @@ struct IndexTransformParams {
 // A cluster-lists message (NSAJIT_TOPK_CLUSTER_LISTS, templates/topk_cluster_lists.cuh): header
 // words, then the counts of the 32 first-digit bins top, top - 1, ..., then the keys (a multiple
 // of 4 words in all, so messages stay 16-byte aligned; the host plans cluster_list_capacity + this).
-#define NSAJIT_TOPK_MSG_HEADER 4  // listed (capacity + 1: did not fit), cut, top bin, unused
+#define NSAJIT_TOPK_MSG_HEADER 4  // listed (capacity + 1: did not fit), cut, top bin, 0.0 plateau counts
 #define NSAJIT_TOPK_MSG_BINS 32
 #define NSAJIT_TOPK_MSG_KEYS (NSAJIT_TOPK_MSG_HEADER + NSAJIT_TOPK_MSG_BINS)
 

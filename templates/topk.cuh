@@ -49,9 +49,10 @@
 // after pass 0 each CTA lists its keys down to the first-digit bin of its ~1.25 topk / C-th
 // largest and bulk-copies the list (with its bins' counts) to every CTA; each CTA selects from
 // the C lists, which hold the row's selection whenever every list's lowest bin is at or below
-// T's, and writes its own keys. One exchange instead of the steps above; when the lists cannot
-// hold the selection (scores crowded into a few slices, plateaus, lists over capacity) the row
-// takes the exact path, with nothing to undo.
+// T's, and writes its own keys. One exchange instead of the steps above; a threshold of 0.0
+// (ReLU rows) is found from the messages' counts of keys above 0.0 and of 0.0; when the lists
+// cannot hold the selection (scores crowded into a few slices, other plateaus, lists over
+// capacity) the row takes the exact path, with nothing to undo.
 //
 // Speculative single sweep (one CTA per row, speculative_sweep; the plan's choice for slices of at
 // least 12 topk positions): a sample of up to 2 scores a thread, from the sweep's first loads, bounds
@@ -326,16 +327,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       }
       // Partial vectors: v = 0 (when the slice is not vector-aligned) and v = nvec - 1.
       const int edge = tid == 0 ? 0 : tid == 1 ? s.nvec - 1 : -1;
-      if (edge >= 0 && edge < s.nvec && (edge < vw0 || edge >= vw1) && !(tid == 1 && edge == 0)) {
-        const u32x4 kv = topk_global_keys(s, edge);
-        if (edge < resident_vecs) keys[edge] = kv;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const uint32_t key = topk_lane(kv, j);
-          if (key != 0u) topk_count_first_digit(hist0, key, zeros);
-          slice_max = max(slice_max, key);
-        }
-      }
+      if (edge >= 0 && edge < s.nvec && (edge < vw0 || edge >= vw1) && !(tid == 1 && edge == 0))
+        topk_pass0_edge_vector(s, edge, keys, resident_vecs, hist0, zeros, slice_max);
 #endif
       if (kTopkCountZeros) topk_flush_zeros(zeros, sh, hist0);
       if (C > 1) {
@@ -373,13 +366,13 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         const int warp_n = topk_cluster_exchange(s, b, keys, hist0, hi_local,
                                                  topk_cluster_list_rank(s.n, len), C, rank, lists, round_begin,
                                                  round_end, sh);
-        if (topk_cluster_select(C, rank, lists, warp_n, t, apply, out, sh)) return;
+        if (topk_cluster_select(C, rank, lists, warp_n, s, b, keys, round_begin, round_end, t, apply, out, sh)) return;
       }
 #endif
       if (warp == 0) {
         int greater, count;
         const uint32_t lo_local = s.n >= NSAJIT_TOPK
-                                      ? topk_warp_find_bin_down(hist0, hi_local, 0, NSAJIT_TOPK, greater, count)
+                                      ? topk_warp_find_bin_down_far(hist0, hi_local, 0, NSAJIT_TOPK, greater, count)
                                       : 0u;
         if (lane == 0) sh.slice_lo = lo_local;
       }
@@ -403,17 +396,12 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         for (int o = 1; o < C; o <<= 1) v += __shfl_xor_sync(NSAJIT_TOPK_FULL, v, o);
         if (i < pairs && i % C == 0) total[hi - i / C] = v;
       }
-      const bool narrow = hi - lo < 32;  // uniform in the cluster
-      if (!narrow)  // the whole-block search below reads every bin
-        for (int bin = tid; bin < NSAJIT_TOPK_BINS0; bin += NSAJIT_THREADS)
-          if (bin < lo || bin > hi) total[bin] = 0u;
       topk_cluster_arrive();  // done reading the others' hist0 (the wait below: before it is reused)
       __syncthreads();
-      // A window of at most 32 bins: every warp finds the bin itself (one step, no barrier). Wider
-      // ones: the whole block (the warp's loop over steps here spills at 256 threads).
+      // Every warp finds the bin itself (no barrier): one step for a window of at most 32 bins,
+      // 1024 bins a step past them (a ReLU row's window reaches down to 0.0's bin).
       int greater, count;
-      const uint32_t d = narrow ? topk_warp_find_bin_down(total, hi, lo, x.k, greater, count)
-                                : topk_find_bin(total, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
+      const uint32_t d = topk_warp_find_bin_down_far(total, hi, lo, x.k, greater, count);
       topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
       topk_cluster_wait();  // no CTA reads this hist0 any more (it becomes the overflow list)
       __syncthreads();      // every warp has read `total` before the classify writes the slots

@@ -105,16 +105,8 @@ NSAJIT_DEVICE void topk_pass0_pairs(const TopkSlice& s, u32x4* keys, int residen
   // The vectors outside the whole pairs: [0, 2 pw0 - p0) (at most 2: vw0 <= 1) and
   // [2 pw1 - p0, nvec) (at most 2: the last whole vector and the partial one).
   const int v = tid < 2 ? tid : 2 * pw1 - p0 + tid - 2;
-  if (tid < 4 && v < s.nvec && (tid >= 2 || v < 2 * pw0 - p0)) {
-    const u32x4 kv = topk_global_keys(s, v);
-    if (v < resident_vecs) keys[v] = kv;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t key = topk_lane(kv, j);
-      if (key != 0u) topk_count_first_digit(hist0, key, zeros);
-      slice_max = max(slice_max, key);
-    }
-  }
+  if (tid < 4 && v < s.nvec && (tid >= 2 || v < 2 * pw0 - p0))
+    topk_pass0_edge_vector(s, v, keys, resident_vecs, hist0, zeros, slice_max);
 }
 
 // --- the speculative sweep ---------------------------------------------------------------------------
@@ -195,16 +187,32 @@ NSAJIT_DEVICE uint32_t topk_pair_bound(float f) {
   return h | h << 16;
 }
 
-// The two bf16 scores of word w against the packed bound b2 (topk_pair_bound), and `in`: lo (the
-// low half) and hi are score >= bound && in; false for NaN. One compare of both halves.
-NSAJIT_DEVICE void topk_pair_at_least(uint32_t w, uint32_t b2, bool in, bool& lo, bool& hi) {
-  uint32_t a, b;
-  asm("{\n\t.reg .pred p, q, c;\n\tsetp.ne.u32 c, %3, 0;\n\tsetp.ge.and.bf16x2 p|q, %2, %4, c;\n\t"
-      "selp.u32 %0, 1, 0, p;\n\tselp.u32 %1, 1, 0, q;\n\t}"
-      : "=r"(a), "=r"(b)
-      : "r"(w), "r"(uint32_t(in)), "r"(b2));
-  lo = a != 0u;
-  hi = b != 0u;
+// Bit 31 - j: score j of the pair w (word i: scores 2 i, 2 i + 1) is >= the packed bound b2, not
+// NaN, and inside the segment (j < 4 ? first_in : second_in). One compare of two scores.
+NSAJIT_DEVICE uint32_t topk_pair_listed(const uint32_t (&w)[4], uint32_t b2, bool first_in, bool second_in) {
+  uint32_t t[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)  // each half 0xffff (listed) or 0
+    asm("{\n\t.reg .pred c;\n\tsetp.ne.u32 c, %2, 0;\n\tset.ge.and.u32.bf16x2 %0, %1, %3, c;\n\t}"
+        : "=r"(t[i])
+        : "r"(w[i]), "r"(uint32_t(i < 2 ? first_in : second_in)), "r"(b2));
+  // Byte 3 - j of a (j < 4) or b (j >= 4): score j's 0xff or 0; bit 7 - j kept, the multiply sums bytes.
+  const uint32_t a = __byte_perm(t[0], t[1], 0x1357), b = __byte_perm(t[2], t[3], 0x1357);
+  return ((a & 0x80402010u) | (b & 0x08040201u)) * 0x01010101u & 0xff000000u;
+}
+
+// v plus lane - o's v where that lane exists (the shuffle's in-range flag predicates the add).
+template <int kOffset>
+NSAJIT_DEVICE int topk_scan_step(int v) {
+  asm("{\n\t.reg .s32 n;\n\t.reg .pred p;\n\tshfl.sync.up.b32 n|p, %0, %1, 0, -1;\n\t@p add.s32 %0, %0, n;\n\t}"
+      : "+r"(v)
+      : "n"(kOffset));
+  return v;
+}
+
+// The inclusive sum of v over lanes 0..lane (no lane compares kept live across the sweep).
+NSAJIT_DEVICE int topk_warp_inclusive_scan(int v) {
+  return topk_scan_step<16>(topk_scan_step<8>(topk_scan_step<4>(topk_scan_step<2>(topk_scan_step<1>(v)))));
 }
 
 // topk_speculative_sweep for bf16 scores (same arguments and result; raw holds the first batch of
@@ -218,13 +226,14 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
                                                u32x4 (&raw)[kTopkSweepUnroll], int& zeros) {
   const TopkPairSegment g = topk_pair_segment(s, round_begin, round_end);
   const int lane = threadIdx.x & 31;
-  const uint32_t lanes_below = (1u << lane) - 1u;
   const uint32_t b2 = topk_pair_bound(topk_bound_score(bound));
   const int position0 = slice_begin - 4 * g.p0 - s.head;  // + 8 P: the position of pair P's first score
   int fill = 0;
   constexpr int kUnroll = kTopkSweepUnroll;
-  for (int first = g.pb; first < g.pe; first += 32 * kUnroll) {  // first: lane 0's pair, warp-uniform
-    if (first != g.pb) topk_sweep_load_pair_batch(s, g, first, raw);  // the first batch: the caller's
+  // This lane's pair of the next batch's round 0 (one pointer advanced, not recomputed a round).
+  const TopkScore* ahead = s.abase + 4 * (2 * (g.pb + 32 * kUnroll + lane) - g.p0);
+  // first: lane 0's pair, warp-uniform.
+  for (int first = g.pb; first < g.pe; first += 32 * kUnroll, ahead += 8 * 32 * kUnroll) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int pair = first + 32 * u + lane;
@@ -247,39 +256,38 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
       const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
       // Only the segment's vectors are listed (its first and last pairs may reach past it).
       const bool first_in = pair >= g.first_begin && pair < g.pe, second_in = pair < g.second_end;
-      // Ballots by element: lane l's element j is position position0 + 8 pair + j, so the list
-      // order (lane, then element) is index order. Each ballot's counts taken at once (fewer values
-      // live across the round).
-      bool listed[8];
-      int found = 0, below = fill;  // listed in the warp; in the lanes below this one, from `fill`
+      // Bit 31 - j: element j (position position0 + 8 pair + j), so leading zeros give index order.
+      const uint32_t listed = topk_pair_listed(w, b2, first_in, second_in);
+      if (kCountZeros) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const bool in = i < 2 ? first_in : second_in;
-        topk_pair_at_least(w[i], b2, in, listed[2 * i], listed[2 * i + 1]);
-        if (kCountZeros && in) zeros += int((w[i] & 0x7fffu) == 0u) + int((w[i] & 0x7fff0000u) == 0u);
-#pragma unroll
-        for (int j = 2 * i; j < 2 * i + 2; ++j) {
-          const uint32_t m = __ballot_sync(NSAJIT_TOPK_FULL, listed[j]);
-          found += __popc(m);
-          below += __popc(m & lanes_below);
-        }
+        for (int i = 0; i < 4; ++i)
+          if (i < 2 ? first_in : second_in) zeros += int((w[i] & 0x7fffu) == 0u) + int((w[i] & 0x7fff0000u) == 0u);
       }
+      // One scan of the lanes' counts places each lane's run (cheaper than a ballot per element).
+      const int count = __popc(listed);
+      const int inclusive = topk_warp_inclusive_scan(count);
+      const int found = __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
       if (fill + found <= capacity) {
-        // Predicated stores of the scores' fp32 bits (widened here, for the listed only) and
-        // positions, as the fp32 sweep's.
-        uint32_t key_at = list_key + 4u * uint32_t(below), position_at = list_position + 4u * uint32_t(below);
+        // Stores for the listed only (widened here): the warp loops as often as its busiest lane lists.
+        uint32_t key_at = list_key + 4u * uint32_t(fill + inclusive - count);
+        uint32_t position_at = list_position + 4u * uint32_t(fill + inclusive - count);
         const int position = position0 + 8 * pair;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          if (listed[j]) {
-            st_shared_4(key_at, j & 1 ? w[j >> 1] & 0xffff0000u : w[j >> 1] << 16);
-            st_shared_4(position_at, uint32_t(position + j));
-            key_at += 4u;
-            position_at += 4u;
-          }
+        for (uint32_t m = listed; m != 0u;) {
+          uint32_t j;  // the next listed score: m's leading zeros (m != 0)
+          asm("bfind.shiftamt.u32 %0, %1;" : "=r"(j) : "r"(m));
+          m ^= 0x80000000u >> j;
+          // Score j is bits 16 (j & 3) .. + 15 of the 64 bits w[j & 4 ? 3 : 1]:w[j & 4 ? 2 : 0].
+          const unsigned long long half = (j & 4u) != 0u ? (static_cast<unsigned long long>(w[3]) << 32 | w[2])
+                                                         : (static_cast<unsigned long long>(w[1]) << 32 | w[0]);
+          st_shared_4(key_at, uint32_t(half >> (16u * (j & 3u))) << 16);
+          st_shared_4(position_at, uint32_t(position) + j);
+          key_at += 4u;
+          position_at += 4u;
         }
       }
       fill += found;
+      // The next batch's round u into the slot just read: in flight during the later rounds (pw0 <= 1).
+      if (pair + 32 * kUnroll < g.load_end) raw[u] = topk_load_pair(ahead + 256 * u);
     }
     if (fill > capacity) break;  // warp-uniform: the row falls back
   }

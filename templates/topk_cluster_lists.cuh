@@ -17,12 +17,18 @@
 // When d is at least every cut, every key of the row >= T is listed (a list holds whole bins),
 // so T is the row's threshold, and each CTA writes its own selected keys from its warps' lists,
 // after the selected keys of the lower ranks (counted from the messages): the exact path's order.
+// A plateau of 0.0 (ReLU rows with fewer than topk positive scores): a CTA whose slice holds 0.0
+// and whose cut falls at or under 0.0's bin (or below the 32 bins) lists every key above 0.0 in
+// its warp lists and sends their count and its count of 0.0 in the header; when every CTA did and
+// those complete topk, T is 0.0 and each CTA writes its listed keys and its share of the row's
+// first zeros (topk_cluster_plateau).
 // Else (a list longer than its capacity, fewer than topk keys listed, a cut above d: the largest
-// scores crowded into a few slices, plateaus, ascending rows) the row takes the exact path, which
-// has nothing to undo: nothing was written, the exact path uses none of this file's dynamic
-// shared memory, and of the TopkShared fields written here before that decision (warp_sum,
-// message_fill, union_count, inbox_full) it uses only warp_sum, which it writes after a cluster
-// barrier before reading it (union_count is left as it is: a CTA serves one row).
+// scores crowded into a few slices, plateaus of other values, zeros short of topk, ascending rows)
+// the row takes the exact path, which has nothing to undo: nothing was written, the exact path
+// uses none of this file's dynamic shared memory, and of the TopkShared fields written here before
+// that decision (warp_sum, warp_equal, message_fill, union_count, inbox_full) it uses only
+// warp_sum and warp_equal, which it writes after a cluster barrier before reading them
+// (union_count is left as it is: a CTA serves one row).
 #pragma once
 #include "topk_radix.cuh"
 
@@ -37,6 +43,14 @@ struct TopkClusterLists {
   int msg_words;        // NSAJIT_TOPK_MSG_KEYS + capacity
   int warp_capacity;    // keys a warp's list may hold
 };
+
+// Header word 3 of a message: this flag when the CTA's warp lists hold every key above 0.0 (a
+// plateau of 0.0, ReLU rows), with their count in bits 0-14 (lists of two words a key within
+// kTopkMaxDynamicSmem: under 2^15 keys) and the slice's keys of 0.0 in bits 16-31 (a kept slice:
+// under 2^16).
+constexpr uint32_t kTopkPlateauListed = 0x8000u;
+// The first key past 0.0's first-digit bin (which also holds the positive subnormals under 2^-129).
+constexpr uint32_t kTopkZeroBinEnd = ((kTopkZeroKey >> NSAJIT_TOPK_SHIFT0) + 1u) << NSAJIT_TOPK_SHIFT0;
 
 // The rank whose first-digit bin a CTA lists down to: 1.25 times its share of topk (its n of the
 // row's len scores), plus 16. families/topk/heuristics.cpp sizes the lists for n = slice, len = width; a CTA
@@ -75,14 +89,23 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (warp == 1) {
     int greater, count;
-    // A slice with fewer than list_rank keys: bin 0, every key listed. At most 32 bins (those the
-    // counts cover): a higher cut lists whole bins too, and d >= cut still decides.
-    const uint32_t cut = max(topk_warp_find_bin_down(hist0, hi_local, 0, list_rank, greater, count),
-                             uint32_t(max(hi_local - (NSAJIT_TOPK_MSG_BINS - 1), 0)));
+    // At most 32 bins (those the counts cover): a higher cut lists whole bins too, and d >= cut
+    // still decides. Searched over those 32 alone (one step; the bottom one when they hold fewer
+    // than list_rank keys): a ReLU row's list_rank-th key may lie ~1000 bins down, at 0.0.
+    const uint32_t cut = topk_warp_find_bin_down(hist0, hi_local, max(hi_local - (NSAJIT_TOPK_MSG_BINS - 1), 0),
+                                                 list_rank, greater, count);
+    // A plateau of 0.0 (ReLU rows) in the slice: 0.0's bin holds keys and the list_rank-th key is
+    // in or under it (or below the 32 bins), or the slice is empty; its lists take every key above
+    // 0.0 (topk_cluster_plateau).
+    const bool plateau =
+        s.n == 0 || (hist0[kTopkZeroKey >> NSAJIT_TOPK_SHIFT0] != 0u &&
+                     (count == 0 || cut <= kTopkZeroKey >> NSAJIT_TOPK_SHIFT0));
+    // A plateau's lists hold no key at or under 0.0: its message claims only the bins above 0.0's.
+    const uint32_t sent_cut = plateau ? max(cut, (kTopkZeroKey >> NSAJIT_TOPK_SHIFT0) + 1u) : cut;
     // The counts of the 32 bins under the top one that the list holds (all of it when narrow),
     // and where each bin's keys start in the message (bins in decreasing order).
     const int bin = hi_local - lane;
-    const int c = bin >= int(cut) ? int(hist0[bin]) : 0;
+    const int c = bin >= int(sent_cut) ? int(hist0[bin]) : 0;
     const int inclusive = warp_inclusive_scan(c);
     l.outbox[NSAJIT_TOPK_MSG_HEADER + lane] = uint32_t(c);
     sh.message_fill[lane] = inclusive - c;
@@ -91,18 +114,22 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
       // whole 16-byte units) zeroed, never read.
       const bool fits = inclusive <= l.capacity;
       l.outbox[0] = fits ? uint32_t(inclusive) : uint32_t(l.capacity + 1);
-      l.outbox[1] = cut;
+      l.outbox[1] = sent_cut;
       l.outbox[2] = uint32_t(hi_local);
+      l.outbox[3] = plateau ? kTopkPlateauListed : 0u;  // completed after the listing
       for (int i = inclusive; fits && (i & 3) != 0; ++i) l.outbox[NSAJIT_TOPK_MSG_KEYS + i] = 0u;
     }
   }
   __syncthreads();
   const uint32_t cut = l.outbox[1];
   const bool fits = int(l.outbox[0]) <= l.capacity;
+  const bool plateau = l.outbox[3] != 0u;  // uniform
   // key >> SHIFT0 >= cut and key != 0 (padding), in one compare (the listing is bound by integer
-  // instruction issue: 16 warps a SM).
+  // instruction issue: 16 warps a SM). A plateau's warp lists take every key above 0.0; its
+  // message only those from the cut.
   const uint32_t cut_key = max(cut << NSAJIT_TOPK_SHIFT0, 1u);
-  auto listed = [&](uint32_t key) { return key >= cut_key; };
+  const uint32_t list_key = plateau ? kTopkZeroKey + 1u : cut_key;
+  auto listed = [&](uint32_t key) { return key >= list_key; };
   // One pass: each warp lists its keys (and positions) in index order in its own list of
   // warp_capacity. Four rounds at a time: their loads in flight together and one scan of their
   // counts packed in bytes (a round's warp total is at most 128): the listing is bound by integer
@@ -111,7 +138,7 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
   int* const warp_positions = l.warp_positions + warp * l.warp_capacity;
   int warp_n = 0;
   const int position0 = b + 4 * lane - s.head;  // of key 0 of this lane's vector in round 0
-  for (int q0 = round_begin; fits && q0 < round_end; q0 += 4) {  // nothing to list past capacity (uniform)
+  for (int q0 = round_begin; (fits || plateau) && q0 < round_end; q0 += 4) {  // nothing to list past capacity (uniform)
     auto round_keys = [&](int u) {  // every vector is kept (topk_uses_cluster_lists); 0: never listed
       u32x4 z;
       z.x = z.y = z.z = z.w = 0u;
@@ -155,11 +182,28 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
   uint32_t* const message = l.outbox + NSAJIT_TOPK_MSG_KEYS;
   for (int i = lane; fits && i < min(warp_n, l.warp_capacity); i += 32) {
     const uint32_t key = warp_keys[i];
-    message[atomicAdd(&sh.message_fill[hi_local - int(key >> NSAJIT_TOPK_SHIFT0)], 1)] = key;
+    if (key >= cut_key) message[atomicAdd(&sh.message_fill[hi_local - int(key >> NSAJIT_TOPK_SHIFT0)], 1)] = key;
+  }
+  if (plateau) {  // the listed keys in 0.0's bin (subnormals), which hist0's count of the bin holds too
+    int subnormal = 0;
+    for (int i = lane; i < min(warp_n, l.warp_capacity); i += 32) subnormal += int(warp_keys[i] < kTopkZeroBinEnd);
+    subnormal = __reduce_add_sync(NSAJIT_TOPK_FULL, subnormal);
+    if (lane == 0) sh.warp_equal[warp] = subnormal;
   }
   if (lane == 0) sh.warp_sum[warp] = warp_n;
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the message, for the bulk copies
   __syncthreads();
+  // A plateau's header word 3: its keys above 0.0 and of 0.0 (0 when a warp's list overflowed).
+  if (warp == 0 && plateau) {
+    const int n = lane < NSAJIT_TOPK_WARPS ? sh.warp_sum[lane] : 0;
+    const int subnormal = lane < NSAJIT_TOPK_WARPS ? sh.warp_equal[lane] : 0;
+    const bool complete = !__any_sync(NSAJIT_TOPK_FULL, n > l.warp_capacity);
+    const int positives = __reduce_add_sync(NSAJIT_TOPK_FULL, n);
+    const int zeros = int(hist0[kTopkZeroKey >> NSAJIT_TOPK_SHIFT0]) - __reduce_add_sync(NSAJIT_TOPK_FULL, subnormal);
+    if (lane == 0) l.outbox[3] = complete ? kTopkPlateauListed | uint32_t(positives) | uint32_t(zeros) << 16 : 0u;
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncwarp();
+  }
   // A warp's list that overflowed: only the header goes out (the row takes the exact path).
   if (warp == 0 && __any_sync(NSAJIT_TOPK_FULL, lane < NSAJIT_TOPK_WARPS && sh.warp_sum[lane] > l.warp_capacity)) {
     if (lane == 0) l.outbox[0] = uint32_t(l.capacity + 1);
@@ -190,22 +234,87 @@ NSAJIT_DEVICE int topk_cluster_exchange(const TopkSlice& s, int b, const u32x4* 
   return warp_n;
 }
 
+// A row whose threshold is 0.0 (every CTA's lists hold its keys above 0.0, fewer than topk in the
+// row, and its zeros complete topk; whole block, after the exchange): every listed key is
+// selected, after those of the lower ranks (positives_below) and of the warps before this one; then
+// the first take_equal zeros of the row in index order, of which zeros_below lie in lower ranks'
+// slices: each warp counts its segment's zeros (kept keys), and the warps whose zeros are taken
+// write them. Ends after the cluster barrier that lets the CTA exit.
+NSAJIT_DEVICE void topk_cluster_plateau(const TopkSlice& s, int b, const u32x4* keys, int round_begin, int round_end,
+                                        const TopkClusterLists& l, int warp_n, int positives, int positives_below,
+                                        int zeros_below, const KvSlotRow& t, bool apply, int* out, TopkShared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");  // every message received
+  const int* const warp_positions = l.warp_positions + warp * l.warp_capacity;
+  const int first = positives_below + __reduce_add_sync(NSAJIT_TOPK_FULL, lane < warp ? sh.warp_sum[lane] : 0);
+  for (int i = lane; i < warp_n; i += 32) out[first + i] = topk_emit(t, warp_positions[i], apply);
+  const int take_equal = NSAJIT_TOPK - positives;
+  if (zeros_below < take_equal) {  // uniform in the CTA
+    auto zero_bits = [&](int q) {  // bit j: element j of this lane's vector of round q is 0.0
+      const int v = q * 32 + lane;
+      if (v >= s.nvec) return 0u;  // kept vectors past the slice are not written
+      const u32x4 kv = keys[v];
+      return uint32_t(kv.x == kTopkZeroKey) | uint32_t(kv.y == kTopkZeroKey) << 1 |
+             uint32_t(kv.z == kTopkZeroKey) << 2 | uint32_t(kv.w == kTopkZeroKey) << 3;
+    };
+    int zeros = 0;
+    for (int q = round_begin; q < round_end; ++q) zeros += __popc(zero_bits(q));
+    zeros = __reduce_add_sync(NSAJIT_TOPK_FULL, zeros);
+    if (lane == 0) sh.own_equal[warp] = zeros;
+    __syncthreads();
+    int next = zeros_below + __reduce_add_sync(NSAJIT_TOPK_FULL, lane < warp ? sh.own_equal[lane] : 0);
+    const int position0 = b + 4 * lane - s.head;  // of element 0 of this lane's vector in round 0
+    for (int q = round_begin; q < round_end && next < take_equal; ++q) {  // warp-uniform
+      uint32_t bits = zero_bits(q);
+      const int c = __popc(bits);
+      const int inclusive = warp_inclusive_scan(c);
+      int e = next + inclusive - c;
+      while (bits && e < take_equal) {
+        const int j = __ffs(bits) - 1;
+        bits &= bits - 1u;
+        out[positives + e] = topk_emit(t, position0 + 128 * q + j, apply);
+        ++e;
+      }
+      next += __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
+    }
+  }
+  topk_cluster_wait();  // no CTA leaves while a copy may still read its outbox
+}
+
 // After the exchange (whole block; warp_n: the warp's list size). Returns true when the
 // row is done: its output written (each CTA its own list's selected keys) and the cluster barrier
 // waited on that lets the CTA exit (every CTA has received all its messages, so no copy still
 // reads this CTA's outbox). False: the row takes the exact path (its first cluster barrier also
 // keeps this CTA until every copy is done); nothing written.
-NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLists& l, int warp_n,
-                                       const KvSlotRow& t, bool apply, int* out, TopkShared& sh) {
+NSAJIT_DEVICE bool topk_cluster_select(int C, uint32_t rank, const TopkClusterLists& l, int warp_n, const TopkSlice& s,
+                                       int b, const u32x4* keys, int round_begin, int round_end, const KvSlotRow& t,
+                                       bool apply, int* out, TopkShared& sh) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // Every warp reads the C headers (lane q: CTA q's) and its list's 32 counts: one barrier (the
   // window's sums below) and no serial search by one warp while the others wait.
   int n_q = 0, cut_q = 0, top_q = -1;
+  uint32_t plateau_q = kTopkPlateauListed;
   if (lane < C) {
     const u32x4 h = *reinterpret_cast<const u32x4*>(l.inbox + lane * l.msg_words);
     n_q = int(h.x);
     cut_q = int(h.y);
     top_q = int(h.z);
+    plateau_q = h.w;
+  }
+  // Threshold 0.0: every list holds its slice's keys above 0.0, fewer than topk in all, and the
+  // zeros complete topk (uniform in the cluster: every CTA reads the same headers).
+  if (__all_sync(NSAJIT_TOPK_FULL, (plateau_q & kTopkPlateauListed) != 0u)) {
+    const int positives_q = lane < C ? int(plateau_q & (kTopkPlateauListed - 1u)) : 0;
+    const int zeros_q = lane < C ? int(plateau_q >> 16) : 0;
+    const int positives = __reduce_add_sync(NSAJIT_TOPK_FULL, positives_q);
+    const int zeros = __reduce_add_sync(NSAJIT_TOPK_FULL, zeros_q);
+    if (positives < NSAJIT_TOPK && positives + zeros >= NSAJIT_TOPK) {
+      const bool lower = lane < int(rank);
+      topk_cluster_plateau(s, b, keys, round_begin, round_end, l, warp_n, positives,
+                           __reduce_add_sync(NSAJIT_TOPK_FULL, lower ? positives_q : 0),
+                           __reduce_add_sync(NSAJIT_TOPK_FULL, lower ? zeros_q : 0), t, apply, out, sh);
+      return true;
+    }
   }
   const int listed = __reduce_add_sync(NSAJIT_TOPK_FULL, n_q);
   const int max_cut = int(__reduce_max_sync(NSAJIT_TOPK_FULL, uint32_t(cut_q)));

@@ -4,9 +4,10 @@
 #include "topk_radix.cuh"
 
 #if NSAJIT_TOPK_ALGORITHM == NSAJIT_TOPK_DENSE_REGISTERS
-// Rows of at most NSAJIT_TOPK_DENSE_VECS * 256 - 1 vectors (slices <= 9212 positions), in
-// dense_registers kernels (256 threads). The row is read once, coalesced (thread t loads vectors
-// t + 256 j), its keys counted into hist0 (the 12-bit first digit) and the threshold's bin found.
+// Slices of at most 4 (NSAJIT_TOPK_DENSE_VECS * 256 - 1) = 9212 positions (with the head, at most
+// 256 DV vectors), in dense_registers kernels (256 threads). The row is read once, coalesced
+// (thread t loads vectors t + 256 j; bf16: 16-byte pairs of vectors, topk_dense_vector), its keys
+// counted into hist0 (the 12-bit first digit) and the threshold's bin found.
 // Then the keys change hands through shared memory: thread t takes the dv = ceil(nvec / 256)
 // consecutive vectors [t dv, t dv + dv), so that index order is thread order: one block scan of
 // per-thread counts places every output, every thread has work whatever the row's length, and
@@ -47,27 +48,62 @@ NSAJIT_DEVICE int topk_stage_bits(uint32_t lo, uint32_t hi, int position0, int* 
   return at;
 }
 
-// Vector v's scores as loaded: fp32 bits, or a bf16 vector's 8 bytes in .x and .y (widened by
-// topk_dense_widen when keyed, after every load is in flight: widened at the load, ptxas gave the
-// nine loads one register pair, so each waited for the one before).
-NSAJIT_DEVICE u32x4 topk_dense_load(const TopkScore* ptr) {
 #if NSAJIT_SCORE_BF16
+// bf16 rows load 16 bytes (8 scores, a pair of vectors: topk_load_pair) a lane, as pass 0 and the
+// sweep do (topk_bf16.cuh): slots 2 i and 2 i + 1 of thread t hold the pair of vectors
+// p0 + 2 (t + 256 i) + {0, 1} (p0 = topk_pair_phase: a pair starts at a 16-byte unit; in the
+// opposite order when h = 1), the last slot the vector p0 + 512 (DV / 2) + t, wrapped to vector 0
+// past 256 DV (p0 = 1: the half unit no pair holds), so that every vector of [0, 256 DV) is one
+// thread's.
+constexpr int kTopkDensePairs = NSAJIT_TOPK_DENSE_VECS / 2;
+static_assert(NSAJIT_TOPK_DENSE_VECS % 2 == 1, "bf16 dense rows: pairs and one single slot (vector 0 at p0 = 1)");
+
+NSAJIT_DEVICE int topk_dense_vector(int tid, int j, int p0, int h) {
+  if (j < 2 * kTopkDensePairs) return p0 + 2 * (tid + NSAJIT_THREADS * (j >> 1)) + ((j & 1) ^ h);
+  const int v = p0 + 2 * NSAJIT_THREADS * kTopkDensePairs + tid;
+  return v < NSAJIT_THREADS * NSAJIT_TOPK_DENSE_VECS ? v : v - NSAJIT_THREADS * NSAJIT_TOPK_DENSE_VECS;
+}
+
+// h of topk_dense_vector: 1 in lanes 4-7 of each 8 when the exchange is unswizzled (odd dv), so that
+// a quarter-warp's store of a pair slot covers the 8 bank groups (vectors 2 apart: 4 groups twice).
+NSAJIT_DEVICE int topk_dense_pair_order(int nvec, int lane) {
+  return (((nvec + NSAJIT_THREADS - 1) / NSAJIT_THREADS) & 1) & (lane >> 2);
+}
+
+// The smallest vector slot j holds in any thread: slots starting at or past the row hold padding.
+NSAJIT_DEVICE int topk_dense_slot_first(int j, int p0) {
+  if (j < 2 * kTopkDensePairs) return p0 + 2 * NSAJIT_THREADS * (j >> 1);
+  return p0 != 0 ? 0 : 2 * NSAJIT_THREADS * kTopkDensePairs;
+}
+
+// One 8-byte vector of 4 bf16 scores, packed in .x and .y (keyed by topk_pair_keys).
+NSAJIT_DEVICE u32x4 topk_dense_load_single(const TopkScore* ptr) {
   u32x4 v;
   asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(ptr));
   v.z = v.w = 0u;
   return v;
-#else
-  return topk_load_vec(ptr);
-#endif
 }
 
-NSAJIT_DEVICE u32x4 topk_dense_widen(const u32x4& raw) {
-#if NSAJIT_SCORE_BF16
-  return u32x4{raw.x << 16, raw.x & 0xffff0000u, raw.y << 16, raw.y & 0xffff0000u};
-#else
-  return raw;
-#endif
+// Counts the four keys of a vector of real scores in hist0 (keys of real scores are never 0).
+NSAJIT_DEVICE void topk_dense_count4(uint32_t* hist0, const u32x4& k) {
+  atomicAdd(&hist0[k.x >> NSAJIT_TOPK_SHIFT0], 1u);
+  atomicAdd(&hist0[k.y >> NSAJIT_TOPK_SHIFT0], 1u);
+  atomicAdd(&hist0[k.z >> NSAJIT_TOPK_SHIFT0], 1u);
+  atomicAdd(&hist0[k.w >> NSAJIT_TOPK_SHIFT0], 1u);
 }
+
+// Vector v at an edge of the slice (or the half of a pair the slice only partly holds): element
+// loads, key 0 outside the slice, the slice's keys counted in hist0.
+NSAJIT_DEVICE u32x4 topk_dense_edge_keys(const TopkSlice& s, int v, uint32_t* hist0) {
+  const u32x4 k = topk_global_keys(s, v);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const uint32_t key = topk_lane(k, e);
+    if (key != 0u) atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
+  }
+  return k;
+}
+#endif
 
 // Not inlined: its registers are allocated apart from the rest of the kernel's (inlined, the
 // whole kernel spilled at 64 registers); scalar arguments, so that nothing goes through the stack.
@@ -92,13 +128,30 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   t.offset = offset;
   const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
   u32x4 k[DV];
+#if NSAJIT_SCORE_BF16
+  const int p0 = topk_pair_phase(s), h = topk_dense_pair_order(s.nvec, lane);
+  // Whole pairs (both vectors whole) and the single slot's whole vector: all loads in flight
+  // before the first key; a pair stays packed in its first slot until keyed.
+#pragma unroll
+  for (int j = 0; j < DV; ++j) k[j].x = k[j].y = k[j].z = k[j].w = 0u;
+#pragma unroll
+  for (int i = 0; i < kTopkDensePairs; ++i) {
+    const int v = topk_dense_vector(tid, 2 * i, p0, 0);
+    if (v >= vw0 && v + 1 < vw1) k[2 * i] = topk_load_pair(s.abase + 4 * v);
+  }
+  {
+    const int v = topk_dense_vector(tid, DV - 1, p0, 0);
+    if (v >= vw0 && v < vw1) k[DV - 1] = topk_dense_load_single(s.abase + 4 * v);
+  }
+#else
   // Whole vectors: all loads in flight before the first key.
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
     const int v = tid + j * NSAJIT_THREADS;
     k[j].x = k[j].y = k[j].z = k[j].w = 0u;
-    if (v >= vw0 && v < vw1) k[j] = topk_dense_load(s.abase + 4 * v);
+    if (v >= vw0 && v < vw1) k[j] = topk_load_vec(s.abase + 4 * v);
   }
+#endif
   // While the loads are in flight: hist0 (16-byte stores; the plan aligns it) and the list's fill.
   for (int i = tid; i < NSAJIT_TOPK_BINS0 / 4; i += NSAJIT_THREADS)
     reinterpret_cast<u32x4*>(hist0)[i] = u32x4{0u, 0u, 0u, 0u};
@@ -107,15 +160,44 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     sh.zero_keys = 0u;
   }
   __syncthreads();
+#if NSAJIT_SCORE_BF16
+#pragma unroll
+  for (int i = 0; i < kTopkDensePairs; ++i) {
+    const int v = topk_dense_vector(tid, 2 * i, p0, 0);
+    if (v >= vw0 && v + 1 < vw1) {
+      const u32x4 raw = k[2 * i];
+      const uint32_t a = h ? raw.z : raw.x, b = h ? raw.w : raw.y, c = h ? raw.x : raw.z, d = h ? raw.y : raw.w;
+      topk_pair_keys(a, k[2 * i].x, k[2 * i].y);
+      topk_pair_keys(b, k[2 * i].z, k[2 * i].w);
+      topk_pair_keys(c, k[2 * i + 1].x, k[2 * i + 1].y);
+      topk_pair_keys(d, k[2 * i + 1].z, k[2 * i + 1].w);
+      topk_dense_count4(hist0, k[2 * i]);
+      topk_dense_count4(hist0, k[2 * i + 1]);
+    } else {  // a pair at an edge of the slice, or past it
+      if (v + h < s.nvec) k[2 * i] = topk_dense_edge_keys(s, v + h, hist0);
+      if (v + 1 - h < s.nvec) k[2 * i + 1] = topk_dense_edge_keys(s, v + 1 - h, hist0);
+    }
+  }
+  {
+    const int v = topk_dense_vector(tid, DV - 1, p0, 0);
+    if (v >= vw0 && v < vw1) {
+      const u32x4 raw = k[DV - 1];
+      topk_pair_keys(raw.x, k[DV - 1].x, k[DV - 1].y);
+      topk_pair_keys(raw.y, k[DV - 1].z, k[DV - 1].w);
+      topk_dense_count4(hist0, k[DV - 1]);
+    } else if (v < s.nvec) {
+      k[DV - 1] = topk_dense_edge_keys(s, v, hist0);
+    }
+  }
+#else
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
     const int v = tid + j * NSAJIT_THREADS;
     if (v >= vw0 && v < vw1) {  // keys of real scores are never 0
-      const u32x4 f = topk_dense_widen(k[j]);
-      k[j].x = topk_key(__uint_as_float(f.x));
-      k[j].y = topk_key(__uint_as_float(f.y));
-      k[j].z = topk_key(__uint_as_float(f.z));
-      k[j].w = topk_key(__uint_as_float(f.w));
+      k[j].x = topk_key(__uint_as_float(k[j].x));
+      k[j].y = topk_key(__uint_as_float(k[j].y));
+      k[j].z = topk_key(__uint_as_float(k[j].z));
+      k[j].w = topk_key(__uint_as_float(k[j].w));
       atomicAdd(&hist0[k[j].x >> NSAJIT_TOPK_SHIFT0], 1u);
       atomicAdd(&hist0[k[j].y >> NSAJIT_TOPK_SHIFT0], 1u);
       atomicAdd(&hist0[k[j].z >> NSAJIT_TOPK_SHIFT0], 1u);
@@ -129,6 +211,7 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
       }
     }
   }
+#endif
   __syncthreads();
   TopkRadix x{0u, 0u, NSAJIT_TOPK, 0, 0};
   {
@@ -157,7 +240,11 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   if (n_listed > 0) {  // uniform
 #pragma unroll
     for (int j = 0; j < DV; ++j) {
+#if NSAJIT_SCORE_BF16
+      if (topk_dense_slot_first(j, p0) >= s.nvec) continue;  // uniform: padding only (its keys are 0)
+#else
       if (j * NSAJIT_THREADS >= s.nvec) break;  // uniform: padding only (its keys are 0)
+#endif
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const uint32_t key = topk_lane(k[j], e);
@@ -172,7 +259,11 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   const int swizzle = (dv & -dv) - 1;  // topk_dense_exchange_index
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
+#if NSAJIT_SCORE_BF16
+    const int v = topk_dense_vector(tid, j, p0, h);
+#else
     const int v = tid + j * NSAJIT_THREADS;
+#endif
     if (v < s.nvec) topk_dynamic[topk_dense_exchange_index(v, swizzle)] = k[j];
   }
   __syncthreads();

@@ -64,6 +64,20 @@ NSAJIT_DEVICE void topk_count_first_digit(uint32_t* hist0, uint32_t key, uint32_
     atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
 }
 
+// Pass 0 of one vector read score by score (a slice's partial or unaligned edge, topk_global_keys):
+// kept when resident, its keys counted (0: outside the slice, never counted) and maxed.
+NSAJIT_DEVICE void topk_pass0_edge_vector(const TopkSlice& s, int v, u32x4* keys, int resident_vecs,
+                                          uint32_t* hist0, uint32_t& zeros, uint32_t& slice_max) {
+  const u32x4 kv = topk_global_keys(s, v);
+  if (v < resident_vecs) keys[v] = kv;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t key = topk_lane(kv, j);
+    if (key != 0u) topk_count_first_digit(hist0, key, zeros);
+    slice_max = max(slice_max, key);
+  }
+}
+
 // One radix step, whole block: the bin d of h[0, nbins) with greater(d) < k <= greater(d) + h[d],
 // greater(d) = keys in the bins above d. nbins is a power of two; thread t owns `per` consecutive
 // bins counted from the top, so a block scan in thread order gives the counts above each chunk.
@@ -137,6 +151,42 @@ NSAJIT_DEVICE uint32_t topk_warp_find_bin_down_by(int top, int bottom, int k, in
 NSAJIT_DEVICE uint32_t topk_warp_find_bin_down(const uint32_t* h, int top, int bottom, int k, int& greater,
                                                int& count) {
   return topk_warp_find_bin_down_by(top, bottom, k, greater, count, [&](int bin) { return int(h[bin]); });
+}
+
+// topk_warp_find_bin_down over a range that may be long (one warp, no barrier): the top 32 bins
+// in one step (a normal slice's bin lies there), then 1024 bins a step (lane i sums 32 of them),
+// then the reaching lane's 32 bins. A ReLU slice's topk-th key lies ~1000 bins under its top,
+// at 0.0: 3 steps instead of ~33 dependent ones.
+NSAJIT_DEVICE uint32_t topk_warp_find_bin_down_far(const uint32_t* h, int top, int bottom, int k, int& greater,
+                                                   int& count) {
+  const int lane = threadIdx.x & 31;
+  const int near_bottom = max(top - 31, bottom);
+  const uint32_t d = topk_warp_find_bin_down(h, top, near_bottom, k, greater, count);
+  if (count != 0 || near_bottom == bottom) return d;
+  int above = greater;  // keys in the bins above this step's
+  for (int first = near_bottom - 1; first >= bottom; first -= 1024) {
+    const int lane_top = first - 32 * lane;
+    int sum = 0;
+#pragma unroll 8
+    for (int i = 0; i < 32; ++i) {
+      const int bin = lane_top - ((i + lane) & 31);  // rotated: the warp's 32 reads in 32 banks
+      sum += bin >= bottom ? int(h[bin]) : 0;
+    }
+    const int inclusive = warp_inclusive_scan(sum);
+    const uint32_t reached = __ballot_sync(NSAJIT_TOPK_FULL, above + inclusive >= k);
+    if (reached) {
+      const int j = __ffs(reached) - 1;
+      const int top_j = first - 32 * j;
+      const int above_j = above + __shfl_sync(NSAJIT_TOPK_FULL, inclusive - sum, j);
+      const uint32_t d_j = topk_warp_find_bin_down(h, top_j, max(top_j - 31, bottom), k - above_j, greater, count);
+      greater += above_j;
+      return d_j;
+    }
+    above += __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
+  }
+  greater = above;
+  count = 0;
+  return uint32_t(bottom);
 }
 
 // topk_warp_find_bin_down over all of h[0, 256) in one step instead of up to eight: lane i sums the

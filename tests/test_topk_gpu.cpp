@@ -154,26 +154,33 @@ std::unique_ptr<nsajit::LoadedKernel> compile_probe(const char* name, const std:
   return k;
 }
 
-// The probe build of a top-k kernel: the product's source, its cluster selection wrapped so that a
-// row whose cluster lists cannot hold the selection writes -2 to its first slot instead of taking
-// the exact path, so a test sees which path produced each row. Only tests compile it.
-const nsajit::LoadedKernel& load_cluster_fallback_probe(const nsajit::KernelSpec& spec) {
+// The probe source of a cluster-lists spec: the product's source, its cluster selection wrapped so
+// that a row whose cluster lists cannot hold the selection writes -2 to its first slot instead of
+// taking the exact path, so a test sees which path produced each row. Only tests compile it.
+std::string cluster_fallback_probe_source(const nsajit::KernelSpec& spec) {
   static const std::string kWrapper = R"(
 NSAJIT_DEVICE bool topk_cluster_select_or_mark(int C, uint32_t rank, const TopkClusterLists& l, int warp_n,
-                                               const KvSlotRow& t, bool apply, int* out, TopkShared& sh) {
-  if (topk_cluster_select(C, rank, l, warp_n, t, apply, out, sh)) return true;
+                                               const TopkSlice& s, int b, const u32x4* keys, int round_begin,
+                                               int round_end, const KvSlotRow& t, bool apply, int* out,
+                                               TopkShared& sh) {
+  if (topk_cluster_select(C, rank, l, warp_n, s, b, keys, round_begin, round_end, t, apply, out, sh)) return true;
   topk_cluster_sync();  // no CTA leaves while a copy may still read its outbox
   if (rank == 0 && threadIdx.x == 0) out[0] = -2;
   return true;
 }
 #define topk_cluster_select topk_cluster_select_or_mark
 )";
+  return probe_source(spec, kWrapper, {"topk_cluster_select("});
+}
+
+// The probe build of a cluster-lists spec (above).
+const nsajit::LoadedKernel& load_cluster_fallback_probe(const nsajit::KernelSpec& spec) {
   static std::mutex mutex;
   static std::map<std::string, std::unique_ptr<nsajit::LoadedKernel>> loaded;  // these tests use one context
   std::lock_guard lock(mutex);
   std::unique_ptr<nsajit::LoadedKernel>& k = loaded[nsajit::canonical_text(spec)];
   if (k) return *k;
-  k = compile_probe("topk_cluster_fallback_probe", probe_source(spec, kWrapper, {"topk_cluster_select("}), spec);
+  k = compile_probe("topk_cluster_fallback_probe", cluster_fallback_probe_source(spec), spec);
   return *k;
 }
 
@@ -1324,6 +1331,70 @@ TEST_CASE("topk gpu bf16: pair loads at every alignment, segment edge and algori
   }
 }
 
+// The dense kernel's bf16 rows load pairs too (templates/topk_dense.cuh, topk_dense_vector): slots
+// 2 i, 2 i + 1 of thread t the pair of vectors p0 + 2 (t + 256 i) + {0, 1}, the last slot the single
+// vector p0 + 2048 + t, wrapped to vector 0 when p0 = 1. Rows at all 8 starts in a 16-byte unit
+// (heads 0-3, phases 0 and 1), up to 9212 scores (2304 vectors: the wrapped vector 0 is partial at
+// head 3), with the largest scores on the row's first and last vectors and on the slots' seams
+// (every 2048 scores: pair slot i's first vector is 512 i + p0): a vector loaded twice, missed
+// or keyed from the wrong half moves the output.
+TEST_CASE("topk gpu bf16: dense rows load pairs at both phases, every head, row_starts, fused modes") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  std::normal_distribution<float> normal;
+  const auto bf16 = nsajit::ScoreDtype::bf16;
+  const int width = 9212, stride = width + 1, rows = 16, topk = 2048;  // row r starts 5 r elements into a 16-byte unit (mod 8)
+  const I lengths = {9212, 4097, 8191, 9212, 9211, 6001, 8189, 5003, 9209, 9212, 7777, 4099, 9205, 8193, 6143, 9210};
+  const I starts = {1, 7, 13, 11, 1, 7, 813, 11, 1, 7, 13, 11, 1, 807, 13, 11};  // again all 8 starts in a unit
+  // Rows of draw(), the largest scores at the slice's edges and seams (positions from the row's start).
+  auto build = [&](const I& row_starts, const std::function<float()>& draw) {
+    auto p = make_problem(rows, width, topk, draw, stride);
+    p.lengths = lengths;
+    p.row_starts = row_starts;
+    for (int r = 0; r < rows; ++r) {
+      const int start = row_starts.empty() ? 0 : row_starts[r];
+      const int len = std::min(lengths[r], width - start);
+      for (int pos = 0; pos < len; ++pos)
+        if (pos < 9 || pos >= len - 9 || pos % 2048 < 12 || pos % 2048 > 2036)
+          p.scores[std::size_t(r) * stride + start + pos] = 3.0f + 0.25f * normal(rng);
+    }
+    return rounded_to_bf16(p);
+  };
+  LaunchOverride dense(kDenseRows);
+  struct Dist {
+    const char* name;
+    std::function<float()> draw;
+  };
+  const std::vector<Dist> dists = {
+      {"normal", [&] { return normal(rng); }},
+      {"ReLU sums: 99% exact 0.0 (threshold on the 0.0 plateau)", [&] { return rng() % 100 ? 0.0f : std::fabs(normal(rng)); }},
+      {"bf16 bit patterns (NaN, inf, subnormals, -0.0)", [&] { return ref::bf16_to_float(std::uint16_t(rng())); }},
+  };
+  for (const Dist& d : dists) {
+    INFO(d.name);
+    check_bf16(build({}, d.draw));
+    check_bf16(build(starts, d.draw));
+  }
+  const auto p = build({}, [&] { return normal(rng); });
+  const I sorted = DeviceTopk(p, nullptr, true, bf16).run();
+  const std::string why_sorted = explain(p, sorted, ref::topk(p));
+  CHECK_MESSAGE(why_sorted.empty(), why_sorted);
+  const I request_len(p.lengths.begin(), p.lengths.end());
+  check_fused(p, ref::TopkTransform{ref::decode_tables(shuffled_page_table_1(rng, rows, width, 64, request_len), rows,
+                                                       width, 64)},
+              bf16);
+  ref::TopkTransform prefill;  // rows 0-6 of request 0, rows 7-13 of request 1, rows 14-15 of none (all -1)
+  prefill.mode = IndexMode::prefill;
+  prefill.num_requests = 2;
+  prefill.cu_seqlens_q = {0, 7, 14};
+  prefill.page_table_width = width;
+  prefill.page_table = shuffled_page_table_1(rng, 2, width, 1, I{width, width});
+  check_fused(p, prefill, bf16);
+  ref::TopkTransform ragged;
+  ragged.mode = IndexMode::ragged;
+  for (int r = 0; r < rows; ++r) ragged.offsets.push_back(r % 3 == 0 ? 0 : 1000 * r + 7);
+  check_fused(p, ragged, bf16);
+}
+
 TEST_CASE("topk gpu bf16: the pair sweep falls back when its sample misleads it or a warp's list overflows") {
   NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
@@ -1762,6 +1833,492 @@ TEST_CASE("topk gpu: the sweep's zero ties on unaligned rows and row_starts, sor
       check("sorted", nullptr, true, sorted);
       check("fused decode, page size 64", &t64, false, ref::apply_transform(t64, p.rows, p.topk, index_order));
       check("fused decode, page size 64, sorted", &t64, true, ref::apply_transform(t64, p.rows, p.topk, sorted));
+    }
+  }
+}
+
+// --- the speculative sweep's lists, warp by warp (a probe build) ------------------------------------
+
+namespace {
+
+// What the list probe records of each warp's sweep (one CTA per row): the bound, the fill the
+// sweep returned, and over the list's first min(fill, capacity) entries sum (i + 1) position_i and
+// sum (i + 1) score_bits_i (order-sensitive). Never freed: the probe builds hold its address.
+constexpr int kListProbeRows = 8, kListProbeWords = 4;
+DeviceBuffer<std::uint32_t>& list_probe_marks() {
+  static auto* marks =
+      new DeviceBuffer<std::uint32_t>(std::vector<std::uint32_t>(kListProbeRows * 32 * kListProbeWords, 0u));
+  return *marks;
+}
+
+// The probe source of a speculative spec: the product's source with topk_speculative_sweep wrapped
+// so that each warp writes its record (above) at `marks`. Only tests compile it.
+std::string list_probe_source(const nsajit::KernelSpec& spec, std::uintptr_t marks) {
+  REQUIRE(spec.tile.algorithm == Algorithm::speculative_sweep);
+  const std::string wrapper = R"(
+template <bool kCountZeros>
+NSAJIT_DEVICE int topk_speculative_sweep_recorded(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
+                                                  uint32_t list_position, int capacity, int round_begin, int round_end,
+                                                  u32x4 (&raw)[kTopkSweepUnroll], int& zeros) {
+  const int n = topk_speculative_sweep<kCountZeros>(s, slice_begin, bound, list_key, list_position, capacity,
+                                                    round_begin, round_end, raw, zeros);
+  __syncwarp();
+  const int lane = threadIdx.x & 31;
+  uint32_t hp = 0u, hk = 0u;
+  for (int i = lane; i < min(n, capacity); i += 32) {
+    uint32_t key, position;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(key) : "r"(list_key + 4u * uint32_t(i)));
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(position) : "r"(list_position + 4u * uint32_t(i)));
+    hp += uint32_t(i + 1) * position;
+    hk += uint32_t(i + 1) * key;
+  }
+  hp = __reduce_add_sync(0xffffffffu, hp);
+  hk = __reduce_add_sync(0xffffffffu, hk);
+  if (lane == 0 && blockIdx.x < )" + std::to_string(kListProbeRows) + R"(u) {
+    uint32_t* const m = reinterpret_cast<uint32_t*>()" + std::to_string(marks) + R"(ull) +
+                        )" + std::to_string(kListProbeWords) + R"(u * (32u * blockIdx.x + (threadIdx.x >> 5));
+    m[0] = bound;
+    m[1] = uint32_t(n);
+    m[2] = hp;
+    m[3] = hk;
+  }
+  return n;
+}
+#define topk_speculative_sweep topk_speculative_sweep_recorded
+)";
+  return probe_source(spec, wrapper, {"topk_speculative_sweep<false>("});
+}
+
+const nsajit::LoadedKernel& load_list_probe(const nsajit::KernelSpec& spec) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<nsajit::LoadedKernel>> loaded;  // these tests use one context
+  std::lock_guard lock(mutex);
+  std::unique_ptr<nsajit::LoadedKernel>& k = loaded[nsajit::canonical_text(spec)];
+  if (k) return *k;
+  k = compile_probe("topk_list_probe", list_probe_source(spec, reinterpret_cast<std::uintptr_t>(list_probe_marks().get())),
+                    spec);
+  return *k;
+}
+
+// While alive, DeviceTopk runs the list probe; take() returns the records since the last take()
+// (or the start) and clears them.
+struct ListProbe {
+  ListProbe() {
+    DeviceTopk::kernel_loader = &load_list_probe;
+    take();
+  }
+  ~ListProbe() { DeviceTopk::kernel_loader = nullptr; }
+  std::vector<std::uint32_t> take() {
+    std::vector<std::uint32_t> m = list_probe_marks().download();
+    list_probe_marks().upload(std::vector<std::uint32_t>(m.size(), 0u));
+    return m;
+  }
+};
+
+// Rows whose sample bound is 2.0's first-digit bin, [2.0, 2.25) (every score the fp32 or the bf16
+// sample can look at, i % 4 == 3 in [0, 384) and [512, 768) of each warp's segment, is in it;
+// the rest is below 0 but for chosen positions in it too), so that each warp's list is exactly its
+// segment's scores >= 2.0. Row stride width + 4: odd rows start 8 bytes into a 16-byte unit (bf16
+// pair phase 1, the segments' first and last pairs reaching into the neighbours'). Row 0: a few
+// more per warp; row 1 (phase 1): warp 1 lists exactly `capacity`, including its first and last
+// 4 scores, as do the neighbours' adjacent 4; row 2: warp 1 capacity + 1; row 3 (phase 1): warp
+// 1 capacity + 1; row 4 (length width - 5: a partial last vector, read by element): the last warp
+// exactly capacity, including the row's last 4 scores; row 5 (phase 1, length width - 3): the same.
+// pad 1 (row stride width + 1): row r starts r % 4 scores past a vector boundary (its first
+// vector an edge read by element, the segments shifted by that head; the sample positions with it).
+struct ListRows {
+  ref::TopkProblem p;
+  int capacity;
+};
+int list_row_head(const ListRows& l, int r) { return int(std::int64_t(r) * l.p.score_row_stride % 4); }
+ListRows list_rows(std::mt19937& rng, int threads, int sm_count, int pad = 4) {
+  const int width = 32768, topk = 2048, rows = 6, warps = threads / 32;
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  ref::TopkProblem p = make_problem(rows, width, topk, [&] { return -1.0f - unit(rng); }, width + pad);
+  p.lengths = {width, width, width, width, width - 5, width - 3};
+  const int capacity = list_capacity_of(p, threads, sm_count);
+  auto big = [&] { return 2.0f + 0.24f * unit(rng); };
+  const int extra = std::max(40, (topk + 200) / warps - 160);  // enough listed for topk
+  for (int r = 0; r < rows; ++r) {
+    const int n = p.lengths[std::size_t(r)], h = (r * pad) % 4;
+    float* const row = p.scores.data() + std::size_t(r) * std::size_t(width + pad);
+    std::vector<char> is_big(std::size_t(n), 0);
+    for (int w = 0; w < warps; ++w) {
+      const Segment g = segment_of(n, h, threads, w);
+      const int b = std::max(0, 128 * g.round_begin - h), e = std::min(n, 128 * g.round_end - h);
+      for (int i = b; i < e; ++i) {
+        const int at = i - (128 * g.round_begin - h);
+        if (at % 4 == 3 && (at < 384 || (at >= 512 && at < 768))) is_big[std::size_t(i)] = 1;
+      }
+      auto fill_to = [&](int want) {  // this segment's bigs up to `want` (its edges first)
+        for (int i : {b, b + 1, b + 2, b + 3, e - 4, e - 3, e - 2, e - 1}) is_big[std::size_t(i)] = 1;
+        for (int i = b; i < e && std::count(is_big.begin() + b, is_big.begin() + e, 1) < want; ++i)
+          if (!is_big[std::size_t(i)] && rng() % 2 == 0) is_big[std::size_t(i)] = 1;
+        for (int i = b; i < e && std::count(is_big.begin() + b, is_big.begin() + e, 1) < want; ++i)
+          is_big[std::size_t(i)] = 1;
+      };
+      const int target = r >= 1 && r <= 3 && w == 1 ? capacity + (r >= 2 ? 1 : 0)
+                         : r >= 4 && w == warps - 1 ? capacity
+                                                    : -1;
+      if (target >= 0) {
+        fill_to(target);
+      } else {
+        for (int placed = 0; placed < extra;) {
+          const int i = b + int(rng() % std::uint32_t(e - b));
+          if (!is_big[std::size_t(i)]) {
+            is_big[std::size_t(i)] = 1;
+            ++placed;
+          }
+        }
+      }
+    }
+    if (r >= 1 && r <= 3)  // the neighbours' scores next to warp 1's segment
+      for (int w : {0, 2}) {
+        const Segment g = segment_of(n, h, threads, w);
+        const int i0 = (w == 0 ? 128 * g.round_end - 4 : 128 * g.round_begin) - h;
+        for (int i = i0; i < i0 + 4; ++i) is_big[std::size_t(i)] = 1;
+      }
+    for (int i = 0; i < n; ++i)
+      if (is_big[std::size_t(i)]) row[i] = big();
+    // Past the row (its tail and the next row's head reach these): listed if a mask were missing.
+    for (int i = n; i < width + pad; ++i) row[i] = big();
+  }
+  return {rounded_to_bf16(p), capacity};
+}
+
+// The probe's record each warp of each row must give: bound 2.0's key, fill the segment's scores
+// >= 2.0 in index order (their hashes as the probe takes them), or only fill > capacity.
+struct ListRecord {
+  std::uint32_t bound, fill, hp, hk;
+  bool overflow;
+};
+std::vector<ListRecord> expected_list_records(const ListRows& l, int threads) {
+  std::vector<ListRecord> out;
+  const std::int64_t stride = l.p.score_row_stride;
+  for (int r = 0; r < l.p.rows; ++r) {
+    const int n = l.p.lengths[std::size_t(r)], h = list_row_head(l, r);
+    for (int w = 0; w < threads / 32; ++w) {
+      const Segment g = segment_of(n, h, threads, w);
+      ListRecord rec{order_key(2.0f), 0u, 0u, 0u, false};
+      for (int i = std::max(0, 128 * g.round_begin - h); i < std::min(n, 128 * g.round_end - h); ++i) {
+        const float x = l.p.scores[std::size_t(r) * std::size_t(stride) + std::size_t(i)];
+        if (!(x >= 2.0f)) continue;
+        ++rec.fill;
+        rec.hp += rec.fill * std::uint32_t(i);
+        rec.hk += rec.fill * std::bit_cast<std::uint32_t>(x);
+      }
+      rec.overflow = rec.fill > std::uint32_t(l.capacity);
+      out.push_back(rec);
+    }
+  }
+  return out;
+}
+
+// The rows' counts at warp 1 and the last warp (the cases the rows are built for), for messages
+// and the CPU check.
+std::vector<std::uint32_t> list_case_fills(const std::vector<ListRecord>& e, int threads) {
+  const int warps = threads / 32;
+  return {e[std::size_t(1 * warps + 1)].fill, e[std::size_t(2 * warps + 1)].fill, e[std::size_t(3 * warps + 1)].fill,
+          e[std::size_t(4 * warps + warps - 1)].fill, e[std::size_t(5 * warps + warps - 1)].fill};
+}
+
+}  // namespace
+
+TEST_CASE("topk list probe: the rows list exactly capacity and capacity + 1 where built to; the probe compiles") {
+  std::mt19937 rng(777);
+  for (const auto [threads, pad] : {std::pair{256, 4}, std::pair{1024, 4}, std::pair{256, 1}, std::pair{1024, 1}}) {
+    INFO("threads " << threads << ", row stride width + " << pad);
+    const ListRows l = list_rows(rng, threads, 132, pad);
+    const std::vector<ListRecord> e = expected_list_records(l, threads);
+    const std::uint32_t c = std::uint32_t(l.capacity);
+    CHECK(list_case_fills(e, threads) == std::vector<std::uint32_t>{c, c + 1, c + 1, c, c});
+    long long listed = 0;
+    for (int r = 0; r < l.p.rows; ++r) {
+      long long row_listed = 0;
+      for (int w = 0; w < threads / 32; ++w) {
+        const ListRecord& x = e[std::size_t(r * (threads / 32) + w)];
+        row_listed += x.fill;
+        CHECK(x.overflow == ((r == 2 || r == 3) && w == 1));
+      }
+      CHECK(row_listed >= l.p.topk);  // so that the rows without an overflow speculate
+      listed += row_listed;
+    }
+    CHECK(listed > 0);
+  }
+  using S = nsajit::KernelSpec;
+  for (const auto dtype : {nsajit::ScoreDtype::fp32, nsajit::ScoreDtype::bf16}) {
+    const S spec{.family = nsajit::Family::topk, .score_dtype = dtype,
+                 .tile = {.threads = 1024, .algorithm = Algorithm::speculative_sweep}};
+    INFO(nsajit::readable_name(spec));
+    CHECK_NOTHROW(nsajit::compile_cubin("topk_list_probe", list_probe_source(spec, 0x10000u),
+                                        nsajit::nvrtc_options(spec.arch)));
+  }
+}
+
+TEST_CASE("topk gpu: the sweep's lists warp by warp: index order, segment edges, row heads, pair phases, capacity and capacity + 1") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  const int sm_count = nsajit::driver::current_context_info().sm_count;
+  for (const auto [threads, pad] : {std::pair{256, 4}, std::pair{1024, 4}, std::pair{256, 1}, std::pair{1024, 1}}) {
+    const ListRows l = list_rows(rng, threads, sm_count, pad);
+    const std::vector<ListRecord> expected = expected_list_records(l, threads);
+    const std::uint32_t c = std::uint32_t(l.capacity);
+    REQUIRE(list_case_fills(expected, threads) == std::vector<std::uint32_t>{c, c + 1, c + 1, c, c});
+    LaunchOverride one({.ctas_per_row = 1, .threads = threads, .speculate = 1});
+    for (const auto dtype : {nsajit::ScoreDtype::fp32, nsajit::ScoreDtype::bf16}) {
+      INFO("threads " << threads << ", row stride width + " << pad
+                      << (dtype == nsajit::ScoreDtype::bf16 ? ", bf16" : ", fp32"));
+      check_topk(l.p, dtype);
+      ListProbe probe;
+      check_topk(l.p, dtype);
+      const std::vector<std::uint32_t> m = probe.take();
+      for (int r = 0; r < l.p.rows; ++r)
+        for (int w = 0; w < threads / 32; ++w) {
+          const ListRecord& x = expected[std::size_t(r * (threads / 32) + w)];
+          const std::uint32_t* got = m.data() + std::size_t(kListProbeWords) * std::size_t(32 * r + w);
+          INFO("row " << r << " warp " << w << ": fill " << got[1] << " expected " << x.fill << " (capacity " << c
+                      << ")");
+          CHECK(got[0] == x.bound);
+          if (x.overflow) {
+            CHECK(got[1] > c);
+          } else {
+            CHECK(got[1] == x.fill);
+            CHECK(got[2] == x.hp);
+            CHECK(got[3] == x.hk);
+          }
+        }
+    }
+  }
+}
+
+// --- the cluster lists on a plateau of 0.0 (threshold exactly 0.0) -----------------------------------
+
+namespace {
+
+// What the cluster lists do with a row (templates/topk_cluster_lists.cuh mirrored on the CPU):
+// plateau: every CTA's lists hold its keys above 0.0, fewer than topk, and the zeros complete topk
+// (topk_cluster_plateau writes the row); fallback: neither that nor the lists' selection can hold
+// (a list over capacity or fewer than topk keys listed: the exact path); lists_may_hold: the
+// selection from the lists may hold (not mirrored further).
+enum class ClusterPath { plateau, fallback, lists_may_hold };
+
+ClusterPath cluster_path_of(const float* row, int len, int head, const nsajit::detail::TopkLaunchPlan& q, int topk) {
+  const int c = q.cluster_size, warps = q.threads / 32;
+  constexpr std::uint32_t kZeroBin = 0x800u;
+  bool all_plateau = true, normal_fails = false;
+  long long positives = 0, zeros = 0, listed = 0;
+  for (int rank = 0; rank < c; ++rank) {
+    const int b = rank * q.slice, n = std::max(0, std::min(len - b, q.slice));
+    const int h = (head + b) % 4;  // the slice's first score past a vector boundary
+    std::vector<std::uint32_t> keys(std::size_t(std::max(n, 0)));
+    std::vector<long long> hist(4096, 0);
+    int hi = 0;
+    for (int i = 0; i < n; ++i) {
+      keys[std::size_t(i)] = order_key(row[b + i]);
+      ++hist[keys[std::size_t(i)] >> 20];
+      hi = std::max(hi, int(keys[std::size_t(i)] >> 20));
+    }
+    const int list_rank = int((5LL * topk * n + 4LL * len - 1) / (4LL * len)) + 16;
+    const int bottom = std::max(hi - 31, 0);
+    int cut = bottom;
+    bool reached = false;
+    long long above = 0;
+    for (int bin = hi; bin >= bottom && !reached; --bin) {
+      if (above + hist[std::size_t(bin)] >= list_rank) {
+        cut = bin;
+        reached = hist[std::size_t(bin)] > 0;
+      }
+      above += hist[std::size_t(bin)];
+    }
+    const bool plateau = n == 0 || (hist[kZeroBin] != 0 && (!reached || cut <= int(kZeroBin)));
+    const int sent_cut = plateau ? std::max(cut, int(kZeroBin) + 1) : cut;  // a plateau's message: bins above 0.0's
+    long long inclusive = 0;
+    for (int bin = sent_cut; bin <= hi; ++bin) inclusive += hist[std::size_t(bin)];
+    const bool fits = inclusive <= q.cluster_list_capacity;
+    const std::uint32_t cut_key = std::max(std::uint32_t(sent_cut) << 20, 1u);
+    const std::uint32_t list_key = plateau ? 0x80000001u : cut_key;
+    bool overflow = false;
+    long long mine = 0;
+    const int nvec = n > 0 ? (h + n + 3) / 4 : 0, rounds = (nvec + 31) / 32;
+    for (int w = 0; w < warps && (fits || plateau); ++w) {
+      const int r0 = int((long long)rounds * w / warps), r1 = int((long long)rounds * (w + 1) / warps);
+      int warp_n = 0;
+      for (int i = std::max(0, 128 * r0 - h); i < std::min(n, 128 * r1 - h); ++i)
+        warp_n += keys[std::size_t(i)] >= list_key;
+      overflow |= warp_n > q.cluster_warp_capacity;
+      mine += warp_n;
+    }
+    const long long slice_zeros = std::count(keys.begin(), keys.end(), 0x80000000u);
+    all_plateau &= plateau && !overflow;
+    positives += mine;
+    zeros += slice_zeros;
+    normal_fails |= !fits || overflow;
+    listed += inclusive;
+  }
+  if (all_plateau && positives < topk && positives + zeros >= topk) return ClusterPath::plateau;
+  return normal_fails || listed < topk ? ClusterPath::fallback : ClusterPath::lists_may_hold;
+}
+
+// The launch shapes of the plateau tests: 8 rows over clusters of 2, 4, 8 and 16 CTAs (slices of
+// 16384, 16384, 16384 and 8192 at 1024, 1024, 1024 and 512 threads), all on the cluster lists.
+struct ClusterShape {
+  int ctas, width;
+};
+const std::vector<ClusterShape> kPlateauShapes = {{2, 32768}, {4, 65536}, {8, 131072}, {16, 131072}};
+constexpr int kPlateauRows = 8;
+
+nsajit::detail::TopkLaunchPlan plateau_plan(const ClusterShape& shape, int sm_count) {
+  return nsajit::detail::plan_topk_launch(kPlateauRows, shape.width, 2048, sm_count, 16,
+                                          {.ctas_per_row = shape.ctas});
+}
+
+// Rows whose threshold is 0.0 or near it, over `c` slices of `width / c`, topk 2048:
+// 0: 1000 positives (a tenth subnormal, in 0.0's first-digit bin), the rest 0.0 and -0.0;
+// 1: 1900 positives, negatives, one zero at the start of each slice and 400 in the last one (the
+//    last CTA's zeros complete topk after the other CTAs'); 2: 300 positives, 1000 zeros, the rest
+//    negative (the zeros fall short: the threshold is negative); 3: normal scores; 4: 1000
+//    positives crowded into the first 1500 positions, the rest 0.0 (a warp's list overflows);
+//    5: 1200 positives and exactly 848 zeros (every zero taken), the rest negative; 6: 600
+//    positives, half subnormal, the rest zeros, the row shortened to end inside a vector in the
+//    middle of its last slice; 7: no positives, 2100 zeros in every slice but the last, the rest
+//    negative (the plateau CTAs' messages must claim no bin of 0.0: the row's threshold 0.0 is
+//    the exact path's). Expected paths: kPlateauRowPaths.
+ref::TopkProblem cluster_plateau_problem(std::mt19937& rng, const ClusterShape& shape) {
+  std::normal_distribution<float> normal;
+  const int width = shape.width, topk = 2048, slice = width / shape.ctas;
+  ref::TopkProblem p = make_problem(kPlateauRows, width, topk, [] { return 0.0f; });
+  auto positive = [&] { return std::fabs(normal(rng)) + 0x1.0p-20f; };
+  auto subnormal = [&] { return from_bits(std::uint32_t(1 + rng() % 15) << 16); };  // exact in bf16, bin 0x800
+  auto negative = [&] { return -std::fabs(normal(rng)) - 1e-3f; };
+  auto row = [&](int r) { return p.scores.data() + std::size_t(r) * width; };
+  // count positions in [lo, hi) where is_free holds, set by value().
+  auto place = [&](int r, int count, int lo, int hi, auto is_free, auto value) {
+    for (int placed = 0; placed < count;) {
+      const int i = lo + int(rng() % std::uint32_t(hi - lo));
+      if (!is_free(row(r)[i])) continue;
+      row(r)[i] = value();
+      ++placed;
+    }
+  };
+  auto is_zero = [](float x) { return x == 0.0f; };
+  auto is_negative = [](float x) { return x < 0.0f; };
+  for (int i = 0; i < width; ++i) row(0)[i] = i % 5 == 0 ? -0.0f : 0.0f;
+  place(0, 900, 0, width, is_zero, positive);
+  place(0, 100, 0, width, is_zero, subnormal);
+  for (int i = 0; i < width; ++i) row(1)[i] = negative();
+  for (int q = 0; q < shape.ctas; ++q) row(1)[q * slice + 7] = q % 2 ? -0.0f : 0.0f;
+  place(1, 400, width - slice, width, is_negative, [] { return 0.0f; });
+  place(1, 1900, 0, width, is_negative, positive);
+  for (int i = 0; i < width; ++i) row(2)[i] = negative();
+  place(2, 1000, 0, width, is_negative, [] { return 0.0f; });
+  place(2, 300, 0, width, is_negative, positive);
+  for (int i = 0; i < width; ++i) row(3)[i] = normal(rng);
+  place(4, 1000, 0, 1500, is_zero, positive);
+  for (int i = 0; i < width; ++i) row(5)[i] = negative();
+  place(5, 848, 0, width, is_negative, [&] { return rng() % 3 ? 0.0f : -0.0f; });
+  place(5, 1200, 0, width, is_negative, positive);
+  for (int i = 0; i < width; ++i) row(6)[i] = i % 7 == 0 ? -0.0f : 0.0f;
+  place(6, 300, 0, width, is_zero, positive);
+  place(6, 300, 0, width, is_zero, subnormal);
+  p.lengths[6] = width - slice / 2 - 3;
+  for (int i = 0; i < width; ++i) row(7)[i] = negative();
+  place(7, 2100, 0, width - slice, is_negative, [] { return 0.0f; });
+  return p;
+}
+const std::vector<ClusterPath> kPlateauRowPaths = {
+    ClusterPath::plateau,  ClusterPath::plateau, ClusterPath::fallback, ClusterPath::lists_may_hold,
+    ClusterPath::fallback, ClusterPath::plateau, ClusterPath::plateau,       ClusterPath::fallback};
+
+std::vector<ClusterPath> cluster_paths_of(const ref::TopkProblem& p, const nsajit::detail::TopkLaunchPlan& q) {
+  std::vector<ClusterPath> paths;
+  for (int r = 0; r < p.rows; ++r)
+    paths.push_back(cluster_path_of(row_of(p, r), ref::length_of(p, r), head_of(p, r), q, p.topk));
+  return paths;
+}
+
+std::string paths_text(const std::vector<ClusterPath>& paths) {
+  std::string s;
+  for (const ClusterPath c : paths)
+    s += c == ClusterPath::plateau ? "plateau " : c == ClusterPath::fallback ? "fallback " : "lists ";
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("topk cluster plateau: the test rows take the paths they are built for (the lists mirrored on the CPU)") {
+  // The GPU test below checks the probe's fallbacks against cluster_paths_of; here, without a GPU,
+  // that its rows are built so that the mirrored lists take the intended path at every cluster
+  // size (132 SMs), fp32 and bf16.
+  for (const unsigned seed : {2024u, 7u, 99u})  // the GPU test draws its own rows: the paths must not depend on the draw
+  for (const ClusterShape& shape : kPlateauShapes) {
+    std::mt19937 rng(seed);
+    INFO("seed " << seed);
+    const nsajit::detail::TopkLaunchPlan q = plateau_plan(shape, 132);
+    INFO(nsajit::detail::to_string(q));
+    REQUIRE(lists_over_cluster(q));
+    REQUIRE(q.cluster_size == shape.ctas);
+    const ref::TopkProblem p = cluster_plateau_problem(rng, shape);
+    for (const ref::TopkProblem& v : {p, rounded_to_bf16(p)}) {
+      const std::vector<ClusterPath> paths = cluster_paths_of(v, q);
+      CHECK_MESSAGE(paths == kPlateauRowPaths, paths_text(paths));
+      // The rows on the plateau: threshold exactly 0.0, with zeros to take.
+      for (int r = 0; r < v.rows; ++r) {
+        if (kPlateauRowPaths[std::size_t(r)] != ClusterPath::plateau) continue;
+        std::vector<float> sorted(row_of(v, r), row_of(v, r) + ref::length_of(v, r));
+        std::nth_element(sorted.begin(), sorted.begin() + (v.topk - 1), sorted.end(), std::greater<float>());
+        CHECK(sorted[std::size_t(v.topk - 1)] == 0.0f);
+      }
+    }
+    // Row 5 takes every zero.
+    long long zeros5 = 0;
+    for (int i = 0; i < p.width; ++i) zeros5 += row_of(p, 5)[i] == 0.0f;
+    CHECK(zeros5 == 848);
+  }
+  // The probe builds the GPU test loads compile (a plain spec at 512 threads and a fused, sorted
+  // bf16 one at 1024).
+  using S = nsajit::KernelSpec;
+  const S plain{.family = nsajit::Family::topk, .tile = {.threads = 512, .algorithm = Algorithm::cluster_lists}};
+  const S fused{.family = nsajit::Family::topk, .page_size = 64, .fused_transform = true, .sorted = true,
+                .score_dtype = nsajit::ScoreDtype::bf16, .tile = {.threads = 1024, .algorithm = Algorithm::cluster_lists}};
+  for (const S& spec : {plain, fused}) {
+    INFO(nsajit::readable_name(spec));
+    CHECK_NOTHROW(nsajit::compile_cubin("topk_cluster_fallback_probe", cluster_fallback_probe_source(spec),
+                                        nsajit::nvrtc_options(spec.arch)));
+  }
+}
+
+TEST_CASE("topk gpu: cluster lists on a plateau of 0.0 (threshold 0.0, -0.0, subnormals, zeros short), 2-16 CTAs") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  const int sm_count = nsajit::driver::current_context_info().sm_count;
+  for (const ClusterShape& shape : kPlateauShapes) {
+    const nsajit::detail::TopkLaunchPlan q = plateau_plan(shape, sm_count);
+    REQUIRE(lists_over_cluster(q));
+    const ref::TopkProblem p32 = cluster_plateau_problem(rng, shape);
+    const I request_len(std::size_t(p32.rows), p32.width);
+    const ref::TopkTransform t{
+        ref::decode_tables(shuffled_page_table_1(rng, p32.rows, p32.width, 64, request_len), p32.rows, p32.width, 64)};
+    LaunchOverride cluster({.ctas_per_row = shape.ctas});
+    for (const auto dtype : {nsajit::ScoreDtype::fp32, nsajit::ScoreDtype::bf16}) {
+      const bool bf16 = dtype == nsajit::ScoreDtype::bf16;
+      const ref::TopkProblem p = bf16 ? rounded_to_bf16(p32) : p32;
+      INFO(shape.ctas << " CTAs, width " << shape.width << (bf16 ? ", bf16" : ", fp32"));
+      const std::vector<ClusterPath> paths = cluster_paths_of(p, q);
+      CHECK_MESSAGE(paths == kPlateauRowPaths, paths_text(paths));  // the rows force the paths
+      check_topk(p, dtype);
+      const I sorted = DeviceTopk(p, nullptr, true, dtype).run();
+      CHECK_MESSAGE(sorted == ref::topk(p), ref::first_difference(sorted, ref::topk(p), p.topk));
+      check_fused(p, t, dtype);  // fused decode, unsorted and sorted
+      // The probe: a row that falls back writes -2 to its first slot; the plateau rows must not.
+      ClusterFallbackProbe probe;
+      const I got = DeviceTopk(p, nullptr, false, dtype).run();
+      const I reference = ref::topk_index_order(p);
+      for (int r = 0; r < p.rows; ++r) {
+        INFO("row " << r << ": " << paths_text({paths[std::size_t(r)]}));
+        const auto row = got.begin() + std::ptrdiff_t(r) * p.topk;
+        if (paths[std::size_t(r)] == ClusterPath::plateau)
+          CHECK(std::equal(row, row + p.topk, reference.begin() + std::ptrdiff_t(r) * p.topk));
+        else if (paths[std::size_t(r)] == ClusterPath::fallback)
+          CHECK(row[0] == -2);
+      }
     }
   }
 }
