@@ -3,8 +3,11 @@
 
 #include <string>
 
+#include "generator/family.hpp"
+#include "generator/generator.hpp"
 #include "nsajit/errors.hpp"
 #include "nsajit/spec.hpp"
+#include "templates/kernel_params.h"
 
 using namespace nsajit;
 
@@ -136,7 +139,7 @@ TEST_CASE("canonical text lists every field and separates different specs") {
   CHECK(KernelSpecHash{}(lists) != KernelSpecHash{}(topk));
 }
 
-TEST_CASE("the seesaw schedule: a named field, its combinations checked, not selectable until its kernel exists") {
+TEST_CASE("the seesaw schedule: a named field, its combinations checked, its own kernel") {
   // A bf16 wgmma spec at 64 heads per CTA, the only combination the seesaw schedule is planned for.
   auto seesaw = [](int h_q, int topk = 2048) {
     KernelSpec s = sparse(h_q, topk);
@@ -178,10 +181,14 @@ TEST_CASE("the seesaw schedule: a named field, its combinations checked, not sel
   CHECK(has(validation_error({.family = Family::topk, .tile = {.schedule = MlaSchedule::seesaw}}),
             "field schedule = 1: expected 0 (the topk family does not use it)"));
 
-  // Every supported combination is still rejected: the kernel is not written yet (branch mla-seesaw).
+  // Every supported combination is accepted and renders templates/sparse_mla_seesaw.cuh with its
+  // own shared-memory plan.
   for (int h_q : {64, 128})
     for (int topk : {128, 512, 2048}) {
-      const std::string m = validation_error(seesaw(h_q, topk));
-      CHECK(has(m, "field schedule = 1: expected single (seesaw: planned, its kernel is not written yet"));
+      CHECK(validation_error(seesaw(h_q, topk)) == "");
+      CHECK(has(render_source(seesaw(h_q, topk)), "BAR_P1_READY"));  // sparse_mla_seesaw.cuh
+      CHECK(traits(Family::sparse_mla).max_dynamic_smem(seesaw(h_q, topk)) == sparse_mla_seesaw_smem_bytes());
     }
+  CHECK(!has(render_source(single), "BAR_P1_READY"));
+  CHECK(traits(Family::sparse_mla).max_dynamic_smem(single) == sparse_mla_wgmma_smem_bytes());
 }

@@ -1,6 +1,7 @@
 // traits.cpp — family traits of sparse MLA (decode and prefill rows share its kernels): the
-// mma_sync kernel (templates/sparse_mla_mma_sync.cuh) and the wgmma kernel
-// (templates/sparse_mla_wgmma.cuh), one variant per spec (tile.kernel, tile.producer_warps).
+// mma_sync kernel (templates/sparse_mla_mma_sync.cuh), the wgmma kernel
+// (templates/sparse_mla_wgmma.cuh) and its seesaw schedule (templates/sparse_mla_seesaw.cuh), one
+// variant per spec (tile.kernel, tile.producer_warps, tile.schedule).
 #include <string>
 #include <vector>
 
@@ -18,12 +19,13 @@ constexpr unsigned kMaxSmem = 232448;  // sm_90 opt-in limit per CTA (227 KiB)
 bool is_sm90a(const Arch& a) { return a.sm == 90 && a.suffix == 'a'; }
 bool wgmma(const KernelSpec& spec) { return spec.tile.kernel == MlaKernel::wgmma; }
 bool fp8(const KernelSpec& spec) { return spec.kv_dtype == KvDtype::fp8_e4m3; }
+bool seesaw(const KernelSpec& spec) { return spec.tile.schedule == MlaSchedule::seesaw; }
 
 static_assert(sparse_mla_wgmma_smem_bytes() <= kMaxSmem, "the wgmma kernel's layout must fit the 227 KiB opt-in limit");
 static_assert(sparse_mla_seesaw_smem_bytes() <= kMaxSmem, "the seesaw plan must fit the 227 KiB opt-in limit");
 
 unsigned smem_bytes(const KernelSpec& spec) {
-  if (wgmma(spec)) return sparse_mla_wgmma_smem_bytes();
+  if (wgmma(spec)) return seesaw(spec) ? sparse_mla_seesaw_smem_bytes() : sparse_mla_wgmma_smem_bytes();
   return sparse_mla_mma_sync_smem_bytes(spec.tile.block_tokens, spec.tile.heads_per_cta, spec.tile.threads, fp8(spec));
 }
 
@@ -70,9 +72,6 @@ void validate_spec(const KernelSpec& spec) {
     if (hpc != 64) throw_bad_field(spec, "heads_per_cta", hpc, "64 for schedule seesaw");
     if (spec.topk % 128 != 0)
       throw_bad_field(spec, "topk", spec.topk, "a multiple of 128 for schedule seesaw (KV tiles go in pairs)");
-    // Not selectable until templates/sparse_mla_seesaw.cuh is written and passes the GPU suite.
-    throw_bad_field(spec, "schedule", int(t.schedule),
-                    "single (seesaw: planned, its kernel is not written yet; docs/notes/sparse_mla.md)");
   }
   if (t.threads != sparse_mla::threads_of(pw))
     throw_bad_field(spec, "threads", t.threads,
@@ -106,7 +105,8 @@ std::string readable_stem(const KernelSpec& spec) {
 unsigned max_dynamic_smem(const KernelSpec& spec) { return smem_bytes(spec); }
 
 std::string_view template_file(const KernelSpec& spec) {
-  return wgmma(spec) ? "sparse_mla_wgmma.cuh" : "sparse_mla_mma_sync.cuh";
+  if (!wgmma(spec)) return "sparse_mla_mma_sync.cuh";
+  return seesaw(spec) ? "sparse_mla_seesaw.cuh" : "sparse_mla_wgmma.cuh";
 }
 
 }  // namespace
