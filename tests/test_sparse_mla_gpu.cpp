@@ -360,10 +360,10 @@ TEST_CASE("sparse_mla gpu: precise: every h_q and mode under the 1e-3 tolerance;
 // The seesaw schedule of the bf16 wgmma kernel (tile.schedule = seesaw, docs/notes/sparse_mla.md
 // "The seesaw schedule for the bf16 prefill"), launched through an explicit plan: prefill rows at
 // h_q 64 and 128, topk 128 / 512 / 2048: every entry invalid, a gap, every third entry invalid,
-// topk_length 0, one tile (odd tile count), a partial tile and topk - 1; then the same rows with
-// attention sinks (random, +inf, -inf); against the fp64 reference at the default tolerance.
-// Skipped while validation rejects the schedule (its kernel is not written yet): the test runs by
-// itself once the kernel exists and validation accepts it.
+// invalid values other than -1; topk_length 0, one tile, a partial tile, topk - 1, odd tile counts
+// past the first pair, negative and past topk (entries past it point at NaN slots); then the same
+// rows with attention sinks (random, +inf, -inf); against the fp64 reference at the default
+// tolerance.
 TEST_CASE("sparse_mla gpu: the seesaw schedule: prefill h64/h128, topk 128/512/2048, invalid entries, topk_length, attn_sink") {
   NSAJIT_REQUIRE_GPU();
   if (const auto& device = nsajit::driver::current_context_info(); device.major != 9 || device.minor != 0) {
@@ -377,7 +377,7 @@ TEST_CASE("sparse_mla gpu: the seesaw schedule: prefill h64/h128, topk 128/512/2
     nsajit::validate(nsajit::with_default_tile(
         {.family = nsajit::Family::sparse_mla, .h_q = 64, .topk = 2048, .tile = tile, .arch = {90, 'a'}}));
   } catch (const nsajit::InvalidArgument& e) {
-    MESSAGE("skipped: the seesaw schedule is not selectable yet: ", e.what());
+    FAIL("the seesaw schedule is not selectable: ", e.what());
     return;
   }
   Mode m;
@@ -395,11 +395,23 @@ TEST_CASE("sparse_mla gpu: the seesaw schedule: prefill h64/h128, topk 128/512/2
       p.topk_length[5] = 64;        // one tile: the pair's odd tile is empty
       p.topk_length[6] = 100;       // a partial second tile
       p.topk_length[7] = topk - 1;  // the last tile one short
+      p.topk_length[8] = std::min(topk - 1, 2 * 64 + 30);  // 3 tiles: an odd count past the first pair (topk 128: 2)
+      p.topk_length[9] = topk - 123;                       // 2k + 1 tiles (topk 128: 1)
+      p.topk_length[10] = -3;                              // as 0
+      p.topk_length[11] = kIntMax;                         // as topk
+      // Row 12: invalid values other than -1, sprinkled: other negatives and slots >= num_slots.
+      const std::int32_t odd[] = {-2, -1000, kIntMin, std::int32_t(p.num_slots), std::int32_t(p.num_slots + 1), kIntMax};
+      for (int j = 0; j < topk; j += 7) p.indices[std::size_t(12) * topk + j] = odd[(j / 7) % 6];
+      // Entries past topk_length point at never-filled (NaN) slots: reading one would poison the row.
+      for (int r = 0; r < rows; ++r)
+        for (int j = std::clamp(p.topk_length[std::size_t(r)], 0, topk); j < topk; ++j)
+          p.indices[std::size_t(r) * topk + j] = p.poison_slot(j % kPoisonSlots);
       finalize(p, m);
       const std::string what = "seesaw h_q " + std::to_string(h_q) + " topk " + std::to_string(topk);
       const Result r = check(p, what, m);
       check_empty_row(r, p, 1);
       check_empty_row(r, p, 4);
+      check_empty_row(r, p, 10);
 
       Problem sinks = p;
       std::mt19937 rng(std::uint32_t(h_q + topk));
@@ -411,6 +423,7 @@ TEST_CASE("sparse_mla gpu: the seesaw schedule: prefill h64/h128, topk 128/512/2
       const Result s = check(sinks, what + " attn_sink", m);
       check_empty_row(s, sinks, 1);
       check_empty_row(s, sinks, 4);
+      check_empty_row(s, sinks, 10);
     }
   }
 }

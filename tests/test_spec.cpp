@@ -140,7 +140,7 @@ TEST_CASE("canonical text lists every field and separates different specs") {
 }
 
 TEST_CASE("the seesaw schedule: a named field, its combinations checked, its own kernel") {
-  // A bf16 wgmma spec at 64 heads per CTA, the only combination the seesaw schedule is planned for.
+  // A bf16 wgmma spec at 64 heads per CTA, the only combination the seesaw schedule supports.
   auto seesaw = [](int h_q, int topk = 2048) {
     KernelSpec s = sparse(h_q, topk);
     s.tile = {.threads = 384, .block_tokens = 64, .heads_per_cta = 64, .kernel = MlaKernel::wgmma,
