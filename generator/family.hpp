@@ -33,6 +33,7 @@ enum SpecField : unsigned {
   uses_precise = 1u << 10,
   uses_score_dtype = 1u << 11,
   uses_topk_algorithm = 1u << 12,  // tile.algorithm
+  uses_mla_schedule = 1u << 13,    // tile.schedule
 };
 
 struct FamilyTraits {

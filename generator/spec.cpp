@@ -28,6 +28,7 @@ std::string to_string(IndexMode m) { return enum_name(m, "IndexMode", {"decode",
 std::string to_string(KvDtype d) { return enum_name(d, "KvDtype", {"bf16", "fp8"}); }
 std::string to_string(ScoreDtype d) { return enum_name(d, "ScoreDtype", {"fp32", "bf16"}); }
 std::string to_string(MlaKernel k) { return enum_name(k, "MlaKernel", {"automatic", "mma_sync", "wgmma"}); }
+std::string to_string(MlaSchedule s) { return enum_name(s, "MlaSchedule", {"single", "seesaw"}); }
 
 namespace {
 constexpr const char* kTopkAlgorithmNames[] = {"exact_sweeps", "cluster_sweeps", "speculative_sweep",
@@ -107,6 +108,9 @@ void validate(const KernelSpec& spec) {
   unused(uses_kernel_variant, "kernel", int(spec.tile.kernel), int(defaults.tile.kernel));
   unused(uses_kernel_variant, "producer_warps", spec.tile.producer_warps, defaults.tile.producer_warps);
   unused(uses_topk_algorithm, "algorithm", int(spec.tile.algorithm), int(defaults.tile.algorithm));
+  unused(uses_mla_schedule, "schedule", int(spec.tile.schedule), int(defaults.tile.schedule));
+  if (int(spec.tile.schedule) > int(MlaSchedule::seesaw))
+    throw_bad_field(spec, "schedule", int(spec.tile.schedule), "single (0) or seesaw (1)");
   if (int(spec.tile.algorithm) >= int(std::size(kTopkAlgorithmNames)))
     throw_bad_field(spec, "algorithm", int(spec.tile.algorithm),
                     fmt::format("{} (0..{})", fmt::join(kTopkAlgorithmNames, ", "), std::size(kTopkAlgorithmNames) - 1));
@@ -131,11 +135,11 @@ std::string canonical_text(const KernelSpec& s) {
   return fmt::format(
       "family={} h_q={} topk={} page_size={} mode={} kv_dtype={} next_n={} fused_transform={} sorted={} "
       "precise={} score_dtype={} threads={} block_tokens={} heads_per_cta={} kernel={} producer_warps={} "
-      "algorithm={} arch={}",
+      "algorithm={} schedule={} arch={}",
       to_string(s.family), s.h_q, s.topk, s.page_size, to_string(s.mode), to_string(s.kv_dtype),
       s.next_n, int(s.fused_transform), int(s.sorted), int(s.precise), to_string(s.score_dtype), s.tile.threads,
       s.tile.block_tokens, s.tile.heads_per_cta, to_string(s.tile.kernel), s.tile.producer_warps,
-      to_string(s.tile.algorithm), to_string(s.arch));
+      to_string(s.tile.algorithm), to_string(s.tile.schedule), to_string(s.arch));
 }
 
 std::string readable_name(const KernelSpec& spec) {
@@ -182,6 +186,7 @@ std::size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
   mix(int(s.tile.kernel));
   mix(s.tile.producer_warps);
   mix(int(s.tile.algorithm));
+  mix(int(s.tile.schedule));
   mix(s.arch.sm);
   mix(s.arch.suffix);
   return h;

@@ -40,6 +40,12 @@ std::vector<std::pair<std::string, KernelSpec>> kernels() {
       out.push_back({"mla.variant.wgmma1.h" + std::to_string(h) + "." + d, with_default_tile(s)});
     }
   }
+  // The seesaw schedule of the bf16 wgmma kernel (64 heads per CTA; h_q 128: two head groups).
+  for (int h : {64, 128}) {
+    KernelSpec s{.family = Family::sparse_mla, .h_q = h, .topk = topk, .kv_dtype = KvDtype::bf16,
+                 .tile = {.kernel = MlaKernel::wgmma, .producer_warps = 4, .schedule = MlaSchedule::seesaw}};
+    out.push_back({"mla.seesaw.h" + std::to_string(h) + ".bf16", with_default_tile(s)});
+  }
   // Top-k: every thread count the launch plan picks, plain, sorted, fused (each transform mode).
   // Every kernel tile top-k's plan picks on the H200 (threads and algorithm), in each form.
   for (const detail::TopkTileChoice& c : detail::topk_tile_choices(topk, {132})) {
@@ -105,7 +111,10 @@ int main(int argc, char** argv) {
   const bool precise = precise_env != nullptr && std::string(precise_env) == "1";
   std::vector<std::pair<std::string, KernelSpec>> list;
   for (auto& k : kernels()) {
-    if (precise && k.second.family == Family::sparse_mla) k.second.precise = true;
+    if (precise && k.second.family == Family::sparse_mla) {
+      if (k.second.tile.schedule == MlaSchedule::seesaw) continue;  // bf16 P only
+      k.second.precise = true;
+    }
     if (only.empty() || k.first.find(only) != std::string::npos) list.push_back(k);
   }
   std::atomic<size_t> next{0};

@@ -89,6 +89,14 @@ TEST_CASE("tight-register kernels compile without serialised wgmma, spills or st
       spec.kv_dtype = kv;
       specs.push_back(spec);
     }
+  for (const int h_q : {64, 128}) {  // the seesaw schedule: two math warpgroups at 216 registers, producer 72
+    KernelSpec spec;
+    spec.family = Family::sparse_mla;
+    spec.h_q = h_q;
+    spec.tile = {.threads = 384, .block_tokens = 64, .heads_per_cta = 64, .kernel = MlaKernel::wgmma,
+                 .producer_warps = 4, .schedule = MlaSchedule::seesaw};
+    specs.push_back(spec);
+  }
   for (const int h_q : {8, 16}) {  // the mma.sync kernel with 8 FP8 producer warps: 128 registers a thread
     KernelSpec spec;
     spec.family = Family::sparse_mla_decode;

@@ -3,8 +3,11 @@
 
 #include <string>
 
+#include "generator/family.hpp"
+#include "generator/generator.hpp"
 #include "nsajit/errors.hpp"
 #include "nsajit/spec.hpp"
+#include "templates/kernel_params.h"
 
 using namespace nsajit;
 
@@ -134,4 +137,58 @@ TEST_CASE("canonical text lists every field and separates different specs") {
   CHECK(canonical_text(lists) != canonical_text(topk));
   CHECK(canonical_text(lists).find("algorithm=cluster_lists") != std::string::npos);
   CHECK(KernelSpecHash{}(lists) != KernelSpecHash{}(topk));
+}
+
+TEST_CASE("the seesaw schedule: a named field, its combinations checked, its own kernel") {
+  // A bf16 wgmma spec at 64 heads per CTA, the only combination the seesaw schedule supports.
+  auto seesaw = [](int h_q, int topk = 2048) {
+    KernelSpec s = sparse(h_q, topk);
+    s.tile = {.threads = 384, .block_tokens = 64, .heads_per_cta = 64, .kernel = MlaKernel::wgmma,
+              .producer_warps = 4, .schedule = MlaSchedule::seesaw};
+    return s;
+  };
+  auto has = [](const std::string& m, const char* what) { return m.find(what) != std::string::npos; };
+  CHECK(to_string(MlaSchedule::single) == "single");
+  CHECK(to_string(MlaSchedule::seesaw) == "seesaw");
+  CHECK(readable_name(seesaw(64)) == "sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.seesaw.sm_90a");
+  KernelSpec single = seesaw(64);
+  single.tile.schedule = MlaSchedule::single;
+  CHECK(readable_name(single) == "sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.sm_90a");  // unchanged
+  CHECK(has(canonical_text(seesaw(64)), "schedule=seesaw"));
+  CHECK(has(canonical_text(single), "schedule=single"));
+  CHECK(canonical_text(seesaw(64)) != canonical_text(single));
+  CHECK(KernelSpecHash{}(seesaw(64)) != KernelSpecHash{}(single));
+  CHECK(validation_error(single) == "");
+  CHECK(with_default_tile(sparse(64)).tile.schedule == MlaSchedule::single);  // not the default
+
+  // Unsupported combinations name the field, its value and what is allowed.
+  KernelSpec fp8 = seesaw(64);
+  fp8.kv_dtype = KvDtype::fp8_e4m3;
+  fp8.tile.producer_warps = 8;
+  fp8.tile.threads = 512;
+  CHECK(has(validation_error(fp8), "field kv_dtype = 1: expected bf16 for schedule seesaw"));
+  KernelSpec precise = seesaw(64);
+  precise.precise = true;
+  CHECK(has(validation_error(precise), "field precise = 1: expected 0 for schedule seesaw"));
+  KernelSpec hpc32 = seesaw(64);
+  hpc32.tile.heads_per_cta = 32;
+  CHECK(has(validation_error(hpc32), "field heads_per_cta = 32: expected 64 for schedule seesaw"));
+  CHECK(has(validation_error(seesaw(64, 576)), "field topk = 576: expected a multiple of 128 for schedule seesaw"));
+  KernelSpec mma = sparse(64);
+  mma.tile = {.kernel = MlaKernel::mma_sync, .producer_warps = 0, .schedule = MlaSchedule::seesaw};
+  CHECK(has(validation_error(mma), "field schedule = 1: expected single for kernel mma_sync"));
+  // The topk family does not read the field.
+  CHECK(has(validation_error({.family = Family::topk, .tile = {.schedule = MlaSchedule::seesaw}}),
+            "field schedule = 1: expected 0 (the topk family does not use it)"));
+
+  // Every supported combination is accepted and renders templates/sparse_mla_seesaw.cuh with its
+  // own shared-memory plan.
+  for (int h_q : {64, 128})
+    for (int topk : {128, 512, 2048}) {
+      CHECK(validation_error(seesaw(h_q, topk)) == "");
+      CHECK(has(render_source(seesaw(h_q, topk)), "BAR_P1_READY"));  // sparse_mla_seesaw.cuh
+      CHECK(traits(Family::sparse_mla).max_dynamic_smem(seesaw(h_q, topk)) == sparse_mla_seesaw_smem_bytes());
+    }
+  CHECK(!has(render_source(single), "BAR_P1_READY"));
+  CHECK(traits(Family::sparse_mla).max_dynamic_smem(single) == sparse_mla_wgmma_smem_bytes());
 }

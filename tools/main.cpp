@@ -90,6 +90,9 @@ int run_cli(int argc, char** argv) {
   bench->add_option("--iters", bench_options.iters, "timed launches per case (median reported)")->check(CLI::Range(1, 100000));
   bench->add_option("--only", bench_options.only, "run only the cases whose name contains this text");
   bench->add_option("--baseline-script", bench_options.baseline_script, "python3 script timing the PyTorch baseline");
+  bench->add_option("--tile", bench_options.tile,
+                    "sparse-mla: time this kernel variant, tile fields as canonical text, e.g. "
+                    "\"kernel=wgmma producer_warps=4 schedule=seesaw\" (default: the product's choice)");
   bench->add_flag("--no-baseline", no_baseline, "skip the PyTorch baseline");
   bench->add_option("--anchors", bench_options.anchors,
                     "recorded anchor figures merged by case name (anchor_us, vs_anchor); \"\" for none")

@@ -75,6 +75,12 @@ MlaKernel parse_kernel(const std::string& text, std::string_view v) {
   bad(text, v, "automatic, mma_sync or wgmma");
 }
 
+MlaSchedule parse_schedule(const std::string& text, std::string_view v) {
+  for (MlaSchedule k : {MlaSchedule::single, MlaSchedule::seesaw})
+    if (to_string(k) == v) return k;
+  bad(text, v, "single or seesaw");
+}
+
 TopkAlgorithm parse_algorithm(const std::string& text, std::string_view v) {
   try {
     return parse_topk_algorithm(v);
@@ -125,12 +131,13 @@ KernelSpec parse_canonical(const std::string& text, Arch default_arch) {
     else if (key == "kernel") s.tile.kernel = parse_kernel(text, v);
     else if (key == "producer_warps") s.tile.producer_warps = parse_int(text, field, v);
     else if (key == "algorithm") s.tile.algorithm = parse_algorithm(text, v);
+    else if (key == "schedule") s.tile.schedule = parse_schedule(text, v);
     else if (key == "arch") s.arch = parse_arch_part(text, v);
     else
       bad(text, key,
           "a field of the canonical text: family, h_q, topk, page_size, mode, kv_dtype, next_n, fused_transform, "
           "sorted, precise, score_dtype, threads, block_tokens, heads_per_cta, kernel, producer_warps, algorithm, "
-          "arch");
+          "schedule, arch");
   }
   if (!has_family) bad(text, text, "a family=<name> field");
   return s;
@@ -162,6 +169,7 @@ KernelSpec parse_readable(const std::string& text) {
     else if (p.starts_with("topk")) s.topk = number_after("topk");
     else if (p.starts_with("ps")) s.page_size = number_after("ps");
     else if (p == "mma_sync" || p == "wgmma") s.tile.kernel = parse_kernel(text, p);
+    else if (p == "seesaw") s.tile.schedule = MlaSchedule::seesaw;
     else if (p.starts_with("hpc")) s.tile.heads_per_cta = number_after("hpc");
     else if (p.starts_with("pw")) s.tile.producer_warps = number_after("pw");
     else if (p.starts_with("h")) s.h_q = number_after("h");

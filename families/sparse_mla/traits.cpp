@@ -1,6 +1,7 @@
 // traits.cpp — family traits of sparse MLA (decode and prefill rows share its kernels): the
-// mma_sync kernel (templates/sparse_mla_mma_sync.cuh) and the wgmma kernel
-// (templates/sparse_mla_wgmma.cuh), one variant per spec (tile.kernel, tile.producer_warps).
+// mma_sync kernel (templates/sparse_mla_mma_sync.cuh), the wgmma kernel
+// (templates/sparse_mla_wgmma.cuh) and its seesaw schedule (templates/sparse_mla_seesaw.cuh), one
+// variant per spec (tile.kernel, tile.producer_warps, tile.schedule).
 #include <string>
 #include <vector>
 
@@ -18,11 +19,13 @@ constexpr unsigned kMaxSmem = 232448;  // sm_90 opt-in limit per CTA (227 KiB)
 bool is_sm90a(const Arch& a) { return a.sm == 90 && a.suffix == 'a'; }
 bool wgmma(const KernelSpec& spec) { return spec.tile.kernel == MlaKernel::wgmma; }
 bool fp8(const KernelSpec& spec) { return spec.kv_dtype == KvDtype::fp8_e4m3; }
+bool seesaw(const KernelSpec& spec) { return spec.tile.schedule == MlaSchedule::seesaw; }
 
 static_assert(sparse_mla_wgmma_smem_bytes() <= kMaxSmem, "the wgmma kernel's layout must fit the 227 KiB opt-in limit");
+static_assert(sparse_mla_seesaw_smem_bytes() <= kMaxSmem, "the seesaw plan must fit the 227 KiB opt-in limit");
 
 unsigned smem_bytes(const KernelSpec& spec) {
-  if (wgmma(spec)) return sparse_mla_wgmma_smem_bytes();
+  if (wgmma(spec)) return seesaw(spec) ? sparse_mla_seesaw_smem_bytes() : sparse_mla_wgmma_smem_bytes();
   return sparse_mla_mma_sync_smem_bytes(spec.tile.block_tokens, spec.tile.heads_per_cta, spec.tile.threads, fp8(spec));
 }
 
@@ -59,6 +62,17 @@ void validate_spec(const KernelSpec& spec) {
   } else {
     throw_bad_field(spec, "kernel", int(t.kernel), "mma_sync or wgmma");
   }
+  if (t.schedule == MlaSchedule::seesaw) {
+    // The seesaw schedule (docs/notes/sparse_mla.md "The seesaw schedule"): two math warpgroups on
+    // alternate KV tiles of 64 heads, bf16 P exchanged through smem. Its combinations first, so a
+    // spec names the field that is out of its range.
+    if (t.kernel != MlaKernel::wgmma) throw_bad_field(spec, "schedule", int(t.schedule), "single for kernel " + to_string(t.kernel) + " (seesaw: kernel wgmma only)");
+    if (fp8(spec)) throw_bad_field(spec, "kv_dtype", int(spec.kv_dtype), "bf16 for schedule seesaw");
+    if (spec.precise) throw_bad_field(spec, "precise", 1, "0 for schedule seesaw (P is one bf16 rounding)");
+    if (hpc != 64) throw_bad_field(spec, "heads_per_cta", hpc, "64 for schedule seesaw");
+    if (spec.topk % 128 != 0)
+      throw_bad_field(spec, "topk", spec.topk, "a multiple of 128 for schedule seesaw (KV tiles go in pairs)");
+  }
   if (t.threads != sparse_mla::threads_of(pw))
     throw_bad_field(spec, "threads", t.threads,
                     std::to_string(sparse_mla::threads_of(pw)) + " (256 + 32 * producer_warps " + std::to_string(pw) + ")");
@@ -79,18 +93,20 @@ std::vector<KernelConstant> constants(const KernelSpec& spec) {
   };
 }
 
-// "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2", ".precise" appended when set
+// "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2", ".seesaw" and ".precise" appended when set
 // (readable_name appends the arch).
 std::string readable_stem(const KernelSpec& spec) {
   return "sparse_mla.h" + std::to_string(spec.h_q) + ".topk" + std::to_string(spec.topk) + ".kv_" +
          to_string(spec.kv_dtype) + "." + to_string(spec.tile.kernel) + ".hpc" +
-         std::to_string(spec.tile.heads_per_cta) + ".pw" + std::to_string(spec.tile.producer_warps) + (spec.precise ? ".precise" : "");
+         std::to_string(spec.tile.heads_per_cta) + ".pw" + std::to_string(spec.tile.producer_warps) +
+         (spec.tile.schedule == MlaSchedule::seesaw ? ".seesaw" : "") + (spec.precise ? ".precise" : "");
 }
 
 unsigned max_dynamic_smem(const KernelSpec& spec) { return smem_bytes(spec); }
 
 std::string_view template_file(const KernelSpec& spec) {
-  return wgmma(spec) ? "sparse_mla_wgmma.cuh" : "sparse_mla_mma_sync.cuh";
+  if (!wgmma(spec)) return "sparse_mla_mma_sync.cuh";
+  return seesaw(spec) ? "sparse_mla_seesaw.cuh" : "sparse_mla_wgmma.cuh";
 }
 
 }  // namespace
@@ -99,7 +115,8 @@ extern const FamilyTraits sparse_mla_traits;
 const FamilyTraits sparse_mla_traits = {
     .family = Family::sparse_mla,
     // not next_n: rows are flattened
-    .used_fields = uses_h_q | uses_kv_dtype | uses_block_tokens | uses_heads_per_cta | uses_kernel_variant | uses_precise,
+    .used_fields = uses_h_q | uses_kv_dtype | uses_block_tokens | uses_heads_per_cta | uses_kernel_variant | uses_precise |
+                   uses_mla_schedule,
     .name = "sparse_mla",
     .kernel_entry = "nsajit_sparse_mla",
     .template_file = &template_file,

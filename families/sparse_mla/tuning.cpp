@@ -29,7 +29,7 @@ std::optional<KvDtype> parse_kv(const nlohmann::json& v, const std::string& wher
 }  // namespace
 
 const std::vector<std::string>& sparse_mla_choice_fields() {
-  static const std::vector<std::string> f = {"kernel", "producer_warps", "heads_per_cta", "num_splits"};
+  static const std::vector<std::string> f = {"kernel", "producer_warps", "heads_per_cta", "schedule", "num_splits"};
   return f;
 }
 
@@ -45,6 +45,11 @@ void set_sparse_mla_choice_field(SparseMlaChoice& c, const std::string& field, c
     c.tile.producer_warps = integer_or_auto(value, -1, 0, 8, where);
   } else if (field == "heads_per_cta") {
     c.tile.heads_per_cta = integer_or_auto(value, 0, 8, 64, where);
+  } else if (field == "schedule") {
+    const std::string v = value.is_string() ? value.get<std::string>() : "";
+    if (v == "single") c.tile.schedule = MlaSchedule::single;
+    else if (v == "seesaw") c.tile.schedule = MlaSchedule::seesaw;
+    else bad_field(where, value, "\"single\" or \"seesaw\"");
   } else if (field == "num_splits") {
     c.num_splits = integer_or_auto(value, 0, 1, 64, where);
   } else {
@@ -58,6 +63,7 @@ nlohmann::json sparse_mla_choice_json(const SparseMlaChoice& c) {
   if (c.tile.kernel != MlaKernel::automatic) j["kernel"] = to_string(c.tile.kernel);
   if (c.tile.producer_warps >= 0) j["producer_warps"] = c.tile.producer_warps;
   if (c.tile.heads_per_cta > 0) j["heads_per_cta"] = c.tile.heads_per_cta;
+  if (c.tile.schedule != MlaSchedule::single) j["schedule"] = to_string(c.tile.schedule);
   j["num_splits"] = c.num_splits > 0 ? nlohmann::json(c.num_splits) : nlohmann::json("auto");
   return j;
 }

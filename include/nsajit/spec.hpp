@@ -61,6 +61,14 @@ enum class MlaKernel : std::uint8_t {
   wgmma,      // templates/sparse_mla_wgmma.cuh: 2 MMA warpgroups (sm_90a only, 16..64 heads per CTA)
 };
 
+// Sparse MLA wgmma schedule of the two math warpgroups (bf16 KV, 64 heads per CTA).
+enum class MlaSchedule : std::uint8_t {
+  single,  // today's: WG0 QK + softmax + PV left half, WG1 PV right half (sparse_mla_wgmma.cuh)
+  seesaw,  // two KV tiles in flight: WG0 S = Q K^T of even tiles, WG1 of odd tiles, P exchanged
+           // through smem, output split by V columns (docs/notes/sparse_mla.md "The seesaw
+           // schedule"); prepared, not yet selectable (validation rejects it)
+};
+
 // Top-k selection path compiled into a kernel (families/topk/heuristics.cpp picks one per launch;
 // docs/design/topk.md). Every path but the two exact ones falls back, per row, to the exact sweeps
 // of its CTA layout when its speculation does not hold the row's selection.
@@ -83,6 +91,7 @@ struct TileConfig {
                             // mma_sync: 0, 2 (bf16, <= 32 heads per CTA) or 8 (FP8, <= 16);
                             // wgmma: 4 (one warpgroup) or 8 (two: FP8 at 64 heads per CTA)
   TopkAlgorithm algorithm = TopkAlgorithm::exact_sweeps;  // top-k: the selection path compiled
+  MlaSchedule schedule = MlaSchedule::single;  // sparse MLA wgmma: the math warpgroups' schedule
   friend bool operator==(const TileConfig&, const TileConfig&) = default;
 };
 
@@ -130,6 +139,7 @@ std::string to_string(IndexMode m);
 std::string to_string(KvDtype d);
 std::string to_string(ScoreDtype d);  // "fp32", "bf16"
 std::string to_string(MlaKernel k);  // "automatic", "mma_sync", "wgmma"
+std::string to_string(MlaSchedule s);  // "single", "seesaw"
 std::string to_string(TopkAlgorithm a);  // "exact_sweeps", "cluster_sweeps", ...
 // The algorithm of that name; InvalidArgument naming the text and the names allowed.
 TopkAlgorithm parse_topk_algorithm(std::string_view text);

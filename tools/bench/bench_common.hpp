@@ -146,6 +146,11 @@ struct BenchOptions {
   int iters = 50;
   std::string only;           // run only cases whose name contains this ("" = all)
   std::string anchors = default_anchors_path();  // "" = no anchors merged
+  // sparse-mla only: tile fields in canonical text ("kernel=wgmma schedule=seesaw ..."), "" = the
+  // default variant. Each case launches detail::sparse_mla_decode(args, tile) with the tile of
+  // "family=sparse_mla h_q=<case> topk=<case> <tile>" (validated: a field the variant does not
+  // support fails the case with validation's message).
+  std::string tile;
 };
 
 // The families' benchmarks (tools/bench/bench_<family>.cpp). Return the exit code (non-zero when

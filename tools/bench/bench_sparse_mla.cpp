@@ -21,12 +21,14 @@
 #include <string>
 #include <vector>
 
+#include "families/sparse_mla/launch.hpp"
 #include "nsajit/kernels.hpp"
 #include "reference/bf16.hpp"
 #include "reference/fp8_kv_cache.hpp"
 #include "reference/sparse_mla.hpp"
 #include "runtime/device_buffer.hpp"
 #include "tools/bench/bench_common.hpp"
+#include "tools/spec_text.hpp"
 
 namespace nsajit::tools::bench {
 namespace {
@@ -131,6 +133,22 @@ int bench_sparse_mla(const BenchOptions& options) {
     const std::size_t ws_bytes = sparse_mla_workspace_bytes(rows, sh.h_q, kTopk);
     DeviceBuffer<std::uint8_t> d_ws(std::max<std::size_t>(ws_bytes, 16));
 
+    // --tile: every launch of this case takes that variant (validated with the case's h_q / topk;
+    // the KV dtype as the case's). The default: the product's choice (heuristics, tuning database).
+    TileConfig forced{};
+    if (!options.tile.empty()) try {
+      forced = tools::parse_spec_text("family=sparse_mla h_q=" + std::to_string(sh.h_q) + " topk=" +
+                                      std::to_string(kTopk) + (sh.fp8 ? " kv_dtype=fp8 page_size=" + std::to_string(kPageSize) + " " : std::string(" ")) + options.tile)
+                   .tile;
+    } catch (const InvalidArgument& e) {
+      // A case the variant does not support (e.g. FP8 KV for the seesaw) is skipped, not failed.
+      fmt::print(stderr, "nsajit bench sparse-mla: {}: skipped for --tile: {}\n", sh.name(), e.what());
+      continue;
+    }
+    const auto sparse_mla_decode = [&](const SparseMlaDecodeArgs& args) {
+      if (options.tile.empty()) nsajit::sparse_mla_decode(args);
+      else detail::sparse_mla_decode(args, forced);
+    };
     // Batch-invariant first (also the checked output of row 0 / last), then with the workspace.
     const double invariant_us = median_us([&] { sparse_mla_decode(a); }, timing);
     SparseMlaDecodeArgs split_args = a;
