@@ -4,6 +4,8 @@
 #   scripts/compare_sass.sh record DIR [KEY_SUBSTRING]   # render + compile + disassemble into DIR
 #   scripts/compare_sass.sh diff BEFORE AFTER             # name every kernel whose SASS differs
 # SASS_MLA_PRECISE=1 with record: the sparse MLA kernels with precise = true, same keys.
+# SASS_LINEINFO=1 with record: also each kernel's source (.cu) and an nvdisasm listing with inlined
+# source lines (.li), for scripts/sass_phases.py (-lineinfo leaves the SASS as it is).
 # Needs a build in ./build (libnsajit.a) and cuobjdump that reads sm_90a (CUDA >= 12; e.g. PyPI's
 # nvidia-cuda-cuobjdump; set CUOBJDUMP=...).
 set -euo pipefail
@@ -23,6 +25,7 @@ case "${1:-}" in
       # Symbol names aside: the kernel entry and its parameter symbol may be renamed.
       "$CUOBJDUMP" --dump-sass "$c" | grep -v '^\s*$' | grep -v 'Function :' | grep -v 'code for sm_' |
         sed -E 's/nsajit_[A-Za-z0-9_]+/SYM/g; s@/\*[0-9a-f]{4,}\*/@@' > "${c%.cubin}.sass"
+      if [[ "${SASS_LINEINFO:-}" == 1 ]]; then nvdisasm -gi -c "$c" > "${c%.cubin}.li"; fi
     done
     echo "$(ls "$out"/*.sass | wc -l) kernels disassembled"
     exit $status ;;

@@ -109,6 +109,8 @@ int main(int argc, char** argv) {
   // them with the default-precision kernels of a commit before the option (they must not change).
   const char* precise_env = std::getenv("SASS_MLA_PRECISE");
   const bool precise = precise_env != nullptr && std::string(precise_env) == "1";
+  const char* lineinfo_env = std::getenv("SASS_LINEINFO");
+  const bool lineinfo = lineinfo_env != nullptr && std::string(lineinfo_env) == "1";
   std::vector<std::pair<std::string, KernelSpec>> list;
   for (auto& k : kernels()) {
     if (precise && k.second.family == Family::sparse_mla) {
@@ -124,7 +126,12 @@ int main(int argc, char** argv) {
       const auto& [key, spec] = list[i];
       try {
         const std::string source = generate_source(spec);
-        const CompileResult r = compile_cubin(key, source, nvrtc_options(spec.arch));
+        std::vector<std::string> options = nvrtc_options(spec.arch);
+        if (lineinfo) {  // source lines for scripts/sass_phases.py (the SASS is unchanged)
+          options.push_back("-lineinfo");
+          std::ofstream(dir + "/" + key + ".cu") << source;
+        }
+        const CompileResult r = compile_cubin(key, source, options);
         std::ofstream(dir + "/" + key + ".cubin", std::ios::binary).write(r.cubin.data(), r.cubin.size());
         std::ofstream(dir + "/" + key + ".spec") << canonical_text(with_default_tile(spec)) << "\n";
         std::printf("%s %.0f ms\n", key.c_str(), r.compile_ms);
