@@ -140,18 +140,24 @@ std::string probe_source(const nsajit::KernelSpec& spec, const std::string& wrap
   return source;
 }
 
-// A probe build of the top-k kernel (the product's source, altered by a test) compiled and loaded
-// as DeviceTopk's kernel_loader returns it.
-std::unique_ptr<nsajit::LoadedKernel> compile_probe(const char* name, const std::string& source,
-                                                    const nsajit::KernelSpec& spec) {
-  const nsajit::CompileResult r = nsajit::compile_cubin(name, source, nsajit::nvrtc_options(spec.arch));
+// A probe build of the top-k kernel (the product's source, altered by a test) as DeviceTopk's
+// kernel_loader returns it: compiled and loaded once per probe and spec (these tests use one context).
+const nsajit::LoadedKernel& probe_kernel(const char* name, const nsajit::KernelSpec& spec,
+                                         const std::function<std::string()>& source) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<nsajit::LoadedKernel>> loaded;
+  std::lock_guard lock(mutex);
+  std::unique_ptr<nsajit::LoadedKernel>& k = loaded[std::string(name) + " " + nsajit::canonical_text(spec)];
+  if (k) return *k;
+  const nsajit::CompileResult r = nsajit::compile_cubin(name, source(), nsajit::nvrtc_options(spec.arch));
   CUmodule module = nullptr;
   NSAJIT_CU(cuModuleLoadData, &module, r.cubin.data());
-  auto k = std::make_unique<nsajit::LoadedKernel>();
-  NSAJIT_CU(cuModuleGetFunction, &k->function, module, "nsajit_topk");
-  NSAJIT_CU(cuFuncSetAttribute, k->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+  auto loaded_kernel = std::make_unique<nsajit::LoadedKernel>();
+  NSAJIT_CU(cuModuleGetFunction, &loaded_kernel->function, module, "nsajit_topk");
+  NSAJIT_CU(cuFuncSetAttribute, loaded_kernel->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             int(kTopkMaxDynamicSmem));
-  return k;
+  k = std::move(loaded_kernel);
+  return *k;
 }
 
 // The probe source of a cluster-lists spec: the product's source, its cluster selection wrapped so
@@ -175,13 +181,7 @@ NSAJIT_DEVICE bool topk_cluster_select_or_mark(int C, uint32_t rank, const TopkC
 
 // The probe build of a cluster-lists spec (above).
 const nsajit::LoadedKernel& load_cluster_fallback_probe(const nsajit::KernelSpec& spec) {
-  static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<nsajit::LoadedKernel>> loaded;  // these tests use one context
-  std::lock_guard lock(mutex);
-  std::unique_ptr<nsajit::LoadedKernel>& k = loaded[nsajit::canonical_text(spec)];
-  if (k) return *k;
-  k = compile_probe("topk_cluster_fallback_probe", cluster_fallback_probe_source(spec), spec);
-  return *k;
+  return probe_kernel("topk_cluster_fallback_probe", spec, [&] { return cluster_fallback_probe_source(spec); });
 }
 
 // While alive, DeviceTopk runs the probe build (above).
@@ -1508,15 +1508,9 @@ NSAJIT_DEVICE void topk_write_zero_ties_marked(A&&... a) {
 
 // The probe build of a speculative spec, marking zero_path_marks.
 const nsajit::LoadedKernel& load_zero_path_probe(const nsajit::KernelSpec& spec) {
-  static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<nsajit::LoadedKernel>> loaded;  // these tests use one context
-  std::lock_guard lock(mutex);
-  std::unique_ptr<nsajit::LoadedKernel>& k = loaded[nsajit::canonical_text(spec)];
-  if (k) return *k;
-  const std::string source =
-      zero_path_probe_source(spec, reinterpret_cast<std::uintptr_t>(zero_path_marks().get()));
-  k = compile_probe("topk_zero_path_probe", source, spec);
-  return *k;
+  return probe_kernel("topk_zero_path_probe", spec, [&] {
+    return zero_path_probe_source(spec, reinterpret_cast<std::uintptr_t>(zero_path_marks().get()));
+  });
 }
 
 // While alive, DeviceTopk runs the zero-path probe; take() returns the rows' marks since the last
@@ -1890,14 +1884,9 @@ NSAJIT_DEVICE int topk_speculative_sweep_recorded(const TopkSlice& s, int slice_
 }
 
 const nsajit::LoadedKernel& load_list_probe(const nsajit::KernelSpec& spec) {
-  static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<nsajit::LoadedKernel>> loaded;  // these tests use one context
-  std::lock_guard lock(mutex);
-  std::unique_ptr<nsajit::LoadedKernel>& k = loaded[nsajit::canonical_text(spec)];
-  if (k) return *k;
-  k = compile_probe("topk_list_probe", list_probe_source(spec, reinterpret_cast<std::uintptr_t>(list_probe_marks().get())),
-                    spec);
-  return *k;
+  return probe_kernel("topk_list_probe", spec, [&] {
+    return list_probe_source(spec, reinterpret_cast<std::uintptr_t>(list_probe_marks().get()));
+  });
 }
 
 // While alive, DeviceTopk runs the list probe; take() returns the records since the last take()
