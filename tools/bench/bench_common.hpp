@@ -148,8 +148,8 @@ struct BenchOptions {
   std::string anchors = default_anchors_path();  // "" = no anchors merged
   // sparse-mla only: tile fields in canonical text ("kernel=wgmma schedule=seesaw ..."), "" = the
   // default variant. Each case launches detail::sparse_mla_decode(args, tile) with the tile of
-  // "family=sparse_mla h_q=<case> topk=<case> <tile>" (validated: a field the variant does not
-  // support fails the case with validation's message).
+  // "family=sparse_mla h_q=<case> topk=<case> <tile>" (validated: a case the variant does not
+  // support is skipped with validation's message on stderr).
   std::string tile;
 };
 
