@@ -48,6 +48,59 @@ NSAJIT_DEVICE int topk_stage_bits(uint32_t lo, uint32_t hi, int position0, int* 
   return at;
 }
 
+// topk_stage_bits without a limit: the keys above the threshold never reach topk slots.
+NSAJIT_DEVICE void topk_stage_all_bits(uint32_t lo, uint32_t hi, int position0, int* staged, int at) {
+  while (lo != 0u) {
+    staged[at++] = position0 + __ffs(lo) - 1;
+    lo &= lo - 1u;
+  }
+  while (hi != 0u) {
+    staged[at++] = position0 + 31 + __ffs(hi);
+    hi &= hi - 1u;
+  }
+}
+
+// topk_find_bin over hist0 (4096 bins, 256 threads: 16 a thread) with each chunk read as four
+// 16-byte words: a third of the instructions of 16 rotated word reads. Lane L starts at word
+// (L / 2) % 4 of its chunk, so that each 8-lane phase of the reads covers 8 distinct bank groups.
+NSAJIT_DEVICE uint32_t topk_dense_find_bin0(const uint32_t* h, int k, TopkShared& sh, int& greater, int& count) {
+  constexpr int per = NSAJIT_TOPK_BINS0 / NSAJIT_THREADS;
+  static_assert(per == 16, "dense rows: 16 first-digit bins a thread");
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int top = NSAJIT_TOPK_BINS0 - 1 - tid * per;  // the highest bin of this thread's chunk
+  const u32x4* const chunk = reinterpret_cast<const u32x4*>(h + top - (per - 1));
+  const int rotate = (lane >> 1) & 3;
+  int local = 0;
+#pragma unroll 1  // one word in flight: the row's 36 keys are still held in registers here
+  for (int i = 0; i < 4; ++i) {
+    const u32x4 q = chunk[(i + rotate) & 3];
+    local += int(q.x + q.y + q.z + q.w);
+  }
+  const int inclusive = warp_inclusive_scan(local);
+  if (lane == 31) sh.warp_sum[warp] = inclusive;
+  __syncthreads();
+  // Every warp scans the warp sums itself (no second barrier): keys in the warps' chunks above.
+  const int w = lane < NSAJIT_TOPK_WARPS ? sh.warp_sum[lane] : 0;
+  const int w_inclusive = warp_inclusive_scan(w);
+  int above = __shfl_sync(NSAJIT_TOPK_FULL, w_inclusive - w, warp) + inclusive - local;
+  if (above < k && above + local >= k) {  // exactly one thread
+    for (int i = 0; i < per; ++i) {
+      const int c = int(h[top - i]);
+      if (above + c >= k) {
+        sh.digit = uint32_t(top - i);
+        sh.greater = above;
+        sh.count = c;
+        break;
+      }
+      above += c;
+    }
+  }
+  __syncthreads();
+  greater = sh.greater;
+  count = sh.count;
+  return sh.digit;
+}
+
 #if NSAJIT_SCORE_BF16
 // bf16 rows load 16 bytes (8 scores, a pair of vectors: topk_load_pair) a lane, as pass 0 and the
 // sweep do (topk_bf16.cuh): slots 2 i and 2 i + 1 of thread t hold the pair of vectors
@@ -158,6 +211,7 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   if (tid == 0) {
     sh.cand_local = 0;
     sh.zero_keys = 0u;
+    sh.unique_key = 0xffffffffu;  // the rank's minimum (below)
   }
   __syncthreads();
 #if NSAJIT_SCORE_BF16
@@ -216,7 +270,7 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   TopkRadix x{0u, 0u, NSAJIT_TOPK, 0, 0};
   {
     int greater, count;
-    const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
+    const uint32_t d = topk_dense_find_bin0(hist0, x.k, sh, greater, count);
     topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
   }
   if (x.prefix == (kTopkZeroKey & x.mask)) {  // uniform: the threshold in 0.0's bin (a ReLU row's plateau)
@@ -254,7 +308,8 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   }
   // The exchange, from word 0 of dynamic shared memory (hist0's search ended with a barrier; the
   // plan gives it room for DV vectors a thread, then the short list): stored in load order, read
-  // back in runs. Its barrier also publishes the list.
+  // back in runs. Vectors [nvec, 256 dv) get their keys 0 too, so that no run's read is guarded.
+  // Its barrier also publishes the list.
   const int dv = (s.nvec + NSAJIT_THREADS - 1) / NSAJIT_THREADS;  // uniform, <= DV
   const int swizzle = (dv & -dv) - 1;  // topk_dense_exchange_index
 #pragma unroll
@@ -264,47 +319,43 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
 #else
     const int v = tid + j * NSAJIT_THREADS;
 #endif
-    if (v < s.nvec) topk_dynamic[topk_dense_exchange_index(v, swizzle)] = k[j];
+#if NSAJIT_SCORE_BF16
+    if (v < NSAJIT_THREADS * dv) topk_dynamic[topk_dense_exchange_index(v, swizzle)] = k[j];
+#else
+    if (j >= dv) break;  // uniform: v < 256 dv
+    topk_dynamic[topk_dense_exchange_index(v, swizzle)] = k[j];
+#endif
   }
   __syncthreads();
   const int v0 = tid * dv;
-  // Vector j of this thread's run (keys 0 past the slice). Read from shared memory in each pass:
-  // the registers stay free for the rest (holding the 36 keys through the passes spilled).
-  auto run = [&](int j) {
-    u32x4 r{0u, 0u, 0u, 0u};
-    if (v0 + j < s.nvec) r = topk_dynamic[topk_dense_exchange_index(v0 + j, swizzle)];
-    return r;
-  };
+  // Vector j < dv of this thread's run (keys 0 past the slice). Read from shared memory in each
+  // pass: the registers stay free for the rest (holding the 36 keys through the passes spilled).
+  auto run = [&](int j) { return topk_dynamic[topk_dense_exchange_index(v0 + j, swizzle)]; };
 
   if (x.bits < 32 && n_listed > 0 && n_listed <= NSAJIT_THREADS) {
-    // One entry a thread, counted against all (16-byte broadcast reads): the entries with
-    // greater < k <= greater + equal hold the threshold; the first listed copy writes it. One
-    // barrier, where two 10-bit digits take four.
-    if (tid < n_listed) {
-      const uint32_t mine = listed[tid];
-      const u32x4* const quads = reinterpret_cast<const u32x4*>(listed);
-      int greater = 0, equal = 0, i = 0;
-      for (; i + 4 <= n_listed; i += 4) {
-        const u32x4 o = quads[i >> 2];
-        greater += int(o.x > mine) + int(o.y > mine) + int(o.z > mine) + int(o.w > mine);
-        equal += int(o.x == mine) + int(o.y == mine) + int(o.z == mine) + int(o.w == mine);
-      }
-      for (; i < n_listed; ++i) {
-        greater += int(listed[i] > mine);
-        equal += int(listed[i] == mine);
-      }
-      if (greater < x.k && greater + equal >= x.k) {
-        bool first = true;  // copies of the threshold (rare): only the first listed one writes
-        for (int j = 0; equal > 1 && j < tid; ++j) first = first && listed[j] != mine;
-        if (first) {
-          sh.digit = mine;
-          sh.greater = x.k - greater;  // the copies of the threshold to take
+    // One entry a thread, counted against all (16-byte broadcast reads): T is the smallest entry
+    // with fewer than k entries above it. The listed keys share their first digit, so o > mine is
+    // the sign of mine - o (one subtract and one shift-add an entry). One barrier, where two
+    // 10-bit digits take four; the copies of T to take follow from the block scan below.
+    if (warp * 32 < n_listed) {  // uniform in the warp
+      uint32_t candidate = 0xffffffffu;
+      if (tid < n_listed) {
+        const uint32_t mine = listed[tid];
+        const u32x4* const quads = reinterpret_cast<const u32x4*>(listed);
+        uint32_t greater = 0u;
+        int i = 0;
+        for (; i + 4 <= n_listed; i += 4) {
+          const u32x4 o = quads[i >> 2];
+          greater += ((mine - o.x) >> 31) + ((mine - o.y) >> 31) + ((mine - o.z) >> 31) + ((mine - o.w) >> 31);
         }
+        for (; i < n_listed; ++i) greater += (mine - listed[i]) >> 31;
+        if (int(greater) < x.k) candidate = mine;
       }
+      candidate = __reduce_min_sync(NSAJIT_TOPK_FULL, candidate);
+      if (lane == 0 && candidate != 0xffffffffu) atomicMin(&sh.unique_key, candidate);
     }
     __syncthreads();
-    x.prefix = sh.digit;
-    x.k = sh.greater;
+    x.prefix = sh.unique_key;
     x.mask = 0xffffffffu;
     x.bits = 32;
   }
@@ -328,8 +379,6 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     topk_refine_finish(digit, x, sh);
   }
   const uint32_t threshold = x.prefix;  // the topk-th largest key (>= 1)
-  const int take_equal = x.k;
-  const int total_greater = NSAJIT_TOPK - take_equal;
 
   // Bit 4 j + e of the masks: the thread's key of vector v0 + j, element e (padding keys are 0,
   // below any threshold). Packed counts (greater in the low 16 bits, equal in the high: a row's
@@ -351,12 +400,16 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   const uint32_t inclusive = uint32_t(warp_inclusive_scan(int(c)));
   if (lane == 31) sh.warp_sum[warp] = int(inclusive);  // free: the bin search read it before its last barrier
   __syncthreads();
-  const uint32_t earlier_warp = lane < warp ? uint32_t(sh.warp_sum[lane]) : 0u;  // warps <= 32 lanes
+  const uint32_t warp_total = lane < NSAJIT_TOPK_WARPS ? uint32_t(sh.warp_sum[lane]) : 0u;  // warps <= 32 lanes
+  const uint32_t earlier_warp = lane < warp ? warp_total : 0u;
   const uint32_t before = inclusive - c + __reduce_add_sync(NSAJIT_TOPK_FULL, earlier_warp);
+  // The row's keys > T (the rank above leaves the copies of T to take to this count).
+  const int total_greater = int(__reduce_add_sync(NSAJIT_TOPK_FULL, warp_total) & 0xffffu);
+  const int take_equal = NSAJIT_TOPK - total_greater;
   // The thread's selected positions in index order: keys > T at [0, total_greater), then the
   // first take_equal keys == T after them.
   const int position0 = 4 * v0 - s.head;
-  topk_stage_bits(greater_lo, greater_hi, position0, staged, int(before & 0xffffu), NSAJIT_TOPK);
+  topk_stage_all_bits(greater_lo, greater_hi, position0, staged, int(before & 0xffffu));
   const int q = int(before >> 16);
   if (q < take_equal)
     topk_stage_bits(equal_lo, equal_hi, position0, staged + total_greater, q, take_equal);

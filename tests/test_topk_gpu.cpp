@@ -1135,6 +1135,63 @@ TEST_CASE("topk gpu: keys in registers (dense rows): threshold bins of 256, 257,
   }
 }
 
+// The rank of the threshold's bin (<= 256 keys) takes T as the least listed key with fewer than k
+// listed above it, comparing keys by the sign of their difference (they share the first digit), and
+// the copies of T to take from the block scan: thresholds at both ends of a bin (the largest
+// difference), negative bins, NaN and -inf (bin 0, next to the padding's key 0), +0.0 / -0.0 with
+// positive subnormals (0.0's bin, not a plateau), each with copies of T split by index order.
+TEST_CASE("topk gpu: keys in registers (dense rows): ranked thresholds at a bin's ends, negative, NaN, subnormal") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  const int width = 6001, topk = 2048;
+  const float top_of_bin = std::nextafter(1.125f, 0.0f);  // the key 0x...fffff of 1.0's first-digit bin
+  auto p = make_problem(6, width, topk, [] { return 0.0f; });
+  // Each row: 1900 scores above 2, then `bin` (the threshold's first-digit bin, 148 of it taken),
+  // then `below` (outside the bin, under it); shuffled over the row's length.
+  auto fill = [&](int r, int len, const std::vector<float>& bin, auto below) {
+    float* row = p.scores.data() + std::ptrdiff_t(r) * width;
+    int i = 0;
+    for (; i < 1900; ++i) row[i] = 2.0f + unit(rng);
+    for (const float v : bin) row[i++] = v;
+    for (; i < width; ++i) row[i] = below();
+    std::shuffle(row, row + len, rng);
+    p.lengths[r] = len;
+  };
+  auto copies = [](std::vector<float>& v, int n, float x) { v.insert(v.end(), std::size_t(n), x); };
+  std::vector<float> b0, b1, b2, b3, b4, b5;
+  // Row 0: T = 1.0, the bin's least key (60 at its top, 40 inside, 48 of 60 copies of 1.0).
+  copies(b0, 60, top_of_bin);
+  for (int i = 0; i < 40; ++i) b0.push_back(1.0f + 0.1f * unit(rng));
+  copies(b0, 60, 1.0f);
+  fill(0, width, b0, [&] { return -1.0f - unit(rng); });
+  // Row 1: T = the bin's greatest key (148 of 200 copies), 50 copies of 1.0 under it.
+  copies(b1, 200, top_of_bin);
+  copies(b1, 50, 1.0f);
+  fill(1, width, b1, [&] { return -1.0f - unit(rng); });
+  // Row 2: a negative bin (magnitudes [1, 1.125)): T = -top_of_bin, its least key.
+  copies(b2, 60, -1.0f);
+  for (int i = 0; i < 40; ++i) b2.push_back(-1.0f - 0.1f * unit(rng));
+  copies(b2, 100, -top_of_bin);
+  fill(2, width, b2, [&] { return -4.0f - unit(rng); });
+  // Row 3: bin 0 (-inf and NaN, the row cut to 2100): T = NaN, 88 of its 140 copies.
+  copies(b3, 60, -kInf);
+  copies(b3, 140, kNaN);
+  fill(3, 2100, b3, [&] { return 3.0f; });
+  // Row 4: 0.0's bin with positive subnormals: 100 subnormals, then 48 of 100 zeros (+0.0 and -0.0).
+  for (int i = 0; i < 100; ++i) b4.push_back(std::bit_cast<float>(uint32_t(1u + rng() % 0xfffffu)));
+  for (int i = 0; i < 100; ++i) b4.push_back(i % 2 ? -0.0f : 0.0f);
+  fill(4, width, b4, [&] { return -std::bit_cast<float>(uint32_t(1u + rng() % 0x7fffffu)); });
+  // Row 5: a bin of exactly 256 keys at both ends only (148 of 156 copies of 1.0 after 100 at the top).
+  copies(b5, 100, top_of_bin);
+  copies(b5, 156, 1.0f);
+  fill(5, width, b5, [&] { return -1.0f - unit(rng); });
+  LaunchOverride dense(kDenseRows);
+  const I got = DeviceTopk(p).run();
+  const std::string why = explain(p, got, ref::topk_index_order(p));
+  CHECK_MESSAGE(why.empty(), why);
+  CHECK(DeviceTopk(p).run() == got);
+}
+
 TEST_CASE("topk gpu fused: prefill with a cached prefix (row_starts, cu_seqlens_q) and ragged offsets") {
   NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
