@@ -259,21 +259,8 @@ NSAJIT_DEVICE void math_warpgroup(const SparseMlaDecodeParams& p, uint32_t s_bas
     for (int kk = 0; kk < 4; ++kk) fence_regs_u(ph[kk]);
 
     // ---- mask invalid tokens to -inf, row max over the tile
-    float mx0 = neg_inf(), mx1 = neg_inf();
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int2 v = *reinterpret_cast<const int2*>(vf + 8 * j + 2 * t4);
-      s[4 * j + 0] = v.x ? s[4 * j + 0] * scale_log2 : neg_inf();
-      s[4 * j + 1] = v.y ? s[4 * j + 1] * scale_log2 : neg_inf();
-      s[4 * j + 2] = v.x ? s[4 * j + 2] * scale_log2 : neg_inf();
-      s[4 * j + 3] = v.y ? s[4 * j + 3] * scale_log2 : neg_inf();
-      mx0 = fmaxf(mx0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
-      mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    float mx0, mx1;
+    mask_scale_row_max(s, vf, t4, scale_log2, mx0, mx1);
 
     // P = 2^(S - mu) rounded to bf16 into the RS PV's A fragments; returns the row sums (fp32)
     auto exponentials = [&](float mu0, float mu1, float& rs0, float& rs1) {

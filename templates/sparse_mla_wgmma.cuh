@@ -421,21 +421,8 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
 
       // ---- online softmax (base 2); invalid tokens -> -inf
       const int* vf = valid_s + b * TILE_TOKENS;
-      float mx0 = neg_inf(), mx1 = neg_inf();
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int2 v = *reinterpret_cast<const int2*>(vf + 8 * j + 2 * t4);
-        s[4 * j + 0] = v.x ? s[4 * j + 0] * scale_log2 : neg_inf();
-        s[4 * j + 1] = v.y ? s[4 * j + 1] * scale_log2 : neg_inf();
-        s[4 * j + 2] = v.x ? s[4 * j + 2] * scale_log2 : neg_inf();
-        s[4 * j + 3] = v.y ? s[4 * j + 3] * scale_log2 : neg_inf();
-        mx0 = fmaxf(mx0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
-        mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-      }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      float mx0, mx1;
+      mask_scale_row_max(s, vf, t4, scale_log2, mx0, mx1);
       mt0 = fmaxf(mt0, mx0);
       mt1 = fmaxf(mt1, mx1);
       // Raise the reference only past kLazyRescale (always from -inf: the first valid tile).

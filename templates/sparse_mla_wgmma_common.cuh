@@ -176,6 +176,28 @@ NSAJIT_DEVICE void wgmma_m64n128k16_rs_tb(float (&d)[128], const uint32_t (&a)[4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
+// A 64-token S tile's fragment: invalid tokens (validity flags vf) -> -inf, the rest scaled to base 2;
+// mx0 / mx1 = the tile's max of the thread's two rows (reduced over the quad that shares them).
+NSAJIT_DEVICE void mask_scale_row_max(float (&s)[32], const int* vf, int t4, float scale_log2, float& mx0,
+                                      float& mx1) {
+  mx0 = neg_inf();
+  mx1 = neg_inf();
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int2 v = *reinterpret_cast<const int2*>(vf + 8 * j + 2 * t4);
+    s[4 * j + 0] = v.x ? s[4 * j + 0] * scale_log2 : neg_inf();
+    s[4 * j + 1] = v.y ? s[4 * j + 1] * scale_log2 : neg_inf();
+    s[4 * j + 2] = v.x ? s[4 * j + 2] * scale_log2 : neg_inf();
+    s[4 * j + 3] = v.y ? s[4 * j + 3] * scale_log2 : neg_inf();
+    mx0 = fmaxf(mx0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
+    mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+}
+
 // Epilogue of a consumer warpgroup: its 256 output dims [dim0, dim0 + 256) of O (rows r0, r1 of
 // this thread's fragment) times 1 / l, as bf16 out or, with splits, the fp32 partial. Called at
 // the end of each warpgroup's branch rather than after they join: joined, ptxas must give o the

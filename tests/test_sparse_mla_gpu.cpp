@@ -402,11 +402,29 @@ TEST_CASE("sparse_mla gpu: the seesaw schedule: prefill h64/h128, topk 128/512/2
       // Row 12: invalid values other than -1, sprinkled: other negatives and slots >= num_slots.
       const std::int32_t odd[] = {-2, -1000, kIntMin, std::int32_t(p.num_slots), std::int32_t(p.num_slots + 1), kIntMax};
       for (int j = 0; j < topk; j += 7) p.indices[std::size_t(12) * topk + j] = odd[(j / 7) % 6];
+      // Row 13: the first valid token in an odd tile (WG0's tile 0 all invalid) and, past the
+      // first pair, an even tile all invalid while the running max is finite.
+      set_range(p, 13, 0, 64, -1);
+      if (topk >= 256) set_range(p, 13, 128, 192, -1);
+      // Rows 14 / 15: the same slots in opposite tile orders, KV scaled up tile by tile along row 14,
+      // so that its tile maxima rise (WG1's tile raises the pair's max: the correction each pair)
+      // and row 15's fall (never).
+      for (int t = 0; t < topk / 64; ++t)
+        for (int j = 0; j < 64; ++j)
+          p.indices[std::size_t(15) * topk + std::size_t(topk - 64 * (t + 1) + j)] =
+              p.indices[std::size_t(14) * topk + std::size_t(64 * t + j)];
       // Entries past topk_length point at never-filled (NaN) slots: reading one would poison the row.
       for (int r = 0; r < rows; ++r)
         for (int j = std::clamp(p.topk_length[std::size_t(r)], 0, topk); j < topk; ++j)
           p.indices[std::size_t(r) * topk + j] = p.poison_slot(j % kPoisonSlots);
       finalize(p, m);
+      for (int t = 0; t < topk / 64; ++t) {
+        const float scale = 1.f + 0.125f * float(t);
+        for (int j = 0; j < 64; ++j) {
+          std::uint16_t* row = p.kv.data() + p.indices[std::size_t(14) * topk + std::size_t(64 * t + j)] * p.kv_row_stride;
+          for (int d = 0; d < D; ++d) row[d] = ref::float_to_bf16(ref::bf16_to_float(row[d]) * scale);
+        }
+      }
       const std::string what = "seesaw h_q " + std::to_string(h_q) + " topk " + std::to_string(topk);
       const Result r = check(p, what, m);
       check_empty_row(r, p, 1);

@@ -211,13 +211,24 @@ TEST_CASE("tuning database: bucket lookups are pure and take the first bucket th
       {.bucket = {.h_q = 64, .rows = {1, 8}, .next_n = {2, 8}, .topk = {2048, 2048}}, .choice = {.num_splits = 16}},
       {.bucket = {.h_q = 64, .rows = {5, 100}, .topk = {1024, 4096}}, .choice = {.num_splits = 2}},
   };
-  CHECK(tuning::find_sparse_mla_entry(mla, 1, 64, 1, 2048, KvDtype::bf16) == &mla[0]);
-  CHECK(tuning::find_sparse_mla_entry(mla, 4, 64, 2, 2048, KvDtype::bf16) == &mla[0]);  // first match
-  CHECK(tuning::find_sparse_mla_entry(mla, 4, 64, 2, 2048, KvDtype::fp8_e4m3) == &mla[1]);
-  CHECK(tuning::find_sparse_mla_entry(mla, 4, 64, 1, 2048, KvDtype::fp8_e4m3) == nullptr);
-  CHECK(tuning::find_sparse_mla_entry(mla, 6, 64, 1, 4096, KvDtype::fp8_e4m3) == &mla[2]);
-  CHECK(tuning::find_sparse_mla_entry(mla, 6, 128, 1, 4096, KvDtype::fp8_e4m3) == nullptr);
-  CHECK(tuning::find_sparse_mla_entry(mla, 101, 64, 1, 2048, KvDtype::bf16) == nullptr);
+  CHECK(tuning::find_sparse_mla_entry(mla, 1, 64, 1, 2048, KvDtype::bf16, false) == &mla[0]);
+  CHECK(tuning::find_sparse_mla_entry(mla, 4, 64, 2, 2048, KvDtype::bf16, false) == &mla[0]);  // first match
+  CHECK(tuning::find_sparse_mla_entry(mla, 4, 64, 2, 2048, KvDtype::fp8_e4m3, false) == &mla[1]);
+  CHECK(tuning::find_sparse_mla_entry(mla, 4, 64, 1, 2048, KvDtype::fp8_e4m3, false) == nullptr);
+  CHECK(tuning::find_sparse_mla_entry(mla, 6, 64, 1, 4096, KvDtype::fp8_e4m3, false) == &mla[2]);
+  CHECK(tuning::find_sparse_mla_entry(mla, 6, 128, 1, 4096, KvDtype::fp8_e4m3, false) == nullptr);
+  CHECK(tuning::find_sparse_mla_entry(mla, 101, 64, 1, 2048, KvDtype::bf16, false) == nullptr);
+  // A seesaw choice serves only the calls its kernel takes; the others get the next entry or none.
+  std::vector<tuning::SparseMlaTuningEntry> seesaw = {
+      {.bucket = {.h_q = 64, .kv_dtype = KvDtype::bf16, .rows = {1, 8192}, .topk = {64, 4096}},
+       .choice = {.tile = {.threads = 384, .block_tokens = 64, .heads_per_cta = 64, .kernel = MlaKernel::wgmma,
+                           .producer_warps = 4, .schedule = MlaSchedule::seesaw}}},
+      {.bucket = {.h_q = 64, .rows = {1, 8192}, .topk = {64, 4096}}, .choice = {.num_splits = 2}},
+  };
+  CHECK(tuning::find_sparse_mla_entry(seesaw, 4096, 64, 1, 2048, KvDtype::bf16, false) == &seesaw[0]);
+  CHECK(tuning::find_sparse_mla_entry(seesaw, 4096, 64, 1, 1984, KvDtype::bf16, false) == &seesaw[1]);
+  CHECK(tuning::find_sparse_mla_entry(seesaw, 4096, 64, 1, 2048, KvDtype::bf16, true) == &seesaw[1]);
+  CHECK(tuning::find_sparse_mla_entry(std::span(seesaw).first(1), 4096, 64, 1, 192, KvDtype::bf16, false) == nullptr);
   CHECK(tuning::max_tuned_splits(mla, 4, 64, 2048) == 16);  // any KV dtype or next_n
   CHECK(tuning::max_tuned_splits(mla, 6, 64, 2048) == 16);
   CHECK(tuning::max_tuned_splits(mla, 9, 64, 2048) == 2);

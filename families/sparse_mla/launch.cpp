@@ -133,7 +133,8 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
   // The dispatcher's call (automatic variant): the tuning database's choice for the shape, if any.
   const tuning::SparseMlaTuningEntry* tuned =
       tile.kernel == MlaKernel::automatic
-          ? tuning::tuned_sparse_mla(a.rows, a.h_q, a.next_n, a.topk, a.kv_dtype, driver::current_context_info().sm_count)
+          ? tuning::tuned_sparse_mla(a.rows, a.h_q, a.next_n, a.topk, a.kv_dtype, a.precise,
+                                     driver::current_context_info().sm_count)
           : nullptr;
   int splits = 1;
   if (a.workspace != nullptr && a.num_splits > 0)

@@ -130,12 +130,16 @@ SparseMlaTuningEntry parse_sparse_mla_entry(const nlohmann::json& j, const std::
   return e;
 }
 
+bool choice_serves(const SparseMlaChoice& c, int topk, bool precise) {
+  return c.tile.schedule != MlaSchedule::seesaw || (topk % 128 == 0 && !precise);
+}
+
 const SparseMlaTuningEntry* find_sparse_mla_entry(std::span<const SparseMlaTuningEntry> entries, int rows, int h_q,
-                                                  int next_n, int topk, KvDtype kv) {
+                                                  int next_n, int topk, KvDtype kv, bool precise) {
   for (const SparseMlaTuningEntry& e : entries) {
     const SparseMlaBucket& b = e.bucket;
     if (b.h_q == h_q && (!b.kv_dtype || *b.kv_dtype == kv) && b.rows.contains(rows) && b.next_n.contains(next_n) &&
-        b.topk.contains(topk))
+        b.topk.contains(topk) && choice_serves(e.choice, topk, precise))
       return &e;
   }
   return nullptr;
@@ -149,10 +153,11 @@ int max_tuned_splits(std::span<const SparseMlaTuningEntry> entries, int rows, in
   return most;
 }
 
-const SparseMlaTuningEntry* tuned_sparse_mla(int rows, int h_q, int next_n, int topk, KvDtype kv, int sm_count) {
+const SparseMlaTuningEntry* tuned_sparse_mla(int rows, int h_q, int next_n, int topk, KvDtype kv, bool precise,
+                                             int sm_count) {
   const TuningDb* db = active_tuning_db();
   if (db == nullptr || db->sparse_mla.empty() || db->key.sm_count != sm_count) return nullptr;
-  return find_sparse_mla_entry(db->sparse_mla, rows, h_q, next_n, topk, kv);
+  return find_sparse_mla_entry(db->sparse_mla, rows, h_q, next_n, topk, kv, precise);
 }
 
 int tuned_max_splits(int rows, int h_q, int topk, int sm_count) {

@@ -209,7 +209,7 @@ int bench_jit(const BenchOptions& options) {
     const auto t = Clock::now();
     for (int i = 0; i < kLookups; ++i) {
       const int rows = 1 + (i & 255);
-      found += tuning::tuned_sparse_mla(rows, 128, 1, 2048, KvDtype::bf16, sm_count) != nullptr;
+      found += tuning::tuned_sparse_mla(rows, 128, 1, 2048, KvDtype::bf16, false, sm_count) != nullptr;
       found += detail::tuned_topk_constraints(rows, 131072, 2048, sm_count) != nullptr;
     }
     Case l;
