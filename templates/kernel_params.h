@@ -121,12 +121,14 @@ NSAJIT_HOST_DEVICE constexpr unsigned sparse_mla_wgmma_smem_bytes() {
 
 // The seesaw schedule of the bf16 wgmma kernel (spec tile.schedule = seesaw, the kernel
 // templates/sparse_mla_seesaw.cuh): q + two KV
-// tiles of nine 8 KB swizzled subtiles (tile 2i in buffer 0, 2i+1 in buffer 1; each WG's bf16 P
-// over its tile's rope subtile, so no P buffer), validity flags [2][64] int 512 B, the row maxima
+// tiles of nine 8 KB swizzled subtiles (tile 2i in buffer 0, 2i+1 in buffer 1; WG0's bf16 P over
+// its tile's rope subtile), WG1's bf16 P in its own 8 KB buffer (so its tile's upper half is freed
+// by WG1's own PV), validity flags [2][64] int 512 B, the row maxima
 // the two math warpgroups publish [2][64] float 512 B, their row sums for the epilogue [2][64]
-// float 512 B, 64 B of mbarriers, + 1 KB to align the base to the swizzle's 1 KB period.
+// float 512 B, 64 B of mbarriers, + 1 KB to align the base to the swizzle's 1 KB period:
+// 232 000 B of the 232 448 B opt-in limit.
 NSAJIT_HOST_DEVICE constexpr unsigned sparse_mla_seesaw_smem_bytes() {
-  return 3u * 9u * 8192u + 512u + 512u + 512u + 64u + 1024u;
+  return 3u * 9u * 8192u + 8192u + 512u + 512u + 512u + 64u + 1024u;
 }
 
 // The mma_sync kernel of `threads` (256, or 320 / 512 with producer warps). bf16 tiles are bulk

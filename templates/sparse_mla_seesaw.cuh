@@ -14,15 +14,17 @@
 //        P0 = 2^(S0 - mA), O_L = 2^(m - mA) O_L + P0 V0_L (RS), issued without waiting for WG1's
 //        tile; then mB = max[1] (the pair's max from WG1): O_L, l0 times 2^(mA - mB) and P0
 //        recomputed against mB when WG1's tile raised it; P0 -> H0's subtile 8 for WG1;
-//        O_L += P1 V1_L (SS, P1 from H1's subtile 8). O_L = O[:, 0:256].
+//        O_L += P1 V1_L (SS, P1 from its own buffer). O_L = O[:, 0:256].
 //   WG1 (warps 4-7, REG_MATH): S1 = Q K1^T (H1 first), mask; mB = max(max[0], rowmax S1) ->
-//        max[1]; P1 = 2^(S1 - mB) -> H1's subtile 8 for WG0; O_R = 2^(m - mB) O_R + P1 V1_R (RS)
+//        max[1]; P1 = 2^(S1 - mB) -> the P1 buffer for WG0; O_R = 2^(m - mB) O_R + P1 V1_R (RS)
 //        + P0 V0_R (SS). O_R = O[:, 256:512].
 //   WG2 (warps 8-11, REG_PRODUCER): q, then per pair the four halves by 16-byte cp.async
 //        (zero-filled invalid rows, validity flags), each arriving on its full barrier when it
 //        lands (cp.async.mbarrier.arrive.noinc), in the order they are freed: L0, H1, H0, L1.
-// So WG0's softmax and RS PV overlap WG1's QK, and WG1's softmax WG0's RS PV. Each warpgroup's bf16
-// P goes over its own tile's rope subtile, which only its own QK read: no P buffer.
+// So WG0's softmax and RS PV overlap WG1's QK, and WG1's softmax WG0's RS PV. P0 goes over H0's
+// rope subtile (only QK0 read it; V0_R in H0 is read as late as P0), P1 into its own 8 KB buffer,
+// so that H1 is freed by WG1's RS PV alone, well before the pair ends: both QKs' first halves (L0,
+// H1) are then in shared memory when the pair starts, while the late halves (H0, L1) reload.
 //
 // Barrier protocol (pair i: each mbarrier completes phase i once, waited with parity i & 1):
 //   FULL_L0  mbarrier 256: producer cp.async arrive.noinc (q + L0 landed) + arrive (valid[0]
@@ -37,10 +39,13 @@
 //            the producer waits before refilling L0 and rewriting valid[0].
 //   EMPTY_H0 mbarrier 128: WG1 once its SS PV (V0_R, P0) completed; WG0's QK0 and P0 stores come
 //            before it through P0_READY. The producer waits before refilling H0.
-//   EMPTY_H1 mbarrier 256: WG1 once its RS PV (V1_R) completed, WG0 once its SS PV (P1)
-//            completed; the producer waits before refilling H1 and rewriting valid[1].
-//   EMPTY_L1 mbarrier 128: WG0 once its SS PV (V1_L) completed; WG1's QK1 comes before it through
-//            P1_READY. The producer waits before refilling L1.
+//   EMPTY_H1 mbarrier 128: WG1 once its RS PV (V1_R) completed (wait_group 1 after issuing its
+//            SS PV), after its QK1 and valid[1] reads; the producer waits before refilling H1
+//            and rewriting valid[1].
+//   EMPTY_L1 mbarrier 128: WG0 once its SS PV (V1_L, the P1 buffer) completed; WG1's QK1 comes
+//            before it through P1_READY. The producer waits before refilling L1. The P1 buffer
+//            has no barrier of its own: WG1 rewrites it after waiting for FULL_L1 of the next
+//            pair, which the producer arms only after this release.
 //   MAX0     named 256: WG0 arrives after storing max[0]; WG1 syncs, then reads max[0].
 //   MAX1     named 256: WG1 arrives after storing max[1]; WG0 syncs, then reads max[1].
 //   P0_READY named 256: WG0 arrives after P0's stmatrix + proxy fence; WG1 syncs before its SS PV.
@@ -66,7 +71,8 @@ static_assert(H_Q % HEADS_PER_CTA == 0 && TOPK % (2 * TILE_TOKENS) == 0, "seesaw
 
 constexpr uint32_t OFF_Q = 0;
 constexpr uint32_t OFF_KV = TILE;                // two tiles
-constexpr uint32_t OFF_VALID = 3 * TILE;         // [2][64] int
+constexpr uint32_t OFF_P1 = 3 * TILE;            // WG1's P [64 heads][64 tokens] bf16, swizzled
+constexpr uint32_t OFF_VALID = OFF_P1 + SUB;     // [2][64] int
 constexpr uint32_t OFF_MAX = OFF_VALID + 512;    // [2][64] float: max[0] WG0's, max[1] the pair's
 constexpr uint32_t OFF_SUM = OFF_MAX + 512;      // [2][64] float: row sums l0, l1 (epilogue)
 constexpr uint32_t OFF_BAR = OFF_SUM + 512;      // full[2][2], empty[2][2] (buffer, half)
@@ -205,7 +211,9 @@ NSAJIT_DEVICE void math_warpgroup(const SparseMlaDecodeParams& p, uint32_t s_bas
   const uint64_t dk = smem_desc(own, 16, 1024);
   const uint64_t dv_own = smem_desc(own + 4u * W * SUB, 8192, 1024);      // V of own tile, this half's 256 dims
   const uint64_t dv_other = smem_desc(other + 4u * W * SUB, 8192, 1024);  // V of the other's tile
-  const uint64_t dp_other = smem_desc(other + 8u * SUB, 16, 1024);        // the other's P (K-major)
+  // P: WG0's over H0's rope subtile, WG1's in the P1 buffer (K-major, swizzled like a subtile)
+  const uint32_t p_own = W == 0 ? own + 8u * SUB : s_base + OFF_P1;
+  const uint64_t dp_other = smem_desc(W == 0 ? s_base + OFF_P1 : other + 8u * SUB, 16, 1024);
   // QK halves in the order the producer delivers them: WG0 dims 0-255 first, WG1 256-575.
   constexpr int FIRST = W == 0 ? HALF_L : HALF_H;
   constexpr int KK_FIRST0 = W == 0 ? 0 : 16, KK_FIRST1 = W == 0 ? 16 : 36;
@@ -267,13 +275,13 @@ NSAJIT_DEVICE void math_warpgroup(const SparseMlaDecodeParams& p, uint32_t s_bas
         ph[j >> 1][2 * (j & 1) + 1] = pack_bf16x2_rn(p2, p3);
       }
     };
-    // P to shared memory over this tile's rope subtile (only this warpgroup's QK read it), the
-    // other warpgroup's SS A operand. stmatrix.x4 kk: the 8x8 blocks (rows 16 w + [0, 8) / [8, 16),
+    // P to shared memory (WG0: over H0's rope subtile, which only QK0 read; WG1: the P1
+    // buffer), the other warpgroup's SS A operand. stmatrix.x4 kk: the 8x8 blocks (rows 16 w + [0, 8) / [8, 16),
     // column chunks 2 kk and 2 kk + 1); lane L gives row (L & 7) + 8 ((L >> 3) & 1), chunk 2 kk + (L >> 4).
     auto store_p = [&] {
       const int srow = 16 * (ct >> 5) + (lane & 7) + 8 * ((lane >> 3) & 1);
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) stmatrix_x4(own + 8u * SUB + swz(srow, 2 * kk + (lane >> 4)), ph[kk]);
+      for (int kk = 0; kk < 4; ++kk) stmatrix_x4(p_own + swz(srow, 2 * kk + (lane >> 4)), ph[kk]);
       fence_proxy_async();  // P by generic stores, read by the other warpgroup's wgmma
     };
     auto pv_own_rs = [&] {
@@ -336,10 +344,11 @@ NSAJIT_DEVICE void math_warpgroup(const SparseMlaDecodeParams& p, uint32_t s_bas
       fence_proxy_async();
       bar_sync(BAR_P1_READY, 256);
       pv_other_ss();
-      wgmma_wait<0>();  // V1_L and P1 (H1's subtile 8) free
+      // V1_L and the P1 buffer free. (Waiting for this only after issuing the next pair's L0 steps
+      // makes ptxas serialise every wgmma, C7514: o would be in flight across the loop's back edge.)
+      wgmma_wait<0>();
       fence_regs(o);
       mbar_arrive(bar_empty(s_base, 1, HALF_L));
-      mbar_arrive(bar_empty(s_base, 1, HALF_H));
     } else {
       // ---- WG1: the pair's max mB = max(WG0's mA, its tile's), published for WG0; P1 to shared
       // memory first (WG0's SS PV waits for it), then its RS PV and the SS PV of WG0's P0
@@ -367,7 +376,7 @@ NSAJIT_DEVICE void math_warpgroup(const SparseMlaDecodeParams& p, uint32_t s_bas
       fence_proxy_async();
       bar_sync(BAR_P0_READY, 256);
       pv_other_ss();
-      wgmma_wait<1>();  // the RS PV: V1_R free (P1 in H1 is WG0's until its own release)
+      wgmma_wait<1>();  // the RS PV: H1 (V1_R) free, its rope subtile too (P1 has its own buffer)
       mbar_arrive(bar_empty(s_base, 1, HALF_H));
       wgmma_wait<0>();  // V0_R and P0 (H0's subtile 8) free
       fence_regs(o);
@@ -439,7 +448,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     mbar_init(bar_empty(s_base, 0, HALF_L), 128);  // WG0
     mbar_init(bar_empty(s_base, 0, HALF_H), 128);  // WG1
     mbar_init(bar_empty(s_base, 1, HALF_L), 128);  // WG0
-    mbar_init(bar_empty(s_base, 1, HALF_H), 256);  // WG0 and WG1
+    mbar_init(bar_empty(s_base, 1, HALF_H), 128);  // WG1 (P1 has its own buffer)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();

@@ -4,10 +4,14 @@
 # full / empty mbarriers (phase parity waits), the named barriers (a warpgroup arriving twice in
 # one generation is an error) and the wgmma groups (reads at random times up to wait_group).
 # Checks: no deadlock; every read (and every wgmma operand, at issue and when read) sees the
-# intended pair's data; no copy or store to a region an in-flight wgmma still reads.
+# intended pair's data; no copy (issued or landing) or store to a region an in-flight wgmma still reads.
 # Sequentially consistent: proxy fences and memory ordering are not modelled.
-#   python3 docs/notes/sparse_mla_seesaw_protocol_model.py [SEEDS]   # prints "failures 0"
+#   python3 docs/notes/sparse_mla_seesaw_protocol_model.py [SEEDS] [--mutations]   # prints "failures 0"
+# --mutations first runs each mutation in MUTATIONS (each must fail some runs).
 import random, sys
+
+# Mutations (--mutations): each must make some runs fail, else the model does not check that rule.
+MUT = set()
 
 # One generator per warpgroup, mirroring the kernel's order of operations for P pairs.
 def producer(P):
@@ -30,6 +34,11 @@ def producer(P):
         yield ('async_arrive', 'F_L1')
     yield ('wait_copies',)
 
+# P1: its own buffer ('P1buf'); with 'p1_in_h1' over H1's rope subtile as in the first version
+# (then EMPTY_H1, arrived by WG1 alone, frees H1 while WG0's SS PV may still read P1: must fail).
+def p1_region():
+    return 'H1r' if 'p1_in_h1' in MUT else 'P1buf'
+
 def wg0(P):
     for i in range(P):
         par = i & 1
@@ -40,13 +49,15 @@ def wg0(P):
         yield ('read', 'valid0', i)
         yield ('write', 'max0', i); yield ('bar_arrive', 'MAX0')
         yield ('mma', [('L0', (i, 'kv'))]); yield ('commit',)          # RS PV P0 V0_L
-        yield ('bar_sync', 'MAX1'); yield ('read', 'max1', i)
+        if 'skip_max1' not in MUT: yield ('bar_sync', 'MAX1')
+        yield ('read', 'max1', i)
         yield ('mwait', 0); yield ('arrive', 'E_L0')
         yield ('write', 'H0r', (i, 'P')); yield ('bar_arrive', 'P0')
         yield ('wait', 'F_L1', par)
         yield ('bar_sync', 'P1')
-        yield ('mma', [('L1', (i, 'kv')), ('H1r', (i, 'P'))]); yield ('commit',); yield ('mwait', 0)
-        yield ('arrive', 'E_L1'); yield ('arrive', 'E_H1')
+        yield ('mma', [('L1', (i, 'kv')), (p1_region(), (i, 'P'))]); yield ('commit',)  # SS PV P1 V1_L
+        yield ('mwait', 1 if 'wg0_no_ss_wait' in MUT else 0)
+        yield ('arrive', 'E_L1')
     yield ('write', 'sum0', 1); yield ('bar_sync', 'EPI'); yield ('read', 'sum1', 1)
 
 def wg1(P):
@@ -54,23 +65,25 @@ def wg1(P):
         par = i & 1
         yield ('wait', 'F_H1', par)
         yield ('mma', [('Q', 'q'), ('H1s', (i, 'kv')), ('H1r', (i, 'kv'))])
+        if 'p1_before_full_l1' in MUT: yield ('write', p1_region(), (i, 'early'))
         yield ('wait', 'F_L1', par)
         yield ('mma', [('L1', (i, 'kv'))]); yield ('commit',); yield ('mwait', 0)
         yield ('read', 'valid1', i)
         yield ('bar_sync', 'MAX0'); yield ('read', 'max0', i); yield ('write', 'max1', i); yield ('bar_arrive', 'MAX1')
-        yield ('write', 'H1r', (i, 'P')); yield ('bar_arrive', 'P1')
+        yield ('write', p1_region(), (i, 'P')); yield ('bar_arrive', 'P1')
         yield ('mma', [('H1s', (i, 'kv'))]); yield ('commit',)           # RS PV P1 V1_R
         yield ('wait', 'F_H0', par)
-        yield ('bar_sync', 'P0')
-        yield ('mma', [('H0s', (i, 'kv')), ('H0r', (i, 'P'))]); yield ('commit',)
-        yield ('mwait', 1); yield ('arrive', 'E_H1')
-        yield ('mwait', 0); yield ('arrive', 'E_H0')
+        if 'skip_p0_ready' not in MUT: yield ('bar_sync', 'P0')
+        yield ('mma', [('H0s', (i, 'kv')), ('H0r', (i, 'P'))]); yield ('commit',)  # SS PV P0 V0_R
+        yield ('mwait', 2 if 'wg1_h1_early' in MUT else 1); yield ('arrive', 'E_H1')
+        yield ('mwait', 1 if 'wg1_h0_early' in MUT else 0); yield ('arrive', 'E_H0')
     yield ('write', 'sum1', 1); yield ('bar_sync', 'EPI'); yield ('read', 'sum0', 1)
 
-COUNTS = {'F_L0': 2, 'F_H0': 1, 'F_H1': 2, 'F_L1': 1, 'E_L0': 1, 'E_H0': 1, 'E_L1': 1, 'E_H1': 2}
+COUNTS = {'F_L0': 2, 'F_H0': 1, 'F_H1': 2, 'F_L1': 1, 'E_L0': 1, 'E_H0': 1, 'E_L1': 1, 'E_H1': 1}
 
 def run(P, seed):
     rng = random.Random(seed)
+    slow = {'mma_progress': rng.choice([1.0, 0.3, 0.05]), 'land': rng.choice([1.0, 0.3, 0.05])}
     mem = {}
     pend_copy = {}          # id -> (region, value)
     async_arr = []          # (barrier, set of copy ids issued before it)
@@ -121,6 +134,9 @@ def run(P, seed):
             if all(op is None for op in cur.values()): break
             errors.append('deadlock: ' + str(cur) + ' ' + str(mb) + ' blocked ' + str(blocked)); break
         c = rng.choice(choices)
+        # slow wgmmas / copies in some runs (a rate a run), so long in-flight windows get played
+        if c in slow and len(choices) > 1 and rng.random() > slow[c]:
+            c = rng.choice([x for x in choices if x != c])
         if c == 'land':
             cid = rng.choice(list(pend_copy))
             reg, val = pend_copy.pop(cid)
@@ -137,7 +153,8 @@ def run(P, seed):
                 groups[a].pop(0)
             continue
         a = c; op = cur[a]; k = op[0]
-        if k == 'copy':
+        if k == 'copy':  # issued under an in-flight wgmma read is a race whenever it lands
+            check_write(a + ' copy issue', op[1])
             pend_copy[next_id[0]] = (op[1], op[2]); next_id[0] += 1
         elif k == 'async_arrive':
             async_arr.append((op[1], set(pend_copy.keys())))
@@ -163,12 +180,35 @@ def run(P, seed):
         advance(a)
     return errors
 
-if __name__ == '__main__':
-    bad = 0
-    for P in [1, 2, 3, 4, 7]:
-        for seed in range(int(sys.argv[1]) if len(sys.argv) > 1 else 2000):
+MUTATIONS = {
+    'wg0_no_ss_wait': 'WG0 releases L1 (and the P1 buffer) before its SS PV completed',
+    'wg1_h1_early': 'WG1 releases H1 before its RS PV completed',
+    'wg1_h0_early': 'WG1 releases H0 before its SS PV completed',
+    'p1_in_h1': 'P1 over H1\'s rope subtile with EMPTY_H1 arrived by WG1 alone',
+    'p1_before_full_l1': 'WG1 writes the P1 buffer before its FULL_L1 wait (the buffer\'s only guard)',
+    'skip_p0_ready': 'WG1 skips P0_READY',
+    'skip_max1': 'WG0 skips MAX1',
+}
+
+def sweep(seeds, pair_counts=(1, 2, 3, 4, 7)):
+    bad, first = 0, []
+    for P in pair_counts:
+        for seed in range(seeds):
             e = run(P, seed)
             if e:
                 bad += 1
-                if bad < 5: print('pairs', P, 'seed', seed, e[:3])
+                if len(first) < 3: first.append(('pairs', P, 'seed', seed, e[:2]))
+    return bad, first
+
+if __name__ == '__main__':
+    args = [a for a in sys.argv[1:] if not a.startswith('--')]
+    seeds = int(args[0]) if args else 2000
+    if '--mutations' in sys.argv:
+        for m, what in MUTATIONS.items():
+            MUT.clear(); MUT.update(m.split('+'))
+            bad, first = sweep(seeds, (2, 3, 4))
+            print(f'{m}: {bad} of {3 * seeds} runs fail ({what})' + (f'; first: {first[0]}' if first else ''))
+        MUT.clear()
+    bad, first = sweep(seeds)
+    for f in first: print(*f)
     print('failures', bad)
