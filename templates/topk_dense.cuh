@@ -289,42 +289,57 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   // refined by two 10-bit digits counted over the runs.
   extern __shared__ u32x4 topk_dynamic[];
   constexpr int kShortList = 4 * (NSAJIT_TOPK_DENSE_SMEM_VECS - NSAJIT_THREADS * DV);
-  const int n_listed = x.bits < 32 && x.count <= kShortList ? x.count : 0;  // a plateau of 0.0 is resolved already
+  // Not listed: a plateau of 0.0 (resolved already) or bin 0, which holds only NaN's key 1 (below).
+  const int n_listed = x.bits < 32 && x.prefix != 0u && x.count <= kShortList ? x.count : 0;
   uint32_t* const listed = reinterpret_cast<uint32_t*>(topk_dynamic + NSAJIT_THREADS * DV);
-  if (n_listed > 0) {  // uniform
-#pragma unroll
-    for (int j = 0; j < DV; ++j) {
-#if NSAJIT_SCORE_BF16
-      if (topk_dense_slot_first(j, p0) >= s.nvec) continue;  // uniform: padding only (its keys are 0)
-#else
-      if (j * NSAJIT_THREADS >= s.nvec) break;  // uniform: padding only (its keys are 0)
-#endif
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const uint32_t key = topk_lane(k[j], e);
-        if (key != 0u && (key & x.mask) == x.prefix) listed[atomicAdd(&sh.cand_local, 1)] = key;
-      }
-    }
-  }
   // The exchange, from word 0 of dynamic shared memory (hist0's search ended with a barrier; the
   // plan gives it room for DV vectors a thread, then the short list): stored in load order, read
   // back in runs. Vectors [nvec, 256 dv) get their keys 0 too, so that no run's read is guarded.
-  // Its barrier also publishes the list.
+  // Its barrier also publishes the list. With each slot's store, its keys in T's bin as bits
+  // 4 j + e of (hit_lo, hit_hi), copied back from the exchange below: a compare a key, where an
+  // atomic listing cost ~6 a key and ~16 more a warp-slot with a hit.
   const int dv = (s.nvec + NSAJIT_THREADS - 1) / NSAJIT_THREADS;  // uniform, <= DV
   const int swizzle = (dv & -dv) - 1;  // topk_dense_exchange_index
+  const uint32_t bin = x.prefix >> NSAJIT_TOPK_SHIFT0;  // when listing: not 0, so padding's key 0 never matches
+  uint32_t hit_lo = 0u, hit_hi = 0u;
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
 #if NSAJIT_SCORE_BF16
     const int v = topk_dense_vector(tid, j, p0, h);
+    if (v >= NSAJIT_THREADS * dv) continue;
 #else
     const int v = tid + j * NSAJIT_THREADS;
-#endif
-#if NSAJIT_SCORE_BF16
-    if (v < NSAJIT_THREADS * dv) topk_dynamic[topk_dense_exchange_index(v, swizzle)] = k[j];
-#else
     if (j >= dv) break;  // uniform: v < 256 dv
-    topk_dynamic[topk_dense_exchange_index(v, swizzle)] = k[j];
 #endif
+    topk_dynamic[topk_dense_exchange_index(v, swizzle)] = k[j];
+    if (n_listed > 0) {  // uniform
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        topk_mask_set(hit_lo, hit_hi, 4 * j + e, (topk_lane(k[j], e) >> NSAJIT_TOPK_SHIFT0) == bin);
+    }
+  }
+  if (n_listed > 0) {  // uniform: one atomic a warp reserves its lanes' places (a warp scan of their counts)
+    const int c = __popc(hit_lo) + __popc(hit_hi);
+    const int inclusive = warp_inclusive_scan(c);
+    int at = 0;
+    if (lane == 31 && inclusive != 0) at = atomicAdd(&sh.cand_local, inclusive);
+    at = __shfl_sync(NSAJIT_TOPK_FULL, at, 31) + inclusive - c;
+    // Each hit's key read back from the thread's own exchange stores (no barrier needed).
+    const uint32_t* const words = reinterpret_cast<const uint32_t*>(topk_dynamic);
+    auto copy = [&](uint32_t bits, int i0) {
+      while (bits != 0u) {
+        const int i = i0 + __ffs(bits) - 1;
+        bits &= bits - 1u;
+#if NSAJIT_SCORE_BF16
+        const int v = topk_dense_vector(tid, i >> 2, p0, h);
+#else
+        const int v = tid + (i >> 2) * NSAJIT_THREADS;
+#endif
+        listed[at++] = words[4 * topk_dense_exchange_index(v, swizzle) + (i & 3)];
+      }
+    };
+    copy(hit_lo, 0);
+    copy(hit_hi, 32);
   }
   __syncthreads();
   const int v0 = tid * dv;
@@ -332,6 +347,11 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   // pass: the registers stay free for the rest (holding the 36 keys through the passes spilled).
   auto run = [&](int j) { return topk_dynamic[topk_dense_exchange_index(v0 + j, swizzle)]; };
 
+  if (x.prefix == 0u) {  // uniform: T in bin 0, which holds only NaN's key 1 (padding's 0 is never counted)
+    x.prefix = 1u;
+    x.mask = 0xffffffffu;
+    x.bits = 32;
+  }
   if (x.bits < 32 && n_listed > 0 && n_listed <= NSAJIT_THREADS) {
     // One entry a thread, counted against all (16-byte broadcast reads): T is the smallest entry
     // with fewer than k entries above it. The listed keys share their first digit, so o > mine is
@@ -364,6 +384,7 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     __syncthreads();
   }
   for (int pass = 0; x.bits < 32; ++pass) {  // two 10-bit digits, over the list or the runs
+    x.mask = ~(0xffffffffu >> x.bits);  // as it is (the top `bits` bits): not held in a register through the exchange
     const TopkRefineDigit digit = topk_refine_digit(x, sh, pass);
     if (n_listed > 0) {
       for (int i = tid; i < n_listed; i += NSAJIT_THREADS) topk_refine_count(digit, x, listed[i]);

@@ -1452,6 +1452,40 @@ TEST_CASE("topk gpu bf16: dense rows load pairs at both phases, every head, row_
   check_fused(p, ragged, bf16);
 }
 
+// The threshold's first-digit bin is listed as bit masks a thread, its keys copied back from the
+// exchange (every slot of a 9212-score row, dv = 9, the ninth slot's bits in the mask's high word);
+// T in bin 0 (NaN's key, alone there) is taken as 1 at once, whatever the NaN count (ranked,
+// short list or runs before): 88 of 140, 88 of 300 and 88 of 700 NaNs; fp32 and bf16.
+TEST_CASE("topk gpu: keys in registers (dense rows): the bin's listing in every slot, T = NaN in bin 0") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  const int width = 9212, topk = 2048;
+  auto p = make_problem(6, width, topk, [] { return 0.0f; });
+  for (int r = 0; r < p.rows; ++r) {
+    float* row = p.scores.data() + std::ptrdiff_t(r) * width;
+    if (r < 3) {  // 1960 above 2, then NaNs, the row cut after them
+      const int nans = r == 0 ? 140 : r == 1 ? 300 : 700;
+      for (int i = 0; i < width; ++i) row[i] = i < 1960 ? 2.0f + unit(rng) : kNaN;
+      p.lengths[r] = 1960 + nans;
+      std::shuffle(row, row + p.lengths[r], rng);
+    } else {  // 1900 above 2, a bin of 150, 200 or 400 keys in [1, 1.125) over the whole row (ranked, ranked,
+              // the short list), the rest below
+      const int bin = r == 3 ? 150 : r == 4 ? 200 : 400;
+      for (int i = 0; i < width; ++i)
+        row[i] = i < 1900 ? 2.0f + unit(rng) : i < 1900 + bin ? 1.0f + 0.12f * unit(rng) : -1.0f - unit(rng);
+      std::shuffle(row, row + width, rng);
+      row[width - 1] = 1.0f + 0.12f * unit(rng);  // whole row: a bin key in the last vector (slot 8 of thread 255)
+      p.lengths[r] = width - (r - 3);  // the last vector whole, one short, two short
+    }
+  }
+  LaunchOverride dense(kDenseRows);
+  const I got = DeviceTopk(p).run();
+  const std::string why = explain(p, got, ref::topk_index_order(p));
+  CHECK_MESSAGE(why.empty(), why);
+  CHECK(DeviceTopk(p).run() == got);
+  check_bf16(rounded_to_bf16(p));
+}
+
 TEST_CASE("topk gpu bf16: the pair sweep falls back when its sample misleads it or a warp's list overflows") {
   NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
