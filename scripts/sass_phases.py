@@ -2,7 +2,7 @@
 """Splits a speculative_sweep top-k kernel's SASS into the phases of its row and lists its loops.
 
     SASS_LINEINFO=1 JOBS=1 scripts/compare_sass.sh record DIR speculative
-    scripts/sass_phases.py DIR topk.plain.bf16.t512.speculative_sweep [--counts NCU_SOURCE.csv]
+    scripts/sass_phases.py DIR topk.plain.bf16.t512.speculative_sweep [--counts NCU_SOURCE.csv [--stalls]]
 
 Each instruction's phase is that of the kernel-body line it was inlined into (the outermost line of
 nvdisasm's inline chain), cut at the markers below; out-of-line blocks keep the phase of the code
@@ -10,7 +10,8 @@ that calls them. Printed: static instructions a phase, and every loop (a backwar
 body's size, key opcodes and phase. --counts: a CSV of per-instruction figures, e.g.
 `ncu --import R.ncu-rep --page source --print-source sass --csv`, with an address column
 (offsets, or absolute addresses from the kernel's first instruction); every numeric column is
-summed by phase.
+summed by phase. --stalls: only the executed instructions, and the stall samples (ncu's stall_*
+columns) of each phase in groups, as a share of the phase's samples.
 """
 import collections
 import csv
@@ -64,6 +65,7 @@ def main():
         sys.exit(__doc__)
     d, key = sys.argv[1], sys.argv[2]
     counts = sys.argv[sys.argv.index("--counts") + 1] if "--counts" in sys.argv else None
+    stalls = "--stalls" in sys.argv
     src = open(f"{d}/{key}.cu").read().split("\n")
     kernel = next(i for i, l in enumerate(src, 1) if "__global__" in l and "nsajit_topk" in l)
     starts = []
@@ -127,9 +129,26 @@ def main():
                     pass
         for col, by in sums.items():
             total = sum(by.values())
-            if total:
+            if total and (not stalls or col == "Instructions Executed"):
                 print(f"{col}: " + ", ".join(f"{n} {by[n]:.0f} ({100 * by[n] / total:.1f} %)"
                                                for n in order + ["unmapped"] if by[n]))
+        if stalls:  # ncu's stall_* columns (all samples), grouped, as % of each phase's samples
+            groups = [("long_sb", ["long_sb"]), ("short_sb+mio", ["short_sb", "mio"]), ("barrier", ["barrier"]),
+                      ("wait", ["wait"]), ("issue", ["selected", "not_selected", "dispatch", "math"]),
+                      ("branch", ["branch_resolving"])]
+            cols = {c[len("stall_"):]: by for c, by in sums.items()
+                    if c.startswith("stall_") and "Not Issued" not in c}
+            samples = collections.Counter()
+            for by in cols.values():
+                samples.update(by)
+            total = sum(samples.values())
+            print(f"{'phase':16} {'samples %':>9}  " + " ".join(f"{g:>12}" for g, _ in groups) + "  (issue: "
+                  "selected + not_selected + dispatch + math_pipe_throttle)")
+            for n in order + ["unmapped"]:
+                if samples[n]:
+                    print(f"{n:16} {100 * samples[n] / total:9.1f}  " +
+                          " ".join(f"{100 * sum(cols.get(c, {}).get(n, 0) for c in cs) / samples[n]:12.1f}"
+                                   for _, cs in groups))
 
 
 if __name__ == "__main__":
