@@ -324,7 +324,8 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     int at = 0;
     if (lane == 31 && inclusive != 0) at = atomicAdd(&sh.cand_local, inclusive);
     at = __shfl_sync(NSAJIT_TOPK_FULL, at, 31) + inclusive - c;
-    // Each hit's key read back from the thread's own exchange stores (no barrier needed).
+    // Each hit's key read back from the thread's own exchange stores (no barrier needed). In bounds: the
+    // hits are the x.count keys of T's bin, listed only when x.count <= kShortList.
     const uint32_t* const words = reinterpret_cast<const uint32_t*>(topk_dynamic);
     auto copy = [&](uint32_t bits, int i0) {
       while (bits != 0u) {

@@ -1474,8 +1474,8 @@ TEST_CASE("topk gpu: keys in registers (dense rows): the bin's listing in every 
       for (int i = 0; i < width; ++i)
         row[i] = i < 1900 ? 2.0f + unit(rng) : i < 1900 + bin ? 1.0f + 0.12f * unit(rng) : -1.0f - unit(rng);
       std::shuffle(row, row + width, rng);
-      row[width - 1] = 1.0f + 0.12f * unit(rng);  // whole row: a bin key in the last vector (slot 8 of thread 255)
       p.lengths[r] = width - (r - 3);  // the last vector whole, one short, two short
+      row[p.lengths[r] - 1] = 1.0f + 0.12f * unit(rng);  // a bin key in the row's last (partial) vector, slot 8
     }
   }
   LaunchOverride dense(kDenseRows);
@@ -1483,6 +1483,34 @@ TEST_CASE("topk gpu: keys in registers (dense rows): the bin's listing in every 
   const std::string why = explain(p, got, ref::topk_index_order(p));
   CHECK_MESSAGE(why.empty(), why);
   CHECK(DeviceTopk(p).run() == got);
+  check_bf16(rounded_to_bf16(p));
+}
+
+// bf16 dense rows at dv 6 (a swizzled exchange), the threshold's bin ranked (256 keys), refined over
+// the short list (257, 512) or over the runs (513): the listing's copy-back at every pair phase (an
+// odd stride: rows start at every 2-byte offset of a 16-byte unit), with a bin key at position 0
+// (the wrapped slot when the row starts in the second half of a unit).
+TEST_CASE("topk gpu bf16: dense rows, threshold bins of 256..513 keys in a swizzled exchange, a bin key at position 0") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  const int width = 6001, topk = 2048;
+  const int bin[4] = {256, 257, 512, 513};
+  auto p = make_problem(8, width, topk, [] { return 0.0f; });
+  for (int r = 0; r < p.rows; ++r) {
+    float* row = p.scores.data() + std::ptrdiff_t(r) * width;
+    for (int i = 0; i < width; ++i) {
+      const int b = i - 1900;  // index inside the bin
+      row[i] = i < 1900           ? 2.0f + unit(rng)
+               : b < 140          ? 1.07f + 0.05f * unit(rng)
+               : b < 160          ? 1.0625f
+               : b < bin[r % 4]   ? 1.0f + 0.06f * unit(rng)
+                                  : -1.0f - unit(rng);
+    }
+    std::shuffle(row, row + width, rng);
+    const int in_bin = int(std::find_if(row, row + width, [](float x) { return x >= 1.0f && x < 1.125f; }) - row);
+    std::swap(row[0], row[in_bin]);
+  }
+  LaunchOverride dense(kDenseRows);
   check_bf16(rounded_to_bf16(p));
 }
 
