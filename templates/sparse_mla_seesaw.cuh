@@ -344,8 +344,8 @@ NSAJIT_DEVICE void math_warpgroup(const SparseMlaDecodeParams& p, uint32_t s_bas
       fence_proxy_async();
       bar_sync(BAR_P1_READY, 256);
       pv_other_ss();
-      // V1_L and the P1 buffer free. (Waiting for this only after issuing the next pair's L0 steps
-      // makes ptxas serialise every wgmma, C7514: o would be in flight across the loop's back edge.)
+      // V1_L and the P1 buffer free. (The next pair's QK issued before this wait, FlashMLA's order,
+      // was no faster and slower with L2 misses: docs/notes/sparse_mla.md, seesaw v3.)
       wgmma_wait<0>();
       fence_regs(o);
       mbar_arrive(bar_empty(s_base, 1, HALF_L));
