@@ -1096,9 +1096,27 @@ TEST_CASE("topk gpu: keys in registers (dense rows): copies of the threshold in 
   CHECK_MESSAGE(why.empty(), why);
 }
 
+namespace {
+
+// A dense row around one first-digit bin: 1900 scores above 2, `bin` scores in [1, 1.125) (140 in
+// [1.07, 1.12), 20 copies of 1.0625, the rest in [1, 1.06)), the others below -1; shuffled.
+void fill_threshold_bin_row(float* row, int width, int bin, std::mt19937& rng) {
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (int i = 0; i < width; ++i) {
+    const int b = i - 1900;  // index inside the bin
+    row[i] = i < 1900        ? 2.0f + unit(rng)
+             : b < 140       ? 1.07f + 0.05f * unit(rng)
+             : b < 160       ? 1.0625f
+             : b < bin       ? 1.0f + 0.06f * unit(rng)
+                             : -1.0f - unit(rng);
+  }
+  std::shuffle(row, row + width, rng);
+}
+
+}  // namespace
+
 TEST_CASE("topk gpu: keys in registers (dense rows): threshold bins of 256, 257, 512, 513 and 2000 keys") {
   NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
-  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   // Row r: 1900 scores above 2, bin[r] scores in [1, 1.125) (one first-digit bin), the rest below
   // -1. topk 2048 takes 148 from the bin: its 140 scores in [1.07, 1.12) and 8 of its 20 copies of
   // 1.0625 (the threshold), the bin ranked one a thread (256), refined over the short list (257,
@@ -1106,18 +1124,7 @@ TEST_CASE("topk gpu: keys in registers (dense rows): threshold bins of 256, 257,
   const int width = 6001, topk = 2048;
   const int bin[5] = {256, 257, 512, 513, 2000};
   auto p = make_problem(5, width, topk, [] { return 0.0f; });
-  for (int r = 0; r < p.rows; ++r) {
-    float* row = p.scores.data() + std::ptrdiff_t(r) * width;
-    for (int i = 0; i < width; ++i) {
-      const int b = i - 1900;  // index inside the bin
-      row[i] = i < 1900        ? 2.0f + unit(rng)
-               : b < 140       ? 1.07f + 0.05f * unit(rng)
-               : b < 160       ? 1.0625f
-               : b < bin[r]    ? 1.0f + 0.06f * unit(rng)
-                               : -1.0f - unit(rng);
-    }
-    std::shuffle(row, row + width, rng);
-  }
+  for (int r = 0; r < p.rows; ++r) fill_threshold_bin_row(p.scores.data() + std::ptrdiff_t(r) * width, width, bin[r], rng);
   const I expected = ref::topk_index_order(p);
   {
     LaunchOverride dense(kDenseRows);
@@ -1492,21 +1499,12 @@ TEST_CASE("topk gpu: keys in registers (dense rows): the bin's listing in every 
 // (the wrapped slot when the row starts in the second half of a unit).
 TEST_CASE("topk gpu bf16: dense rows, threshold bins of 256..513 keys in a swizzled exchange, a bin key at position 0") {
   NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
-  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   const int width = 6001, topk = 2048;
   const int bin[4] = {256, 257, 512, 513};
   auto p = make_problem(8, width, topk, [] { return 0.0f; });
   for (int r = 0; r < p.rows; ++r) {
     float* row = p.scores.data() + std::ptrdiff_t(r) * width;
-    for (int i = 0; i < width; ++i) {
-      const int b = i - 1900;  // index inside the bin
-      row[i] = i < 1900           ? 2.0f + unit(rng)
-               : b < 140          ? 1.07f + 0.05f * unit(rng)
-               : b < 160          ? 1.0625f
-               : b < bin[r % 4]   ? 1.0f + 0.06f * unit(rng)
-                                  : -1.0f - unit(rng);
-    }
-    std::shuffle(row, row + width, rng);
+    fill_threshold_bin_row(row, width, bin[r % 4], rng);
     const int in_bin = int(std::find_if(row, row + width, [](float x) { return x >= 1.0f && x < 1.125f; }) - row);
     std::swap(row[0], row[in_bin]);
   }
