@@ -9,6 +9,10 @@ namespace nsajit::sparse_mla {
 
 inline constexpr int kMaxSplits = 64;
 inline constexpr int kBlockTokens = 64;  // KV tokens per tile (the kernels' schedules assume it)
+// The seesaw schedule's per-call limits (validation in traits.cpp, the tuning lookup's
+// choice_serves): its KV tiles go in pairs, and its P is one bf16 rounding (never precise).
+inline constexpr int kSeesawTopkMultiple = 2 * kBlockTokens;
+inline bool seesaw_takes(int topk, bool precise) { return topk % kSeesawTopkMultiple == 0 && !precise; }
 
 // Query heads one CTA handles: all of h_q up to 64.
 inline int default_heads_per_cta(int h_q) { return h_q < 64 ? (h_q > 0 ? h_q : 64) : 64; }

@@ -70,8 +70,9 @@ void validate_spec(const KernelSpec& spec) {
     if (fp8(spec)) throw_bad_field(spec, "kv_dtype", int(spec.kv_dtype), "bf16 for schedule seesaw");
     if (spec.precise) throw_bad_field(spec, "precise", 1, "0 for schedule seesaw (P is one bf16 rounding)");
     if (hpc != 64) throw_bad_field(spec, "heads_per_cta", hpc, "64 for schedule seesaw");
-    if (spec.topk % 128 != 0)
-      throw_bad_field(spec, "topk", spec.topk, "a multiple of 128 for schedule seesaw (KV tiles go in pairs)");
+    if (spec.topk % sparse_mla::kSeesawTopkMultiple != 0)
+      throw_bad_field(spec, "topk", spec.topk,
+                      "a multiple of " + std::to_string(sparse_mla::kSeesawTopkMultiple) + " for schedule seesaw (KV tiles go in pairs)");
   }
   if (t.threads != sparse_mla::threads_of(pw))
     throw_bad_field(spec, "threads", t.threads,

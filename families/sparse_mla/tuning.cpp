@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "families/sparse_mla/heuristics.hpp"
 #include "nsajit/errors.hpp"
 #include "runtime/tuning_db.hpp"
 
@@ -131,7 +132,7 @@ SparseMlaTuningEntry parse_sparse_mla_entry(const nlohmann::json& j, const std::
 }
 
 bool choice_serves(const SparseMlaChoice& c, int topk, bool precise) {
-  return c.tile.schedule != MlaSchedule::seesaw || (topk % 128 == 0 && !precise);
+  return c.tile.schedule != MlaSchedule::seesaw || sparse_mla::seesaw_takes(topk, precise);
 }
 
 const SparseMlaTuningEntry* find_sparse_mla_entry(std::span<const SparseMlaTuningEntry> entries, int rows, int h_q,
