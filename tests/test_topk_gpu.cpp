@@ -184,10 +184,17 @@ const nsajit::LoadedKernel& load_cluster_fallback_probe(const nsajit::KernelSpec
   return probe_kernel("topk_cluster_fallback_probe", spec, [&] { return cluster_fallback_probe_source(spec); });
 }
 
+// While alive, DeviceTopk loads its kernels through `loader` (a probe build, probe_kernel).
+struct ProbeLoader {
+  explicit ProbeLoader(nsajit::detail::TopkKernelLoader loader) { DeviceTopk::kernel_loader = loader; }
+  ~ProbeLoader() { DeviceTopk::kernel_loader = nullptr; }
+  ProbeLoader(const ProbeLoader&) = delete;
+  ProbeLoader& operator=(const ProbeLoader&) = delete;
+};
+
 // While alive, DeviceTopk runs the probe build (above).
-struct ClusterFallbackProbe {
-  ClusterFallbackProbe() { DeviceTopk::kernel_loader = &load_cluster_fallback_probe; }
-  ~ClusterFallbackProbe() { DeviceTopk::kernel_loader = nullptr; }
+struct ClusterFallbackProbe : ProbeLoader {
+  ClusterFallbackProbe() : ProbeLoader(&load_cluster_fallback_probe) {}
 };
 
 // The dense rows' path forced as production lays it out: nothing kept in shared memory, so the
@@ -1632,12 +1639,8 @@ const nsajit::LoadedKernel& load_zero_path_probe(const nsajit::KernelSpec& spec)
 
 // While alive, DeviceTopk runs the zero-path probe; take() returns the rows' marks since the last
 // take() (or the start) and clears them.
-struct ZeroPathProbe {
-  ZeroPathProbe() {
-    DeviceTopk::kernel_loader = &load_zero_path_probe;
-    take();
-  }
-  ~ZeroPathProbe() { DeviceTopk::kernel_loader = nullptr; }
+struct ZeroPathProbe : ProbeLoader {
+  ZeroPathProbe() : ProbeLoader(&load_zero_path_probe) { take(); }
   std::vector<std::uint32_t> take(int rows = kZeroPathRows) {
     std::vector<std::uint32_t> m = zero_path_marks().download();
     zero_path_marks().upload(std::vector<std::uint32_t>(kZeroPathRows, 0u));
@@ -2008,12 +2011,8 @@ const nsajit::LoadedKernel& load_list_probe(const nsajit::KernelSpec& spec) {
 
 // While alive, DeviceTopk runs the list probe; take() returns the records since the last take()
 // (or the start) and clears them.
-struct ListProbe {
-  ListProbe() {
-    DeviceTopk::kernel_loader = &load_list_probe;
-    take();
-  }
-  ~ListProbe() { DeviceTopk::kernel_loader = nullptr; }
+struct ListProbe : ProbeLoader {
+  ListProbe() : ProbeLoader(&load_list_probe) { take(); }
   std::vector<std::uint32_t> take() {
     std::vector<std::uint32_t> m = list_probe_marks().download();
     list_probe_marks().upload(std::vector<std::uint32_t>(m.size(), 0u));
