@@ -50,7 +50,10 @@
 //   MAX1     named 256: WG1 arrives after storing max[1]; WG0 syncs, then reads max[1].
 //   P0_READY named 256: WG0 arrives after P0's stmatrix + proxy fence; WG1 syncs before its SS PV.
 //   P1_READY named 256: WG1 arrives after P1's stmatrix + proxy fence; WG0 syncs before its SS PV.
-//   EPILOGUE named 256: both store their row sums to sum[W], sync, then read both.
+//   SUM0     named 256: WG0 arrives after storing its row sums to sum[0]; WG1 syncs, then reads them.
+//   SUM1     named 256: WG1 arrives after storing sum[1]; WG0 syncs, then reads them. (One barrier
+//            synced by both would be reached at two instructions once ptxas duplicates the
+//            epilogue per role: undefined for bar.sync, and synccheck reports it.)
 // Reuse of the named barriers and of max[]: WG0 arrives on MAX0 / P0_READY of pair i + 1 only past
 // its MAX1 sync of pair i + 1 or i, which needs WG1's MAX1 arrival, made after WG1's MAX0 sync and
 // its P0_READY sync of the pair before; WG1 arrives on MAX1 / P1_READY of pair i + 1 only past its
@@ -87,7 +90,7 @@ constexpr int REG_MATH = 216;
 static_assert(REG_PRODUCER + 2 * REG_MATH == 3 * REG_LAUNCH, "setmaxnreg budgets must balance");
 
 enum : int { HALF_L = 0, HALF_H = 1 };
-enum : int { BAR_MAX0 = 1, BAR_MAX1 = 2, BAR_P0_READY = 3, BAR_P1_READY = 4, BAR_EPILOGUE = 5 };
+enum : int { BAR_MAX0 = 1, BAR_MAX1 = 2, BAR_P0_READY = 3, BAR_P1_READY = 4, BAR_SUM0 = 5, BAR_SUM1 = 6 };
 
 // mbarrier addresses: full[b][h] at OFF_BAR + 16 b + 8 h, empty[b][h] 32 bytes on.
 NSAJIT_DEVICE uint32_t bar_full(uint32_t s_base, int b, int h) { return s_base + OFF_BAR + 16u * b + 8u * h; }
@@ -396,7 +399,8 @@ NSAJIT_DEVICE void math_warpgroup(const SparseMlaDecodeParams& p, uint32_t s_bas
     sum_s[W * TILE_TOKENS + r0] = l0;
     sum_s[W * TILE_TOKENS + r1] = l1;
   }
-  bar_sync(BAR_EPILOGUE, 256);
+  bar_arrive(W == 0 ? BAR_SUM0 : BAR_SUM1, 256);
+  bar_sync(W == 0 ? BAR_SUM1 : BAR_SUM0, 256);
   // the same sum in both warpgroups (one order), so both halves of a row get the same 1 / l
   const float lt0 = sum_s[r0] + sum_s[TILE_TOKENS + r0], lt1 = sum_s[r1] + sum_s[TILE_TOKENS + r1];
   const float inv0 = mla_output_scale(lt0, m0, p.attn_sink != nullptr ? p.attn_sink + (head0 + r0) : nullptr);
