@@ -102,6 +102,35 @@ NSAJIT_DEVICE uint32_t topk_dense_find_bin0(const uint32_t* h, int k, TopkShared
 }
 
 #if NSAJIT_SCORE_BF16
+constexpr uint32_t kTopkDenseZeroKey = kTopkZeroKey;  // bf16 rows: topk_key's keys (topk_pair_keys)
+#else
+// fp32 rows' key: topk_key's order with 0.0 at 0x7fffffff (not 0x80000000, which no score keys
+// now), in 4 instructions instead of 5: g = 0 - f is -f with both zeros at +0.0 and every NaN at
+// 0x7fffffff (an fp32 operation on NaN returns that canonical NaN: CUDA programming guide,
+// floating-point standard), so negatives (g > 0) key g ^ 0x7fffffff, positives g, NaN 0 -> 1.
+constexpr uint32_t kTopkDenseZeroKey = 0x7fffffffu;
+NSAJIT_DEVICE uint32_t topk_dense_key(float f) {
+  const uint32_t g = __float_as_uint(0.0f - f);
+  const uint32_t key = g ^ (~uint32_t(int(g) >> 31) & 0x7fffffffu);
+  uint32_t r;
+  asm("max.u32 %0, %1, 1;" : "=r"(r) : "r"(key));  // one VIMNMX: max() came out as a compare and a select
+  return r;
+}
+
+// Keys of an edge vector v (never whole: element loads), 0 outside the slice.
+NSAJIT_DEVICE u32x4 topk_dense_edge_keys(const TopkSlice& s, int v) {
+  const int first = 4 * v - s.head;
+  auto key = [&](int i) { return i >= 0 && i < s.n ? topk_dense_key(s.sp[i]) : 0u; };
+  u32x4 k;
+  k.x = key(first);
+  k.y = key(first + 1);
+  k.z = key(first + 2);
+  k.w = key(first + 3);
+  return k;
+}
+#endif
+
+#if NSAJIT_SCORE_BF16
 // bf16 rows load 16 bytes (8 scores, a pair of vectors: topk_load_pair) a lane, as pass 0 and the
 // sweep do (topk_bf16.cuh): slots 2 i and 2 i + 1 of thread t hold the pair of vectors
 // p0 + 2 (t + 256 i) + {0, 1} (p0 = topk_pair_phase: a pair starts at a 16-byte unit; in the
@@ -248,16 +277,16 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   for (int j = 0; j < DV; ++j) {
     const int v = tid + j * NSAJIT_THREADS;
     if (v >= vw0 && v < vw1) {  // keys of real scores are never 0
-      k[j].x = topk_key(__uint_as_float(k[j].x));
-      k[j].y = topk_key(__uint_as_float(k[j].y));
-      k[j].z = topk_key(__uint_as_float(k[j].z));
-      k[j].w = topk_key(__uint_as_float(k[j].w));
+      k[j].x = topk_dense_key(__uint_as_float(k[j].x));
+      k[j].y = topk_dense_key(__uint_as_float(k[j].y));
+      k[j].z = topk_dense_key(__uint_as_float(k[j].z));
+      k[j].w = topk_dense_key(__uint_as_float(k[j].w));
       atomicAdd(&hist0[k[j].x >> NSAJIT_TOPK_SHIFT0], 1u);
       atomicAdd(&hist0[k[j].y >> NSAJIT_TOPK_SHIFT0], 1u);
       atomicAdd(&hist0[k[j].z >> NSAJIT_TOPK_SHIFT0], 1u);
       atomicAdd(&hist0[k[j].w >> NSAJIT_TOPK_SHIFT0], 1u);
     } else if (v < s.nvec) {  // an edge vector: element loads, key 0 outside the slice
-      k[j] = topk_global_keys(s, v);
+      k[j] = topk_dense_edge_keys(s, v);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const uint32_t key = topk_lane(k[j], e);
@@ -273,15 +302,19 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     const uint32_t d = topk_dense_find_bin0(hist0, x.k, sh, greater, count);
     topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
   }
-  if (x.prefix == (kTopkZeroKey & x.mask)) {  // uniform: the threshold in 0.0's bin (a ReLU row's plateau)
+  if (x.prefix == (kTopkDenseZeroKey & x.mask)) {  // uniform: the threshold in 0.0's bin (a ReLU row's plateau)
     uint32_t zeros = 0u;
 #pragma unroll
     for (int j = 0; j < DV; ++j)
-      zeros += uint32_t(k[j].x == kTopkZeroKey) + uint32_t(k[j].y == kTopkZeroKey) + uint32_t(k[j].z == kTopkZeroKey) +
-               uint32_t(k[j].w == kTopkZeroKey);
+      zeros += uint32_t(k[j].x == kTopkDenseZeroKey) + uint32_t(k[j].y == kTopkDenseZeroKey) +
+               uint32_t(k[j].z == kTopkDenseZeroKey) + uint32_t(k[j].w == kTopkDenseZeroKey);
     topk_flush_zeros(zeros, sh);
     __syncthreads();
-    topk_resolve_zero_plateau(x, sh.zero_keys);
+    if (uint32_t(x.count) == sh.zero_keys) {  // the bin holds only 0.0: T = 0.0 (topk_resolve_zero_plateau)
+      x.prefix = kTopkDenseZeroKey;
+      x.mask = 0xffffffffu;
+      x.bits = 32;
+    }
   }
 
   // The keys of the threshold's bin (about 70 of 6K normal scores), listed after the exchange's
