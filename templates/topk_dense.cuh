@@ -235,8 +235,10 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   }
 #endif
   // While the loads are in flight: hist0 (16-byte stores; the plan aligns it) and the list's fill.
-  for (int i = tid; i < NSAJIT_TOPK_BINS0 / 4; i += NSAJIT_THREADS)
-    reinterpret_cast<u32x4*>(hist0)[i] = u32x4{0u, 0u, 0u, 0u};
+  static_assert(NSAJIT_TOPK_BINS0 % (4 * NSAJIT_THREADS) == 0, "hist0: whole 16-byte words a thread");
+#pragma unroll 1  // a counted loop (ptxas made the strided one a generic remainder loop); unrolled, prefill spilled
+  for (int i = 0; i < NSAJIT_TOPK_BINS0 / (4 * NSAJIT_THREADS); ++i)
+    reinterpret_cast<u32x4*>(hist0)[tid + i * NSAJIT_THREADS] = u32x4{0u, 0u, 0u, 0u};
   if (tid == 0) {
     sh.cand_local = 0;
     sh.zero_keys = 0u;
