@@ -71,7 +71,7 @@ NSAJIT_DEVICE uint32_t topk_dense_find_bin0(const uint32_t* h, int k, TopkShared
   const u32x4* const chunk = reinterpret_cast<const u32x4*>(h + top - (per - 1));
   const int rotate = (lane >> 1) & 3;
   int local = 0;
-#pragma unroll 1  // one word in flight: the row's 36 keys are still held in registers here
+#pragma unroll 2  // two words in flight (four, with the row's 36 keys held here, spilled)
   for (int i = 0; i < 4; ++i) {
     const u32x4 q = chunk[(i + rotate) & 3];
     local += int(q.x + q.y + q.z + q.w);
