@@ -104,10 +104,9 @@ NSAJIT_DEVICE uint32_t topk_dense_find_bin0(const uint32_t* h, int k, TopkShared
 #if NSAJIT_SCORE_BF16
 constexpr uint32_t kTopkDenseZeroKey = kTopkZeroKey;  // bf16 rows: topk_key's keys (topk_pair_keys)
 #else
-// fp32 rows' key: topk_key's order with 0.0 at 0x7fffffff (not 0x80000000, which no score keys
-// now), in 4 instructions instead of 5: g = 0 - f is -f with both zeros at +0.0 and every NaN at
-// 0x7fffffff (an fp32 operation on NaN returns that canonical NaN: CUDA programming guide,
-// floating-point standard), so negatives (g > 0) key g ^ 0x7fffffff, positives g, NaN 0 -> 1.
+// fp32 rows' key in 4 instructions (topk_key: 5): topk_key's, but 0.0 keys 0x7fffffff. 0 - f is -f with
+// both zeros +0.0 and every NaN 0x7fffffff (the canonical NaN of an fp32 operation: CUDA programming
+// guide, floating-point standard): f < 0 keys g ^ 0x7fffffff, f > 0 keys g, NaN 0 -> 1.
 constexpr uint32_t kTopkDenseZeroKey = 0x7fffffffu;
 NSAJIT_DEVICE uint32_t topk_dense_key(float f) {
   const uint32_t g = __float_as_uint(0.0f - f);
@@ -226,12 +225,16 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     if (v >= vw0 && v < vw1) k[DV - 1] = topk_dense_load_single(s.abase + 4 * v);
   }
 #else
+  // v in [vw0, vw1) as one compare a slot (two, kept as bits of a register, cost ~40 a thread); vw0 <= 1.
+  auto whole = [&](int j) {
+    return j == 0 ? uint32_t(tid - vw0) < uint32_t(vw1 - vw0) : tid < vw1 - j * NSAJIT_THREADS;
+  };
   // Whole vectors: all loads in flight before the first key.
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
     const int v = tid + j * NSAJIT_THREADS;
     k[j].x = k[j].y = k[j].z = k[j].w = 0u;
-    if (v >= vw0 && v < vw1) k[j] = topk_load_vec(s.abase + 4 * v);
+    if (whole(j)) k[j] = topk_load_vec(s.abase + 4 * v);
   }
 #endif
   // While the loads are in flight: hist0 (16-byte stores; the plan aligns it) and the list's fill.
@@ -278,7 +281,7 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
     const int v = tid + j * NSAJIT_THREADS;
-    if (v >= vw0 && v < vw1) {  // keys of real scores are never 0
+    if (whole(j)) {  // keys of real scores are never 0
       k[j].x = topk_dense_key(__uint_as_float(k[j].x));
       k[j].y = topk_dense_key(__uint_as_float(k[j].y));
       k[j].z = topk_dense_key(__uint_as_float(k[j].z));
