@@ -71,7 +71,7 @@ NSAJIT_DEVICE uint32_t topk_dense_find_bin0(const uint32_t* h, int k, TopkShared
   const u32x4* const chunk = reinterpret_cast<const u32x4*>(h + top - (per - 1));
   const int rotate = (lane >> 1) & 3;
   int local = 0;
-#pragma unroll 1  // one word in flight: the row's 36 keys are still held in registers here
+#pragma unroll 2  // two words in flight (four, with the row's 36 keys held here, spilled)
   for (int i = 0; i < 4; ++i) {
     const u32x4 q = chunk[(i + rotate) & 3];
     local += int(q.x + q.y + q.z + q.w);
@@ -100,6 +100,34 @@ NSAJIT_DEVICE uint32_t topk_dense_find_bin0(const uint32_t* h, int k, TopkShared
   count = sh.count;
   return sh.digit;
 }
+
+#if NSAJIT_SCORE_BF16
+constexpr uint32_t kTopkDenseZeroKey = kTopkZeroKey;  // bf16 rows: topk_key's keys (topk_pair_keys)
+#else
+// fp32 rows' key in 4 instructions (topk_key: 5): topk_key's, but 0.0 keys 0x7fffffff. 0 - f is -f with
+// both zeros +0.0 and every NaN 0x7fffffff (the canonical NaN of an fp32 operation: CUDA programming
+// guide, floating-point standard): f < 0 keys g ^ 0x7fffffff, f > 0 keys g, NaN 0 -> 1.
+constexpr uint32_t kTopkDenseZeroKey = 0x7fffffffu;
+NSAJIT_DEVICE uint32_t topk_dense_key(float f) {
+  const uint32_t g = __float_as_uint(0.0f - f);
+  const uint32_t key = g ^ (~uint32_t(int(g) >> 31) & 0x7fffffffu);
+  uint32_t r;
+  asm("max.u32 %0, %1, 1;" : "=r"(r) : "r"(key));  // one VIMNMX: max() came out as a compare and a select
+  return r;
+}
+
+// Keys of an edge vector v (never whole: element loads), 0 outside the slice.
+NSAJIT_DEVICE u32x4 topk_dense_edge_keys(const TopkSlice& s, int v) {
+  const int first = 4 * v - s.head;
+  auto key = [&](int i) { return i >= 0 && i < s.n ? topk_dense_key(s.sp[i]) : 0u; };
+  u32x4 k;
+  k.x = key(first);
+  k.y = key(first + 1);
+  k.z = key(first + 2);
+  k.w = key(first + 3);
+  return k;
+}
+#endif
 
 #if NSAJIT_SCORE_BF16
 // bf16 rows load 16 bytes (8 scores, a pair of vectors: topk_load_pair) a lane, as pass 0 and the
@@ -197,17 +225,23 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     if (v >= vw0 && v < vw1) k[DV - 1] = topk_dense_load_single(s.abase + 4 * v);
   }
 #else
+  // v in [vw0, vw1) as one compare a slot (two, kept as bits of a register, cost ~40 a thread); vw0 <= 1.
+  auto whole = [&](int j) {
+    return j == 0 ? uint32_t(tid - vw0) < uint32_t(vw1 - vw0) : tid < vw1 - j * NSAJIT_THREADS;
+  };
   // Whole vectors: all loads in flight before the first key.
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
     const int v = tid + j * NSAJIT_THREADS;
     k[j].x = k[j].y = k[j].z = k[j].w = 0u;
-    if (v >= vw0 && v < vw1) k[j] = topk_load_vec(s.abase + 4 * v);
+    if (whole(j)) k[j] = topk_load_vec(s.abase + 4 * v);
   }
 #endif
   // While the loads are in flight: hist0 (16-byte stores; the plan aligns it) and the list's fill.
-  for (int i = tid; i < NSAJIT_TOPK_BINS0 / 4; i += NSAJIT_THREADS)
-    reinterpret_cast<u32x4*>(hist0)[i] = u32x4{0u, 0u, 0u, 0u};
+  static_assert(NSAJIT_TOPK_BINS0 % (4 * NSAJIT_THREADS) == 0, "hist0: whole 16-byte words a thread");
+#pragma unroll 1  // a counted loop (ptxas made the strided one a generic remainder loop); unrolled, prefill spilled
+  for (int i = 0; i < NSAJIT_TOPK_BINS0 / (4 * NSAJIT_THREADS); ++i)
+    reinterpret_cast<u32x4*>(hist0)[tid + i * NSAJIT_THREADS] = u32x4{0u, 0u, 0u, 0u};
   if (tid == 0) {
     sh.cand_local = 0;
     sh.zero_keys = 0u;
@@ -247,17 +281,17 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
     const int v = tid + j * NSAJIT_THREADS;
-    if (v >= vw0 && v < vw1) {  // keys of real scores are never 0
-      k[j].x = topk_key(__uint_as_float(k[j].x));
-      k[j].y = topk_key(__uint_as_float(k[j].y));
-      k[j].z = topk_key(__uint_as_float(k[j].z));
-      k[j].w = topk_key(__uint_as_float(k[j].w));
+    if (whole(j)) {  // keys of real scores are never 0
+      k[j].x = topk_dense_key(__uint_as_float(k[j].x));
+      k[j].y = topk_dense_key(__uint_as_float(k[j].y));
+      k[j].z = topk_dense_key(__uint_as_float(k[j].z));
+      k[j].w = topk_dense_key(__uint_as_float(k[j].w));
       atomicAdd(&hist0[k[j].x >> NSAJIT_TOPK_SHIFT0], 1u);
       atomicAdd(&hist0[k[j].y >> NSAJIT_TOPK_SHIFT0], 1u);
       atomicAdd(&hist0[k[j].z >> NSAJIT_TOPK_SHIFT0], 1u);
       atomicAdd(&hist0[k[j].w >> NSAJIT_TOPK_SHIFT0], 1u);
     } else if (v < s.nvec) {  // an edge vector: element loads, key 0 outside the slice
-      k[j] = topk_global_keys(s, v);
+      k[j] = topk_dense_edge_keys(s, v);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const uint32_t key = topk_lane(k[j], e);
@@ -273,15 +307,19 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     const uint32_t d = topk_dense_find_bin0(hist0, x.k, sh, greater, count);
     topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
   }
-  if (x.prefix == (kTopkZeroKey & x.mask)) {  // uniform: the threshold in 0.0's bin (a ReLU row's plateau)
+  if (x.prefix == (kTopkDenseZeroKey & x.mask)) {  // uniform: the threshold in 0.0's bin (a ReLU row's plateau)
     uint32_t zeros = 0u;
 #pragma unroll
     for (int j = 0; j < DV; ++j)
-      zeros += uint32_t(k[j].x == kTopkZeroKey) + uint32_t(k[j].y == kTopkZeroKey) + uint32_t(k[j].z == kTopkZeroKey) +
-               uint32_t(k[j].w == kTopkZeroKey);
+      zeros += uint32_t(k[j].x == kTopkDenseZeroKey) + uint32_t(k[j].y == kTopkDenseZeroKey) +
+               uint32_t(k[j].z == kTopkDenseZeroKey) + uint32_t(k[j].w == kTopkDenseZeroKey);
     topk_flush_zeros(zeros, sh);
     __syncthreads();
-    topk_resolve_zero_plateau(x, sh.zero_keys);
+    if (uint32_t(x.count) == sh.zero_keys) {  // the bin holds only 0.0: T = 0.0 (topk_resolve_zero_plateau)
+      x.prefix = kTopkDenseZeroKey;
+      x.mask = 0xffffffffu;
+      x.bits = 32;
+    }
   }
 
   // The keys of the threshold's bin (about 70 of 6K normal scores), listed after the exchange's

@@ -1500,6 +1500,137 @@ TEST_CASE("topk gpu: keys in registers (dense rows): the bin's listing in every 
   check_bf16(rounded_to_bf16(p));
 }
 
+namespace {
+
+// Rows for the dense fp32 key (templates/topk_dense.cuh, topk_dense_key: 0 - x, every NaN keyed 1
+// through the canonical NaN, 0.0 keyed 0x7fffffff, in one first-digit bin with the negative
+// subnormals of magnitude bits < 2^20; the positive ones lie in the bin above). Scores past a
+// row's length are 5.0 (never selected). Row 0: a plateau of +0.0 / -0.0, T = 0.0, the bin all
+// zeros (resolved at once); row 1: the same with 30 negative subnormals in the bin (refined over
+// the runs); row 2: T = 0.0 in a bin of 180 keys (ranked); row 3: T = a negative subnormal, 8 of
+// its 20 copies (ranked); row 4: T = NaN in bin 0, 88 of 300; row 5: T = -inf, 148 of 200, over
+// NaNs. NaN payloads of both signs below T in every row; each row's first score is a NaN with its
+// sign bit set and the last of rows 0-3 a zero or subnormal (edge vectors: width 6001 starts row r
+// r % 4 elements into a vector).
+constexpr int kDenseZeroLengths[6] = {6001, 6000, 6001, 5999, 2260, 5998};
+
+ref::TopkProblem dense_zero_nan_problem(std::mt19937& rng) {
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  auto p = make_problem(6, 6001, 2048, [] { return 5.0f; });
+  auto nan = [&] { return from_bits((rng() & 0x80000000u) | 0x7f800000u | (1u + rng() % 0x7fffffu)); };
+  auto zero = [&] { return rng() % 2 ? -0.0f : 0.0f; };
+  auto subnormal = [](bool negative, std::uint32_t bits) { return from_bits((negative ? 0x80000000u : 0u) | bits); };
+  auto small = [&](bool negative) { return subnormal(negative, 1u + rng() % 0xfffffu); };  // in 0.0's bin or the next
+  for (int r = 0; r < p.rows; ++r) {
+    const int len = kDenseZeroLengths[r];
+    std::vector<float> v;
+    auto add = [&](int n, auto draw) {
+      for (int i = 0; i < n; ++i) v.push_back(draw());
+    };
+    auto fill = [&](auto draw) { add(len - int(v.size()), draw); };
+    switch (r) {
+      case 0:
+      case 1:
+        add(1450, [&] { return 0.5f + unit(rng); });
+        add(50, [&] { return small(false); });
+        if (r == 1) add(30, [&] { return small(true); });
+        add(60, nan);
+        add(300, [&] { return -1.0f - unit(rng); });
+        fill(zero);
+        break;
+      case 2:
+        add(1900, [&] { return 2.0f + unit(rng); });
+        add(100, [&] { return small(false); });
+        add(100, zero);
+        add(80, [&] { return small(true); });
+        add(100, nan);
+        fill([&] { return -1.0f - unit(rng); });
+        break;
+      case 3:
+        add(1900, [&] { return 2.0f + unit(rng); });
+        add(100, zero);
+        add(40, [&] { return subnormal(true, 1u + rng() % 0xffu); });
+        add(20, [&] { return subnormal(true, 0x100u); });
+        add(90, [&] { return subnormal(true, 0x101u + rng() % 0xffeffu); });
+        add(100, nan);
+        fill([&] { return rng() % 2 ? -kInf : -1.0f - unit(rng); });
+        break;
+      case 4:
+        add(1960, [&] { return 2.0f + unit(rng); });
+        fill(nan);
+        break;
+      default:
+        add(1900, [&] { return 2.0f + unit(rng); });
+        add(200, [] { return -kInf; });
+        fill(nan);
+    }
+    std::shuffle(v.begin(), v.end(), rng);
+    auto first_of = [&](auto pred) { return std::size_t(std::find_if(v.begin(), v.end(), pred) - v.begin()); };
+    std::swap(v[0], v[first_of([](float x) { return std::isnan(x); })]);
+    v[0] = from_bits(std::bit_cast<std::uint32_t>(v[0]) | 0x80000000u);
+    const std::size_t z = first_of([](float x) { return x == 0.0f || std::fpclassify(x) == FP_SUBNORMAL; });
+    if (z < v.size()) std::swap(v[z], v.back());
+    std::copy(v.begin(), v.end(), p.scores.begin() + std::ptrdiff_t(r) * p.width);
+    p.lengths[std::size_t(r)] = len;
+  }
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("topk dense fp32 keys: the NaN and 0.0 test rows take the thresholds and bins they are built for") {
+  for (const unsigned seed : {2024u, 7u, 99u}) {  // the GPU test draws its own rows
+    std::mt19937 rng(seed);
+    INFO("seed " << seed);
+    const ref::TopkProblem p = dense_zero_nan_problem(rng);
+    const I sorted = ref::topk(p);
+    for (int r = 0; r < p.rows; ++r) {
+      INFO("row " << r);
+      const float* row = p.scores.data() + std::ptrdiff_t(r) * p.width;
+      const int len = kDenseZeroLengths[r];
+      const float t = row[sorted[std::size_t(r) * std::size_t(p.topk) + std::size_t(p.topk - 1)]];
+      const std::uint32_t tk = ref::order_key(t);
+      int above = 0, ties = 0, zero_bin = 0, zeros = 0;
+      for (int i = 0; i < len; ++i) {
+        const std::uint32_t k = ref::order_key(row[i]);
+        above += k > tk;
+        ties += k == tk;
+        const std::uint32_t bits = std::bit_cast<std::uint32_t>(row[i]);
+        zeros += row[i] == 0.0f;
+        zero_bin += row[i] == 0.0f || (bits > 0x80000000u && bits <= 0x800fffffu);  // dense fp32: 0.0's first-digit bin
+      }
+      CHECK(std::isnan(row[0]));
+      CHECK(std::signbit(row[0]));
+      if (r < 4) CHECK((row[len - 1] == 0.0f || std::fpclassify(row[len - 1]) == FP_SUBNORMAL));
+      const int expected_above[6] = {1500, 1500, 2000, 2040, 1960, 1900};
+      CHECK(above == expected_above[r]);
+      if (r < 3) CHECK(t == 0.0f);
+      if (r == 0) CHECK(zero_bin == zeros);  // the bin all zeros: the plateau's shortcut
+      if (r == 1) CHECK(zero_bin == zeros + 30);  // > 512: refined over the runs
+      if (r == 2) CHECK((zero_bin == 180 && ties == 100));
+      if (r == 3) CHECK((std::bit_cast<std::uint32_t>(t) == 0x80000100u && ties == 20 && zero_bin == 250));
+      if (r == 4) CHECK((std::isnan(t) && ties == 300));
+      if (r == 5) CHECK((t == -kInf && ties == 200));
+    }
+  }
+}
+
+// The rows above on the dense kernel, plain (twice: deterministic) and sorted, each against the
+// reference byte for byte; bf16 (the standard keys) on their rounded values.
+TEST_CASE("topk gpu: keys in registers (dense rows): NaN payloads of both signs, -0.0 and subnormals around 0.0's bin") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  const ref::TopkProblem p = dense_zero_nan_problem(rng);
+  LaunchOverride dense(kDenseRows);
+  const I got = DeviceTopk(p).run();
+  const std::string why = explain(p, got, ref::topk_index_order(p));
+  CHECK_MESSAGE(why.empty(), why);
+  CHECK(DeviceTopk(p).run() == got);
+  const I sorted = DeviceTopk(p, nullptr, true).run();
+  const std::string why_sorted = explain(p, sorted, ref::topk(p));
+  CHECK_MESSAGE(why_sorted.empty(), why_sorted);
+  check_bf16(rounded_to_bf16(p));
+}
+
 // bf16 dense rows at dv 6 (a swizzled exchange), the threshold's bin ranked (256 keys), refined over
 // the short list (257, 512) or over the runs (513): the listing's copy-back at every pair phase (an
 // odd stride: rows start at every 2-byte offset of a 16-byte unit), with a bin key at position 0
