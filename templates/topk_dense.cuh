@@ -32,6 +32,20 @@ NSAJIT_DEVICE void topk_mask_set(uint32_t& lo, uint32_t& hi, int i, bool cond) {
     hi |= uint32_t(cond) << (i - 32);
 }
 
+// (m << 4) + n as one instruction (written as an OR, the compiler shifted and ORed apart).
+NSAJIT_DEVICE uint32_t topk_mask_push4(uint32_t m, uint32_t n) {
+  uint32_t r;
+  asm("mad.lo.u32 %0, %1, 16, %2;" : "=r"(r) : "r"(m), "r"(n));
+  return r;
+}
+
+// m + (n << 4 j) as one instruction (disjoint nibbles: the sum is the OR).
+NSAJIT_DEVICE uint32_t topk_mask_add4(uint32_t m, uint32_t n, int j) {
+  uint32_t r;
+  asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(n), "r"(1u << (4 * j)), "r"(m));
+  return r;
+}
+
 // Writes position0 + i for each set bit i of (lo, hi), in increasing i, to staged[at], staged[at + 1], ...,
 // at most `limit` of them; returns the next slot.
 NSAJIT_DEVICE int topk_stage_bits(uint32_t lo, uint32_t hi, int position0, int* staged, int at, int limit) {
@@ -60,6 +74,17 @@ NSAJIT_DEVICE void topk_stage_all_bits(uint32_t lo, uint32_t hi, int position0, 
   }
 }
 
+// warp_inclusive_scan over the first `width` lanes, with the shuffle's own in-range predicate guarding
+// each add: 2 instructions a step, where the lane test came out as a SEL before each add.
+template <int width = 32>
+NSAJIT_DEVICE int topk_dense_warp_scan(int v) {
+#pragma unroll
+  for (int o = 1; o < width; o <<= 1)
+    asm("{\n\t.reg .pred p;\n\t.reg .b32 t;\n\tshfl.sync.up.b32 t|p, %0, %1, 0, -1;\n\t@p add.s32 %0, %0, t;\n\t}"
+        : "+r"(v) : "r"(o));
+  return v;
+}
+
 // topk_find_bin over hist0 (4096 bins, 256 threads: 16 a thread) with each chunk read as four
 // 16-byte words: a third of the instructions of 16 rotated word reads. Lane L starts at word
 // (L / 2) % 4 of its chunk, so that each 8-lane phase of the reads covers 8 distinct bank groups.
@@ -76,12 +101,12 @@ NSAJIT_DEVICE uint32_t topk_dense_find_bin0(const uint32_t* h, int k, TopkShared
     const u32x4 q = chunk[(i + rotate) & 3];
     local += int(q.x + q.y + q.z + q.w);
   }
-  const int inclusive = warp_inclusive_scan(local);
+  const int inclusive = topk_dense_warp_scan(local);
   if (lane == 31) sh.warp_sum[warp] = inclusive;
   __syncthreads();
   // Every warp scans the warp sums itself (no second barrier): keys in the warps' chunks above.
   const int w = lane < NSAJIT_TOPK_WARPS ? sh.warp_sum[lane] : 0;
-  const int w_inclusive = warp_inclusive_scan(w);
+  const int w_inclusive = topk_dense_warp_scan<NSAJIT_TOPK_WARPS>(w);  // only lanes < warps are read
   int above = __shfl_sync(NSAJIT_TOPK_FULL, w_inclusive - w, warp) + inclusive - local;
   if (above < k && above + local >= k) {  // exactly one thread
     for (int i = 0; i < per; ++i) {
@@ -335,11 +360,15 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   // back in runs. Vectors [nvec, 256 dv) get their keys 0 too, so that no run's read is guarded.
   // Its barrier also publishes the list. With each slot's store, its keys in T's bin as bits
   // 4 j + e of (hit_lo, hit_hi), copied back from the exchange below: a compare a key, where an
-  // atomic listing cost ~6 a key and ~16 more a warp-slot with a hit.
+  // atomic listing cost ~6 a key and ~16 more a warp-slot with a hit. The compares record misses,
+  // a nibble a slot (their predicates pack with one P2R; hits came out as inverted compares and SELs).
   const int dv = (s.nvec + NSAJIT_THREADS - 1) / NSAJIT_THREADS;  // uniform, <= DV
   const int swizzle = (dv & -dv) - 1;  // topk_dense_exchange_index
   const uint32_t bin = x.prefix >> NSAJIT_TOPK_SHIFT0;  // when listing: not 0, so padding's key 0 never matches
-  uint32_t hit_lo = 0u, hit_hi = 0u;
+  uint32_t miss_lo = 0u, miss_hi = 0u;
+#if NSAJIT_SCORE_BF16
+  uint32_t valid_lo = 0u, valid_hi = 0u;
+#endif
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
 #if NSAJIT_SCORE_BF16
@@ -351,14 +380,28 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
 #endif
     topk_dynamic[topk_dense_exchange_index(v, swizzle)] = k[j];
     if (n_listed > 0) {  // uniform
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        topk_mask_set(hit_lo, hit_hi, 4 * j + e, (topk_lane(k[j], e) >> NSAJIT_TOPK_SHIFT0) == bin);
+      const uint32_t b0 = bin << NSAJIT_TOPK_SHIFT0, w = 1u << NSAJIT_TOPK_SHIFT0;
+      const uint32_t n = uint32_t((k[j].x ^ b0) >= w) | uint32_t((k[j].y ^ b0) >= w) << 1 |
+                         uint32_t((k[j].z ^ b0) >= w) << 2 | uint32_t((k[j].w ^ b0) >= w) << 3;
+      if (j >= 8)
+        miss_hi = topk_mask_add4(miss_hi, n, j - 8);
+      else
+        miss_lo = topk_mask_add4(miss_lo, n, j);
+#if NSAJIT_SCORE_BF16
+      if (j >= 8)
+        valid_hi |= 0xfu << (4 * j - 32);
+      else
+        valid_lo |= 0xfu << (4 * j);
+#endif
     }
   }
+#if !NSAJIT_SCORE_BF16
+  const uint32_t valid_lo = dv >= 8 ? 0xffffffffu : (1u << (4 * dv)) - 1u, valid_hi = dv > 8 ? 0xfu : 0u;
+#endif
+  const uint32_t hit_lo = valid_lo & ~miss_lo, hit_hi = valid_hi & ~miss_hi;
   if (n_listed > 0) {  // uniform: one atomic a warp reserves its lanes' places (a warp scan of their counts)
     const int c = __popc(hit_lo) + __popc(hit_hi);
-    const int inclusive = warp_inclusive_scan(c);
+    const int inclusive = topk_dense_warp_scan(c);
     int at = 0;
     if (lane == 31 && inclusive != 0) at = atomicAdd(&sh.cand_local, inclusive);
     at = __shfl_sync(NSAJIT_TOPK_FULL, at, 31) + inclusive - c;
@@ -443,21 +486,31 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   // Bit 4 j + e of the masks: the thread's key of vector v0 + j, element e (padding keys are 0,
   // below any threshold). Packed counts (greater in the low 16 bits, equal in the high: a row's
   // totals stay below 2^16), one block-wide exclusive scan.
+  // Descending j, each vector's four compares a nibble pushed in at the bottom (a P2R and an IMAD a
+  // mask, where bits set one by one cost a SEL and half a LOP3 a key); equal from >=, as its
+  // compares then pack the same way (== came out as ISETP.NE and SELs).
   uint32_t greater_lo = 0u, greater_hi = 0u, equal_lo = 0u, equal_hi = 0u;
 #pragma unroll
-  for (int j = 0; j < DV; ++j) {
-    if (j >= dv) break;  // uniform
+  for (int j = DV - 1; j >= 0; --j) {
+    if (j >= dv) continue;  // uniform
     const u32x4 k4 = run(j);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const uint32_t key = topk_lane(k4, e);
-      topk_mask_set(greater_lo, greater_hi, 4 * j + e, key > threshold);
-      topk_mask_set(equal_lo, equal_hi, 4 * j + e, key == threshold);
+    const uint32_t g = uint32_t(k4.x > threshold) | uint32_t(k4.y > threshold) << 1 |
+                       uint32_t(k4.z > threshold) << 2 | uint32_t(k4.w > threshold) << 3;
+    const uint32_t q = uint32_t(k4.x >= threshold) | uint32_t(k4.y >= threshold) << 1 |
+                       uint32_t(k4.z >= threshold) << 2 | uint32_t(k4.w >= threshold) << 3;
+    if (j >= 8) {
+      greater_hi = topk_mask_push4(greater_hi, g);
+      equal_hi = topk_mask_push4(equal_hi, q);
+    } else {
+      greater_lo = topk_mask_push4(greater_lo, g);
+      equal_lo = topk_mask_push4(equal_lo, q);
     }
   }
+  equal_lo &= ~greater_lo;
+  equal_hi &= ~greater_hi;
   const uint32_t c = uint32_t(__popc(greater_lo) + __popc(greater_hi)) |
                      (uint32_t(__popc(equal_lo) + __popc(equal_hi)) << 16);
-  const uint32_t inclusive = uint32_t(warp_inclusive_scan(int(c)));
+  const uint32_t inclusive = uint32_t(topk_dense_warp_scan(int(c)));
   if (lane == 31) sh.warp_sum[warp] = int(inclusive);  // free: the bin search read it before its last barrier
   __syncthreads();
   const uint32_t warp_total = lane < NSAJIT_TOPK_WARPS ? uint32_t(sh.warp_sum[lane]) : 0u;  // warps <= 32 lanes
@@ -475,21 +528,24 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     topk_stage_bits(equal_lo, equal_hi, position0, staged + total_greater, q, take_equal);
   __syncthreads();
   // `out`, consecutive threads on consecutive slots, up to 8 page-table reads in flight (fused).
-  // Positions first, then the transform, then the stores: no branch between the reads.
+  // Positions first, then the transform, then the stores: no branch between the reads. The batch
+  // offsets are constants, so that the bounds tests fold where a batch is whole.
   constexpr int kBatch = 8;
 #pragma unroll
-  for (int i0 = tid; i0 < NSAJIT_TOPK; i0 += kBatch * NSAJIT_THREADS) {
+  for (int i0 = 0; i0 < NSAJIT_TOPK; i0 += kBatch * NSAJIT_THREADS) {
     int value[kBatch];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int i = i0 + u * NSAJIT_THREADS;
-      value[u] = i < NSAJIT_TOPK ? staged[i] : -1;
+      const int i = i0 + u * NSAJIT_THREADS + tid;
+      value[u] = i0 + (u + 1) * NSAJIT_THREADS <= NSAJIT_TOPK || i < NSAJIT_TOPK ? staged[i] : -1;
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) value[u] = topk_emit(t, value[u], kApply);
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u)
-      if (i0 + u * NSAJIT_THREADS < NSAJIT_TOPK) out[i0 + u * NSAJIT_THREADS] = value[u];
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * NSAJIT_THREADS + tid;
+      if (i0 + (u + 1) * NSAJIT_THREADS <= NSAJIT_TOPK || i < NSAJIT_TOPK) out[i] = value[u];
+    }
   }
 }
 #endif
