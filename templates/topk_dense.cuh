@@ -62,12 +62,37 @@ NSAJIT_DEVICE int topk_stage_bits(uint32_t lo, uint32_t hi, int position0, int* 
   return at;
 }
 
-// topk_stage_bits without a limit: the keys above the threshold never reach topk slots.
+// 31 - clz(m), or 0xffffffff when m == 0 (PTX bfind: defined for 0, unlike 31 - __clz).
+NSAJIT_DEVICE uint32_t topk_bfind(uint32_t m) {
+  uint32_t r;
+  asm("bfind.u32 %0, %1;" : "=r"(r) : "r"(m));
+  return r;
+}
+
+// (1 << i) - 1, all ones for i >= 32 (PTX bmsk.clamp; in C++ the shift is undefined).
+NSAJIT_DEVICE uint32_t topk_below(uint32_t i) {
+  uint32_t r;
+  asm("bmsk.clamp.b32 %0, 0, %1;" : "=r"(r) : "r"(i));
+  return r;
+}
+
+// topk_stage_bits without a limit (keys above T never reach topk slots). lo's keys highest first, from
+// the end of [at, at + popc(lo)): a warp-uniform loop (no divergent remainder), 5 instructions a key.
 NSAJIT_DEVICE void topk_stage_all_bits(uint32_t lo, uint32_t hi, int position0, int* staged, int at) {
-  while (lo != 0u) {
-    staged[at++] = position0 + __ffs(lo) - 1;
-    lo &= lo - 1u;
+  const int n = __popc(lo);
+  int* end = staged + at + n;
+  const int trips = __reduce_max_sync(NSAJIT_TOPK_FULL, uint32_t(n));
+#pragma unroll 1
+  for (int k = 0; k < trips; k += 4) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const uint32_t i = topk_bfind(lo);
+      if (lo != 0u) end[-1 - u] = position0 + int(i);
+      lo &= topk_below(i);
+    }
+    end -= 4;
   }
+  at += n;
   while (hi != 0u) {
     staged[at++] = position0 + 31 + __ffs(hi);
     hi &= hi - 1u;

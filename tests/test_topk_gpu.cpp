@@ -1500,6 +1500,36 @@ TEST_CASE("topk gpu: keys in registers (dense rows): the bin's listing in every 
   check_bf16(rounded_to_bf16(p));
 }
 
+TEST_CASE("topk gpu: keys in registers (dense rows): staging lanes with every key selected beside lanes with none") {
+  // Ramps and runs put lanes whose 32-36 keys are all above T (the warp's staging loop runs 8-9 trips)
+  // next to lanes with none, in the same warp; the order of index and the high word (dv = 9) checked.
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  const int width = 9212, topk = 2048;
+  auto p = make_problem(6, width, topk, [] { return -1.0f; });
+  for (int r = 0; r < p.rows; ++r) {
+    float* row = p.scores.data() + std::ptrdiff_t(r) * width;
+    for (int i = 0; i < width; ++i) {
+      const float noise = 0.5f * unit(rng);
+      row[i] = r == 0   ? float(i)                                  // the last 2048 positions
+               : r == 1 ? float(width - i)                          // the first 2048
+               : r == 2 ? ((i / 37) % 2 ? 1000.0f : 0.0f) + noise   // runs of 37
+               : r == 3 ? ((i / 160) % 3 == 1 ? 1000.0f : 0.0f) + noise  // runs of 160: whole lanes
+               : r == 4 ? float(i % 4097)                           // two ramps, the row cut
+                        : (i % 3 == 0 ? 1000.0f : 0.0f) + noise;    // every third
+    }
+  }
+  p.lengths = {width, width - 1, 8192, 6000, 4097, 6143};
+  LaunchOverride dense(kDenseRows);
+  const I got = DeviceTopk(p).run();
+  const std::string why = explain(p, got, ref::topk_index_order(p));
+  CHECK_MESSAGE(why.empty(), why);
+  const I sorted = DeviceTopk(p, nullptr, true).run();
+  const std::string why_sorted = explain(p, sorted, ref::topk(p));
+  CHECK_MESSAGE(why_sorted.empty(), why_sorted);
+  check_bf16(rounded_to_bf16(p));
+}
+
 namespace {
 
 // Rows for the dense fp32 key (templates/topk_dense.cuh, topk_dense_key: 0 - x, every NaN keyed 1
