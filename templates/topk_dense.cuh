@@ -296,6 +296,7 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     sh.cand_local = 0;
     sh.zero_keys = 0u;
     sh.unique_key = 0xffffffffu;  // the rank's minimum (below)
+    sh.cand_reserved = 0;         // dense rows: the ranked keys with exactly k - 1 listed above them (below)
   }
   __syncthreads();
 #if NSAJIT_SCORE_BF16
@@ -358,11 +359,20 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
   }
   if (x.prefix == (kTopkDenseZeroKey & x.mask)) {  // uniform: the threshold in 0.0's bin (a ReLU row's plateau)
-    uint32_t zeros = 0u;
+    // The keys other than 0.0's as a nibble a slot (their compares pack with one P2R; a count a key
+    // was a compare, an add and a select), 0.0's keys the slots' 4 DV keys less their popcount
+    // (padding keys 0 count as others). Every slot: skipping j >= dv cost a uniform branch a slot.
+    uint32_t other_lo = 0u, other_hi = 0u;
 #pragma unroll
-    for (int j = 0; j < DV; ++j)
-      zeros += uint32_t(k[j].x == kTopkDenseZeroKey) + uint32_t(k[j].y == kTopkDenseZeroKey) +
-               uint32_t(k[j].z == kTopkDenseZeroKey) + uint32_t(k[j].w == kTopkDenseZeroKey);
+    for (int j = DV - 1; j >= 0; --j) {
+      const uint32_t n = uint32_t(k[j].x != kTopkDenseZeroKey) | uint32_t(k[j].y != kTopkDenseZeroKey) << 1 |
+                         uint32_t(k[j].z != kTopkDenseZeroKey) << 2 | uint32_t(k[j].w != kTopkDenseZeroKey) << 3;
+      if (j >= 8)
+        other_hi = topk_mask_push4(other_hi, n);
+      else
+        other_lo = topk_mask_push4(other_lo, n);
+    }
+    const uint32_t zeros = uint32_t(4 * DV - __popc(other_lo) - __popc(other_hi));
     topk_flush_zeros(zeros, sh);
     __syncthreads();
     if (uint32_t(x.count) == sh.zero_keys) {  // the bin holds only 0.0: T = 0.0 (topk_resolve_zero_plateau)
@@ -377,6 +387,8 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   // refined by two 10-bit digits counted over the runs.
   extern __shared__ u32x4 topk_dynamic[];
   constexpr int kShortList = 4 * (NSAJIT_TOPK_DENSE_SMEM_VECS - NSAJIT_THREADS * DV);
+  constexpr int kTopkDenseRankBlock = 16;  // the rank reads the list in blocks of 16 keys (padded)
+  static_assert(NSAJIT_THREADS + kTopkDenseRankBlock <= kShortList, "a ranked list and its padding fit the list's room");
   // Not listed: a plateau of 0.0 (resolved already) or bin 0, which holds only NaN's key 1 (below).
   const int n_listed = x.bits < 32 && x.prefix != 0u && x.count <= kShortList ? x.count : 0;
   uint32_t* const listed = reinterpret_cast<uint32_t*>(topk_dynamic + NSAJIT_THREADS * DV);
@@ -390,6 +402,20 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   const int dv = (s.nvec + NSAJIT_THREADS - 1) / NSAJIT_THREADS;  // uniform, <= DV
   const int swizzle = (dv & -dv) - 1;  // topk_dense_exchange_index
   const uint32_t bin = x.prefix >> NSAJIT_TOPK_SHIFT0;  // when listing: not 0, so padding's key 0 never matches
+  // Slot j's exchange index without its per-slot swizzle: the swizzle (< 8) reads bits 3-5 of v, which the
+  // slot's multiple of 256 (fp32) or 512 (bf16 pairs) leaves alone, so index(v + 256 m) = index(v) + 256 m.
+#if NSAJIT_SCORE_BF16
+  // Pair slot j: index(p0 + 2 tid + ((j & 1) ^ h)) + 512 (j >> 1); the single slot as before.
+  const int xpair0 = topk_dense_exchange_index(p0 + 2 * tid + h, swizzle);
+  const int xpair1 = topk_dense_exchange_index(p0 + 2 * tid + (h ^ 1), swizzle);
+  auto xindex = [&](int j) {
+    return j < 2 * kTopkDensePairs ? ((j & 1) ? xpair1 : xpair0) + 2 * NSAJIT_THREADS * (j >> 1)
+                                   : topk_dense_exchange_index(topk_dense_vector(tid, j, p0, h), swizzle);
+  };
+#else
+  const int xbase = tid ^ ((tid >> 3) & swizzle);  // index(tid + 256 j) = xbase + 256 j
+  auto xindex = [&](int j) { return xbase + j * NSAJIT_THREADS; };
+#endif
   uint32_t miss_lo = 0u, miss_hi = 0u;
 #if NSAJIT_SCORE_BF16
   uint32_t valid_lo = 0u, valid_hi = 0u;
@@ -400,10 +426,9 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     const int v = topk_dense_vector(tid, j, p0, h);
     if (v >= NSAJIT_THREADS * dv) continue;
 #else
-    const int v = tid + j * NSAJIT_THREADS;
     if (j >= dv) break;  // uniform: v < 256 dv
 #endif
-    topk_dynamic[topk_dense_exchange_index(v, swizzle)] = k[j];
+    topk_dynamic[xindex(j)] = k[j];
     if (n_listed > 0) {  // uniform
       const uint32_t b0 = bin << NSAJIT_TOPK_SHIFT0, w = 1u << NSAJIT_TOPK_SHIFT0;
       const uint32_t n = uint32_t((k[j].x ^ b0) >= w) | uint32_t((k[j].y ^ b0) >= w) << 1 |
@@ -433,20 +458,34 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     // Each hit's key read back from the thread's own exchange stores (no barrier needed). In bounds: the
     // hits are the x.count keys of T's bin, listed only when x.count <= kShortList.
     const uint32_t* const words = reinterpret_cast<const uint32_t*>(topk_dynamic);
+#if !NSAJIT_SCORE_BF16
+    // A ranked list (fp32) also holds each key's position, after the list's first 256 words: the word
+    // 4 xbase + 1024 (i >> 2) + (i & 3) is position 4 (tid + 256 (i >> 2)) + (i & 3) - head.
+    const bool with_positions = n_listed <= NSAJIT_THREADS;  // uniform
+    const int position_of_word = 4 * (tid - xbase) - s.head;
+#endif
     auto copy = [&](uint32_t bits, int i0) {
       while (bits != 0u) {
         const int i = i0 + __ffs(bits) - 1;
         bits &= bits - 1u;
 #if NSAJIT_SCORE_BF16
         const int v = topk_dense_vector(tid, i >> 2, p0, h);
-#else
-        const int v = tid + (i >> 2) * NSAJIT_THREADS;
-#endif
         listed[at++] = words[4 * topk_dense_exchange_index(v, swizzle) + (i & 3)];
+#else
+        const int w = 4 * xbase + i + 1020 * (i >> 2);  // 4 xindex(i >> 2) + (i & 3)
+        listed[at] = words[w];
+        if (with_positions) listed[NSAJIT_THREADS + at] = uint32_t(w + position_of_word);
+        ++at;
+#endif
       }
     };
     copy(hit_lo, 0);
     copy(hit_hi, 32);
+    // The rank's list padded to whole blocks of 16 keys with the bin's least key, which no listed key
+    // counts as above it (mine - pad is in [0, 2^20)): the rank's loop has no remainder. A ranked list
+    // holds at most 256 keys: the padding stays in the list's first 256 words (fp32: before the positions).
+    if (n_listed <= NSAJIT_THREADS && tid < (-n_listed & (kTopkDenseRankBlock - 1)))
+      listed[n_listed + tid] = bin << NSAJIT_TOPK_SHIFT0;
   }
   __syncthreads();
   const int v0 = tid * dv;
@@ -459,6 +498,8 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     x.mask = 0xffffffffu;
     x.bits = 32;
   }
+  bool unique = false;     // uniform: T ranked, with no copy in the row (fp32)
+  int t_position = -1;     // unique: T's position, in the thread that listed it at index tid
   if (x.bits < 32 && n_listed > 0 && n_listed <= NSAJIT_THREADS) {
     // One entry a thread, counted against all (16-byte broadcast reads): T is the smallest entry
     // with fewer than k entries above it. The listed keys share their first digit, so o > mine is
@@ -466,23 +507,44 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     // 10-bit digits take four; the copies of T to take follow from the block scan below.
     if (warp * 32 < n_listed) {  // uniform in the warp
       uint32_t candidate = 0xffffffffu;
+      bool last = false;  // exactly k - 1 listed keys above mine
       if (tid < n_listed) {
         const uint32_t mine = listed[tid];
         const u32x4* const quads = reinterpret_cast<const u32x4*>(listed);
         uint32_t greater = 0u;
+        // The padded list, a block of 16 keys a trip (n_listed >= 1: at least one).
+        const int end = (n_listed + kTopkDenseRankBlock - 1) / kTopkDenseRankBlock * (kTopkDenseRankBlock / 4);
         int i = 0;
-        for (; i + 4 <= n_listed; i += 4) {
-          const u32x4 o = quads[i >> 2];
-          greater += ((mine - o.x) >> 31) + ((mine - o.y) >> 31) + ((mine - o.z) >> 31) + ((mine - o.w) >> 31);
-        }
-        for (; i < n_listed; ++i) greater += (mine - listed[i]) >> 31;
+#pragma unroll 1
+        do {
+#pragma unroll
+          for (int u = 0; u < kTopkDenseRankBlock / 4; ++u) {
+            const u32x4 o = quads[i + u];
+            greater += ((mine - o.x) >> 31) + ((mine - o.y) >> 31) + ((mine - o.z) >> 31) + ((mine - o.w) >> 31);
+          }
+          i += kTopkDenseRankBlock / 4;
+        } while (i != end);
         if (int(greater) < x.k) candidate = mine;
+        last = int(greater) == x.k - 1;
       }
       candidate = __reduce_min_sync(NSAJIT_TOPK_FULL, candidate);
       if (lane == 0 && candidate != 0xffffffffu) atomicMin(&sh.unique_key, candidate);
+#if !NSAJIT_SCORE_BF16
+      const int lasts = __popc(__ballot_sync(NSAJIT_TOPK_FULL, last));
+      if (lane == 0 && lasts != 0) atomicAdd(&sh.cand_reserved, lasts);
+#endif
     }
     __syncthreads();
     x.prefix = sh.unique_key;
+#if !NSAJIT_SCORE_BF16
+    // Keys with exactly k - 1 listed above them are T's copies when T has k - 1 above it (keys above T
+    // have fewer, keys below it k or more), else none: one such key is T with no copy, the row's
+    // topk-th key alone (topk - 1 keys above it), placed at the last slot by its listed position.
+    unique = sh.cand_reserved == 1;
+    // Read before the block scan's barrier: a plan that keeps the slice puts hist0 and the staged slots
+    // higher, where the staged slots may cover the list.
+    if (unique && tid < n_listed && listed[tid] == x.prefix) t_position = int(listed[NSAJIT_THREADS + tid]);
+#endif
     x.mask = 0xffffffffu;
     x.bits = 32;
   }
@@ -515,26 +577,41 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   // mask, where bits set one by one cost a SEL and half a LOP3 a key); equal from >=, as its
   // compares then pack the same way (== came out as ISETP.NE and SELs).
   uint32_t greater_lo = 0u, greater_hi = 0u, equal_lo = 0u, equal_hi = 0u;
+  uint32_t c;
+  if (unique) {  // uniform: the keys > T only (T's one key is placed from the list below)
 #pragma unroll
-  for (int j = DV - 1; j >= 0; --j) {
-    if (j >= dv) continue;  // uniform
-    const u32x4 k4 = run(j);
-    const uint32_t g = uint32_t(k4.x > threshold) | uint32_t(k4.y > threshold) << 1 |
-                       uint32_t(k4.z > threshold) << 2 | uint32_t(k4.w > threshold) << 3;
-    const uint32_t q = uint32_t(k4.x >= threshold) | uint32_t(k4.y >= threshold) << 1 |
-                       uint32_t(k4.z >= threshold) << 2 | uint32_t(k4.w >= threshold) << 3;
-    if (j >= 8) {
-      greater_hi = topk_mask_push4(greater_hi, g);
-      equal_hi = topk_mask_push4(equal_hi, q);
-    } else {
-      greater_lo = topk_mask_push4(greater_lo, g);
-      equal_lo = topk_mask_push4(equal_lo, q);
+    for (int j = DV - 1; j >= 0; --j) {
+      if (j >= dv) continue;  // uniform
+      const u32x4 k4 = run(j);
+      const uint32_t g = uint32_t(k4.x > threshold) | uint32_t(k4.y > threshold) << 1 |
+                         uint32_t(k4.z > threshold) << 2 | uint32_t(k4.w > threshold) << 3;
+      if (j >= 8)
+        greater_hi = topk_mask_push4(greater_hi, g);
+      else
+        greater_lo = topk_mask_push4(greater_lo, g);
     }
+    c = uint32_t(__popc(greater_lo) + __popc(greater_hi));
+  } else {
+#pragma unroll
+    for (int j = DV - 1; j >= 0; --j) {
+      if (j >= dv) continue;  // uniform
+      const u32x4 k4 = run(j);
+      const uint32_t g = uint32_t(k4.x > threshold) | uint32_t(k4.y > threshold) << 1 |
+                         uint32_t(k4.z > threshold) << 2 | uint32_t(k4.w > threshold) << 3;
+      const uint32_t q = uint32_t(k4.x >= threshold) | uint32_t(k4.y >= threshold) << 1 |
+                         uint32_t(k4.z >= threshold) << 2 | uint32_t(k4.w >= threshold) << 3;
+      if (j >= 8) {
+        greater_hi = topk_mask_push4(greater_hi, g);
+        equal_hi = topk_mask_push4(equal_hi, q);
+      } else {
+        greater_lo = topk_mask_push4(greater_lo, g);
+        equal_lo = topk_mask_push4(equal_lo, q);
+      }
+    }
+    equal_lo &= ~greater_lo;
+    equal_hi &= ~greater_hi;
+    c = uint32_t(__popc(greater_lo) + __popc(greater_hi)) | (uint32_t(__popc(equal_lo) + __popc(equal_hi)) << 16);
   }
-  equal_lo &= ~greater_lo;
-  equal_hi &= ~greater_hi;
-  const uint32_t c = uint32_t(__popc(greater_lo) + __popc(greater_hi)) |
-                     (uint32_t(__popc(equal_lo) + __popc(equal_hi)) << 16);
   const uint32_t inclusive = uint32_t(topk_dense_warp_scan(int(c)));
   if (lane == 31) sh.warp_sum[warp] = int(inclusive);  // free: the bin search read it before its last barrier
   __syncthreads();
@@ -548,9 +625,13 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   // first take_equal keys == T after them.
   const int position0 = 4 * v0 - s.head;
   topk_stage_all_bits(greater_lo, greater_hi, position0, staged, int(before & 0xffffu));
-  const int q = int(before >> 16);
-  if (q < take_equal)
-    topk_stage_bits(equal_lo, equal_hi, position0, staged + total_greater, q, take_equal);
+  if (unique) {  // uniform: take_equal = 1, total_greater = topk - 1; T's one listed key gives its position
+    if (t_position >= 0) staged[NSAJIT_TOPK - 1] = t_position;
+  } else {
+    const int q = int(before >> 16);
+    if (q < take_equal)
+      topk_stage_bits(equal_lo, equal_hi, position0, staged + total_greater, q, take_equal);
+  }
   __syncthreads();
   // `out`, consecutive threads on consecutive slots, up to 8 page-table reads in flight (fused).
   // Positions first, then the transform, then the stores: no branch between the reads. The batch

@@ -1103,6 +1103,65 @@ TEST_CASE("topk gpu: keys in registers (dense rows): copies of the threshold in 
   CHECK_MESSAGE(why.empty(), why);
 }
 
+// A ranked threshold with no copy (fp32): the masks hold the keys above T only, and T's position comes
+// from the list (stored beside each listed key) into the last staged slot. T moved to a row's first,
+// last and edge-vector positions (odd stride: unaligned rows), with copies of the keys just above and
+// below it; a row where T has one copy, one of the two taken (two listed keys with k - 1 above them:
+// the masks of both), and rows with T's copies all taken. Also under a plan that keeps the slice,
+// whose staged slots cover the list (T's position read before the block scan's barrier).
+TEST_CASE("topk gpu: keys in registers (dense rows): a threshold with no copy placed from the list, kept slices") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  std::normal_distribution<float> normal;
+  const int topk = 2048;
+  for (const int width : {5000, 6001}) {
+    const int stride = width + 3;
+    ref::TopkProblem p = make_problem(8, width, topk, [] { return 0.0f; });
+    std::vector<float> s(std::size_t(p.rows) * stride, -1.0f);
+    p.lengths = {width, width - 1, width, width - 2, 4097, width, width, width - 3};
+    for (int r = 0; r < p.rows; ++r) {
+      float* row = s.data() + std::ptrdiff_t(r) * stride;
+      const int len = p.lengths[std::size_t(r)];
+      for (int i = 0; i < width; ++i) row[i] = normal(rng);
+      std::vector<int> order(len);
+      std::iota(order.begin(), order.end(), 0);
+      std::sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+      if (r == 3 || r == 4) {  // copies of the keys next to T, T itself alone
+        row[order[topk - 2]] = row[order[topk - 3]];
+        row[order[topk + 1]] = row[order[topk]];
+      }
+      if (r == 5) row[order[topk]] = row[order[topk - 1]];                 // T twice, one taken
+      if (r == 6) row[order[topk - 2]] = row[order[topk - 1]];             // T twice, both taken
+      const int at[8] = {0, len - 1, 1, len - 2, 3, 2500, 1, len - 4};     // where T goes
+      std::swap(row[order[topk - 1]], row[at[r]]);
+    }
+    p.scores = std::move(s);
+    p.score_row_stride = stride;
+    const I expected = ref::topk_index_order(p);
+    const I expected_sorted = ref::topk(p);
+    for (const bool kept_slice : {false, true}) {
+      INFO("width " << width << (kept_slice ? ", the slice kept" : ""));
+      LaunchOverride dense(kept_slice ? nsajit::detail::TopkPlanConstraints{.ctas_per_row = 1, .threads = 256, .dense_registers = 1}
+                                      : kDenseRows);
+      if (kept_slice && width == 5000) {  // the staged slots (hist0 + 4096 words) over the list (after 256 * 9 vectors)
+        const int hist = plan_topk_launch(p.rows, width, topk, 132).hist_offset;
+        CHECK(hist + 4096 < 4 * 256 * 9 + 512);
+        CHECK(hist + 4096 + topk > 4 * 256 * 9);
+      }
+      const I got = DeviceTopk(p).run();
+      const std::string why = explain(p, got, expected);
+      CHECK_MESSAGE(why.empty(), why);
+      const I sorted = DeviceTopk(p, nullptr, true).run();
+      const std::string why_sorted = explain(p, sorted, expected_sorted);
+      CHECK_MESSAGE(why_sorted.empty(), why_sorted);
+    }
+    LaunchOverride dense(kDenseRows);
+    const I request_len(p.lengths.begin(), p.lengths.end());
+    const ref::TopkTransform t64{
+        ref::decode_tables(shuffled_page_table_1(rng, p.rows, width, 64, request_len), p.rows, width, 64)};
+    check_fused(p, t64);
+  }
+}
+
 namespace {
 
 // A dense row around one first-digit bin: 1900 scores above 2, `bin` scores in [1, 1.125) (140 in
