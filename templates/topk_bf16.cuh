@@ -161,9 +161,9 @@ NSAJIT_DEVICE void topk_sweep_load_pairs(const TopkSlice& s, int round_begin, in
 
 // The sample of topk_sample_bound from the pairs' first batch: the last score of this lane's
 // pair in rounds 0 and 2 (one window of two 256-score chunks at the start of the warp's segment),
-// counted in hist; returns how many were taken (0, 1 or 2).
+// counted in hist, the highest of their bins in top; returns how many were taken (0, 1 or 2).
 NSAJIT_DEVICE int topk_sample_pairs(const TopkSlice& s, const u32x4 (&head)[kTopkSweepUnroll], int round_begin,
-                                    int round_end, uint32_t* hist) {
+                                    int round_end, uint32_t* hist, uint32_t& top) {
   const TopkPairSegment g = topk_pair_segment(s, round_begin, round_end);
   const int lane = threadIdx.x & 31;
   int taken = 0;
@@ -171,7 +171,9 @@ NSAJIT_DEVICE int topk_sample_pairs(const TopkSlice& s, const u32x4 (&head)[kTop
   for (int u = 0; u < kTopkSweepUnroll; u += 2) {
     const int pair = g.pb + 32 * u + lane;
     if (pair >= g.pw0 && pair < g.load_end && pair < g.second_end) {
-      atomicAdd(&hist[topk_key(__uint_as_float(head[u].w & 0xffff0000u)) >> NSAJIT_TOPK_SHIFT0], 1u);
+      const uint32_t bin = topk_key(__uint_as_float(head[u].w & 0xffff0000u)) >> NSAJIT_TOPK_SHIFT0;
+      atomicAdd(&hist[bin], 1u);
+      top = max(top, bin);
       ++taken;
     }
   }

@@ -209,6 +209,23 @@ NSAJIT_DEVICE u32x4 topk_slice_keys(const TopkSlice& s, const u32x4* keys, int r
   return v < resident_vecs ? keys[v] : topk_global_keys(s, v);
 }
 
+// Whole block: words [0, kWords) of p set to 0 by kBytes-wide shared stores (16 or 8; p aligned
+// to them), one a thread and step, at 32-bit addresses.
+template <int kBytes, int kWords>
+NSAJIT_DEVICE void topk_zero_words(const uint32_t* p) {
+  static_assert((kBytes == 16 || kBytes == 8) && 4 * kWords % kBytes == 0, "whole 16- or 8-byte vectors");
+  constexpr int kVecs = 4 * kWords / kBytes;
+  const uint32_t a = smem_u32(p) + uint32_t(kBytes) * threadIdx.x;
+#pragma unroll
+  for (int i0 = 0; i0 < kVecs; i0 += NSAJIT_THREADS) {
+    if (kVecs - i0 < NSAJIT_THREADS && i0 + int(threadIdx.x) >= kVecs) break;
+    if (kBytes == 16)
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(a + uint32_t(kBytes * i0)), "r"(0u) : "memory");
+    else
+      asm volatile("st.shared.v2.u32 [%0], {%1, %1};" ::"r"(a + uint32_t(kBytes * i0)), "r"(0u) : "memory");
+  }
+}
+
 // How many of the items 0..n-1 thread `tid` takes when the block strides over them (tid, tid + T, ...).
 NSAJIT_DEVICE int topk_thread_share(int n, int tid) {
   return n > tid ? (n - tid + NSAJIT_THREADS - 1) / NSAJIT_THREADS : 0;

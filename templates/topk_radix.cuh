@@ -39,6 +39,10 @@ struct TopkShared {
   int message_fill[32];           // cluster lists: the next free key of each bin's range in the message
   uint32_t zero_keys;             // keys of 0.0 when counted (topk_flush_zeros; 0 from the prologue)
 };
+// The speculative prologue zeroes refine_hist and first_refine_hist (after 32-bit arrays) with 8-byte stores.
+static_assert(alignof(TopkShared) >= 8 && (sizeof(TopkShared::rescan_hist) + sizeof(TopkShared::row_total)) % 8 == 0 &&
+                  sizeof(TopkShared::refine_hist) % 8 == 0,
+              "refine_hist and first_refine_hist 8-byte aligned");
 
 // +0.0's key (-0.0's too): ReLU rows are mostly 0.0, which the sweep (kTopkPositiveBound) and pass 0 treat apart.
 constexpr uint32_t kTopkZeroKey = 0x80000000u;
@@ -84,8 +88,8 @@ NSAJIT_DEVICE void topk_pass0_edge_vector(const TopkSlice& s, int v, u32x4* keys
 // Every thread returns d, greater(d) and h[d].
 NSAJIT_DEVICE uint32_t topk_find_bin(const uint32_t* h, int nbins, int k, TopkShared& sh, int& greater, int& count) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int per = nbins > NSAJIT_THREADS ? nbins / NSAJIT_THREADS : 1;
-  const int owners = nbins / per;
+  const int per = nbins > NSAJIT_THREADS ? int(unsigned(nbins) / NSAJIT_THREADS) : 1;
+  const int owners = min(nbins, NSAJIT_THREADS);  // nbins / per for powers of two, without a run-time divide
   const int top = nbins - 1 - tid * per;  // the highest bin of this thread's chunk
   // The chunk's sum in a rotated order: lane L starts at bin (L * per / 32) of its chunk, so the
   // warp's 32 reads of one step fall in 32 different banks (in order, chunks `per` words apart

@@ -49,7 +49,7 @@ NSAJIT_DEVICE int topk_sample_rank(int samples, int n) {
 NSAJIT_DEVICE void topk_sweep_load_pairs(const TopkSlice& s, int round_begin, int round_end,
                                          u32x4 (&raw)[kTopkSweepUnroll]);
 NSAJIT_DEVICE int topk_sample_pairs(const TopkSlice& s, const u32x4 (&head)[kTopkSweepUnroll], int round_begin,
-                                    int round_end, uint32_t* hist);
+                                    int round_end, uint32_t* hist, uint32_t& top);
 template <bool kCountZeros>
 NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
                                                uint32_t list_position, int capacity, int round_begin, int round_end,
@@ -64,34 +64,58 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
 // of two 128-score chunks at the start of each warp's segment. At most 2 * threads scores: a
 // vector not whole in registers (the row's unaligned head) or past the segment gives none, and r
 // is computed from the number actually taken (a row too short to give r samples: no bound).
+// Warp 0 alone computes r and finds the bin, from the highest sample's bin down (two barriers a
+// row instead of four; the others wait at the second).
 NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, const u32x4 (&head)[kTopkSweepUnroll], int round_begin,
                                          int round_end, uint32_t* hist, TopkShared& sh) {
-  // Dense rows (more than 1/8 of the keys would be listed, even with every sample taken): the
-  // exact path, whose second sweep hits L2 and whose list holds only the threshold bin, is faster.
   constexpr int kMaxSamples = 2 * NSAJIT_THREADS;
-  if (8 * topk_sample_rank(kMaxSamples, s.n) > kMaxSamples) return 0u;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // The full sample's rank, while the first batch's loads are in flight.
+  const int r_max = warp == 0 ? topk_sample_rank(kMaxSamples, s.n) : 0;
+  uint32_t top = 0u;  // the highest bin of this lane's samples
 #if NSAJIT_SCORE_BF16
-  const int taken = topk_sample_pairs(s, head, round_begin, round_end, hist);  // the same from pairs
+  const int taken = topk_sample_pairs(s, head, round_begin, round_end, hist, top);  // the same from pairs
 #else
   const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
   int taken = 0;
 #pragma unroll
   for (int u = 0; u < kTopkSweepUnroll; u += 2) {
-    const int v = (round_begin + u) * 32 + (threadIdx.x & 31);
+    const int v = (round_begin + u) * 32 + lane;
     if (round_begin + u < round_end && v >= vw0 && v < vw1) {
-      atomicAdd(&hist[topk_key(__uint_as_float(head[u].w)) >> NSAJIT_TOPK_SHIFT0], 1u);
+      const uint32_t bin = topk_key(__uint_as_float(head[u].w)) >> NSAJIT_TOPK_SHIFT0;
+      atomicAdd(&hist[bin], 1u);
+      top = max(top, bin);
       ++taken;
     }
   }
 #endif
-  // The barrier that publishes the histogram also counts the samples (0, 1 or 2 a thread).
-  const int samples = __syncthreads_count(taken >= 1) + __syncthreads_count(taken >= 2);
-  const int r = topk_sample_rank(samples, s.n);
-  if (8 * r > samples) return 0u;  // uniform; also when fewer than r samples (find_bin needs >= r)
-  int greater, count;
-  const uint32_t d = topk_find_bin(hist, NSAJIT_TOPK_BINS0, r, sh, greater, count);
-  if (d == kTopkZeroKey >> NSAJIT_TOPK_SHIFT0) return kTopkPositiveBound;  // no list holds a plateau of 0.0
-  return d == 0u ? 0u : d << NSAJIT_TOPK_SHIFT0;                           // bin 0 (NaN, below -inf): the exact path
+  const int warp_taken = __reduce_add_sync(NSAJIT_TOPK_FULL, taken);
+  const uint32_t warp_top = __reduce_max_sync(NSAJIT_TOPK_FULL, top);
+  if (lane == 0) {
+    sh.warp_sum[warp] = warp_taken;
+    sh.warp_greater[warp] = int(warp_top);
+  }
+  __syncthreads();  // the histogram and the warps' counts
+  if (warp == 0) {
+    const int samples = __reduce_add_sync(NSAJIT_TOPK_FULL, lane < NSAJIT_TOPK_WARPS ? sh.warp_sum[lane] : 0);
+    const uint32_t row_top =
+        __reduce_max_sync(NSAJIT_TOPK_FULL, lane < NSAJIT_TOPK_WARPS ? uint32_t(sh.warp_greater[lane]) : 0u);
+    const int r = samples == kMaxSamples ? r_max : topk_sample_rank(samples, s.n);
+    uint32_t bound = 0u;
+    // Dense rows (more than 1/8 of the keys would be listed, even with every sample taken): the
+    // exact path, whose second sweep hits L2 and whose list holds only the threshold bin, is faster.
+    // 8 r > samples: also fewer than r samples (the search needs >= r).
+    if (8 * r_max <= kMaxSamples && 8 * r <= samples) {
+      int greater, count;
+      const uint32_t d = topk_warp_find_bin_down_far(hist, int(row_top), 0, r, greater, count);
+      bound = d == kTopkZeroKey >> NSAJIT_TOPK_SHIFT0 ? kTopkPositiveBound  // no list holds a plateau of 0.0
+              : d == 0u                               ? 0u                  // bin 0 (NaN, below -inf): the exact path
+                                                      : d << NSAJIT_TOPK_SHIFT0;
+    }
+    if (lane == 0) sh.digit = bound;
+  }
+  __syncthreads();  // the bound; the lists may overwrite the histogram after it
+  return sh.digit;
 }
 
 // Asks L2 for the whole vectors of rounds [round_begin, round_end) (a hint, no

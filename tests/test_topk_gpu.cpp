@@ -446,6 +446,7 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
       }
       if (speculates(q)) {
         CHECK(q.list_offset == q.slots_offset);
+        CHECK((q.hist_offset % 4 == 0 && q.list_offset % 4 == 0));  // the prologue's 16-byte zeroing stores
         CHECK(q.list_offset + q.list_words >= q.bitmap_offset + 2 * q.bitmap_words);
         CHECK(q.list_words >= 8192);
         CHECK(4u * unsigned(q.list_offset + q.list_words) <= q.dynamic_smem);
