@@ -257,17 +257,36 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     if (lane == 0) sh.warp_greater[warp] = warp_fill;
     __syncthreads();
   } else if (speculated) {
-    // The topk-th largest of the listed keys is the row's: first digit from hist0, then 10-bit
-    // digits over the lists down to bit 0 (no capacity limit: the lists hold every candidate).
-    for (int i = lane; i < warp_fill; i += 32) {  // scores to keys, first digits counted
+    // The topk-th largest of the listed keys is the row's: a first digit fitted to the listed
+    // keys' range, counted in hist0; then the few keys left ranked by warp 0, or 10-bit digits
+    // over the lists down to bit 0 (no capacity limit: the lists hold every candidate).
+    uint32_t lo = 0xffffffffu, hi = 0u;
+    for (int i = lane; i < warp_fill; i += 32) {  // scores to keys
       const uint32_t key = topk_key(__uint_as_float(warp_list[i]));
       warp_list[i] = key;
-      atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
+      lo = min(lo, key);
+      hi = max(hi, key);
     }
+    lo = __reduce_min_sync(NSAJIT_TOPK_FULL, lo);
+    hi = __reduce_max_sync(NSAJIT_TOPK_FULL, hi);
+    if (lane == 0) {
+      atomicMin(&sh.key_lo, lo);
+      atomicMax(&sh.key_hi, hi);
+    }
+    __syncthreads();
+    lo = sh.key_lo;
+    const int shift = topk_window_shift(lo, sh.key_hi);
+    for (int i = lane; i < warp_fill; i += 32) atomicAdd(&hist0[(warp_list[i] >> shift) - (lo >> shift)], 1u);
     __syncthreads();
     int greater, count;
     const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
-    topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
+    topk_window_step(x, lo, shift, d, greater, count);
+    topk_resolve_bf16(x);  // bf16: 16 bits are all of them
+    if (x.bits < 32 && x.count > 1 && x.count <= 32) {  // uniform
+      for (int i = lane; i < warp_fill; i += 32)
+        if ((warp_list[i] & x.mask) == x.prefix) sh.short_list[atomicAdd(&sh.short_n, 1)] = warp_list[i];
+      topk_rank_short_list(x, sh);
+    }
     for (int pass = 0; x.bits < 32; ++pass) {
       if (x.count == 1) {  // one key left with the prefix: it is T (one barrier, not three a digit)
         for (int i = lane; i < warp_fill; i += 32)

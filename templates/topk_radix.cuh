@@ -245,6 +245,24 @@ NSAJIT_DEVICE void topk_radix_step(TopkRadix& x, uint32_t digit, int width, int 
   x.bits += width;
 }
 
+// A first digit fitted to a candidate list whose keys lie in [lo, hi]: bits of key >> shift
+// counted from lo >> shift, shift the least that fits the range in NSAJIT_TOPK_BINS0 bins. A bin
+// is still a key prefix (32 - shift bits), so the refinement goes on from it; the fixed digit
+// spends 8 of its 12 bits on the exponent, so a normal row's threshold bin holds hundreds of keys
+// where this one holds a few.
+NSAJIT_DEVICE int topk_window_shift(uint32_t lo, uint32_t hi) {
+  const int shift = max(0, NSAJIT_TOPK_SHIFT0 - __clz(hi - lo));  // (hi - lo) >> shift < BINS0
+  return (hi >> shift) - (lo >> shift) < NSAJIT_TOPK_BINS0 ? shift : shift + 1;
+}
+
+NSAJIT_DEVICE void topk_window_step(TopkRadix& x, uint32_t lo, int shift, uint32_t digit, int greater, int count) {
+  x.k -= greater;
+  x.count = count;
+  x.prefix = ((lo >> shift) + digit) << shift;
+  x.mask = 0xffffffffu << shift;
+  x.bits = 32 - shift;
+}
+
 // The keys matching x's prefix all lie in [lo, hi], their minimum and maximum: they share the
 // leading bits of lo and hi, so the prefix advances to the first bit where lo and hi differ (count
 // and k unchanged), and lo == hi resolves all 32 bits (a plateau of equal keys, e.g. ReLU zeros).
@@ -344,6 +362,35 @@ NSAJIT_DEVICE void topk_refine_finish(const TopkRefineDigit& r, TopkRadix& x, To
   for (int i = threadIdx.x; i < (1 << r.width); i += NSAJIT_THREADS) r.h[i] = 0u;
 }
 
+// Whole block, once the x.count (<= 32) keys matching x's prefix are in sh.short_list (each
+// thread's appends before the call): warp 0 ranks them, lane i key i; T is the key with greater <
+// k <= greater + equal. Returns with all 32 bits resolved (x.prefix = T, x.k = the keys == T to take).
+NSAJIT_DEVICE void topk_rank_short_list(TopkRadix& x, TopkShared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (warp == 0) {
+    const uint32_t mine = lane < x.count ? sh.short_list[lane] : 0u;
+    int greater = 0, equal = 0;
+    for (int j = 0; j < x.count; ++j) {
+      const uint32_t other = sh.short_list[j];
+      greater += int(other > mine);
+      equal += int(other == mine);
+    }
+    const uint32_t hit = __ballot_sync(NSAJIT_TOPK_FULL, lane < x.count && greater < x.k && x.k <= greater + equal);
+    if (lane == __ffs(hit) - 1) {  // x.k <= x.count: some lane holds T
+      sh.digit = mine;
+      sh.greater = greater;
+      sh.count = equal;
+    }
+  }
+  __syncthreads();
+  x.prefix = sh.digit;
+  x.k -= sh.greater;
+  x.count = sh.count;
+  x.mask = 0xffffffffu;
+  x.bits = 32;
+}
+
 // The refinement of x over a candidate list that holds every key of the row matching x's prefix
 // (and maybe others): thread tid's are candidate(j), j < mine_n. First an 8-bit digit; then, when
 // at most 32 keys are left with the prefix (normal scores: ~6 of ~1,400), they are listed and
@@ -385,29 +432,7 @@ NSAJIT_DEVICE void topk_refine_candidates(TopkRadix& x, TopkShared& sh, int mine
       const uint32_t key = candidate(j);
       if ((key & x.mask) == x.prefix) sh.short_list[atomicAdd(&sh.short_n, 1)] = key;
     }
-    __syncthreads();
-    if (warp == 0) {
-      // Lane i ranks key i among the x.count listed: T is the key with greater < k <= greater + equal.
-      const uint32_t mine = lane < x.count ? sh.short_list[lane] : 0u;
-      int greater = 0, equal = 0;
-      for (int j = 0; j < x.count; ++j) {
-        const uint32_t other = sh.short_list[j];
-        greater += int(other > mine);
-        equal += int(other == mine);
-      }
-      const uint32_t hit = __ballot_sync(NSAJIT_TOPK_FULL, lane < x.count && greater < x.k && x.k <= greater + equal);
-      if (lane == __ffs(hit) - 1) {  // x.k <= x.count: some lane holds T
-        sh.digit = mine;
-        sh.greater = greater;
-        sh.count = equal;
-      }
-    }
-    __syncthreads();
-    x.prefix = sh.digit;
-    x.k -= sh.greater;
-    x.count = sh.count;
-    x.mask = 0xffffffffu;
-    x.bits = 32;
+    topk_rank_short_list(x, sh);
   }
   for (int pass = 0; x.bits < 32; ++pass) {
     const TopkRefineDigit digit = topk_refine_digit(x, sh, pass);
