@@ -57,8 +57,9 @@
 // Speculative single sweep (one CTA per row, speculative_sweep; the plan's choice for slices of at
 // least 12 topk positions): a sample of up to 2 scores a thread, from the sweep's first loads, bounds
 // the topk-th largest key from below, one sweep lists every score at or above the bound per warp
-// (score and position, in index order), and the selection (first digit, two 10-bit digits) and
-// the ordered output run on the lists alone. The row reads its scores once instead of twice.
+// (score and position, in index order), and the selection (fp32: a first digit fitted to the
+// listed keys' range, then warp 0 ranks the few left; bf16: the fixed first digit and one 10-bit
+// digit) and the ordered output run on the lists alone. The row reads its scores once instead of twice.
 // A bound in 0.0's bin (a ReLU plateau no list could hold) lists the scores above 0.0 and counts
 // the zeros: when those complete topk the threshold is 0.0 and its ties, the first zeros in index
 // order, are re-read (L2). Exact whenever used: when the lists overflow or hold fewer than topk
@@ -257,9 +258,21 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     if (lane == 0) sh.warp_greater[warp] = warp_fill;
     __syncthreads();
   } else if (speculated) {
-    // The topk-th largest of the listed keys is the row's: a first digit fitted to the listed
-    // keys' range, counted in hist0; then the few keys left ranked by warp 0, or 10-bit digits
-    // over the lists down to bit 0 (no capacity limit: the lists hold every candidate).
+    // The topk-th largest of the listed keys is the row's. fp32: a first digit fitted to the
+    // listed keys' range, counted in hist0, then the few keys left ranked by warp 0; bf16: the
+    // fixed first digit (the fitted one measured slower there). Then 10-bit digits over the lists
+    // down to bit 0 (no capacity limit: the lists hold every candidate).
+#if NSAJIT_SCORE_BF16
+    for (int i = lane; i < warp_fill; i += 32) {  // scores to keys, first digits counted
+      const uint32_t key = topk_key(__uint_as_float(warp_list[i]));
+      warp_list[i] = key;
+      atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
+    }
+    __syncthreads();
+    int greater, count;
+    const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
+    topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
+#else
     uint32_t lo = 0xffffffffu, hi = 0u;
     for (int i = lane; i < warp_fill; i += 32) {  // scores to keys
       const uint32_t key = topk_key(__uint_as_float(warp_list[i]));
@@ -281,12 +294,12 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     int greater, count;
     const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
     topk_window_step(x, lo, shift, d, greater, count);
-    topk_resolve_bf16(x);  // bf16: 16 bits are all of them
     if (x.bits < 32 && x.count > 1 && x.count <= 32) {  // uniform
       for (int i = lane; i < warp_fill; i += 32)
         if ((warp_list[i] & x.mask) == x.prefix) sh.short_list[atomicAdd(&sh.short_n, 1)] = warp_list[i];
       topk_rank_short_list(x, sh);
     }
+#endif
     for (int pass = 0; x.bits < 32; ++pass) {
       if (x.count == 1) {  // one key left with the prefix: it is T (one barrier, not three a digit)
         for (int i = lane; i < warp_fill; i += 32)

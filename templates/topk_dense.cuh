@@ -389,6 +389,9 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   constexpr int kShortList = 4 * (NSAJIT_TOPK_DENSE_SMEM_VECS - NSAJIT_THREADS * DV);
   constexpr int kTopkDenseRankBlock = 16;  // the rank reads the list in blocks of 16 keys (padded)
   static_assert(NSAJIT_THREADS + kTopkDenseRankBlock <= kShortList, "a ranked list and its padding fit the list's room");
+#if !NSAJIT_SCORE_BF16
+  static_assert(2 * NSAJIT_THREADS <= kShortList, "a ranked list's positions follow its first NSAJIT_THREADS words");
+#endif
   // Not listed: a plateau of 0.0 (resolved already) or bin 0, which holds only NaN's key 1 (below).
   const int n_listed = x.bits < 32 && x.prefix != 0u && x.count <= kShortList ? x.count : 0;
   uint32_t* const listed = reinterpret_cast<uint32_t*>(topk_dynamic + NSAJIT_THREADS * DV);

@@ -29,7 +29,7 @@ struct TopkShared {
   int cand_local;     // candidates this CTA found
   int cand_reserved;  // cluster rank 0: the cluster-wide list's fill level (remote atomics)
   uint32_t unique_key;  // speculative refinement: the one key left with the prefix
-  uint32_t key_lo, key_hi;  // the range of the keys matching the prefix (topk_key_range; ~0u and 0 from the prologue)
+  uint32_t key_lo, key_hi;  // a key range: topk_key_range's, or the speculative lists' (~0u and 0 from the prologue)
   uint32_t slice_max;   // C > 1: this slice's largest key (0 when empty)
   uint32_t slice_lo;    // C > 1: the first-digit bin of this slice's topk-th largest key (0: fewer keys)
   uint32_t union_count[32];  // cluster lists: the union's counts of the 32 bins under the row's top

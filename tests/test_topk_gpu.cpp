@@ -766,6 +766,62 @@ TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads i
   }
 }
 
+TEST_CASE("topk gpu: the speculative selection's first digit at its range's edges (fp32: shift 0, the shift + 1 case, shift 20, ties)") {
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  std::normal_distribution<float> normal;
+  const int width = 32768, topk = 2048, positives = 3000;
+  // Negative scores everywhere, then each row's positives at random positions: the sample's bound
+  // lands in the positives, so the lists hold them (templates/topk.cuh, the fp32 window digit over
+  // the listed keys' range [lo, hi]; topk_window_shift in templates/topk_radix.cuh).
+  auto p = make_problem(6, width, topk, [&] { return -std::fabs(normal(rng)) - 1.0f; });
+  std::vector<int> at(width);
+  std::iota(at.begin(), at.end(), 0);
+  auto place = [&](int row, const std::vector<float>& values) {
+    std::shuffle(at.begin(), at.end(), rng);
+    for (std::size_t i = 0; i < values.size(); ++i) p.scores[std::size_t(row) * width + at[i]] = values[i];
+  };
+  auto distinct_offsets = [&](std::uint32_t span) {  // `positives` distinct offsets in [0, span), 0 and span - 1 included
+    std::vector<std::uint32_t> u(span);
+    std::iota(u.begin(), u.end(), 0u);
+    std::shuffle(u.begin() + 1, u.end() - 1, rng);
+    std::swap(u[1], u[span - 1]);
+    u.resize(positives);
+    return u;
+  };
+  std::vector<float> v;
+  // Row 0: keys lo .. lo + 8191 (lo odd): (hi >> 1) - (lo >> 1) = 4096, so the shift is 2, not 1.
+  for (const std::uint32_t u : distinct_offsets(8192)) v.push_back(from_bits(0x3f800001u + u));
+  place(0, v);
+  // Row 1: keys within 4096 of each other: shift 0, all 32 bits from the first digit.
+  v.clear();
+  for (const std::uint32_t u : distinct_offsets(4096)) v.push_back(from_bits(0x3f800000u + u));
+  place(1, v);
+  // Row 2: positive bit patterns of every exponent: the widest range (shift 19 or 20).
+  v.clear();
+  for (int i = 0; i < positives; ++i) v.push_back(from_bits(0x00800000u + std::uint32_t(rng() % 0x7e800000u)));
+  place(2, v);
+  // Row 3: five distinct values: T's bin holds hundreds of ties (the 10-bit digits).
+  v.clear();
+  for (int i = 0; i < positives; ++i) v.push_back(float(1 + int(rng() % 5)));
+  place(3, v);
+  // Rows 4 and 5: 2040 / 2047 distinct scores above 10, 32 / 40 copies of 5.0 and 1000 scores in
+  // [4, 4.9) (listed too; none in 5.0's bin): T = 5.0 ranked from the short list (32 keys) or
+  // refined (40 keys > 32), with 8 / 1 of its copies taken.
+  for (const int row : {4, 5}) {
+    const int above = row == 4 ? 2040 : 2047, copies = row == 4 ? 32 : 40;
+    v.clear();
+    for (int i = 0; i < above; ++i) v.push_back(10.0f + 1e-3f * float(i));
+    for (int i = 0; i < copies; ++i) v.push_back(5.0f);
+    for (int i = 0; i < 1000; ++i) v.push_back(4.0f + 9e-4f * float(i));
+    place(row, v);
+  }
+  for (const int threads : {512, 1024}) {
+    INFO("threads " << threads);
+    LaunchOverride one({.ctas_per_row = 1, .threads = threads, .speculate = 1});
+    check_topk(p);
+  }
+}
+
 TEST_CASE("topk gpu: batches of 1 to 4096 rows (the last query rows of a prefill)") {
   NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
