@@ -24,14 +24,6 @@
 // dv = 8 unswizzled would be 8-way). The stores, in load order, stay conflict-free.
 NSAJIT_DEVICE int topk_dense_exchange_index(int v, int swizzle) { return v ^ ((v >> 3) & swizzle); }
 
-// Sets bit i of the 64-bit mask (lo, hi) when cond: a constant i after unrolling.
-NSAJIT_DEVICE void topk_mask_set(uint32_t& lo, uint32_t& hi, int i, bool cond) {
-  if (i < 32)
-    lo |= uint32_t(cond) << i;
-  else
-    hi |= uint32_t(cond) << (i - 32);
-}
-
 // (m << 4) + n as one instruction (written as an OR, the compiler shifted and ORed apart).
 NSAJIT_DEVICE uint32_t topk_mask_push4(uint32_t m, uint32_t n) {
   uint32_t r;
@@ -449,6 +441,7 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
     }
   }
 #if !NSAJIT_SCORE_BF16
+  static_assert(DV <= 9, "valid_hi holds one vector's nibble");
   const uint32_t valid_lo = dv >= 8 ? 0xffffffffu : (1u << (4 * dv)) - 1u, valid_hi = dv > 8 ? 0xfu : 0u;
 #endif
   const uint32_t hit_lo = valid_lo & ~miss_lo, hit_hi = valid_hi & ~miss_hi;
