@@ -27,7 +27,7 @@ struct TopkShared {
   int greater;
   int count;
   int cand_local;     // candidates this CTA found
-  int cand_reserved;  // cluster rank 0: the cluster-wide list's fill level (remote atomics)
+  int cand_reserved;  // cluster rank 0: the cluster-wide list's fill level (remote atomics); dense rows: the rank's count of keys with k - 1 above
   uint32_t unique_key;  // speculative refinement: the one key left with the prefix
   uint32_t key_lo, key_hi;  // a key range: topk_key_range's, or the speculative lists' (~0u and 0 from the prologue)
   uint32_t slice_max;   // C > 1: this slice's largest key (0 when empty)
