@@ -158,6 +158,25 @@ NSAJIT_DEVICE uint32_t topk_dense_key(float f) {
   return r;
 }
 
+// The vector at vec + 4 OFFSET scores when a < b (unsigned compare, else signed), loaded with the
+// offset as an immediate (written as C++, the compiler computed a 64-bit address a slot); else
+// the registers are left undefined, for the caller to fill.
+template <int OFFSET, bool kUnsigned>
+NSAJIT_DEVICE u32x4 topk_dense_load_if(const TopkScore* vec, int a, int b) {
+  u32x4 v;
+  if (kUnsigned)
+    asm("{\n\t.reg .pred p;\n\tsetp.lt.u32 p, %5, %6;\n\t"
+                 "@p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4+%7];\n\t}"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(vec), "r"(a), "r"(b), "n"(4 * OFFSET * int(sizeof(TopkScore))));
+  else
+    asm("{\n\t.reg .pred p;\n\tsetp.lt.s32 p, %5, %6;\n\t"
+                 "@p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4+%7];\n\t}"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(vec), "r"(a), "r"(b), "n"(4 * OFFSET * int(sizeof(TopkScore))));
+  return v;
+}
+
 // Keys of an edge vector v (never whole: element loads), 0 outside the slice.
 NSAJIT_DEVICE u32x4 topk_dense_edge_keys(const TopkSlice& s, int v) {
   const int first = 4 * v - s.head;
@@ -271,13 +290,19 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   auto whole = [&](int j) {
     return j == 0 ? uint32_t(tid - vw0) < uint32_t(vw1 - vw0) : tid < vw1 - j * NSAJIT_THREADS;
   };
-  // Whole vectors: all loads in flight before the first key.
-#pragma unroll
-  for (int j = 0; j < DV; ++j) {
-    const int v = tid + j * NSAJIT_THREADS;
-    k[j].x = k[j].y = k[j].z = k[j].w = 0u;
-    if (whole(j)) k[j] = topk_load_vec(s.abase + 4 * v);
-  }
+  // Whole vectors: all loads in flight before the first key, from one address (a slot's offset is an
+  // immediate); the other slots get their keys below.
+  const TopkScore* const vec0 = s.abase + 4 * tid;
+  k[0] = topk_dense_load_if<0, true>(vec0, tid - vw0, vw1 - vw0);
+  k[1] = topk_dense_load_if<1 * NSAJIT_THREADS, false>(vec0, tid, vw1 - 1 * NSAJIT_THREADS);
+  k[2] = topk_dense_load_if<2 * NSAJIT_THREADS, false>(vec0, tid, vw1 - 2 * NSAJIT_THREADS);
+  k[3] = topk_dense_load_if<3 * NSAJIT_THREADS, false>(vec0, tid, vw1 - 3 * NSAJIT_THREADS);
+  k[4] = topk_dense_load_if<4 * NSAJIT_THREADS, false>(vec0, tid, vw1 - 4 * NSAJIT_THREADS);
+  k[5] = topk_dense_load_if<5 * NSAJIT_THREADS, false>(vec0, tid, vw1 - 5 * NSAJIT_THREADS);
+  k[6] = topk_dense_load_if<6 * NSAJIT_THREADS, false>(vec0, tid, vw1 - 6 * NSAJIT_THREADS);
+  k[7] = topk_dense_load_if<7 * NSAJIT_THREADS, false>(vec0, tid, vw1 - 7 * NSAJIT_THREADS);
+  k[8] = topk_dense_load_if<8 * NSAJIT_THREADS, false>(vec0, tid, vw1 - 8 * NSAJIT_THREADS);
+  static_assert(DV == 9, "one load a slot above");
 #endif
   // While the loads are in flight: hist0 (16-byte stores; the plan aligns it) and the list's fill.
   static_assert(NSAJIT_TOPK_BINS0 % (4 * NSAJIT_THREADS) == 0, "hist0: whole 16-byte words a thread");
@@ -340,6 +365,8 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
         const uint32_t key = topk_lane(k[j], e);
         if (key != 0u) atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
       }
+    } else {  // past the slice: padding
+      k[j].x = k[j].y = k[j].z = k[j].w = 0u;
     }
   }
 #endif
