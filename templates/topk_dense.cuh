@@ -91,6 +91,25 @@ NSAJIT_DEVICE void topk_stage_all_bits(uint32_t lo, uint32_t hi, int position0, 
   }
 }
 
+// f(j) for j = dv - 1 down to 0 (dv <= 9). Rows of 5 or more vectors a thread (issue 36's dense rows)
+// run vectors 4..0 with no test (a uniform `j < dv` test a vector cost 3 instructions).
+template <typename F>
+NSAJIT_DEVICE void topk_dense_runs_down(int dv, F&& f) {
+  constexpr int kSure = 5;
+  static_assert(kSure <= NSAJIT_TOPK_DENSE_VECS, "vectors 0..4 are in the unrolled slots");
+#pragma unroll
+  for (int j = NSAJIT_TOPK_DENSE_VECS - 1; j >= kSure; --j)
+    if (j < dv) f(j);
+  if (dv >= kSure) {  // uniform
+#pragma unroll
+    for (int j = kSure - 1; j >= 0; --j) f(j);
+  } else {
+#pragma unroll
+    for (int j = kSure - 1; j >= 0; --j)
+      if (j < dv) f(j);
+  }
+}
+
 // warp_inclusive_scan over the first `width` lanes, with the shuffle's own in-range predicate guarding
 // each add: 2 instructions a step, where the lane test came out as a SEL before each add.
 template <int width = 32>
@@ -602,9 +621,7 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   uint32_t greater_lo = 0u, greater_hi = 0u, equal_lo = 0u, equal_hi = 0u;
   uint32_t c;
   if (unique) {  // uniform: the keys > T only (T's one key is placed from the list below)
-#pragma unroll
-    for (int j = DV - 1; j >= 0; --j) {
-      if (j >= dv) continue;  // uniform
+    topk_dense_runs_down(dv, [&](int j) {
       const u32x4 k4 = run(j);
       const uint32_t g = uint32_t(k4.x > threshold) | uint32_t(k4.y > threshold) << 1 |
                          uint32_t(k4.z > threshold) << 2 | uint32_t(k4.w > threshold) << 3;
@@ -612,12 +629,10 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
         greater_hi = topk_mask_push4(greater_hi, g);
       else
         greater_lo = topk_mask_push4(greater_lo, g);
-    }
+    });
     c = uint32_t(__popc(greater_lo) + __popc(greater_hi));
   } else {
-#pragma unroll
-    for (int j = DV - 1; j >= 0; --j) {
-      if (j >= dv) continue;  // uniform
+    topk_dense_runs_down(dv, [&](int j) {
       const u32x4 k4 = run(j);
       const uint32_t g = uint32_t(k4.x > threshold) | uint32_t(k4.y > threshold) << 1 |
                          uint32_t(k4.z > threshold) << 2 | uint32_t(k4.w > threshold) << 3;
@@ -630,7 +645,7 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
         greater_lo = topk_mask_push4(greater_lo, g);
         equal_lo = topk_mask_push4(equal_lo, q);
       }
-    }
+    });
     equal_lo &= ~greater_lo;
     equal_hi &= ~greater_hi;
     c = uint32_t(__popc(greater_lo) + __popc(greater_hi)) | (uint32_t(__popc(equal_lo) + __popc(equal_hi)) << 16);
