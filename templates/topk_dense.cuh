@@ -185,14 +185,14 @@ NSAJIT_DEVICE u32x4 topk_dense_load_if(const TopkScore* vec, int a, int b) {
   u32x4 v;
   if (kUnsigned)
     asm("{\n\t.reg .pred p;\n\tsetp.lt.u32 p, %5, %6;\n\t"
-                 "@p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4+%7];\n\t}"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(vec), "r"(a), "r"(b), "n"(4 * OFFSET * int(sizeof(TopkScore))));
+        "@p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4+%7];\n\t}"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(vec), "r"(a), "r"(b), "n"(4 * OFFSET * int(sizeof(TopkScore))));
   else
     asm("{\n\t.reg .pred p;\n\tsetp.lt.s32 p, %5, %6;\n\t"
-                 "@p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4+%7];\n\t}"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(vec), "r"(a), "r"(b), "n"(4 * OFFSET * int(sizeof(TopkScore))));
+        "@p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4+%7];\n\t}"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(vec), "r"(a), "r"(b), "n"(4 * OFFSET * int(sizeof(TopkScore))));
   return v;
 }
 
