@@ -116,6 +116,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   int* out = p.out + (long long)r * NSAJIT_TOPK;
 
   if (p.prefetch_slice != 0 && p.row_starts == nullptr) topk_prefetch_slice(p, r, rank);
+  if (!kTopkClustered && tid == 0) topk_prefetch_next_wave(p, r);  // clusters: one wave
   const int row_start = p.row_starts ? min(max(p.row_starts[r], 0), p.width) : 0;
   const int len = min(p.lengths[r], p.width - row_start);
   const KvSlotRow t = topk_transform_row(p, r);

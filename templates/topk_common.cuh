@@ -128,6 +128,18 @@ NSAJIT_DEVICE void topk_prefetch_table(const KvSlotRow& t, int len) {
 #endif
 }
 
+// Asks L2 for the line of `lengths` (and `row_starts`) that the rows about one wave after row r
+// start by reading (resident CTAs: SMs x 1024 / threads), so that those CTAs' first, dependent read
+// waits an L2 rather than a DRAM latency. One thread a CTA; a line serves 32 rows, asked by each.
+NSAJIT_DEVICE void topk_prefetch_next_wave(const TopkParams& p, int r) {
+  uint32_t sms;
+  asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
+  const int ahead = r + int(sms) * (1024 / NSAJIT_THREADS);
+  if (ahead >= p.rows) return;
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p.lengths + ahead));
+  if (p.row_starts != nullptr) asm volatile("prefetch.global.L2 [%0];" ::"l"(p.row_starts + ahead));
+}
+
 // Asks L2 for the scores CTA `rank` of row r would read if the row were as long as its width
 // (rows without row_starts), one 128-byte line per thread and round, before the row's length is
 // known: the loads of pass 0 then find them in L2 instead of waiting a second DRAM latency after
