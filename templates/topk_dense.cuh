@@ -91,7 +91,7 @@ NSAJIT_DEVICE void topk_stage_all_bits(uint32_t lo, uint32_t hi, int position0, 
   }
 }
 
-// f(j) for j = dv - 1 down to 0 (dv <= 9). Rows of 5 or more vectors a thread (issue 36's dense rows)
+// f(j) for j = dv - 1 down to 0 (dv <= 9). Rows of more than 4096 positions (dv >= 5)
 // run vectors 4..0 with no test (a uniform `j < dv` test a vector cost 3 instructions).
 template <typename F>
 NSAJIT_DEVICE void topk_dense_runs_down(int dv, F&& f) {
