@@ -35,6 +35,14 @@ NSAJIT_DEVICE void topk_sweep_load(const TopkSlice& s, int q0, int round_end, u3
   }
 }
 
+// Rounds [q0, q0 + kTopkSweepUnroll) of this lane's vectors when all are whole vectors of the
+// slice: unguarded loads from one address (immediate offsets).
+NSAJIT_DEVICE void topk_sweep_load_whole(const TopkSlice& s, int q0, u32x4 (&raw)[kTopkSweepUnroll]) {
+  const TopkScore* const base = s.abase + 4 * (q0 * 32 + (threadIdx.x & 31));
+#pragma unroll
+  for (int u = 0; u < kTopkSweepUnroll; ++u) raw[u] = topk_load_vec(base + 128 * u);
+}
+
 // The rank r of the sample's key that bounds the row's topk-th largest from below: the expected
 // rank of the topk-th largest among `samples` scores of a row of n, plus 4 standard deviations.
 NSAJIT_DEVICE int topk_sample_rank(int samples, int n) {
@@ -165,54 +173,69 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, ui
   const float kNaN = __uint_as_float(0x7fffffffu);  // outside the slice: never listed
   int fill = 0;
   constexpr int kUnroll = kTopkSweepUnroll;
-  for (int q0 = round_begin; q0 < round_end; q0 += kUnroll) {
-    if (q0 != round_begin) topk_sweep_load(s, q0, round_end, raw);  // the first batch: the caller's
+  // Lists round q's scores x (lane l's element j is position 4 (32 q + l) + j, so the list order,
+  // lane then element, is index order): ballots by element, predicated stores of the raw score
+  // bits and positions at 32-bit shared addresses (no loop as long as the lane with the most listed
+  // scores; keys are made after the sweep, over the lists).
+  auto list_round = [&](const float (&x)[4], int q) {
+    bool listed[4];
+    uint32_t m[4];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int q = q0 + u;
-      if (q >= round_end) break;  // warp-uniform
-      const int v = q * 32 + lane;
-      float x[4];
-      if (v >= vw0 && v < vw1) {
-        x[0] = __uint_as_float(raw[u].x);
-        x[1] = __uint_as_float(raw[u].y);
-        x[2] = __uint_as_float(raw[u].z);
-        x[3] = __uint_as_float(raw[u].w);
-      } else {  // an edge vector, or past the slice
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int e = 4 * v + j - s.head;
-          x[j] = e >= 0 && e < s.n ? topk_score(s.sp, e) : kNaN;
-        }
-      }
-      // Ballots by element: lane l's element j is position 4 (32 q + l) + j, so the list order
-      // (lane, then element) is index order.
-      bool listed[4];
-      uint32_t m[4];
+    for (int j = 0; j < 4; ++j) {
+      listed[j] = x[j] >= f;
+      m[j] = __ballot_sync(NSAJIT_TOPK_FULL, listed[j]);
+      if (kCountZeros) zeros += int(x[j] == 0.0f);  // -0.0 too; NaN (outside the slice) never
+    }
+    const int found = __popc(m[0]) + __popc(m[1]) + __popc(m[2]) + __popc(m[3]);
+    if (fill + found <= capacity) {
+      uint32_t at = 4u * uint32_t(fill + __popc(m[0] & lanes_below) + __popc(m[1] & lanes_below) +
+                                  __popc(m[2] & lanes_below) + __popc(m[3] & lanes_below));
+      const int position = slice_begin + 4 * (q * 32 + lane) - s.head;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        listed[j] = x[j] >= f;
-        m[j] = __ballot_sync(NSAJIT_TOPK_FULL, listed[j]);
-        if (kCountZeros) zeros += int(x[j] == 0.0f);  // -0.0 too; NaN (outside the slice) never
-      }
-      const int found = __popc(m[0]) + __popc(m[1]) + __popc(m[2]) + __popc(m[3]);
-      if (fill + found <= capacity) {
-        // Predicated stores of the raw score bits and positions at 32-bit shared addresses: no
-        // loop as long as the lane with the most listed scores, no key conversion (done after
-        // the sweep over the lists); a loop over the lane's scores issued ~200 instructions a round.
-        uint32_t at = 4u * uint32_t(fill + __popc(m[0] & lanes_below) + __popc(m[1] & lanes_below) +
-                                    __popc(m[2] & lanes_below) + __popc(m[3] & lanes_below));
-        const int position = slice_begin + 4 * v - s.head;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          if (listed[j]) {
-            st_shared_4(list_key + at, __float_as_uint(x[j]));
-            st_shared_4(list_position + at, uint32_t(position + j));
-            at += 4u;
-          }
+        if (listed[j]) {
+          st_shared_4(list_key + at, __float_as_uint(x[j]));
+          st_shared_4(list_position + at, uint32_t(position + j));
+          at += 4u;
         }
       }
-      fill += found;
+    }
+    fill += found;
+  };
+  for (int q0 = round_begin; q0 < round_end; q0 += kUnroll) {
+    // Warp-uniform: every vector of the batch is a whole vector of the slice (all but a slice's
+    // first and last batches), so its rounds need no edge code and its loads no guards.
+    const bool whole = q0 + kUnroll <= round_end && 32 * q0 >= vw0 && 32 * (q0 + kUnroll) <= vw1;
+    if (whole) {
+      if (q0 != round_begin) topk_sweep_load_whole(s, q0, raw);  // the first batch: the caller's
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const float x[4] = {__uint_as_float(raw[u].x), __uint_as_float(raw[u].y), __uint_as_float(raw[u].z),
+                            __uint_as_float(raw[u].w)};
+        list_round(x, q0 + u);
+      }
+    } else {
+      if (q0 != round_begin) topk_sweep_load(s, q0, round_end, raw);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int q = q0 + u;
+        if (q >= round_end) break;  // warp-uniform
+        const int v = q * 32 + lane;
+        float x[4];
+        if (v >= vw0 && v < vw1) {
+          x[0] = __uint_as_float(raw[u].x);
+          x[1] = __uint_as_float(raw[u].y);
+          x[2] = __uint_as_float(raw[u].z);
+          x[3] = __uint_as_float(raw[u].w);
+        } else {  // an edge vector, or past the slice
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int e = 4 * v + j - s.head;
+            x[j] = e >= 0 && e < s.n ? topk_score(s.sp, e) : kNaN;
+          }
+        }
+        list_round(x, q);
+      }
     }
     if (fill > capacity) break;  // warp-uniform: the row falls back
   }
