@@ -234,62 +234,77 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
   constexpr int kUnroll = kTopkSweepUnroll;
   // This lane's pair of the next batch's round 0 (one pointer advanced, not recomputed a round).
   const TopkScore* ahead = s.abase + 4 * (2 * (g.pb + 32 * kUnroll + lane) - g.p0);
+  // Lists this lane's pair w (pair `pair`; first_in, second_in: its vectors are the segment's).
+  auto list_pair = [&](const uint32_t (&w)[4], int pair, bool first_in, bool second_in) {
+    // Bit 31 - j: element j (position position0 + 8 pair + j), so leading zeros give index order.
+    const uint32_t listed = topk_pair_listed(w, b2, first_in, second_in);
+    if (kCountZeros) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (i < 2 ? first_in : second_in) zeros += int((w[i] & 0x7fffu) == 0u) + int((w[i] & 0x7fff0000u) == 0u);
+    }
+    // One scan of the lanes' counts places each lane's run (cheaper than a ballot per element).
+    const int count = __popc(listed);
+    const int inclusive = topk_warp_inclusive_scan(count);
+    const int found = __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
+    if (fill + found <= capacity) {
+      // Stores for the listed only (widened here): the warp loops as often as its busiest lane lists.
+      uint32_t key_at = list_key + 4u * uint32_t(fill + inclusive - count);
+      uint32_t position_at = list_position + 4u * uint32_t(fill + inclusive - count);
+      const int position = position0 + 8 * pair;
+      for (uint32_t m = listed; m != 0u;) {
+        uint32_t j;  // the next listed score: m's leading zeros (m != 0)
+        asm("bfind.shiftamt.u32 %0, %1;" : "=r"(j) : "r"(m));
+        m ^= 0x80000000u >> j;
+        // Score j is bits 16 (j & 3) .. + 15 of the 64 bits w[j & 4 ? 3 : 1]:w[j & 4 ? 2 : 0].
+        const unsigned long long half = (j & 4u) != 0u ? (static_cast<unsigned long long>(w[3]) << 32 | w[2])
+                                                       : (static_cast<unsigned long long>(w[1]) << 32 | w[0]);
+        st_shared_4(key_at, uint32_t(half >> (16u * (j & 3u))) << 16);
+        st_shared_4(position_at, uint32_t(position) + j);
+        key_at += 4u;
+        position_at += 4u;
+      }
+    }
+    fill += found;
+  };
+  // Batches from first in [whole_first, whole_last]: every round present, whole pairs, both vectors the segment's.
+  const int whole_first = max(g.pw0, g.first_begin), whole_last = min(g.pw1, g.second_end) - 32 * kUnroll;
   // first: lane 0's pair, warp-uniform.
   for (int first = g.pb; first < g.pe; first += 32 * kUnroll, ahead += 8 * 32 * kUnroll) {
+    if (first >= whole_first && first <= whole_last) {  // warp-uniform: no edge code, no segment masks
+      const int room = g.load_end - 32 * kUnroll - first - lane;  // round u's next pair is loaded iff 32 u < room
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int pair = first + 32 * u + lane;
-      if (pair - lane >= g.pe) break;  // warp-uniform
-      if (pair < g.pw0 || pair >= g.pw1) {  // an edge of the slice: element by element, NaN (never listed) outside it
-        const int e0 = 8 * pair - 4 * g.p0 - s.head;  // the pair's first score in the slice
-        uint32_t w[4];
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+        list_pair(w, first + 32 * u + lane, true, true);
+        if (32 * u < room) raw[u] = topk_load_pair(ahead + 256 * u);
+      }
+    } else {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int e = e0 + 2 * i;
-          const uint32_t a = e >= 0 && e < s.n ? uint32_t(s.sp[e]) : 0x7fffu;
-          const uint32_t b = e + 1 >= 0 && e + 1 < s.n ? uint32_t(s.sp[e + 1]) : 0x7fffu;
-          w[i] = a | b << 16;
+      for (int u = 0; u < kUnroll; ++u) {
+        const int pair = first + 32 * u + lane;
+        if (pair - lane >= g.pe) break;  // warp-uniform
+        if (pair < g.pw0 || pair >= g.pw1) {  // an edge of the slice: element by element, NaN (never listed) outside it
+          const int e0 = 8 * pair - 4 * g.p0 - s.head;  // the pair's first score in the slice
+          uint32_t w[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int e = e0 + 2 * i;
+            const uint32_t a = e >= 0 && e < s.n ? uint32_t(s.sp[e]) : 0x7fffu;
+            const uint32_t b = e + 1 >= 0 && e + 1 < s.n ? uint32_t(s.sp[e + 1]) : 0x7fffu;
+            w[i] = a | b << 16;
+          }
+          raw[u].x = w[0];
+          raw[u].y = w[1];
+          raw[u].z = w[2];
+          raw[u].w = w[3];
         }
-        raw[u].x = w[0];
-        raw[u].y = w[1];
-        raw[u].z = w[2];
-        raw[u].w = w[3];
+        const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+        // Only the segment's vectors are listed (its first and last pairs may reach past it).
+        list_pair(w, pair, pair >= g.first_begin && pair < g.pe, pair < g.second_end);
+        // The next batch's round u into the slot just read: in flight during the later rounds (pw0 <= 1).
+        if (pair + 32 * kUnroll < g.load_end) raw[u] = topk_load_pair(ahead + 256 * u);
       }
-      const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
-      // Only the segment's vectors are listed (its first and last pairs may reach past it).
-      const bool first_in = pair >= g.first_begin && pair < g.pe, second_in = pair < g.second_end;
-      // Bit 31 - j: element j (position position0 + 8 pair + j), so leading zeros give index order.
-      const uint32_t listed = topk_pair_listed(w, b2, first_in, second_in);
-      if (kCountZeros) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          if (i < 2 ? first_in : second_in) zeros += int((w[i] & 0x7fffu) == 0u) + int((w[i] & 0x7fff0000u) == 0u);
-      }
-      // One scan of the lanes' counts places each lane's run (cheaper than a ballot per element).
-      const int count = __popc(listed);
-      const int inclusive = topk_warp_inclusive_scan(count);
-      const int found = __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
-      if (fill + found <= capacity) {
-        // Stores for the listed only (widened here): the warp loops as often as its busiest lane lists.
-        uint32_t key_at = list_key + 4u * uint32_t(fill + inclusive - count);
-        uint32_t position_at = list_position + 4u * uint32_t(fill + inclusive - count);
-        const int position = position0 + 8 * pair;
-        for (uint32_t m = listed; m != 0u;) {
-          uint32_t j;  // the next listed score: m's leading zeros (m != 0)
-          asm("bfind.shiftamt.u32 %0, %1;" : "=r"(j) : "r"(m));
-          m ^= 0x80000000u >> j;
-          // Score j is bits 16 (j & 3) .. + 15 of the 64 bits w[j & 4 ? 3 : 1]:w[j & 4 ? 2 : 0].
-          const unsigned long long half = (j & 4u) != 0u ? (static_cast<unsigned long long>(w[3]) << 32 | w[2])
-                                                         : (static_cast<unsigned long long>(w[1]) << 32 | w[0]);
-          st_shared_4(key_at, uint32_t(half >> (16u * (j & 3u))) << 16);
-          st_shared_4(position_at, uint32_t(position) + j);
-          key_at += 4u;
-          position_at += 4u;
-        }
-      }
-      fill += found;
-      // The next batch's round u into the slot just read: in flight during the later rounds (pw0 <= 1).
-      if (pair + 32 * kUnroll < g.load_end) raw[u] = topk_load_pair(ahead + 256 * u);
     }
     if (fill > capacity) break;  // warp-uniform: the row falls back
   }
