@@ -203,8 +203,8 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, ui
     fill += found;
   };
   for (int q0 = round_begin; q0 < round_end; q0 += kUnroll) {
-    // Warp-uniform: every vector of the batch is a whole vector of the slice (all but a slice's
-    // first and last batches), so its rounds need no edge code and its loads no guards.
+    // Warp-uniform: every vector of the batch is a whole vector of the slice (all but the slice's
+    // edge batches and a warp's partial last batch), so its rounds need no edge code and its loads no guards.
     const bool whole = q0 + kUnroll <= round_end && 32 * q0 >= vw0 && 32 * (q0 + kUnroll) <= vw1;
     if (whole) {
       if (q0 != round_begin) topk_sweep_load_whole(s, q0, raw);  // the first batch: the caller's
