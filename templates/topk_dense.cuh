@@ -196,6 +196,19 @@ NSAJIT_DEVICE u32x4 topk_dense_load_if(const TopkScore* vec, int a, int b) {
   return v;
 }
 
+// Slots 0..J of a thread's vectors (tid + 256 j) that are whole vectors of the slice, from vec0 =
+// abase + 4 tid: slot 0 by one unsigned compare (vw0 <= 1), slot j >= 1 by tid < vw1 - 256 j.
+template <int J>
+NSAJIT_DEVICE void topk_dense_load_slots(u32x4 (&k)[NSAJIT_TOPK_DENSE_VECS], const TopkScore* vec0, int tid,
+                                         int vw0, int vw1) {
+  if constexpr (J == 0) {
+    k[0] = topk_dense_load_if<0, true>(vec0, tid - vw0, vw1 - vw0);
+  } else {
+    topk_dense_load_slots<J - 1>(k, vec0, tid, vw0, vw1);
+    k[J] = topk_dense_load_if<J * NSAJIT_THREADS, false>(vec0, tid, vw1 - J * NSAJIT_THREADS);
+  }
+}
+
 // Keys of an edge vector v (never whole: element loads), 0 outside the slice.
 NSAJIT_DEVICE u32x4 topk_dense_edge_keys(const TopkSlice& s, int v) {
   const int first = 4 * v - s.head;
@@ -311,17 +324,7 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   };
   // Whole vectors: all loads in flight before the first key, from one address (a slot's offset is an
   // immediate); the other slots get their keys below.
-  const TopkScore* const vec0 = s.abase + 4 * tid;
-  k[0] = topk_dense_load_if<0, true>(vec0, tid - vw0, vw1 - vw0);
-  k[1] = topk_dense_load_if<1 * NSAJIT_THREADS, false>(vec0, tid, vw1 - 1 * NSAJIT_THREADS);
-  k[2] = topk_dense_load_if<2 * NSAJIT_THREADS, false>(vec0, tid, vw1 - 2 * NSAJIT_THREADS);
-  k[3] = topk_dense_load_if<3 * NSAJIT_THREADS, false>(vec0, tid, vw1 - 3 * NSAJIT_THREADS);
-  k[4] = topk_dense_load_if<4 * NSAJIT_THREADS, false>(vec0, tid, vw1 - 4 * NSAJIT_THREADS);
-  k[5] = topk_dense_load_if<5 * NSAJIT_THREADS, false>(vec0, tid, vw1 - 5 * NSAJIT_THREADS);
-  k[6] = topk_dense_load_if<6 * NSAJIT_THREADS, false>(vec0, tid, vw1 - 6 * NSAJIT_THREADS);
-  k[7] = topk_dense_load_if<7 * NSAJIT_THREADS, false>(vec0, tid, vw1 - 7 * NSAJIT_THREADS);
-  k[8] = topk_dense_load_if<8 * NSAJIT_THREADS, false>(vec0, tid, vw1 - 8 * NSAJIT_THREADS);
-  static_assert(DV == 9, "one load a slot above");
+  topk_dense_load_slots<DV - 1>(k, s.abase + 4 * tid, tid, vw0, vw1);
 #endif
   // While the loads are in flight: hist0 (16-byte stores; the plan aligns it) and the list's fill.
   static_assert(NSAJIT_TOPK_BINS0 % (4 * NSAJIT_THREADS) == 0, "hist0: whole 16-byte words a thread");
