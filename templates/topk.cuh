@@ -55,7 +55,7 @@
 // capacity) the row takes the exact path, with nothing to undo.
 //
 // Speculative single sweep (one CTA per row, speculative_sweep; the plan's choice for slices of at
-// least 12 topk positions): a sample of up to 2 scores a thread, from the sweep's first loads, bounds
+// least 12 topk positions): a sample of up to 4 scores a thread, from the sweep's first loads, bounds
 // the topk-th largest key from below, one sweep lists every score at or above the bound per warp
 // (score and position, in index order), and the selection (fp32: a first digit fitted to the
 // listed keys' range, then warp 0 ranks the few left; bf16: the fixed first digit and one 10-bit

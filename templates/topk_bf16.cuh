@@ -160,15 +160,15 @@ NSAJIT_DEVICE void topk_sweep_load_pairs(const TopkSlice& s, int round_begin, in
 }
 
 // The sample of topk_sample_bound from the pairs' first batch: the last score of this lane's
-// pair in rounds 0 and 2 (one window of two 256-score chunks at the start of the warp's segment),
-// counted in hist, the highest of their bins in top; returns how many were taken (0, 1 or 2).
+// pair in each round (one window of four 256-score chunks at the start of the warp's segment),
+// counted in hist, the highest of their bins in top; returns how many were taken (0 to 4).
 NSAJIT_DEVICE int topk_sample_pairs(const TopkSlice& s, const u32x4 (&head)[kTopkSweepUnroll], int round_begin,
                                     int round_end, uint32_t* hist, uint32_t& top) {
   const TopkPairSegment g = topk_pair_segment(s, round_begin, round_end);
   const int lane = threadIdx.x & 31;
   int taken = 0;
 #pragma unroll
-  for (int u = 0; u < kTopkSweepUnroll; u += 2) {
+  for (int u = 0; u < kTopkSweepUnroll; ++u) {
     const int pair = g.pb + 32 * u + lane;
     if (pair >= g.pw0 && pair < g.load_end && pair < g.second_end) {
       const uint32_t bin = topk_key(__uint_as_float(head[u].w & 0xffff0000u)) >> NSAJIT_TOPK_SHIFT0;

@@ -5,7 +5,7 @@
 
 // --- speculative single sweep (one CTA per row) ----------------------------------------------------
 // The exact path reads the row twice (pass 0 for the first digit, then the classify sweep). Here a
-// sample of up to 2 * threads scores, taken from the sweep's first loads (one window at the start
+// sample of up to 4 * threads scores, taken from the sweep's first loads (one window at the start
 // of each warp's segment), gives a lower bound B under which the
 // topk-th largest key lies with high probability: the bin of the sample's r-th largest key, r its
 // expected rank plus 4 standard deviations. One sweep then lists every score whose key is >= B
@@ -67,16 +67,16 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
 // The bound B (a key >= 1, so that padding is never listed) for a row of n > topk positions, or
 // 0 when the row should not speculate. Whole block (uniform result); `hist` (4096 words) is zero
 // on entry and dirty on return.
-// The sample: the last score of this lane's vectors in rounds 0 and 2 of the sweep's first batch
+// The sample: the last score of this lane's vectors in each round of the sweep's first batch
 // (`head`, already loaded: no separate DRAM round trip or traffic for the sample), i.e. one window
-// of two 128-score chunks at the start of each warp's segment. At most 2 * threads scores: a
+// of four 128-score chunks at the start of each warp's segment. At most 4 * threads scores: a
 // vector not whole in registers (the row's unaligned head) or past the segment gives none, and r
 // is computed from the number actually taken (a row too short to give r samples: no bound).
 // Warp 0 alone computes r and finds the bin, from the highest sample's bin down (two barriers a
 // row instead of four; the others wait at the second).
 NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, const u32x4 (&head)[kTopkSweepUnroll], int round_begin,
                                          int round_end, uint32_t* hist, TopkShared& sh) {
-  constexpr int kMaxSamples = 2 * NSAJIT_THREADS;
+  constexpr int kMaxSamples = kTopkSweepUnroll * NSAJIT_THREADS;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   // The full sample's rank, while the first batch's loads are in flight.
   const int r_max = warp == 0 ? topk_sample_rank(kMaxSamples, s.n) : 0;
@@ -87,7 +87,7 @@ NSAJIT_DEVICE uint32_t topk_sample_bound(const TopkSlice& s, const u32x4 (&head)
   const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
   int taken = 0;
 #pragma unroll
-  for (int u = 0; u < kTopkSweepUnroll; u += 2) {
+  for (int u = 0; u < kTopkSweepUnroll; ++u) {
     const int v = (round_begin + u) * 32 + lane;
     if (round_begin + u < round_end && v >= vw0 && v < vw1) {
       const uint32_t bin = topk_key(__uint_as_float(head[u].w)) >> NSAJIT_TOPK_SHIFT0;

@@ -734,11 +734,12 @@ TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads i
   auto p = make_problem(5, width, 2048, [&] { return normal(rng); });
   for (int i = 0; i < width; ++i) {
     // Rows 0 and 3: large scores exactly where the sample looks (templates/topk_speculative.cuh,
-    // topk_sample_bound: the last score of each lane's vector in rounds 0 and 2 of its warp's
+    // topk_sample_bound: the last score of each lane's vector in rounds 0-3 of its warp's
     // segment; segments begin at multiples of 8 rounds of 128 scores at 256, 512 and 1024
-    // threads): the bound lands among them and lists fewer than topk keys (2048 and 1024 of them).
-    // Row 4: the old sample's positions (every 16th score), which this sample does not see.
-    const bool sampled_round = (i / 128) % 8 == 0 || (i / 128) % 8 == 2;
+    // threads): the bound lands among them and lists fewer than topk keys (the rows hold 4096 and
+    // 1024 of them, and the bound lists about r / samples of those).
+    // Row 4: an older sample's positions (every 16th score), which this sample does not see.
+    const bool sampled_round = (i / 128) % 8 < 4;
     if (i % 4 == 3 && sampled_round) p.scores[i] = 50.0f + normal(rng);
     if (i % 4 == 3 && (i / 128) % 8 == 0) p.scores[3 * std::size_t(width) + i] = 50.0f + normal(rng);
     if (i % 16 == 8) p.scores[4 * std::size_t(width) + i] = 50.0f + normal(rng);
@@ -1803,14 +1804,14 @@ TEST_CASE("topk gpu bf16: the pair sweep falls back when its sample misleads it 
   auto p = make_problem(4, width, 2048, [&] { return normal(rng); });
   for (int i = 0; i < width; ++i) {
     // Row 0: large scores exactly where the pair sample looks (topk_sample_pairs: the last score of
-    // each lane's pair in rounds 0 and 2 of 256 scores of its warp's segment; segments begin at
+    // each lane's pair in rounds 0-3 of 256 scores of its warp's segment; segments begin at
     // multiples of 1024 scores at 256, 512 and 1024 threads): the bound lands among them and lists
     // fewer than topk keys. Row 1: the largest scores crowd the first 4096 positions (a warp's
     // list overflows). Rows 2 and 3: normal and the fp32 sample's positions (every 4th score of
-    // rounds 0 and 2 of 128), which the pair sample sees only in part.
-    if (i % 8 == 7 && ((i % 1024) / 256 == 0 || (i % 1024) / 256 == 2)) p.scores[i] = 50.0f + normal(rng);
+    // rounds 0-3 of 128), which the pair sample sees only in part.
+    if (i % 8 == 7) p.scores[i] = 50.0f + normal(rng);
     if (i < 4096) p.scores[std::size_t(width) + i] = 10.0f + normal(rng);
-    if (i % 4 == 3 && ((i / 128) % 8 == 0 || (i / 128) % 8 == 2)) p.scores[3 * std::size_t(width) + i] = 50.0f + normal(rng);
+    if (i % 4 == 3 && (i / 128) % 8 < 4) p.scores[3 * std::size_t(width) + i] = 50.0f + normal(rng);
   }
   p = rounded_to_bf16(p);
   for (const int threads : {256, 512, 1024}) {
@@ -1950,8 +1951,8 @@ Segment segment_of(int n, int head, int threads, int w) {
   return {int((long long)rounds * w / warps), int((long long)rounds * (w + 1) / warps)};
 }
 
-// The positions topk_sample_bound samples at `threads` threads, in rounds 0 (u = 0) or 2 (u = 2)
-// of each warp's segment: the last score of each lane's whole vector.
+// The positions topk_sample_bound samples at `threads` threads in round u (0-3) of each warp's
+// segment: the last score of each lane's whole vector.
 std::vector<int> sampled_positions(int n, int head, int threads, int u) {
   const int vw0 = head == 0 ? 0 : 1, vw1 = std::max(vw0, (head + n) / 4);
   std::vector<int> out;
@@ -1970,9 +1971,9 @@ std::vector<int> sampled_positions(int n, int head, int threads, int u) {
 // bound is 0.0's first-digit bin; kZeroTies when then no warp's list of positives overflows
 // `capacity` and the positives, fewer than topk, and the zeros complete topk).
 std::uint32_t zero_path_of(const float* row, int n, int head, int threads, int topk, int capacity) {
-  if (n <= topk || 8 * sample_rank(2 * threads, n, topk) > 2 * threads) return 0u;
+  if (n <= topk || 8 * sample_rank(4 * threads, n, topk) > 4 * threads) return 0u;
   std::vector<std::uint32_t> sample;
-  for (const int u : {0, 2})
+  for (const int u : {0, 1, 2, 3})
     for (const int i : sampled_positions(n, head, threads, u)) sample.push_back(order_key(row[i]));
   const int r = sample_rank(int(sample.size()), n, topk);
   if (8 * r > int(sample.size())) return 0u;
@@ -2027,7 +2028,8 @@ std::string marks_text(const std::vector<std::uint32_t>& marks) {
 
 // Rows of 32768 whose sample's bound lands in 0.0's bin, at 256, 512 and 1024 threads alike (the
 // warps' segments start at multiples of 8 rounds of 128 scores, so the sample is i % 4 == 3 in
-// rounds i / 128 = 0 and 2 mod 8; at 256 and 512 threads a subset of those), topk 2048, rounded
+// rounds i / 128 = 0-3 mod 8; at 256 and 512 threads a subset of those; the rows mark rounds 0
+// and 2, or 0 alone, which the bf16 pair sample (i % 8 == 7) sees in part), topk 2048, rounded
 // to bf16. Rows 0-2 fall back (expected marks kPlateauSweep), row 3 (normal) does not reach the
 // plateau (0), rows 4 and 5 take the zero ties (kPlateauSweep | kZeroTies).
 ref::TopkProblem plateau_bound_problem(std::mt19937& rng) {
@@ -2041,7 +2043,7 @@ ref::TopkProblem plateau_bound_problem(std::mt19937& rng) {
   };
   for (int i = 0; i < width; ++i) {
     float* row = p.scores.data();
-    // Row 0: 1024 zeros where the sample looks (half the sample): the bound is 0.0's, the zeros
+    // Row 0: 1024 zeros where the sample looks (a quarter of it): the bound is 0.0's, the zeros
     // (no positives) do not complete topk, so the threshold is negative.
     if (sampled(i, false)) row[i] = 0.0f;
     // Row 1: the same with 100 positives elsewhere (100 + 1024 < topk).
@@ -2079,7 +2081,8 @@ const std::vector<std::uint32_t> kPlateauBoundPaths = {kPlateauSweep, kPlateauSw
 // width + 3 and odd row_starts put their first scores 0-3 elements past a vector boundary, and
 // the lengths end them inside vectors. Even rows: exactly topk - P zeros, so that every zero is
 // taken (-0.0 in the partial head vector, 0.0 in the partial tail vector, the rest where the
-// sample looks in each warp's round 0), and P positives (some subnormal, in 0.0's bin) elsewhere.
+// sample looks in each warp's round 0; its rounds 1-3 negative), and P positives (some subnormal,
+// in 0.0's bin) elsewhere.
 // Odd rows: zeros where the sample looks and at 5 % of the other positions, 300 positives: the
 // first zeros are taken, the rest not. Negatives elsewhere, 0.0 outside the rows (a read past a
 // row's ends would be taken). Rounded to bf16. Expected marks: kPlateauSweep | kZeroTies.
@@ -2094,9 +2097,9 @@ ref::TopkProblem zero_ties_problem(std::mt19937& rng, int threads) {
     const int n = p.lengths[std::size_t(r)], head = head_of(p, r);
     float* const row = p.scores.data() + row_offset(p, r);
     std::vector<char> kind(std::size_t(n), 'n');  // n negative, z zero, s sampled (not positive)
-    for (const int u : {0, 2})
+    for (const int u : {0, 1, 2, 3})
       for (const int i : sampled_positions(n, head, threads, u))
-        kind[std::size_t(i)] = r % 2 == 0 && u == 2 ? 's' : 'z';
+        kind[std::size_t(i)] = r % 2 == 0 && u != 0 ? 's' : 'z';
     if (r % 2 == 0) {
       for (const int i : {0, 1, 2, n - 5, n - 4, n - 3, n - 2, n - 1}) kind[std::size_t(i)] = 'z';
     } else {
