@@ -320,7 +320,21 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
     CHECK(q.resident_vecs == 0);
     CHECK(q.dynamic_smem <= 102400u);
   }
-  CHECK(plan_topk_launch(64, 65536, 2048, 132).cluster_size == 2);
+  {
+    // 64 rows of 65536 (two 32K slices each would take 2 CTAs a row on the exact cluster path):
+    // one CTA a row, speculative, 1024 threads (half the SMs, yet faster: docs/design/topk.md).
+    const auto q = plan_topk_launch(64, 65536, 2048, 132);
+    CHECK(q.cluster_size == 1);
+    CHECK(speculates(q));
+    CHECK(q.threads == 1024);
+    CHECK_FALSE(q.prefetch_row);
+    CHECK(plan_topk_launch(64, 131072, 2048, 132).cluster_size == 1);
+    // Rows that cannot speculate (topk 4096: slices under 12 topk) keep the 2-CTA cluster.
+    CHECK(plan_topk_launch(64, 40000, 4096, 132).cluster_size == 2);
+    // A forced cluster size is kept.
+    LaunchOverride two({.ctas_per_row = 2});
+    CHECK(plan_topk_launch(64, 65536, 2048, 132).algorithm == Algorithm::cluster_sweeps);
+  }
   {
     // 128 rows fill one wave at one CTA each (4 CTAs each would take 4 waves): 1024 threads,
     // speculative, keeping nothing.
@@ -352,9 +366,14 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
     CHECK(plan_topk_launch(1, 131072, 2048, 132).resident_vecs == 0);
   }
   {
-    const auto q = plan_topk_launch(4096, 65536, 2048, 132);  // 2 CTAs of 32768 positions: whole
-    CHECK(q.cluster_size == 2);
-    CHECK(q.resident_vecs == q.slice / 4 + 1);
+    const auto q = plan_topk_launch(4096, 65536, 2048, 132);  // one CTA a row, speculative, two an SM
+    CHECK(q.cluster_size == 1);
+    CHECK(speculates(q));
+    CHECK(q.threads == 512);
+    LaunchOverride two({.ctas_per_row = 2});  // 2 CTAs of 32768 positions: kept whole
+    const auto r = plan_topk_launch(4096, 65536, 2048, 132);
+    CHECK(r.cluster_size == 2);
+    CHECK(r.resident_vecs == r.slice / 4 + 1);
   }
   CHECK(p.slice % 4 == 0);
   // Many short rows: keys in registers at 256 threads, one CTA per row; the tests' override
