@@ -329,8 +329,12 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
     CHECK(q.threads == 1024);
     CHECK_FALSE(q.prefetch_row);
     CHECK(plan_topk_launch(64, 131072, 2048, 132).cluster_size == 1);
-    // Rows that cannot speculate (topk 4096: slices under 12 topk) keep the 2-CTA cluster.
+    // Rows that cannot speculate (topk 4096: slices under 12 topk) keep the 2-CTA cluster, as do
+    // many rows whose lists would hold under 3 topk (512 threads, 64 KB: 6144 entries).
     CHECK(plan_topk_launch(64, 40000, 4096, 132).cluster_size == 2);
+    CHECK(plan_topk_launch(4096, 57344, 4096, 132).cluster_size == 2);
+    CHECK(plan_topk_launch(4096, 65536, 2560, 132).cluster_size == 2);
+    CHECK(plan_topk_launch(64, 65536, 4096, 132).cluster_size == 1);  // one wave: 128 KB of lists
     // A forced cluster size is kept.
     LaunchOverride two({.ctas_per_row = 2});
     CHECK(plan_topk_launch(64, 65536, 2048, 132).algorithm == Algorithm::cluster_sweeps);
@@ -723,6 +727,11 @@ TEST_CASE("topk gpu: row_starts (clamped) and a padded odd row stride") {
       LaunchOverride spec({.ctas_per_row = 1, .speculate = 1, .prefetch_row = prefetch});
       check_topk(p);
     }
+    {  // two CTAs a row (the plan's choice for 64 x 40000 before it took the speculative sweep)
+      INFO("2 CTAs per row");
+      LaunchOverride two({.ctas_per_row = 2});
+      check_topk(p);
+    }
     if (width <= 9212) {  // keys in registers: unaligned rows (edge vectors at both ends)
       LaunchOverride dense(kDenseRows);
       check_topk(p);
@@ -755,10 +764,10 @@ TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads i
     // Rows 0 and 3: large scores exactly where the sample looks (templates/topk_speculative.cuh,
     // topk_sample_bound: the last score of each lane's vector in rounds 0-3 of its warp's
     // segment; segments begin at multiples of 8 rounds of 128 scores at 256, 512 and 1024
-    // threads): the bound lands among them and lists fewer than topk keys (the rows hold 4096 and
-    // 1024 of them, and the bound lists about r / samples of those).
-    // Row 4: an older sample's positions (every 16th score), which this sample does not see.
-    const bool sampled_round = (i / 128) % 8 < 4;
+    // threads): row 0 puts 2048 in rounds 0 and 2 (half the sample), row 3 1024 in round 0 (a
+    // quarter), so the bound lands among them and lists fewer than topk keys.
+    // Row 4: every 16th score, which this sample does not see.
+    const bool sampled_round = (i / 128) % 8 == 0 || (i / 128) % 8 == 2;
     if (i % 4 == 3 && sampled_round) p.scores[i] = 50.0f + normal(rng);
     if (i % 4 == 3 && (i / 128) % 8 == 0) p.scores[3 * std::size_t(width) + i] = 50.0f + normal(rng);
     if (i % 16 == 8) p.scores[4 * std::size_t(width) + i] = 50.0f + normal(rng);
@@ -771,8 +780,8 @@ TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads i
     LaunchOverride one({.ctas_per_row = 1, .threads = threads, .speculate = 1});
     check_topk(p);
   }
-  // Rows too short for the sample (topk 64 at 1024 threads: 6 warps of one round each give 175
-  // samples where the bound needs r = 241): no bound, the exact path. This checks that forced
+  // Rows too short for the sample (topk 64 at 1024 threads: rows of 650-832 give 6-7 warps of one
+  // round each, fewer than the 8 r samples the bound needs): no bound, the exact path. This checks that forced
   // speculation stays exact on such rows; it cannot see which path ran, so it would not have
   // caught the defect it was added with (a bound read from unwritten shared memory, whose
   // outputs were exact too): that one is guarded by the sample count in topk_sample_bound.
@@ -1824,13 +1833,13 @@ TEST_CASE("topk gpu bf16: the pair sweep falls back when its sample misleads it 
   for (int i = 0; i < width; ++i) {
     // Row 0: large scores exactly where the pair sample looks (topk_sample_pairs: the last score of
     // each lane's pair in rounds 0-3 of 256 scores of its warp's segment; segments begin at
-    // multiples of 1024 scores at 256, 512 and 1024 threads): the bound lands among them and lists
-    // fewer than topk keys. Row 1: the largest scores crowd the first 4096 positions (a warp's
-    // list overflows). Rows 2 and 3: normal and the fp32 sample's positions (every 4th score of
-    // rounds 0-3 of 128), which the pair sample sees only in part.
-    if (i % 8 == 7) p.scores[i] = 50.0f + normal(rng);
+    // multiples of 1024 scores at 256, 512 and 1024 threads): 2048 of them in rounds 0 and 2, half
+    // the sample, so the bound lands among them and lists fewer than topk keys. Row 1: the largest
+    // scores crowd the first 4096 positions (a warp's list overflows). Rows 2 and 3: normal and
+    // the fp32 sample's positions in rounds 0 and 2 of 128, which the pair sample sees in part.
+    if (i % 8 == 7 && ((i % 1024) / 256 == 0 || (i % 1024) / 256 == 2)) p.scores[i] = 50.0f + normal(rng);
     if (i < 4096) p.scores[std::size_t(width) + i] = 10.0f + normal(rng);
-    if (i % 4 == 3 && (i / 128) % 8 < 4) p.scores[3 * std::size_t(width) + i] = 50.0f + normal(rng);
+    if (i % 4 == 3 && ((i / 128) % 8 == 0 || (i / 128) % 8 == 2)) p.scores[3 * std::size_t(width) + i] = 50.0f + normal(rng);
   }
   p = rounded_to_bf16(p);
   for (const int threads : {256, 512, 1024}) {
@@ -2319,8 +2328,8 @@ struct ListProbe : ProbeLoader {
   }
 };
 
-// Rows whose sample bound is 2.0's first-digit bin, [2.0, 2.25) (every score the fp32 or the bf16
-// sample can look at, i % 4 == 3 in [0, 384) and [512, 768) of each warp's segment, is in it;
+// Rows whose sample bound is 2.0's first-digit bin, [2.0, 2.25) (i % 4 == 3 in [0, 384) and
+// [512, 768) of each warp's segment is in it: 3/4 of the fp32 sample, 5/8 of the bf16 pair sample;
 // the rest is below 0 but for chosen positions in it too), so that each warp's list is exactly its
 // segment's scores >= 2.0. Row stride width + 4: odd rows start 8 bytes into a 16-byte unit (bf16
 // pair phase 1, the segments' first and last pairs reaching into the neighbours'). Row 0: a few

@@ -215,14 +215,13 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
                      "): the shape cannot take it (exact_sweeps, speculative_sweep and dense_registers need one CTA "
                      "per row, dense_registers 256 threads and slices of at most 9212, cluster_sweeps a cluster, "
                      "cluster_lists a cluster of 512 or more threads keeping the whole slice)");
-  // Two CTAs a row on the exact path (no lists over the cluster) lose to one CTA's speculative
-  // sweep wherever the row can speculate (docs/design/topk.md): that plan instead.
+  // Two CTAs a row on the exact path lose to one CTA speculating with lists of >= 3 topk entries.
   if (plan.algorithm == TopkAlgorithm::cluster_sweeps && c == 2 && constraints.ctas_per_row <= 0 && !demanded &&
       4LL * fixed_parts_of(1).end <= kMaxDynamicBytes) {
     TopkPlanConstraints one_cta = constraints;
     one_cta.ctas_per_row = 1;
     const TopkLaunchPlan single = plan_topk_launch(rows, width, topk, sm_count, max_cluster, one_cta);
-    if (single.algorithm == TopkAlgorithm::speculative_sweep) return single;
+    if (single.algorithm == TopkAlgorithm::speculative_sweep && single.list_words / 2 >= 3 * topk) return single;
   }
   return plan;
 }
