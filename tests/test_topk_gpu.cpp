@@ -2159,6 +2159,49 @@ ref::TopkProblem zero_ties_problem(std::mt19937& rng, int threads) {
 
 }  // namespace
 
+TEST_CASE("topk launch plan: a speculative plan's warp lists hold normal rows' listing (the kernel's sample mirrored on the CPU)") {
+  // Every speculative plan over a grid of shapes at 132 SMs, on rows of N(0, 1) scores: the sample,
+  // rank and bound of topk_sample_bound, then each warp's count of scores at or above the bound's
+  // first-digit bin. A warp over its list sends the row to the exact path after the sweep, so a
+  // plan whose lists overflow on normal rows is a slow plan (and lists under topk, a wrong bound).
+  std::mt19937 rng(2026);
+  std::normal_distribution<float> normal;
+  int planned = 0;
+  for (const int rows : {64, 4096})
+    for (const int width : {24576, 32768, 40000, 49152, 57344, 65536, 131072})
+      for (const int topk : {512, 2048, 3072, 4096}) {
+        const auto q = plan_topk_launch(rows, width, topk, 132);
+        if (!speculates(q)) continue;
+        ++planned;
+        const int warps = q.threads / 32, capacity = q.list_words / 2 / warps;
+        INFO(rows << " x " << width << ", topk " << topk << ": " << nsajit::detail::to_string(q));
+        std::vector<float> row(std::size_t(width), 0.0f);
+        for (int trial = 0; trial < 4; ++trial) {
+          for (float& x : row) x = normal(rng);
+          std::vector<std::uint32_t> sample;
+          for (const int u : {0, 1, 2, 3})
+            for (const int i : sampled_positions(width, 0, q.threads, u)) sample.push_back(order_key(row[std::size_t(i)]));
+          const int r = sample_rank(int(sample.size()), width, topk);
+          REQUIRE(8 * r <= int(sample.size()));
+          std::nth_element(sample.begin(), sample.begin() + (r - 1), sample.end(), std::greater<>());
+          const std::uint32_t bound = sample[std::size_t(r - 1)] >> 20 << 20;
+          int fullest = 0;
+          long long listed = 0;
+          for (int w = 0; w < warps; ++w) {
+            const Segment g = segment_of(width, 0, q.threads, w);
+            int n = 0;
+            for (int i = 128 * g.round_begin; i < std::min(width, 128 * g.round_end); ++i)
+              n += order_key(row[std::size_t(i)]) >= bound;
+            fullest = std::max(fullest, n);
+            listed += n;
+          }
+          CHECK(listed >= topk);
+          CHECK_MESSAGE(fullest <= capacity, "fullest warp list " << fullest << " of " << capacity);
+        }
+      }
+  CHECK(planned >= 20);
+}
+
 TEST_CASE("topk zero speculation: the test rows take the paths they are built for (the kernel mirrored on the CPU)") {
   // The GPU tests below check the probe's marks against zero_paths_of; here, without a GPU, that
   // their rows are built so that the mirrored kernel takes the intended path at every thread
