@@ -727,7 +727,7 @@ TEST_CASE("topk gpu: row_starts (clamped) and a padded odd row stride") {
       LaunchOverride spec({.ctas_per_row = 1, .speculate = 1, .prefetch_row = prefetch});
       check_topk(p);
     }
-    {  // two CTAs a row (the plan's choice for 64 x 40000 before it took the speculative sweep)
+    {  // two CTAs a row: the exact cluster path on the same rows
       INFO("2 CTAs per row");
       LaunchOverride two({.ctas_per_row = 2});
       check_topk(p);
@@ -781,9 +781,9 @@ TEST_CASE("topk gpu: the speculative sweep falls back when its sample misleads i
     check_topk(p);
   }
   // Rows too short for the sample (topk 64 at 1024 threads: rows of 650-832 give 6-7 warps of one
-  // round each, fewer than the 8 r samples the bound needs): no bound, the exact path. This checks that forced
-  // speculation stays exact on such rows; it cannot see which path ran, so it would not have
-  // caught the defect it was added with (a bound read from unwritten shared memory, whose
+  // round each, fewer than the 8 r samples the bound needs): no bound, the exact path. This checks
+  // that forced speculation stays exact on such rows; it cannot see which path ran, so it would
+  // not have caught the defect it was added with (a bound read from unwritten shared memory, whose
   // outputs were exact too): that one is guarded by the sample count in topk_sample_bound.
   auto shorter = make_problem(8, 16000, 64, [&] { return normal(rng); });
   const int lengths[8] = {650, 652, 700, 760, 830, 832, 3000, 16000};
