@@ -1994,15 +1994,22 @@ std::vector<int> sampled_positions(int n, int head, int threads, int u) {
   return out;
 }
 
+// The keys topk_sample_bound takes from a row of n scores (head as above) at `threads` threads:
+// rounds 0-3 of each warp's segment.
+std::vector<std::uint32_t> sampled_keys(const float* row, int n, int head, int threads) {
+  std::vector<std::uint32_t> sample;
+  for (const int u : {0, 1, 2, 3})
+    for (const int i : sampled_positions(n, head, threads, u)) sample.push_back(order_key(row[i]));
+  return sample;
+}
+
 // The speculative kernel's path for one row of n scores (head as above), mirrored from
 // templates/topk.cuh and topk_speculative.cuh: the probe's marks (kPlateauSweep when the sample's
 // bound is 0.0's first-digit bin; kZeroTies when then no warp's list of positives overflows
 // `capacity` and the positives, fewer than topk, and the zeros complete topk).
 std::uint32_t zero_path_of(const float* row, int n, int head, int threads, int topk, int capacity) {
   if (n <= topk || 8 * sample_rank(4 * threads, n, topk) > 4 * threads) return 0u;
-  std::vector<std::uint32_t> sample;
-  for (const int u : {0, 1, 2, 3})
-    for (const int i : sampled_positions(n, head, threads, u)) sample.push_back(order_key(row[i]));
+  std::vector<std::uint32_t> sample = sampled_keys(row, n, head, threads);
   const int r = sample_rank(int(sample.size()), n, topk);
   if (8 * r > int(sample.size())) return 0u;
   std::sort(sample.begin(), sample.end(), std::greater<>());
@@ -2178,9 +2185,7 @@ TEST_CASE("topk launch plan: a speculative plan's warp lists hold normal rows' l
         std::vector<float> row(std::size_t(width), 0.0f);
         for (int trial = 0; trial < 4; ++trial) {
           for (float& x : row) x = normal(rng);
-          std::vector<std::uint32_t> sample;
-          for (const int u : {0, 1, 2, 3})
-            for (const int i : sampled_positions(width, 0, q.threads, u)) sample.push_back(order_key(row[std::size_t(i)]));
+          std::vector<std::uint32_t> sample = sampled_keys(row.data(), width, 0, q.threads);
           const int r = sample_rank(int(sample.size()), width, topk);
           REQUIRE(8 * r <= int(sample.size()));
           std::nth_element(sample.begin(), sample.begin() + (r - 1), sample.end(), std::greater<>());
