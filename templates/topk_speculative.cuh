@@ -243,40 +243,68 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, ui
 #endif
 }
 
+// Rounds of the tie writer's batch, loaded together: its ties wait for L2 once a batch, not once a
+// round (8 rounds spill at 64 registers).
+constexpr int kTopkTieRounds = 4;
+
 // Speculated on a plateau of 0.0 (whole warp, after the lists' keys are written): the warp's zeros
 // of rounds [round_begin, round_end) in index order, read again from the scores (L2), at slots
 // total_greater + next_equal onwards while next_equal < take_equal; stops when those are taken
-// or the warp's warp_zeros zeros are all written.
+// or the warp's warp_zeros zeros are all written. A batch's zero counts are ranked by one warp
+// scan of byte-packed counts per 4 rounds (a lane's count in a round is at most 4, a round's 128).
 NSAJIT_DEVICE void topk_write_zero_ties(const TopkSlice& s, int slice_begin, int round_begin, int round_end,
                                         int next_equal, int take_equal, int total_greater, int warp_zeros,
                                         int* dst) {
   take_equal = min(take_equal, next_equal + warp_zeros);  // past the warp's own zeros: nothing to find
   const int lane = threadIdx.x & 31;
   const int vw0 = topk_whole_begin(s), vw1 = topk_whole_end(s);
-  for (int q = round_begin; q < round_end && next_equal < take_equal; ++q) {  // warp-uniform
-    const int v = q * 32 + lane;
-    uint32_t zero = 0u;  // bit j: element j of this lane's vector is 0.0
-    if (v >= vw0 && v < vw1) {
-      const u32x4 raw = topk_load_vec(s.abase + 4 * v);
-      zero = uint32_t(__uint_as_float(raw.x) == 0.0f) | uint32_t(__uint_as_float(raw.y) == 0.0f) << 1 |
-             uint32_t(__uint_as_float(raw.z) == 0.0f) << 2 | uint32_t(__uint_as_float(raw.w) == 0.0f) << 3;
-    } else {
+  for (int q0 = round_begin; q0 < round_end && next_equal < take_equal; q0 += kTopkTieRounds) {  // warp-uniform
+    u32x4 raw[kTopkTieRounds];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int e = 4 * v + j - s.head;
-        zero |= uint32_t(e >= 0 && e < s.n && topk_score(s.sp, e) == 0.0f) << j;
+    for (int u = 0; u < kTopkTieRounds; ++u) {
+      const int v = (q0 + u) * 32 + lane;
+      if (q0 + u < round_end && v >= vw0 && v < vw1) raw[u] = topk_load_vec(s.abase + 4 * v);
+    }
+    uint32_t zero[kTopkTieRounds];  // bit j: element j of this lane's vector of round q0 + u is 0.0
+    constexpr int kWords = (kTopkTieRounds + 3) / 4;
+    uint32_t packed[kWords] = {};  // byte u % 4 of word u / 4: this lane's zeros in round q0 + u
+#pragma unroll
+    for (int u = 0; u < kTopkTieRounds; ++u) {
+      const int v = (q0 + u) * 32 + lane;
+      zero[u] = 0u;
+      if (q0 + u >= round_end) {
+      } else if (v >= vw0 && v < vw1) {
+        zero[u] = uint32_t(__uint_as_float(raw[u].x) == 0.0f) | uint32_t(__uint_as_float(raw[u].y) == 0.0f) << 1 |
+                  uint32_t(__uint_as_float(raw[u].z) == 0.0f) << 2 | uint32_t(__uint_as_float(raw[u].w) == 0.0f) << 3;
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int e = 4 * v + j - s.head;
+          zero[u] |= uint32_t(e >= 0 && e < s.n && topk_score(s.sp, e) == 0.0f) << j;
+        }
       }
+      packed[u / 4] += uint32_t(__popc(zero[u])) << (8 * (u % 4));
     }
-    const int count = __popc(zero);
-    const int inclusive = warp_inclusive_scan(count);
-    int slot = next_equal + inclusive - count;
-    const int position0 = slice_begin + 4 * v - s.head;
-    while (zero) {
-      const int j = __ffs(zero) - 1;
-      zero &= zero - 1u;
-      if (slot < take_equal) dst[total_greater + slot] = position0 + j;
-      ++slot;
+    uint32_t inclusive[kWords], totals[kWords];
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      inclusive[w] = warp_inclusive_scan(packed[w]);
+      totals[w] = __shfl_sync(NSAJIT_TOPK_FULL, inclusive[w], 31);
     }
-    next_equal += __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
+#pragma unroll
+    for (int u = 0; u < kTopkTieRounds; ++u) {
+      const int shift = 8 * (u % 4);
+      const int below = int(((inclusive[u / 4] - packed[u / 4]) >> shift) & 0xffu);
+      int slot = next_equal + below;
+      const int position0 = slice_begin + 4 * ((q0 + u) * 32 + lane) - s.head;
+      uint32_t z = zero[u];
+      while (z) {
+        const int j = __ffs(z) - 1;
+        z &= z - 1u;
+        if (slot < take_equal) dst[total_greater + slot] = position0 + j;
+        ++slot;
+      }
+      next_equal += int((totals[u / 4] >> shift) & 0xffu);
+    }
   }
 }
