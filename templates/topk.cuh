@@ -168,6 +168,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   const int list_capacity = p.list_words / 2 / NSAJIT_TOPK_WARPS;  // entries per warp
   uint32_t* const warp_list = list + warp * list_capacity;
   int* const warp_list_position = reinterpret_cast<int*>(list + p.list_words / 2) + warp * list_capacity;
+  const uint32_t position_bytes = 4u * uint32_t(p.list_words / 2);  // warp_list_position - warp_list, uniform
 
   if (may_speculate) {  // vector stores, unrolled: a quarter (half in sh, 8-byte aligned) of the stores, no loop code
     topk_zero_words<16, NSAJIT_TOPK_BINS0>(hist0);  // hist_offset, list_offset: multiples of 4 words
@@ -220,13 +221,13 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       const bool plateau = bound == kTopkPositiveBound;  // uniform
       if (plateau) {  // the zeros are counted only here: normal rows run the sweep they ran before
         int zeros = 0;
-        warp_fill = topk_speculative_sweep<true>(s, b, bound, smem_u32(warp_list), smem_u32(warp_list_position),
+        warp_fill = topk_speculative_sweep<true>(s, b, bound, smem_u32(warp_list), position_bytes,
                                                  list_capacity, round_begin, round_end, head, zeros);
         warp_zeros = __reduce_add_sync(NSAJIT_TOPK_FULL, zeros);
         if (lane == 0) sh.warp_equal[warp] = warp_zeros;  // the plateau's ties, used when zero_ties
       } else {
         int unused = 0;
-        warp_fill = topk_speculative_sweep<false>(s, b, bound, smem_u32(warp_list), smem_u32(warp_list_position),
+        warp_fill = topk_speculative_sweep<false>(s, b, bound, smem_u32(warp_list), position_bytes,
                                                   list_capacity, round_begin, round_end, head, unused);
       }
       if (lane == 0) sh.warp_sum[warp] = warp_fill;

@@ -224,7 +224,7 @@ NSAJIT_DEVICE int topk_warp_inclusive_scan(int v) {
 // kCountZeros: `zeros` also counts this lane's scores of the segment equal to 0.0 (either sign).
 template <bool kCountZeros>
 NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
-                                               uint32_t list_position, int capacity, int round_begin, int round_end,
+                                               uint32_t position_bytes, int capacity, int round_begin, int round_end,
                                                u32x4 (&raw)[kTopkSweepUnroll], int& zeros) {
   const TopkPairSegment g = topk_pair_segment(s, round_begin, round_end);
   const int lane = threadIdx.x & 31;
@@ -250,7 +250,6 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
     if (fill + found <= capacity) {
       // Stores for the listed only (widened here): the warp loops as often as its busiest lane lists.
       uint32_t key_at = list_key + 4u * uint32_t(fill + inclusive - count);
-      uint32_t position_at = list_position + 4u * uint32_t(fill + inclusive - count);
       const int position = position0 + 8 * pair;
       for (uint32_t m = listed; m != 0u;) {
         uint32_t j;  // the next listed score: m's leading zeros (m != 0)
@@ -260,9 +259,8 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
         const unsigned long long half = (j & 4u) != 0u ? (static_cast<unsigned long long>(w[3]) << 32 | w[2])
                                                        : (static_cast<unsigned long long>(w[1]) << 32 | w[0]);
         st_shared_4(key_at, uint32_t(half >> (16u * (j & 3u))) << 16);
-        st_shared_4(position_at, uint32_t(position) + j);
+        st_shared_4(key_at + position_bytes, uint32_t(position) + j);
         key_at += 4u;
-        position_at += 4u;
       }
     }
     fill += found;

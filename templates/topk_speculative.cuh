@@ -60,7 +60,7 @@ NSAJIT_DEVICE int topk_sample_pairs(const TopkSlice& s, const u32x4 (&head)[kTop
                                     int round_end, uint32_t* hist, uint32_t& top);
 template <bool kCountZeros>
 NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
-                                               uint32_t list_position, int capacity, int round_begin, int round_end,
+                                               uint32_t position_bytes, int capacity, int round_begin, int round_end,
                                                u32x4 (&raw)[kTopkSweepUnroll], int& zeros);
 #endif
 
@@ -155,15 +155,16 @@ NSAJIT_DEVICE float topk_bound_score(uint32_t bound) {
 
 // One warp's part of the sweep: rounds [round_begin, round_end) of 32 vectors (the classify's
 // segments), every score x >= f(bound) appended to the warp's list as (score bits, row position)
-// (shared-memory addresses list_key, list_position), in index order, at most `capacity` entries.
+// (the shared-memory address list_key; each entry's position position_bytes after its score, a
+// uniform offset the stores take as an address term), in index order, at most `capacity` entries.
 // Returns the number found (more than capacity: the list overflowed and the sweep stopped).
 // kCountZeros: `zeros` also counts this lane's scores equal to 0.0 (the plateau bound).
 template <bool kCountZeros>
 NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
-                                         uint32_t list_position, int capacity, int round_begin, int round_end,
+                                         uint32_t position_bytes, int capacity, int round_begin, int round_end,
                                          u32x4 (&raw)[kTopkSweepUnroll], int& zeros) {
 #if NSAJIT_SCORE_BF16  // 8 scores a lane and load (templates/topk_bf16.cuh); raw: topk_sweep_load_pairs'
-  return topk_speculative_sweep_pairs<kCountZeros>(s, slice_begin, bound, list_key, list_position, capacity,
+  return topk_speculative_sweep_pairs<kCountZeros>(s, slice_begin, bound, list_key, position_bytes, capacity,
                                                    round_begin, round_end, raw, zeros);
 #else
   const int lane = threadIdx.x & 31;
@@ -188,14 +189,14 @@ NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, ui
     }
     const int found = __popc(m[0]) + __popc(m[1]) + __popc(m[2]) + __popc(m[3]);
     if (fill + found <= capacity) {
-      uint32_t at = 4u * uint32_t(fill + __popc(m[0] & lanes_below) + __popc(m[1] & lanes_below) +
-                                  __popc(m[2] & lanes_below) + __popc(m[3] & lanes_below));
+      uint32_t at = list_key + 4u * uint32_t(fill + __popc(m[0] & lanes_below) + __popc(m[1] & lanes_below) +
+                                             __popc(m[2] & lanes_below) + __popc(m[3] & lanes_below));
       const int position = slice_begin + 4 * (q * 32 + lane) - s.head;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         if (listed[j]) {
-          st_shared_4(list_key + at, __float_as_uint(x[j]));
-          st_shared_4(list_position + at, uint32_t(position + j));
+          st_shared_4(at, __float_as_uint(x[j]));
+          st_shared_4(at + position_bytes, uint32_t(position + j));
           at += 4u;
         }
       }
