@@ -2328,9 +2328,9 @@ std::string list_probe_source(const nsajit::KernelSpec& spec, std::uintptr_t mar
   const std::string wrapper = R"(
 template <bool kCountZeros>
 NSAJIT_DEVICE int topk_speculative_sweep_recorded(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
-                                                  uint32_t list_position, int capacity, int round_begin, int round_end,
+                                                  uint32_t position_bytes, int capacity, int round_begin, int round_end,
                                                   u32x4 (&raw)[kTopkSweepUnroll], int& zeros) {
-  const int n = topk_speculative_sweep<kCountZeros>(s, slice_begin, bound, list_key, list_position, capacity,
+  const int n = topk_speculative_sweep<kCountZeros>(s, slice_begin, bound, list_key, position_bytes, capacity,
                                                     round_begin, round_end, raw, zeros);
   __syncwarp();
   const int lane = threadIdx.x & 31;
@@ -2338,7 +2338,7 @@ NSAJIT_DEVICE int topk_speculative_sweep_recorded(const TopkSlice& s, int slice_
   for (int i = lane; i < min(n, capacity); i += 32) {
     uint32_t key, position;
     asm volatile("ld.shared.u32 %0, [%1];" : "=r"(key) : "r"(list_key + 4u * uint32_t(i)));
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(position) : "r"(list_position + 4u * uint32_t(i)));
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(position) : "r"(list_key + position_bytes + 4u * uint32_t(i)));
     hp += uint32_t(i + 1) * position;
     hk += uint32_t(i + 1) * key;
   }
