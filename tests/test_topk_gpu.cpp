@@ -2119,16 +2119,33 @@ const std::vector<std::uint32_t> kPlateauBoundPaths = {kPlateauSweep, kPlateauSw
 // sample looks in each warp's round 0; its rounds 1-3 negative), and P positives (some subnormal,
 // in 0.0's bin) elsewhere.
 // Odd rows: zeros where the sample looks and at 5 % of the other positions, 300 positives: the
-// first zeros are taken, the rest not. Negatives elsewhere, 0.0 outside the rows (a read past a
-// row's ends would be taken). Rounded to bf16. Expected marks: kPlateauSweep | kZeroTies.
+// first zeros are taken, the rest not. Rows 6 and 7 (kLongZeroRows): their first 8000 positions
+// all zeros (row 7: either sign), then 1000 positives and 10 % negatives among zeros, so that the
+// 1048 ties fill whole rounds of zeros (128 a round) over several of the tie writer's batches and
+// end inside one. Negatives elsewhere, 0.0 outside the rows (a read past a row's ends would be
+// taken). Rounded to bf16. Expected marks: kPlateauSweep | kZeroTies.
+constexpr int kZeroTieRows = 8, kLongZeroRows = 2;
 ref::TopkProblem zero_ties_problem(std::mt19937& rng, int threads) {
   std::normal_distribution<float> normal;
-  const int width = 40000, topk = 2048, rows = 6;
+  const int width = 40000, topk = 2048, rows = kZeroTieRows;
   ref::TopkProblem p = make_problem(rows, width, topk, [] { return 0.0f; }, width + 3);
-  p.row_starts = {0, 1, 3, 6, 7, 13};
-  const int shorter[rows] = {0, 2, 5, 1, 3, 8};
+  p.row_starts = {0, 1, 3, 6, 7, 13, 2, 9};
+  const int shorter[rows] = {0, 2, 5, 1, 3, 8, 4, 0};
   for (int r = 0; r < rows; ++r) p.lengths[std::size_t(r)] = width - p.row_starts[std::size_t(r)] - shorter[r];
-  for (int r = 0; r < rows; ++r) {
+  for (int r = rows - kLongZeroRows; r < rows; ++r) {
+    const int n = p.lengths[std::size_t(r)];
+    float* const row = p.scores.data() + row_offset(p, r);
+    for (int i = 0; i < n; ++i) row[i] = r % 2 == 1 && rng() % 2 ? -0.0f : 0.0f;
+    for (int placed = 0; placed < 1000;) {
+      const int i = 8000 + int(rng() % std::uint32_t(n - 8000));
+      if (row[i] != 0.0f) continue;
+      row[i] = std::fabs(normal(rng)) + 0.5f;
+      ++placed;
+    }
+    for (int i = 8000; i < n; ++i)
+      if (row[i] == 0.0f && rng() % 10 == 0) row[i] = -std::fabs(normal(rng)) - 1e-3f;
+  }
+  for (int r = 0; r < rows - kLongZeroRows; ++r) {
     const int n = p.lengths[std::size_t(r)], head = head_of(p, r);
     float* const row = p.scores.data() + row_offset(p, r);
     std::vector<char> kind(std::size_t(n), 'n');  // n negative, z zero, s sampled (not positive)
@@ -2226,9 +2243,9 @@ TEST_CASE("topk zero speculation: the test rows take the paths they are built fo
     INFO("zero-ties rows, threads " << threads);
     const ref::TopkProblem p = zero_ties_problem(rng, threads);
     const std::vector<std::uint32_t> paths = zero_paths_of(p, threads, 132);
-    CHECK_MESSAGE(paths == std::vector<std::uint32_t>(6, kPlateauSweep | kZeroTies), marks_text(paths));
+    CHECK_MESSAGE(paths == std::vector<std::uint32_t>(kZeroTieRows, kPlateauSweep | kZeroTies), marks_text(paths));
     bool head_partial = false, tail_partial = false;
-    for (int r = 0; r < p.rows; r += 2) {  // the rows whose every zero is taken
+    for (int r = 0; r < p.rows - kLongZeroRows; r += 2) {  // the rows whose every zero is taken
       const int n = ref::length_of(p, r), head = head_of(p, r);
       long long positives = 0, zeros = 0;
       for (int i = 0; i < n; ++i) {
@@ -2241,6 +2258,13 @@ TEST_CASE("topk zero speculation: the test rows take the paths they are built fo
     }
     CHECK(head_partial);
     CHECK(tail_partial);
+    for (int r = p.rows - kLongZeroRows; r < p.rows; ++r) {  // ties over several of the writer's batches
+      long long positives = 0, leading_zeros = 0;
+      for (int i = 0; i < ref::length_of(p, r); ++i) positives += row_of(p, r)[i] > 0.0f;
+      while (row_of(p, r)[leading_zeros] == 0.0f) ++leading_zeros;
+      CHECK(positives == 1000);
+      CHECK(leading_zeros >= p.topk - positives);  // the 1048 ties: ~8 rounds of 128 zeros, in warp 0's segment
+    }
   }
   // The probe builds the GPU tests load compile (a plain spec and a fused, sorted bf16 one).
   using S = nsajit::KernelSpec;
