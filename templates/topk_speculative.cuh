@@ -274,6 +274,7 @@ NSAJIT_DEVICE void topk_write_zero_ties(const TopkSlice& s, int slice_begin, int
       const int v = (q0 + u) * 32 + lane;
       zero[u] = 0u;
       if (q0 + u >= round_end) {
+        // past the segment: no zeros
       } else if (v >= vw0 && v < vw1) {
         zero[u] = uint32_t(__uint_as_float(raw[u].x) == 0.0f) | uint32_t(__uint_as_float(raw[u].y) == 0.0f) << 1 |
                   uint32_t(__uint_as_float(raw[u].z) == 0.0f) << 2 | uint32_t(__uint_as_float(raw[u].w) == 0.0f) << 3;
