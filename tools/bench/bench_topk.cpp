@@ -228,7 +228,7 @@ int bench_topk(const BenchOptions& options) {
           bool streaming;
           int speculate;     // C = 1: 0 the exact path, 1 the speculative sweep (else -1)
           int prefetch_row;  // speculative: 0 or 1
-          int prefetch_slice = -1;  // clusters: 0 or 1 (the slice asked of L2 before the length is read)
+          int prefetch_slice = -1;  // 0 or 1: the slice asked of L2 before the length is read (clusters; one CTA speculating)
           int dense_registers = -1;  // C = 1, 256 threads: 0 or 1 (the row's keys in registers)
         };
         std::vector<Shape2> shapes2;
@@ -242,8 +242,10 @@ int bench_topk(const BenchOptions& options) {
               }
               shapes2.push_back({ctas, threads, streaming, 0, -1, -1, threads == 256 && streaming ? 0 : -1});
               if (threads == 256 && streaming) shapes2.push_back({ctas, threads, streaming, 0, -1, -1, 1});
-              if (streaming)
+              if (streaming) {
                 for (int prefetch : {0, 1}) shapes2.push_back({ctas, threads, streaming, 1, prefetch});
+                shapes2.push_back({ctas, threads, streaming, 1, 0, 1});  // the row asked of L2 before its length
+              }
             }
         for (const Shape2& sh2 : shapes2) {
           const detail::TopkPlanConstraints o{.ctas_per_row = sh2.ctas, .threads = sh2.threads,
