@@ -8,8 +8,9 @@
 // outputs are poisoned before the checked run; each case is checked against the CPU reference
 // (byte for byte against reference::topk_index_order, on sampled rows for large cases). Bytes for
 // the floor: the scores each row reads (len * 4 or 2) + lengths + the output written once.
-// NSAJIT_TOPK_SWEEP=1 also times every launch shape per case and the write-through floor of the
-// plan's grid (every len = topk: launch and write, no selection), printed to stderr only.
+// NSAJIT_TOPK_SWEEP=1 also times every launch shape per plain case (fp32 and bf16) and the
+// write-through floor of the plan's grid (every len = topk: launch and write, no selection),
+// printed to stderr only.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -222,7 +223,7 @@ int bench_topk(const BenchOptions& options) {
                    c.check.c_str());
       cases.push_back(c);
 
-      if (sweep && !fused && !bf16) {  // every launch shape (global re-read only at 1-2 CTAs)
+      if (sweep && !fused) {  // every launch shape (global re-read only at 1-2 CTAs)
         struct Shape2 {
           int ctas, threads;
           bool streaming;
@@ -276,10 +277,11 @@ int bench_topk(const BenchOptions& options) {
                      shape.name.c_str(), median_us([&] { nsajit::topk(write_through); }, quick));
         // The same launch with the kernel's code warm: a decoy launch of the same kernel on a copy
         // of the scores (into another output) after the flush, so only the scores are cold.
-        DeviceBuffer<float> d_decoy_scores(scores);
+        DeviceBuffer<float> d_decoy_scores(bf16 ? std::vector<float>{0.0f} : scores);
+        DeviceBuffer<std::uint16_t> d_decoy_bf16(bf16 ? scores_bf16 : std::vector<std::uint16_t>{0});
         DeviceBuffer<std::int32_t> d_decoy_out(std::size_t(shape.rows) * topk);
         TopkArgs decoy = args;
-        decoy.scores = d_decoy_scores.get();
+        decoy.scores = bf16 ? static_cast<const void*>(d_decoy_bf16.get()) : d_decoy_scores.get();
         decoy.out = d_decoy_out.get();
         TimingOptions warm_code = quick;
         warm_code.after_flush = [&] { nsajit::topk(decoy); };
@@ -291,9 +293,10 @@ int bench_topk(const BenchOptions& options) {
           std::vector<float> kind_scores(count);
           FastRandom kind_rng{0x5851f42d4c957f2dull ^ std::uint64_t(kind)};
           fill_scores(dist, shape, topk, kind_rng, kind_scores, kind);
-          DeviceBuffer<float> d_kind_scores(kind_scores);
+          DeviceBuffer<float> d_kind_scores(bf16 ? std::vector<float>{0.0f} : kind_scores);
+          DeviceBuffer<std::uint16_t> d_kind_bf16(bf16 ? reference::to_bf16(kind_scores) : std::vector<std::uint16_t>{0});
           TopkArgs one_kind = args;
-          one_kind.scores = d_kind_scores.get();
+          one_kind.scores = bf16 ? static_cast<const void*>(d_kind_bf16.get()) : d_kind_scores.get();
           one_kind.out = d_decoy_out.get();
           std::fprintf(stderr, "    sweep %-20s relu rows of kind %d only (non-zero fraction %.3f at len %d): %8.1f us\n",
                        shape.name.c_str(), kind, relu_nonzero_fraction(kind, lengths.back(), topk), lengths.back(),
