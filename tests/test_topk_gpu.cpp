@@ -477,7 +477,7 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
     }
   }
   // Many short slices keep four 256-thread CTAs per SM at any topk: they do not speculate even
-  // where their slices are 12 topk long (the lists would take 64 KB).
+  // where their slices are 12 topk long (the lists would take 61 KB).
   for (const int width : {4097, 8192}) {
     for (const int small_topk : {64, 512, 640}) {
       INFO("width " << width << " topk " << small_topk);

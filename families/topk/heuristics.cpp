@@ -118,7 +118,7 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   const int dense_switch = demands(TopkAlgorithm::dense_registers) ? 1 : demanded ? 0 : constraints.dense_registers;
   // Speculative single sweep (templates/topk_speculative.cuh) for one CTA per row of slices long
   // enough that a sample's bound lists at most ~1/8 of them; not for many short slices, whose four
-  // CTAs per SM the lists' 64 KB would halve. Nothing is kept: kept keys would only serve the fallback.
+  // CTAs per SM the lists' 61 KB would halve. Nothing is kept: kept keys would only serve the fallback.
   bool speculate =
       c == 1 && (speculate_switch == 1 || (speculate_switch != 0 && plan.slice >= 12 * topk && !many_short));
   // Row prefetch into L2 only over several waves: one wave's rows would not stay in L2.
@@ -163,10 +163,10 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // path's slots do (what follows is used by the exact path only) and take at least what the
   // exact path takes, up to 64 KB of dynamic shared memory when rows share SMs over several waves,
   // 128 KB in one wave (4096 rows of 32K at 512 threads: 384 entries per warp, about twice the
-  // expected count). 256 threads over several waves: 60 KB, so that three CTAs share an SM
-  // (3 x (60 + 13.6 static + 1 reserved) KB <= 228 KB; 64 KB left room for two).
+  // expected count). 256 threads over several waves: 61 KB, so that three CTAs share an SM
+  // (3 x (61 + 12.6 static + 1 reserved) KB <= 228 KB; 64 KB left room for two).
   if (speculate) {
-    const int budget_words = ((long long)rows * c <= sm_count ? 131072 : plan.threads == 256 ? 61440 : 65536) / 4;
+    const int budget_words = ((long long)rows * c <= sm_count ? 131072 : plan.threads == 256 ? 62464 : 65536) / 4;
     plan.list_offset = plan.slots_offset;
     plan.list_words = std::max(fixed.end - fixed.slots, budget_words - plan.slots_offset) / 2 * 2;
     plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * (plan.list_offset + plan.list_words)));
