@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "compiler/nvrtc_compiler.hpp"
+#include "families/topk/heuristics.hpp"
 #include "generator/generator.hpp"
 #include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
@@ -131,5 +132,55 @@ TEST_CASE("tight-register kernels compile without serialised wgmma, spills or st
     INFO(readable_name(specs[i]) << "\n" << outcomes[i].value.log);
     REQUIRE(outcomes[i].error == "");
     check_ptxas_log_clean(outcomes[i].value.log);
+  }
+}
+
+// The top-k plans count on several CTAs sharing an SM (families/topk/heuristics.cpp): four dense
+// 256-thread CTAs, three speculative 256-thread CTAs over several waves, two 512-thread CTAs
+// (speculative, or keeping the slice). Each needs its dynamic shared memory, the kernel's static
+// shared memory (ptxas) and 1 KB the driver reserves to fit the SM's 233,472 bytes, and its
+// registers the 65,536 of the register file: a static part that grows would silently halve them.
+TEST_CASE("top-k plans' CTAs per SM fit an sm_90 SM (the plan's dynamic and ptxas' static shared memory, registers)") {
+  using detail::plan_topk_launch;
+  using detail::TopkPlanConstraints;
+  struct Case {
+    const char* what;
+    int rows, width, ctas_per_sm;
+    TopkPlanConstraints constraints;
+    bool bf16;
+  };
+  const std::vector<Case> cases = {
+      {"dense rows", 4096, 8192, 4, {}, false},
+      {"dense rows, bf16", 4096, 8192, 4, {}, true},
+      {"speculative, 512 threads, several waves", 4096, 32768, 2, {}, false},
+      {"speculative, 512 threads, several waves, bf16", 4096, 32768, 2, {}, true},
+      {"speculative, 256 threads, several waves", 4096, 32768, 3, {.ctas_per_row = 1, .threads = 256}, false},
+      {"speculative, 256 threads, several waves, bf16", 4096, 32768, 3, {.ctas_per_row = 1, .threads = 256}, true},
+      {"the slice kept, 512 threads, several waves", 4096, 32768, 2, {.ctas_per_row = 1, .speculate = 0}, false},
+  };
+  std::vector<KernelSpec> specs;
+  std::vector<detail::TopkLaunchPlan> plans;
+  for (const Case& c : cases) {
+    plans.push_back(plan_topk_launch(c.rows, c.width, 2048, 132, 16, c.constraints));
+    KernelSpec spec;
+    spec.family = Family::topk;
+    spec.arch = {90, 'a'};
+    spec.score_dtype = c.bf16 ? ScoreDtype::bf16 : ScoreDtype::fp32;
+    spec.tile = detail::topk_tile(plans.back());
+    specs.push_back(with_default_tile(spec));
+  }
+  const auto outcomes =
+      test::run_in_parallel<CompileResult>(specs.size(), [&](std::size_t i) { return compile_verbose(specs[i]); });
+  static const std::regex usage(R"(Used (\d+) registers.* (\d+) bytes smem)");
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    INFO(c.what << ": " << readable_name(specs[i]) << ", " << detail::to_string(plans[i]) << "\n" << outcomes[i].value.log);
+    REQUIRE(outcomes[i].error == "");
+    std::smatch m;
+    REQUIRE(std::regex_search(outcomes[i].value.log, m, usage));
+    const long long registers = std::stoll(m[1]), static_smem = std::stoll(m[2]);
+    const long long per_cta = (long long)plans[i].dynamic_smem + static_smem + 1024;
+    CHECK(c.ctas_per_sm * per_cta <= 233472);
+    CHECK(c.ctas_per_sm * registers * plans[i].threads <= 65536);
   }
 }
