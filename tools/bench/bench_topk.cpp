@@ -69,6 +69,21 @@ void fill_scores(Distribution dist, const Shape& shape, int topk, FastRandom& rn
   }
 }
 
+// Scores on the device in a case's dtype (bf16: the values rounded, as `reference::to_bf16`).
+class DeviceScores {
+ public:
+  DeviceScores(bool bf16, const std::vector<float>& scores)
+      : bf16_(bf16),
+        fp32_(bf16 ? std::vector<float>{0.0f} : scores),
+        b16_(bf16 ? reference::to_bf16(scores) : std::vector<std::uint16_t>{0}) {}
+  const void* get() const { return bf16_ ? static_cast<const void*>(b16_.get()) : fp32_.get(); }
+
+ private:
+  bool bf16_;
+  DeviceBuffer<float> fp32_;
+  DeviceBuffer<std::uint16_t> b16_;
+};
+
 }  // namespace
 
 int bench_topk(const BenchOptions& options) {
@@ -97,11 +112,8 @@ int bench_topk(const BenchOptions& options) {
     std::vector<float> scores(count);
     FastRandom rng{0x9e3779b97f4a7c15ull ^ std::uint64_t(shape.rows) * 1315423911ull ^ std::uint64_t(shape.width)};
     fill_scores(dist, shape, topk, rng, scores);
-    std::vector<std::uint16_t> scores_bf16;
-    if (bf16) {  // the bf16 values; the reference reads them widened (exactly) from `scores`
-      scores_bf16 = reference::to_bf16(scores);
-      scores = reference::from_bf16(scores_bf16);
-    }
+    // bf16: the values rounded; the reference reads them widened (exactly) from `scores`.
+    if (bf16) scores = reference::from_bf16(reference::to_bf16(scores));
     std::vector<std::int32_t> lengths(shape.rows);
     double score_bytes = 0;
     for (int r = 0; r < shape.rows; ++r) {
@@ -114,8 +126,7 @@ int bench_topk(const BenchOptions& options) {
     std::iota(page_table.begin(), page_table.end(), 0);
     for (std::size_t i = page_table.size(); i > 1; --i) std::swap(page_table[i - 1], page_table[rng.next() % i]);
 
-    DeviceBuffer<float> d_scores(bf16 ? std::vector<float>{0.0f} : scores);
-    DeviceBuffer<std::uint16_t> d_scores_bf16(bf16 ? scores_bf16 : std::vector<std::uint16_t>{0});
+    const DeviceScores d_scores(bf16, scores);  // `scores` holds the bf16 values widened: exact round trip
     DeviceBuffer<std::int32_t> d_lengths(lengths);
     DeviceBuffer<std::int32_t> d_table(page_table);
     DeviceBuffer<std::int32_t> d_out(std::size_t(shape.rows) * topk);
@@ -164,7 +175,7 @@ int bench_topk(const BenchOptions& options) {
     for (const bool fused : {false, true}) {
       if (fused ? !want_fused : !want_plain) continue;
       TopkArgs args;
-      args.scores = bf16 ? static_cast<const void*>(d_scores_bf16.get()) : d_scores.get();
+      args.scores = d_scores.get();
       args.score_dtype = dtype;
       args.lengths = d_lengths.get();
       args.out = d_out.get();
@@ -277,11 +288,10 @@ int bench_topk(const BenchOptions& options) {
                      shape.name.c_str(), median_us([&] { nsajit::topk(write_through); }, quick));
         // The same launch with the kernel's code warm: a decoy launch of the same kernel on a copy
         // of the scores (into another output) after the flush, so only the scores are cold.
-        DeviceBuffer<float> d_decoy_scores(bf16 ? std::vector<float>{0.0f} : scores);
-        DeviceBuffer<std::uint16_t> d_decoy_bf16(bf16 ? scores_bf16 : std::vector<std::uint16_t>{0});
+        const DeviceScores d_decoy_scores(bf16, scores);
         DeviceBuffer<std::int32_t> d_decoy_out(std::size_t(shape.rows) * topk);
         TopkArgs decoy = args;
-        decoy.scores = bf16 ? static_cast<const void*>(d_decoy_bf16.get()) : d_decoy_scores.get();
+        decoy.scores = d_decoy_scores.get();
         decoy.out = d_decoy_out.get();
         TimingOptions warm_code = quick;
         warm_code.after_flush = [&] { nsajit::topk(decoy); };
@@ -293,10 +303,9 @@ int bench_topk(const BenchOptions& options) {
           std::vector<float> kind_scores(count);
           FastRandom kind_rng{0x5851f42d4c957f2dull ^ std::uint64_t(kind)};
           fill_scores(dist, shape, topk, kind_rng, kind_scores, kind);
-          DeviceBuffer<float> d_kind_scores(bf16 ? std::vector<float>{0.0f} : kind_scores);
-          DeviceBuffer<std::uint16_t> d_kind_bf16(bf16 ? reference::to_bf16(kind_scores) : std::vector<std::uint16_t>{0});
+          const DeviceScores d_kind_scores(bf16, kind_scores);
           TopkArgs one_kind = args;
-          one_kind.scores = bf16 ? static_cast<const void*>(d_kind_bf16.get()) : d_kind_scores.get();
+          one_kind.scores = d_kind_scores.get();
           one_kind.out = d_decoy_out.get();
           std::fprintf(stderr, "    sweep %-20s relu rows of kind %d only (non-zero fraction %.3f at len %d): %8.1f us\n",
                        shape.name.c_str(), kind, relu_nonzero_fraction(kind, lengths.back(), topk), lengths.back(),
