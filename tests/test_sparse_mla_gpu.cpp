@@ -614,7 +614,7 @@ TEST_CASE("sparse_mla gpu: kv_row_stride > 576 (padding is NaN and never read)")
 TEST_CASE("sparse_mla gpu: FP8 page sizes 1, 3 and 64, padded pages, shuffled page tables") {
   NSAJIT_REQUIRE_GPU();
   for (int page_size : {1, 3, 64})
-    for (int h_q : {32, 128})
+    for (int h_q : {16, 32, 128})  // 16: FP8 producer warps dequantizing in place
       for (std::int64_t pad : {0, 48}) {
         // Positions 0..len-1 of each request map to slots through a shuffled page table.
         const int num_pages = 12000 / page_size + 2;
@@ -686,12 +686,13 @@ TEST_CASE("sparse_mla gpu: rows = 1 and rows = 64") {
 TEST_CASE("sparse_mla gpu: topk 64, 576 (odd block count), 16384") {
   NSAJIT_REQUIRE_GPU();
   for (const Mode& m : all_modes()) {
-    for (int topk : {64, 576}) {
-      Problem p = make_problem(4, 32, topk, 2000, std::uint32_t(topk));
-      set_range(p, 1, topk - 64, topk, -1);
-      finalize(p, m);
-      check(p, "topk " + std::to_string(topk), m);
-    }
+    for (int h_q : {16, 32})  // 16: FP8 producer warps, one tile (topk 64) and an odd count a split
+      for (int topk : {64, 576}) {
+        Problem p = make_problem(4, h_q, topk, 2000, std::uint32_t(topk + h_q));
+        set_range(p, 1, topk - 64, topk, -1);
+        finalize(p, m);
+        check(p, "topk " + std::to_string(topk) + " h_q " + std::to_string(h_q), m);
+      }
     Problem big = make_problem(1, 16, 16384, 17000, 17);
     set_range(big, 0, 8000, 9000, -1);
     finalize(big, m);
