@@ -142,8 +142,7 @@ NSAJIT_HOST_DEVICE constexpr unsigned sparse_mla_mma_sync_smem_bytes(int block_t
   const bool producers = threads == 320 || threads == 512;
   const unsigned mma_warps = producers ? 8u : unsigned(threads / 32);
   const unsigned warps_per_head_group = mma_warps / (mma_rows / heads_per_warp);
-  // FP8 producers dequantize in place (the raw token in the tail of its bf16 row): no staging.
-  const unsigned staging_tiles = fp8 && !producers ? (heads_per_cta == 64 ? 1u : 2u) : 0u;
+  const unsigned staging_tiles = fp8 ? (producers || heads_per_cta == 64 ? 1u : 2u) : 0u;
   const unsigned kv = (fp8 && !producers ? 1u : 2u) * tokens * (fp8 ? 1152u : 1168u) + staging_tiles * tokens * 656u;
   const unsigned q = mma_rows * 576u * 2u;
   const unsigned p = mma_rows * tokens * 2u;
@@ -151,7 +150,7 @@ NSAJIT_HOST_DEVICE constexpr unsigned sparse_mla_mma_sync_smem_bytes(int block_t
   // QK split over the dims (8 warps per head group): the second half's S.
   const unsigned s_exchange = warps_per_head_group == 8 ? 4u * (heads_per_warp / 16u) * 2u * 4u * 32u * 4u : 0u;
   const unsigned valid = !fp8 ? 0u : (!producers ? (1u + staging_tiles) : 2u) * tokens * 4u;
-  const unsigned mbarriers = fp8 ? (producers ? 144u : 8u * staging_tiles) : 0u;
+  const unsigned mbarriers = fp8 ? (producers ? 96u : 8u * staging_tiles) : 0u;
   return kv + q + p + row_exchange + s_exchange + valid + mbarriers;
 }
 

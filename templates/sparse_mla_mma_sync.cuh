@@ -35,10 +35,9 @@
 // KV tiles. bf16 KV (BULK): two tiles; each valid token row (1152 bytes) is one
 // cp.async.bulk completing on the tile's mbarrier, issued one tile ahead; rows padded to 1168
 // bytes (conflict-free ldmatrix), validity flag and mbarrier in the padding. FP8 KV: the raw
-// 656-byte tokens are bulk-copied into NSTAGE staging buffers (2, or 1 for 64 heads; with
-// producer warps into the tail of their own bf16 rows instead) and dequantised into a swizzled
-// bf16 tile (one at 256 threads, at the start of each tile; two with producer warps):
-// bf16(float(e4m3) * scale), rope copied.
+// 656-byte tokens are bulk-copied into NSTAGE staging buffers (2, or 1 for 64 heads or with
+// producer warps) and dequantised smem -> smem into a swizzled bf16 tile (one at 256 threads, at
+// the start of each tile; two with producer warps): bf16(float(e4m3) * scale), rope copied.
 // Invalid tokens are never read: their rows are zeroed.
 // Indices are prefetched one tile ahead of their gather. Slot offsets are 64-bit.
 // Producer warps (bf16 BULK at 320 threads, up to 32 heads): warps 8 and 9 issue the tiles' copies
@@ -46,11 +45,9 @@
 // "empty" mbarrier of 256 arrivals in the padding of the buffer's row 1); the MMA warps only wait
 // and compute. At 256 threads every thread issues its token's copy at the top of each tile, and
 // each warp's copies go out one lane at a time (a large share of the stalls).
-// FP8 producer warps (512 threads, up to 16 heads): the MMA warps bulk-copy each raw token into
-// the last 656 bytes of its own row of a bf16 tile (no staging tile: both bf16 tiles are in flight,
-// a tile's copies issued as soon as the MMA warps are done with the tile before it in that
-// buffer); warps 8..15 dequantize their 8 tokens a tile in place (one mbarrier a warp and buffer)
-// and arrive on the buffer's full mbarrier (256 arrivals, no bytes) at OFF_MBAR.
+// FP8 producer warps (512 threads, up to 16 heads): warps 8..15 bulk-copy the raw tokens into one
+// staging tile (one mbarrier a warp) and dequantize them into two bf16 tiles; full (256 producer
+// arrivals, no bytes) and empty (256 MMA arrivals) mbarriers at OFF_MBAR pass the tiles.
 // The math runs in base 2 (scores pre-multiplied by sm_scale * log2 e).
 //
 // Constants (FamilyTraits::constants): NSAJIT_H_Q, NSAJIT_TOPK, NSAJIT_HEADS_PER_CTA,
@@ -109,14 +106,10 @@ static_assert(NDT % 2 == 0, "PV n-tiles per warp come in pairs");
 // token, completing on the stage's mbarrier) into NSTAGE staging buffers, then dequantized
 // smem -> smem into the one bf16 tile. 4 threads per token: thread part q dequantizes fp8 chunks
 // q + 4c and rope chunks q, q + 4.
-// FP8 with producer warps (512 threads): no staging tile. A raw token lands in the tail of its
-// bf16 row, F8_RAW_OFFSET bytes in (64 fewer in odd rows, so that the two tokens a quarter warp
-// reads fall in disjoint banks), and its producer warp reads all of it into registers before
-// writing the row's bf16 values over it. Two bf16 tiles are thus two tiles of copies in flight
-// where a staging tile allowed one (the copy of tile k + 1 waited for the dequantisation of k).
-constexpr int NSTAGE = FP8 && !PRODUCERS ? (HEADS_PER_CTA == 64 ? 1 : 2) : 0;
-constexpr unsigned F8_RAW_OFFSET = 1152u - kFp8Bytes;  // 496: the raw token ends with its row
-NSAJIT_DEVICE uint32_t f8_raw_offset(int tok) { return F8_RAW_OFFSET - 64u * uint32_t(tok & 1); }
+// FP8 with producer warps (512 threads): one staging tile, each producer warp's 8 tokens
+// bulk-copied into it on the warp's own mbarrier and dequantized by the warp (4 parts a token, as
+// above) into two bf16 tiles that the MMA warps consume in turn.
+constexpr int NSTAGE = FP8 ? (PRODUCERS || HEADS_PER_CTA == 64 ? 1 : 2) : 0;
 constexpr int KV_BUFS = FP8 && !PRODUCERS ? 1 : 2;
 constexpr int THREADS_PER_TOKEN = 4;
 constexpr int F8_CHUNKS = 8;
@@ -144,10 +137,9 @@ constexpr unsigned SX_BYTES = KSPLIT ? 4u * MT * NT * 4 * 32 * 4 : 0u;
 // Validity flags: bf16 [2][64] int (not with BULK); fp8 [1 + NSTAGE][64] (with producers [2][64]).
 constexpr unsigned OFF_VALID = OFF_SX + SX_BYTES;
 constexpr unsigned VALID_BYTES = BULK ? 0u : (FP8 && !PRODUCERS ? (1u + NSTAGE) * TILE_TOKENS * 4 : 2u * TILE_TOKENS * 4);
-// fp8 mbarriers: NSTAGE staging ones; with producers full[2] and raw[2][8] (a buffer's tokens of one
-// producer warp).
+// fp8 mbarriers: NSTAGE staging ones; with producers full[2], empty[2], staging[8] (one a producer warp).
 constexpr unsigned OFF_MBAR = OFF_VALID + VALID_BYTES;
-constexpr unsigned SMEM_BYTES = OFF_MBAR + (FP8 ? (PRODUCERS ? 144u : 8u * NSTAGE) : 0u);
+constexpr unsigned SMEM_BYTES = OFF_MBAR + (FP8 ? (PRODUCERS ? 96u : 8u * NSTAGE) : 0u);
 // The plan the host launches with (templates/kernel_params.h).
 static_assert(SMEM_BYTES == sparse_mla_mma_sync_smem_bytes(TILE_TOKENS, HEADS_PER_CTA, THREADS, FP8), "the layout must match the plan");
 static_assert(SMEM_BYTES == NSAJIT_DYNAMIC_SMEM, "host and kernel disagree on shared memory size");
@@ -229,15 +221,18 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     if constexpr (BULK) return *reinterpret_cast<int*>(smem + OFF_KV + buf * TILE_BYTES + tok * KV_ROW + 1152);
     else return valid_s[buf * TILE_TOKENS + tok];
   };
-  // Buffer `buf` filled (bf16: in the padding of its row 0); bf16 PRODUCERS: released by the MMA
-  // warps (in the padding of its row 1).
+  // Buffer `buf` filled (bf16: in the padding of its row 0); PRODUCERS: released by the MMA warps
+  // (bf16: in the padding of its row 1).
   auto mbar = [&](int buf) -> uint32_t {
     if constexpr (FP8) return s_base + OFF_MBAR + 8 * buf;
     else return s_base + OFF_KV + buf * TILE_BYTES + 1160;
   };
-  auto empty_mbar = [&](int buf) -> uint32_t { return s_base + OFF_KV + buf * TILE_BYTES + KV_ROW + 1160; };
-  // FP8 producers: the raw tokens of producer warp w in buffer buf landed (8 tokens, one arrival each).
-  auto raw_mbar = [&](int buf, int w) -> uint32_t { return s_base + OFF_MBAR + 16 + 8 * (8 * buf + w); };
+  auto empty_mbar = [&](int buf) -> uint32_t {
+    if constexpr (FP8) return s_base + OFF_MBAR + 16 + 8 * buf;
+    else return s_base + OFF_KV + buf * TILE_BYTES + KV_ROW + 1160;
+  };
+  // FP8 producers: producer warp w's staging rows filled (8 tokens, one arrival each).
+  auto stage_mbar = [&](int w) -> uint32_t { return s_base + OFF_MBAR + 32 + 8 * w; };
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -304,20 +299,6 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
                   fp8_mbar(st));
     }
   };
-  // fp8 with producer warps: bulk-copy token g_tok of a tile into the tail of its row of bf16 tile
-  // `buf` (invalid: nothing copied), on its producer warp's mbarrier; its validity flag beside.
-  // The buffer's earlier contents were last written by the producers (fenced before they arrived)
-  // and read by the MMA warps before the barrier that precedes this.
-  auto fp8_issue_row = [&](int buf, int idx) {
-    if (g_sub == 0) {
-      valid_s[buf * TILE_TOKENS + g_tok] = idx >= 0;
-      const uint32_t bar = raw_mbar(buf, g_tok >> 3);
-      mbar_arrive_tx(bar, idx >= 0 ? unsigned(kFp8Bytes) : 0u);
-      if (idx >= 0)
-        bulk_copy(s_base + OFF_KV + buf * TILE_BYTES + g_tok * 1152u + f8_raw_offset(g_tok), fp8_token(idx),
-                  unsigned(kFp8Bytes), bar);
-    }
-  };
   // fp8: staging buffer `st` -> bf16 tile 0 (token g_tok, this thread's part); validity -> valid_s[0..63].
   auto fp8_dequant = [&](int st) {
     const uint32_t dst = s_base + OFF_KV;
@@ -358,12 +339,12 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         // bf16: one arrival per token, with its bytes; fp8: every producer thread, once its part is stored
         mbar_init(mbar(0), FP8 ? PTHREADS : TILE_TOKENS);
         mbar_init(mbar(1), FP8 ? PTHREADS : TILE_TOKENS);
-        if constexpr (PRODUCERS && BULK) {
+        if constexpr (PRODUCERS) {
           mbar_init(empty_mbar(0), CTHREADS);  // every MMA thread, after its last read of the tile
           mbar_init(empty_mbar(1), CTHREADS);
         }
         if constexpr (PRODUCERS && FP8)
-          for (int w = 0; w < 16; ++w) mbar_init(raw_mbar(w >> 3, w & 7), 8);
+          for (int w = 0; w < 8; ++w) mbar_init(stage_mbar(w), 8);
       } else {
 #pragma unroll
         for (int st = 0; st < NSTAGE; ++st) mbar_init(fp8_mbar(st), TILE_TOKENS);
@@ -374,48 +355,64 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   }
   if constexpr (PRODUCERS && FP8) {
     if (tid >= CTHREADS) {
-      // ---- FP8 producer thread: token tok = 8 w + lane / 4 of producer warp w, part q = lane % 4,
-      // of every tile. A quarter warp reads two rows' raw tokens (an even and an odd row: their
-      // raw offsets 64 bytes apart put the two rows' 4 chunks in disjoint banks) and writes
-      // two rows' chunks 2 kc (+1) whose swizzles (r & 7 even, odd) differ in bit 0.
-      const int w = (tid - CTHREADS) >> 5;
-      const int tok = 8 * w + (lane >> 2), q = lane & 3;
-      const bool odd_row = (tok & 1) != 0;
+      // ---- FP8 producer thread: token 8 w + (lane & 7) of producer warp w, part q = lane >> 3, of
+      // every tile (a quarter warp = 8 tokens of one part: its 16-byte loads of the staging rows,
+      // 656 bytes apart, fall in 8 distinct bank groups). Part 0 bulk-copies the token's 656 bytes
+      // into its staging row, completing on the warp's mbarrier; every part dequantizes its chunks
+      // (fp8 chunks q + 4c, c < 8, rope chunks q, q + 4) into buffer k & 1 once the MMA
+      // warps released it (tile k - 2); the next tile's copy goes out once the warp's 4 parts have
+      // read the row.
+      const int pt = tid - CTHREADS;
+      const int tok = 8 * (pt >> 5) + (lane & 7), q = lane >> 3;
+      const uint32_t stg = s_base + OFF_STAGE + uint32_t(tok) * kFp8Bytes;
+      const unsigned char* stg_g = smem + OFF_STAGE + tok * kFp8Bytes;
+      const uint32_t stg_bar = stage_mbar(pt >> 5);
+      // The token's bytes in the pool, or null (invalid: nothing copied, its row zeroed).
+      auto token_src = [&](int idx) -> const unsigned char* { return idx < 0 ? nullptr : fp8_token(idx); };
+      auto issue = [&](const unsigned char* src) {
+        if (q == 0) {
+          mbar_arrive_tx(stg_bar, src != nullptr ? unsigned(kFp8Bytes) : 0u);
+          if (src != nullptr) bulk_copy(stg, src, unsigned(kFp8Bytes), stg_bar);
+        }
+      };
+      const unsigned char* src = nullptr;
+      int raw = -1;
+      if (tile_begin < tile_end) {
+        src = token_src(load_index(idx_row, tile_begin * TILE_TOKENS + tok, n, p.num_slots));
+        issue(src);
+        raw = tile_begin + 1 < tile_end ? load_index_raw(idx_row, (tile_begin + 1) * TILE_TOKENS + tok, n) : -1;
+      }
       for (int t = tile_begin; t < tile_end; ++t) {
         const int k = t - tile_begin, b = k & 1;
+        const bool ok = src != nullptr;
+        const unsigned char* src_next = t + 1 < tile_end ? token_src(valid_index(raw, p.num_slots)) : nullptr;
+        raw = t + 2 < tile_end ? load_index_raw(idx_row, (t + 2) * TILE_TOKENS + tok, n) : -1;
+        if (k >= 2) mbar_wait(empty_mbar(b), uint32_t(((k >> 1) - 1) & 1));
         const uint32_t dst = s_base + OFF_KV + b * TILE_BYTES;
-        const unsigned char* raw = smem + OFF_KV + b * TILE_BYTES + tok * 1152 + f8_raw_offset(tok);
-        mbar_wait(raw_mbar(b, w), uint32_t((k >> 1) & 1));
-        const bool ok = valid_s[b * TILE_TOKENS + tok] != 0;
-        // The whole raw token in registers first: the bf16 values are written over it.
-        u32x4 f8[F8_CHUNKS], rope[ROPE_CHUNKS], scv{0u, 0u, 0u, 0u};
-        if (ok) {
-          scv = *reinterpret_cast<const u32x4*>(raw + 512);
-#pragma unroll
-          for (int c = 0; c < F8_CHUNKS; ++c) f8[c] = *reinterpret_cast<const u32x4*>(raw + 16 * (q + 4 * c));
-#pragma unroll
-          for (int r = 0; r < ROPE_CHUNKS; ++r) rope[r] = *reinterpret_cast<const u32x4*>(raw + 528 + 16 * (q + 4 * r));
-        }
-        __syncwarp();
+        if (q == 0) valid_s[b * TILE_TOKENS + tok] = ok;
+        mbar_wait(stg_bar, uint32_t(k & 1));
+        const u32x4 scv = ok ? *reinterpret_cast<const u32x4*>(stg_g + 512) : u32x4{0u, 0u, 0u, 0u};
         const float sc[4] = {__uint_as_float(scv.x), __uint_as_float(scv.y), __uint_as_float(scv.z), __uint_as_float(scv.w)};
 #pragma unroll
-        for (int c = 0; c < F8_CHUNKS; ++c) {
-          const int kc = q + 4 * c;  // fp8 chunk: dims [16 kc, 16 kc + 16), in 128-dim tile c / 2
+        for (int c = 0; c < 8; ++c) {
+          const int kc = q + 4 * c;  // fp8 chunk: dims [16 kc, 16 kc + 16)
           u32x4 lo{0u, 0u, 0u, 0u}, hi{0u, 0u, 0u, 0u};
-          if (ok) dequant_e4m3x16(f8[c], sc[c >> 1], lo, hi);
+          if (ok) dequant_e4m3x16(*reinterpret_cast<const u32x4*>(stg_g + 16 * kc), sc[kc >> 3], lo, hi);
           st_shared_16(dst + kvo(tok, 2 * kc), lo);
           st_shared_16(dst + kvo(tok, 2 * kc + 1), hi);
         }
-        // Rope chunks q and q + 4; an odd row stores q + 4 first (disjoint banks from its even pair).
 #pragma unroll
-        for (int r = 0; r < ROPE_CHUNKS; ++r) {
-          const int rr = odd_row ? 1 - r : r;
-          const u32x4 v = ok ? (rr == 0 ? rope[0] : rope[1]) : u32x4{0u, 0u, 0u, 0u};
-          st_shared_16(dst + kvo(tok, 64 + q + 4 * rr), v);
+        for (int r = 0; r < 2; ++r) {
+          const int rc = q + 4 * r;
+          const u32x4 v = ok ? *reinterpret_cast<const u32x4*>(stg_g + 528 + 16 * rc) : u32x4{0u, 0u, 0u, 0u};
+          st_shared_16(dst + kvo(tok, 64 + rc), v);
         }
-        // The generic writes before the bulk copies that will refill these rows (async proxy).
+        // Every part's reads of the row (generic proxy) before the bulk copy that refills it.
         fence_proxy_async();
-        mbar_arrive_plain(mbar(b));  // this thread's part of the tile, to the MMA warps
+        __syncwarp();
+        if (t + 1 < tile_end) issue(src_next);
+        mbar_arrive_plain(mbar(b));  // this thread's part of the tile and its flag, to the MMA warps
+        src = src_next;
       }
       return;
     }
@@ -448,8 +445,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       return;
     }
   }
-  // Unchecked: bf16: token g_tok of tile t + 1; fp8: of tile t + NSTAGE (with producers t + 2).
-  int idx_next = -1;
+  int idx_next;  // unchecked: bf16: token g_tok of tile t + 1; fp8: of tile t + NSTAGE
   if constexpr (FP8 && !PRODUCERS) {
 #pragma unroll
     for (int st = 0; st < NSTAGE; ++st)
@@ -463,11 +459,6 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       gather_bf16(0, i0);
     }
     idx_next = tile_index_raw(tile_begin + 1);
-  } else if constexpr (FP8) {
-    // Both bf16 tiles are free: their raw tokens go out now.
-    if (tile_begin < tile_end) fp8_issue_row(0, tile_index(tile_begin));
-    if (tile_begin + 1 < tile_end) fp8_issue_row(1, tile_index(tile_begin + 1));
-    idx_next = tile_index_raw(tile_begin + 2);
   }
   cp_async_commit();
 
@@ -527,28 +518,50 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
     {
-      const uint32_t a_base = s_q;
       const int a_row = mrow0 + (lane & 15);
       const int a_cadd = lane >> 4;
       const int b_tok = NT == 2 ? tok0 + ((lane >> 4) << 3) + (lane & 7) : tok0 + (lane & 7);
       const int b_cadd = (lane >> 3) & 1;
-#pragma unroll 2
-      for (int kk = khalf * QK_KSTEPS; kk < (khalf + 1) * QK_KSTEPS; ++kk) {
+      // k16 step j reads 16-byte chunk 2 (kk0 + j) + cadd of its row: the chunk of step j % 4 plus
+      // 8 (j / 4), which the swizzle (low 3 bits) leaves alone, so 4 addresses a lane serve every
+      // step with an immediate offset of 128 (j / 4) bytes.
+      const int kk0 = khalf * QK_KSTEPS;
+      uint32_t a_addr[MT][4], b_addr[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) a_addr[mt][m] = s_q + sw576(a_row + mt * 16, 2 * (kk0 + m) + a_cadd);
+        b_addr[m] = s_kv + kvo(b_tok, 2 * (kk0 + m) + b_cadd);
+      }
+      // Odd steps accumulate apart: two dependent HMMA chains of QK_KSTEPS / 2 instead of one.
+      float s_odd[MT][NT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) s_odd[mt][nt][0] = s_odd[mt][nt][1] = s_odd[mt][nt][2] = s_odd[mt][nt][3] = 0.f;
+#pragma unroll
+      for (int j = 0; j < QK_KSTEPS; ++j) {
+        const uint32_t off = 128u * uint32_t(j >> 2);
         uint32_t a[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-          ldsm_x4(a_base + sw576(a_row + mt * 16, 2 * kk + a_cadd), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
+        for (int mt = 0; mt < MT; ++mt) ldsm_x4(a_addr[mt][j & 3] + off, a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
         uint32_t b[NT][2];
         if constexpr (NT == 2) {
-          ldsm_x4(s_kv + kvo(b_tok, 2 * kk + b_cadd), b[0][0], b[0][1], b[NT - 1][0], b[NT - 1][1]);
+          ldsm_x4(b_addr[j & 3] + off, b[0][0], b[0][1], b[NT - 1][0], b[NT - 1][1]);
         } else {
-          ldsm_x2(s_kv + kvo(b_tok, 2 * kk + b_cadd), b[0][0], b[0][1]);
+          ldsm_x2(b_addr[j & 3] + off, b[0][0], b[0][1]);
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mma_bf16(s[mt][nt], a[mt], b[nt][0], b[nt][1]);
+          for (int nt = 0; nt < NT; ++nt) mma_bf16(j & 1 ? s_odd[mt][nt] : s[mt][nt], a[mt], b[nt][0], b[nt][1]);
       }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] += s_odd[mt][nt][e];
     }
 
     if constexpr (KSPLIT) {  // S of the second half of the dims -> the warp of the first half
@@ -703,14 +716,9 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     }
 
     // Generic-proxy writes to `buf` (zero rows, P_lo) before the bulk copies that refill it.
-    if constexpr (BULK || (FP8 && PRODUCERS)) fence_proxy_async();
-    if constexpr (PRODUCERS && BULK) mbar_arrive_plain(empty_mbar(buf));  // the producers may refill it
+    if constexpr (BULK) fence_proxy_async();
+    if constexpr (PRODUCERS) mbar_arrive_plain(empty_mbar(buf));  // the producers may refill it
     mma_sync_threads();  // buffer `buf`, P and red are rewritten next
-    if constexpr (PRODUCERS && FP8) {
-      // Every MMA warp is done with `buf`: the raw tokens of tile t + 2 go out into it.
-      if (t + 2 < tile_end) fp8_issue_row(buf, valid_index(idx_next, p.num_slots));
-      idx_next = tile_index_raw(t + 3);
-    }
   }
   // A split without tiles never waited for q: no copy may outlive the CTA (else a no-op).
   cp_async_wait_all();
