@@ -518,50 +518,28 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
     {
+      const uint32_t a_base = s_q;
       const int a_row = mrow0 + (lane & 15);
       const int a_cadd = lane >> 4;
       const int b_tok = NT == 2 ? tok0 + ((lane >> 4) << 3) + (lane & 7) : tok0 + (lane & 7);
       const int b_cadd = (lane >> 3) & 1;
-      // k16 step j reads 16-byte chunk 2 (kk0 + j) + cadd of its row: the chunk of step j % 4 plus
-      // 8 (j / 4), which the swizzle (low 3 bits) leaves alone, so 4 addresses a lane serve every
-      // step with an immediate offset of 128 (j / 4) bytes.
-      const int kk0 = khalf * QK_KSTEPS;
-      uint32_t a_addr[MT][4], b_addr[4];
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) a_addr[mt][m] = s_q + sw576(a_row + mt * 16, 2 * (kk0 + m) + a_cadd);
-        b_addr[m] = s_kv + kvo(b_tok, 2 * (kk0 + m) + b_cadd);
-      }
-      // Odd steps accumulate apart: two dependent HMMA chains of QK_KSTEPS / 2 instead of one.
-      float s_odd[MT][NT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) s_odd[mt][nt][0] = s_odd[mt][nt][1] = s_odd[mt][nt][2] = s_odd[mt][nt][3] = 0.f;
-#pragma unroll
-      for (int j = 0; j < QK_KSTEPS; ++j) {
-        const uint32_t off = 128u * uint32_t(j >> 2);
+#pragma unroll 2
+      for (int kk = khalf * QK_KSTEPS; kk < (khalf + 1) * QK_KSTEPS; ++kk) {
         uint32_t a[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) ldsm_x4(a_addr[mt][j & 3] + off, a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
+        for (int mt = 0; mt < MT; ++mt)
+          ldsm_x4(a_base + sw576(a_row + mt * 16, 2 * kk + a_cadd), a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
         uint32_t b[NT][2];
         if constexpr (NT == 2) {
-          ldsm_x4(b_addr[j & 3] + off, b[0][0], b[0][1], b[NT - 1][0], b[NT - 1][1]);
+          ldsm_x4(s_kv + kvo(b_tok, 2 * kk + b_cadd), b[0][0], b[0][1], b[NT - 1][0], b[NT - 1][1]);
         } else {
-          ldsm_x2(b_addr[j & 3] + off, b[0][0], b[0][1]);
+          ldsm_x2(s_kv + kvo(b_tok, 2 * kk + b_cadd), b[0][0], b[0][1]);
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mma_bf16(j & 1 ? s_odd[mt][nt] : s[mt][nt], a[mt], b[nt][0], b[nt][1]);
+          for (int nt = 0; nt < NT; ++nt) mma_bf16(s[mt][nt], a[mt], b[nt][0], b[nt][1]);
       }
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] += s_odd[mt][nt][e];
     }
 
     if constexpr (KSPLIT) {  // S of the second half of the dims -> the warp of the first half
