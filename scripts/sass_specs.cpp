@@ -47,8 +47,14 @@ std::vector<std::pair<std::string, KernelSpec>> kernels() {
     out.push_back({"mla.seesaw.h" + std::to_string(h) + ".bf16", with_default_tile(s)});
   }
   // Top-k: every thread count the launch plan picks, plain, sorted, fused (each transform mode).
-  // Every kernel tile top-k's plan picks on the H200 (threads and algorithm), in each form.
-  for (const detail::TopkTileChoice& c : detail::topk_tile_choices(topk, {132})) {
+  // Every kernel tile top-k's plan picks on the H200 (threads and algorithm) for either score
+  // dtype, in each form.
+  std::vector<detail::TopkTileChoice> tiles;
+  for (ScoreDtype d : {ScoreDtype::fp32, ScoreDtype::bf16})
+    for (const detail::TopkTileChoice& c : detail::topk_tile_choices(topk, d, {132}))
+      if (std::none_of(tiles.begin(), tiles.end(), [&](const auto& t) { return t.tile == c.tile; }))
+        tiles.push_back(c);
+  for (const detail::TopkTileChoice& c : tiles) {
     const TileConfig tile = c.tile;
     const std::string t = ".t" + std::to_string(tile.threads) + "." + to_string(tile.algorithm);
     out.push_back({"topk.plain" + t, KernelSpec{.family = Family::topk, .topk = topk, .tile = tile}});

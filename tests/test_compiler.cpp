@@ -153,15 +153,16 @@ TEST_CASE("top-k plans' CTAs per SM fit an sm_90 SM (the plan's dynamic and ptxa
       {"dense rows", 4096, 8192, 4, {}, false},
       {"dense rows, bf16", 4096, 8192, 4, {}, true},
       {"speculative, 512 threads, several waves", 4096, 32768, 2, {}, false},
-      {"speculative, 512 threads, several waves, bf16", 4096, 32768, 2, {}, true},
+      {"speculative, 512 threads, several waves, bf16", 4096, 32768, 2, {.ctas_per_row = 1, .threads = 512}, true},
       {"speculative, 256 threads, several waves", 4096, 32768, 3, {.ctas_per_row = 1, .threads = 256}, false},
-      {"speculative, 256 threads, several waves, bf16", 4096, 32768, 3, {.ctas_per_row = 1, .threads = 256}, true},
+      {"speculative, 256 threads, several waves, bf16 (the plan's)", 4096, 32768, 3, {}, true},
       {"the slice kept, 512 threads, several waves", 4096, 32768, 2, {.ctas_per_row = 1, .speculate = 0}, false},
   };
   std::vector<KernelSpec> specs;
   std::vector<detail::TopkLaunchPlan> plans;
   for (const Case& c : cases) {
-    plans.push_back(plan_topk_launch(c.rows, c.width, 2048, 132, 16, c.constraints));
+    plans.push_back(
+        plan_topk_launch(c.rows, c.width, 2048, c.bf16 ? ScoreDtype::bf16 : ScoreDtype::fp32, 132, 16, c.constraints));
     KernelSpec spec;
     spec.family = Family::topk;
     spec.arch = {90, 'a'};

@@ -195,7 +195,8 @@ TEST_CASE("fleet enumeration holds every top-k kernel tile the launch plan picks
     const int width = 1 + int(rng() % detail::kMaxTopkWidth);
     // Any SM count (MIG slices, parts the fleet does not name), not only the ones it enumerates at.
     const int sm = rng() % 2 ? std::vector<int>{132, 114, 78}[rng() % 3] : 8 + int(rng() % 193);
-    const detail::TopkLaunchPlan plan = detail::plan_topk_launch(rows, width, 2048, sm, rng() % 2 ? 16 : 8);
+    const detail::TopkLaunchPlan plan =
+        detail::plan_topk_launch(rows, width, 2048, ScoreDtype::fp32, sm, rng() % 2 ? 16 : 8);
     INFO(rows, " x ", width, " at ", sm, " SMs: ", detail::to_string(plan));
     KernelSpec s{.family = Family::topk, .tile = detail::topk_tile(plan)};
     s = with_default_tile(s);
@@ -218,7 +219,7 @@ TEST_CASE("nsajit run's precompile list: top-k's tile at any SM count (MIG slice
         INFO("tp " << tp << ", batch " << batch << ", " << to_string(arch) << ", " << sm_count << " SMs, clusters of at most "
                    << max_cluster);
         const detail::TopkLaunchPlan plan =
-            detail::plan_topk_launch(c.batch, c.max_context, c.index_topk, sm_count, max_cluster);
+            detail::plan_topk_launch(c.batch, c.max_context, c.index_topk, ScoreDtype::fp32, sm_count, max_cluster);
         KernelSpec topk{.family = Family::topk, .topk = c.index_topk, .tile = detail::topk_tile(plan), .arch = arch};
         CHECK(has(with_default_tile(topk)));
       }
@@ -233,7 +234,8 @@ TEST_CASE("nsajit run's precompile list: top-k's tile at any SM count (MIG slice
       if (db->key.arch != to_string(arch) || e == nullptr) continue;
       INFO(db->origin << ", top-k bucket " << e->bucket.name);
       const detail::TopkLaunchPlan plan =
-          detail::plan_topk_launch(c.batch, c.max_context, c.index_topk, db->key.sm_count, 16, e->choice);
+          detail::plan_topk_launch(c.batch, c.max_context, c.index_topk, ScoreDtype::fp32, db->key.sm_count, 16,
+                                   e->choice);
       CHECK(has(with_default_tile({.family = Family::topk, .topk = c.index_topk, .tile = detail::topk_tile(plan), .arch = arch})));
     }
     std::set<std::string> names;
@@ -272,7 +274,7 @@ TEST_CASE("top-k plans load a kernel compiled for their CTA layout, under any co
     }
     detail::TopkLaunchPlan plan;
     try {
-      plan = detail::plan_topk_launch(rows, width, topk, sm, rng() % 2 ? 16 : 8, c);
+      plan = detail::plan_topk_launch(rows, width, topk, ScoreDtype::fp32, sm, rng() % 2 ? 16 : 8, c);
     } catch (const std::invalid_argument&) {
       continue;  // a constraint the shape cannot take: refused before any launch
     }

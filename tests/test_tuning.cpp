@@ -256,7 +256,8 @@ TEST_CASE("autotune dry run: the heuristics' choice first, distinct candidates, 
   const auto topk = tools::topk_candidates(c.topk[0], 2048, 132, dropped);
   REQUIRE(!topk.empty());
   CHECK(topk[0].heuristic);
-  CHECK(detail::same_topk_launch(topk[0].plan, detail::plan_topk_launch(1, 1 << 22, 2048, 132)));
+  CHECK(detail::same_topk_launch(topk[0].plan,
+                                 detail::plan_topk_launch(1, 1 << 22, 2048, nsajit::ScoreDtype::fp32, 132)));
   for (std::size_t a = 0; a < topk.size(); ++a)
     for (std::size_t b = a + 1; b < topk.size(); ++b) CHECK(!detail::same_topk_launch(topk[a].plan, topk[b].plan));
   // One CTA per row of 4M positions: its bitmaps do not fit shared memory.
@@ -498,10 +499,12 @@ TEST_CASE("tuning database gpu: sparse MLA and top-k dispatch take the database'
   TopkArgs t{.scores = d_scores.get(), .lengths = d_len.get(), .out = d_top.get(), .rows = 1, .width = 131072,
              .topk = topk_n};
   // The database's plan (2-CTA clusters at 256 threads: the cluster_sweeps kernel), not the heuristics'.
-  const detail::TopkPlanConstraints* tuned = detail::tuned_topk_constraints(1, 131072, topk_n, here.sm_count);
+  const detail::TopkPlanConstraints* tuned =
+      detail::tuned_topk_constraints(1, 131072, topk_n, nsajit::ScoreDtype::fp32, here.sm_count);
   REQUIRE(tuned != nullptr);
   CHECK(tuned->ctas_per_row == 2);
-  const TileConfig topk_tile = detail::topk_tile(detail::plan_topk_launch(1, 131072, topk_n, here.sm_count, 16, *tuned));
+  const TileConfig topk_tile = detail::topk_tile(
+      detail::plan_topk_launch(1, 131072, topk_n, nsajit::ScoreDtype::fp32, here.sm_count, 16, *tuned));
   CHECK(topk_tile == TileConfig{.threads = 256, .algorithm = TopkAlgorithm::cluster_sweeps});
   KernelSpec topk_spec{.family = Family::topk, .topk = topk_n, .tile = topk_tile, .arch = Arch{90, 'a'}};
   d_top.poison();

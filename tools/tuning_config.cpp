@@ -220,7 +220,7 @@ std::string TopkCandidate::describe() const {
 std::vector<TopkCandidate> topk_candidates(const TopkTuneBucket& b, int topk, int sm_count, std::vector<Dropped>& dropped) {
   std::vector<TopkCandidate> out;
   TopkCandidate heuristic;
-  heuristic.plan = detail::plan_topk_launch(b.rows, b.width, topk, sm_count);
+  heuristic.plan = detail::plan_topk_launch(b.rows, b.width, topk, nsajit::ScoreDtype::fp32, sm_count);
   heuristic.heuristic = true;
   out.push_back(heuristic);
   std::set<std::string> dropped_seen;
@@ -234,7 +234,7 @@ std::vector<TopkCandidate> topk_candidates(const TopkTuneBucket& b, int topk, in
     TopkCandidate cand;
     cand.constraints = c;
     try {
-      cand.plan = detail::plan_topk_launch(b.rows, b.width, topk, sm_count, 16, c);
+      cand.plan = detail::plan_topk_launch(b.rows, b.width, topk, nsajit::ScoreDtype::fp32, sm_count, 16, c);
     } catch (const std::invalid_argument& e) {
       if (dropped_seen.insert(e.what()).second) dropped.push_back({what, e.what()});
       return;
@@ -372,10 +372,16 @@ std::vector<DbSpec> tuning_db_specs(const tuning::TuningDb& db, Arch arch, int t
   }
   for (const detail::TopkTuningEntry& e : db.topk) {
     if (!e.bucket.topk.contains(topk)) continue;
-    // The choice's tiles over the bucket's shapes on the database's GPU.
-    for (const detail::TopkTileChoice& c :
-         detail::topk_tile_choices(topk, {db.key.sm_count}, e.choice, e.bucket.rows.lo, e.bucket.rows.hi,
-                                   e.bucket.width.lo, e.bucket.width.hi)) {
+    // The choice's tiles over the bucket's shapes on the database's GPU, for either score dtype
+    // (a bucket holds none: its choice serves both).
+    std::vector<detail::TopkTileChoice> tiles;
+    for (ScoreDtype d : {ScoreDtype::fp32, ScoreDtype::bf16})
+      for (const detail::TopkTileChoice& c :
+           detail::topk_tile_choices(topk, d, {db.key.sm_count}, e.choice, e.bucket.rows.lo, e.bucket.rows.hi,
+                                     e.bucket.width.lo, e.bucket.width.hi))
+        if (std::none_of(tiles.begin(), tiles.end(), [&](const auto& t) { return t.tile == c.tile; }))
+        tiles.push_back(c);
+    for (const detail::TopkTileChoice& c : tiles) {
       KernelSpec s;
       s.family = Family::topk;
       s.topk = topk;

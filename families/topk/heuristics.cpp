@@ -43,8 +43,8 @@ std::string to_string(const TopkLaunchPlan& p) {
 
 TileConfig topk_tile(const TopkLaunchPlan& plan) { return {.threads = plan.threads, .algorithm = plan.algorithm}; }
 
-TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster,
-                                const TopkPlanConstraints& constraints) {
+TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, ScoreDtype score_dtype, int sm_count,
+                                int max_cluster, const TopkPlanConstraints& constraints) {
   TopkLaunchPlan plan;
   // No row needs a selection (each writes 0, 1, ..., len - 1): 512 threads, two CTAs an SM, in the
   // exact kernel that many rows of longer slices take anyway.
@@ -99,16 +99,6 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   const bool many_short = constraints.threads <= 0 && (long long)rows * c > sm_count && plan.slice <= 8192;
   // Many rows of longer slices: two 512-thread CTAs per SM, each keeping what lets both fit.
   const bool two_per_sm = constraints.threads <= 0 && !many_short && c == 1 && (long long)rows > sm_count;
-  if (constraints.threads <= 0) {
-    int t = 256;
-    while (t < 1024 && plan.slice > 16 * t) t *= 2;
-    // A single row in a 16-CTA cluster of 8K slices: 512 threads, for cheaper block and cluster barriers.
-    if ((long long)rows * c <= sm_count) t = c == 16 && plan.slice <= 8192 ? 512 : 1024;
-    plan.threads = many_short ? 256 : two_per_sm ? 512 : t;
-  }
-  plan.slots_per_thread = std::min(kSlotWords / plan.threads,
-                                   constraints.slots_per_thread >= 0 ? constraints.slots_per_thread : kSlotWords);
-  const FixedParts fixed = fixed_parts_of(c);
   // A demanded algorithm stands for the switches it implies (0: off, 1: on, -1: the plan's choice).
   const std::optional<TopkAlgorithm> demanded = constraints.algorithm;
   auto demands = [&](TopkAlgorithm a) { return demanded && *demanded == a; };
@@ -121,6 +111,20 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
   // CTAs per SM the lists' 61 KB would halve. Nothing is kept: kept keys would only serve the fallback.
   bool speculate =
       c == 1 && (speculate_switch == 1 || (speculate_switch != 0 && plan.slice >= 12 * topk && !many_short));
+  // Those rows over several waves with bf16 scores: three 256-thread CTAs per SM. The bf16 sweep is
+  // issue-bound and a row's fixed phases grow with its warps; the fp32 sweep waits on DRAM and
+  // keeps two 512-thread CTAs (docs/design/topk.md).
+  const bool three_per_sm = two_per_sm && speculate && score_dtype == ScoreDtype::bf16;
+  if (constraints.threads <= 0) {
+    int t = 256;
+    while (t < 1024 && plan.slice > 16 * t) t *= 2;
+    // A single row in a 16-CTA cluster of 8K slices: 512 threads, for cheaper block and cluster barriers.
+    if ((long long)rows * c <= sm_count) t = c == 16 && plan.slice <= 8192 ? 512 : 1024;
+    plan.threads = many_short || three_per_sm ? 256 : two_per_sm ? 512 : t;
+  }
+  plan.slots_per_thread = std::min(kSlotWords / plan.threads,
+                                   constraints.slots_per_thread >= 0 ? constraints.slots_per_thread : kSlotWords);
+  const FixedParts fixed = fixed_parts_of(c);
   // Row prefetch into L2 only over several waves: one wave's rows would not stay in L2.
   plan.prefetch_row = speculate && (constraints.prefetch_row == 1 ||
                                     (constraints.prefetch_row != 0 && (long long)rows * c > sm_count));
@@ -221,13 +225,13 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int
       4LL * fixed_parts_of(1).end <= kMaxDynamicBytes) {
     TopkPlanConstraints one_cta = constraints;
     one_cta.ctas_per_row = 1;
-    const TopkLaunchPlan single = plan_topk_launch(rows, width, topk, sm_count, max_cluster, one_cta);
+    const TopkLaunchPlan single = plan_topk_launch(rows, width, topk, score_dtype, sm_count, max_cluster, one_cta);
     if (single.algorithm == TopkAlgorithm::speculative_sweep && single.list_words / 2 >= 3 * topk) return single;
   }
   return plan;
 }
 
-std::vector<TopkTileChoice> topk_tile_choices(int topk, const std::vector<int>& sm_counts,
+std::vector<TopkTileChoice> topk_tile_choices(int topk, ScoreDtype score_dtype, const std::vector<int>& sm_counts,
                                               const TopkPlanConstraints& constraints, long long rows_lo,
                                               long long rows_hi, long long width_lo, long long width_hi) {
   // width <= topk: no selection, but a launch (the rows' 0, 1, ..., len - 1).
@@ -247,7 +251,7 @@ std::vector<TopkTileChoice> topk_tile_choices(int topk, const std::vector<int>& 
           if (r < rows_lo || r > rows_hi || w < width_lo || w > width_hi || w < 1 || w > kMaxTopkWidth) continue;
           TileConfig tile;
           try {
-            tile = topk_tile(plan_topk_launch(int(r), int(w), topk, sm, max_cluster, constraints));
+            tile = topk_tile(plan_topk_launch(int(r), int(w), topk, score_dtype, sm, max_cluster, constraints));
           } catch (const std::invalid_argument&) {
             continue;  // a constrained plan this shape cannot take
           }

@@ -80,23 +80,24 @@ struct TopkPlanConstraints {
   std::optional<TopkAlgorithm> algorithm;
 };
 
-// The plan for `rows` rows of `width` columns: rows that fit shared memory get one CTA; few long
-// rows are split over a cluster so that the GPU (sm_count SMs) is filled in one wave.
-// max_cluster (a power of two <= 16) caps the cluster size (the launch lowers it to 8 when a
-// 16-CTA cluster does not fit the device). std::invalid_argument for impossible constraints.
-TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, int sm_count, int max_cluster = 16,
-                                const TopkPlanConstraints& constraints = {});
+// The plan for `rows` rows of `width` columns of `score_dtype` scores: rows that fit shared memory
+// get one CTA; few long rows are split over a cluster so that the GPU (sm_count SMs) is filled in
+// one wave. max_cluster (a power of two <= 16) caps the cluster size (the launch lowers it to 8
+// when a 16-CTA cluster does not fit the device). std::invalid_argument for impossible constraints.
+TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, ScoreDtype score_dtype, int sm_count,
+                                int max_cluster = 16, const TopkPlanConstraints& constraints = {});
 
 // A kernel tile the plan picks, with one shape that gets it ("8 rows x 131072 at 132 SMs").
 struct TopkTileChoice {
   TileConfig tile;
   std::string example;
 };
-// Every tile plan_topk_launch picks under `constraints` over a grid of batch shapes (powers of two
-// and 1.5x steps, the SM-count edges, the ranges' ends) with rows in [rows_lo, rows_hi] and width
-// in [width_lo, width_hi], at each of sm_counts, with 16- and 8-CTA cluster limits: what a
-// precompile of those shapes must compile. Shapes the constraints cannot take are skipped.
-std::vector<TopkTileChoice> topk_tile_choices(int topk, const std::vector<int>& sm_counts,
+// Every tile plan_topk_launch picks for `score_dtype` scores under `constraints` over a grid of
+// batch shapes (powers of two and 1.5x steps, the SM-count edges, the ranges' ends) with rows in
+// [rows_lo, rows_hi] and width in [width_lo, width_hi], at each of sm_counts, with 16- and 8-CTA
+// cluster limits: what a precompile of those shapes must compile. Shapes the constraints cannot
+// take are skipped.
+std::vector<TopkTileChoice> topk_tile_choices(int topk, ScoreDtype score_dtype, const std::vector<int>& sm_counts,
                                               const TopkPlanConstraints& constraints = {}, long long rows_lo = 1,
                                               long long rows_hi = 1 << 16, long long width_lo = 1,
                                               long long width_hi = kMaxTopkWidth);

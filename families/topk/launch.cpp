@@ -74,10 +74,12 @@ void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream
   const int sm_count = driver::current_context_info().sm_count;
   // The dispatcher's call: the tuning database's choice for the shape's bucket, if any.
   const TopkPlanConstraints* tuned = &constraints == &kDispatcherChoice
-                                         ? tuned_topk_constraints(args.rows, args.width, args.topk, sm_count)
+                                         ? tuned_topk_constraints(args.rows, args.width, args.topk, args.score_dtype,
+                                                                  sm_count)
                                          : nullptr;
   detail::TopkLaunchPlan plan =
-      detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 16, tuned ? *tuned : constraints);
+      detail::plan_topk_launch(args.rows, args.width, args.topk, args.score_dtype, sm_count, 16,
+                               tuned ? *tuned : constraints);
   const KernelSpec base_spec = spec;
   auto load = [&](const detail::TopkLaunchPlan& p) -> const LoadedKernel& {
     // The dense kernel holds no fallback for a slice its registers cannot hold (the plan never
@@ -103,7 +105,8 @@ void topk(const TopkArgs& args, const TopkPlanConstraints& constraints, CUstream
   if (plan.cluster_size > 8 && resident_ctas(*loaded, geometry) == 0) {
     // A non-portable cluster (> 8 CTAs) may not fit a device at all (fewer SMs per GPC, a MIG
     // slice): then at most 8. (resident_ctas also sets the function's opt-in for it, once.)
-    plan = detail::plan_topk_launch(args.rows, args.width, args.topk, sm_count, 8, tuned ? kDispatcherChoice : constraints);
+    plan = detail::plan_topk_launch(args.rows, args.width, args.topk, args.score_dtype, sm_count, 8,
+                                    tuned ? kDispatcherChoice : constraints);
     loaded = &load(plan);
     geometry = geometry_of(plan);
   }

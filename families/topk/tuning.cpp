@@ -134,13 +134,13 @@ const TopkTuningEntry* find_topk_entry(std::span<const TopkTuningEntry> entries,
   return nullptr;
 }
 
-const TopkPlanConstraints* tuned_topk_constraints(int rows, int width, int topk, int sm_count) {
+const TopkPlanConstraints* tuned_topk_constraints(int rows, int width, int topk, ScoreDtype score_dtype, int sm_count) {
   const tuning::TuningDb* db = tuning::active_tuning_db();
   if (db == nullptr || db->topk.empty() || db->key.sm_count != sm_count) return nullptr;
   const TopkTuningEntry* e = find_topk_entry(db->topk, rows, width, topk);
   if (e == nullptr) return nullptr;
   try {  // a bucket's choice may not fit every shape of its range (e.g. a cluster's bitmaps)
-    plan_topk_launch(rows, width, topk, sm_count, 16, e->choice);
+    plan_topk_launch(rows, width, topk, score_dtype, sm_count, 16, e->choice);
   } catch (const std::invalid_argument&) {
     return nullptr;
   }

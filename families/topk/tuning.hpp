@@ -52,8 +52,9 @@ const TopkTuningEntry* find_topk_entry(std::span<const TopkTuningEntry> entries,
 // recognises as "look the shape up in the tuning database" (tests and the bench pass their own).
 extern const TopkPlanConstraints kDispatcherChoice;
 
-// The constraints of the active tuning database's entry for the shape, when one matches and its
-// plan is possible for this shape on sm_count SMs; else nullptr (the heuristics decide).
-const TopkPlanConstraints* tuned_topk_constraints(int rows, int width, int topk, int sm_count);
+// The constraints of the active tuning database's entry for the shape (its buckets hold no score
+// dtype: one choice serves both), when one matches and its plan is possible for this shape and
+// score dtype on sm_count SMs; else nullptr (the heuristics decide).
+const TopkPlanConstraints* tuned_topk_constraints(int rows, int width, int topk, ScoreDtype score_dtype, int sm_count);
 
 }  // namespace nsajit::detail

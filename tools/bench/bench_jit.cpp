@@ -49,7 +49,7 @@ std::vector<KernelSpec> bench_specs(Arch arch, int sm_count) {
       {.family = Family::fp8_kv_quantize, .page_size = 64},
       {.family = Family::fp8_kv_gather, .page_size = 64},
   };
-  for (const detail::TopkTileChoice& t : detail::topk_tile_choices(2048, {sm_count})) {
+  for (const detail::TopkTileChoice& t : detail::topk_tile_choices(2048, ScoreDtype::fp32, {sm_count})) {
     specs.push_back({.family = Family::topk, .topk = 2048, .tile = t.tile});
     specs.push_back({.family = Family::topk, .topk = 2048, .page_size = 64, .fused_transform = true, .tile = t.tile});
   }
@@ -210,7 +210,7 @@ int bench_jit(const BenchOptions& options) {
     for (int i = 0; i < kLookups; ++i) {
       const int rows = 1 + (i & 255);
       found += tuning::tuned_sparse_mla(rows, 128, 1, 2048, KvDtype::bf16, false, sm_count) != nullptr;
-      found += detail::tuned_topk_constraints(rows, 131072, 2048, sm_count) != nullptr;
+      found += detail::tuned_topk_constraints(rows, 131072, 2048, ScoreDtype::fp32, sm_count) != nullptr;
     }
     Case l;
     l.name = "tuning lookup (sparse MLA + top-k)";

@@ -264,7 +264,8 @@ int bench_topk(const BenchOptions& options) {
                                              .force_streaming = sh2.streaming, .speculate = sh2.speculate,
                                              .prefetch_row = sh2.prefetch_row, .prefetch_slice = sh2.prefetch_slice,
                                              .dense_registers = sh2.dense_registers};
-          const detail::TopkLaunchPlan plan = detail::plan_topk_launch(shape.rows, shape.width, topk, 132, 16, o);
+          const detail::TopkLaunchPlan plan =
+              detail::plan_topk_launch(shape.rows, shape.width, topk, dtype, 132, 16, o);
           if (plan.resident_vecs == 0 && !sh2.streaming && sh2.ctas < 8) continue;
           d_out.poison();
           detail::topk(args, o);
