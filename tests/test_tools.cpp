@@ -230,7 +230,8 @@ TEST_CASE("nsajit run's precompile list: top-k's tile at any SM count (MIG slice
           INFO(d.origin);
           CHECK(has(d.spec));
         }
-      const detail::TopkTuningEntry* e = detail::find_topk_entry(db->topk, c.batch, c.max_context, c.index_topk);
+      const detail::TopkTuningEntry* e =
+          detail::find_topk_entry(db->topk, c.batch, c.max_context, c.index_topk, ScoreDtype::fp32);
       if (db->key.arch != to_string(arch) || e == nullptr) continue;
       INFO(db->origin << ", top-k bucket " << e->bucket.name);
       const detail::TopkLaunchPlan plan =

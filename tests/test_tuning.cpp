@@ -84,6 +84,19 @@ TEST_CASE("tune config: a valid config expands its bucket groups; bad input name
   CHECK(c.sparse_mla[1].bucket.h_q == 16);
   CHECK(c.sparse_mla[1].rows == 64);
   CHECK(c.sparse_mla[1].bucket.rows.hi == tuning::Range{}.hi);
+  {  // score_dtype: a list gives a bucket per dtype, the bf16 one named as the bench's case
+    nlohmann::json j = small_config();
+    j["topk"]["buckets"][0]["score_dtype"] = {"fp32", "bf16"};
+    const tools::TuneConfig d = tools::parse_tune_config(j.dump(), "t.json");
+    REQUIRE(d.topk.size() == 2);
+    CHECK(d.topk[0].bucket.score_dtype == ScoreDtype::fp32);
+    CHECK(d.topk[0].bucket.name == "8x131072");
+    CHECK(d.topk[1].bucket.score_dtype == ScoreDtype::bf16);
+    CHECK(d.topk[1].bucket.name == "8x131072 bf16");
+    CHECK(detail::topk_bucket_json(d.topk[1].bucket)["score_dtype"] == "bf16");
+    CHECK(detail::parse_topk_bucket(detail::topk_bucket_json(d.topk[1].bucket), "b").score_dtype == ScoreDtype::bf16);
+    CHECK_FALSE(c.topk[0].bucket.score_dtype);  // none given: either
+  }
 
   struct Bad {
     const char* pointer;  // JSON pointer to replace
@@ -100,6 +113,9 @@ TEST_CASE("tune config: a valid config expands its bucket groups; bad input name
       {"/topk/buckets/0/tune/rows", 17, {"topk.buckets[0].tune.rows", "inside the bucket's rows range"}},
       {"/topk/buckets/0/rows", {16, 2}, {"topk.buckets[0].rows", "lo <= hi"}},
       {"/topk/buckets/0/colour", 1, {"topk.buckets[0].colour", "unknown field"}},
+      {"/topk/buckets/0/score_dtype", "fp16", {"topk.buckets[0].score_dtype", "fp16", "\"fp32\" or \"bf16\""}},
+      {"/topk/buckets/0/score_dtype", {"bf16", 2}, {"topk.buckets[0][score_dtype 2].score_dtype", "\"fp32\" or \"bf16\""}},
+      {"/topk/buckets/0/score_dtype", nlohmann::json::array(), {"topk.buckets[0].score_dtype", "non-empty list"}},
       {"/sparse_mla/buckets/0/h_q", 48, {"sparse_mla.buckets[0]", "h_q", "8, 16, 32, 64, 128"}},
       {"/sparse_mla/buckets/0/kv_dtype", "fp16", {"kv_dtype", "\"bf16\" or \"fp8\""}},
       {"/sparse_mla/buckets/0/tune_rows", {2}, {"sparse_mla.buckets[0].tune_rows", "one value per rows range"}},
@@ -236,14 +252,20 @@ TEST_CASE("tuning database: bucket lookups are pure and take the first bucket th
 
   std::vector<detail::TopkTuningEntry> topk = {
       {.bucket = {.rows = {1, 1}, .width = {65537, 262144}, .topk = {2048, 2048}}, .choice = {.threads = 256}},
+      {.bucket = {.rows = {1, 16}, .width = {0, 262144}, .topk = {0, 4096}, .score_dtype = ScoreDtype::bf16},
+       .choice = {.ctas_per_row = 2}},
       {.bucket = {.rows = {1, 16}, .width = {0, 262144}, .topk = {0, 4096}}, .choice = {.ctas_per_row = 4}},
   };
-  CHECK(detail::find_topk_entry(topk, 1, 131072, 2048) == &topk[0]);
-  CHECK(detail::find_topk_entry(topk, 1, 65536, 2048) == &topk[1]);
-  CHECK(detail::find_topk_entry(topk, 2, 131072, 1024) == &topk[1]);
-  CHECK(detail::find_topk_entry(topk, 17, 131072, 2048) == nullptr);
-  CHECK(detail::find_topk_entry(topk, 1, 262145, 2048) == nullptr);
-  CHECK(detail::find_topk_entry({}, 1, 1, 1) == nullptr);
+  const ScoreDtype fp32 = ScoreDtype::fp32, bf16 = ScoreDtype::bf16;
+  CHECK(detail::find_topk_entry(topk, 1, 131072, 2048, fp32) == &topk[0]);  // no dtype: either
+  CHECK(detail::find_topk_entry(topk, 1, 131072, 2048, bf16) == &topk[0]);
+  CHECK(detail::find_topk_entry(topk, 1, 65536, 2048, fp32) == &topk[2]);
+  CHECK(detail::find_topk_entry(topk, 1, 65536, 2048, bf16) == &topk[1]);  // its dtype's bucket first
+  CHECK(detail::find_topk_entry(topk, 2, 131072, 1024, fp32) == &topk[2]);
+  CHECK(detail::find_topk_entry(topk, 17, 131072, 2048, bf16) == nullptr);
+  CHECK(detail::find_topk_entry(topk, 1, 262145, 2048, fp32) == nullptr);
+  CHECK(detail::find_topk_entry({}, 1, 1, 1, fp32) == nullptr);
+  CHECK(detail::find_topk_entry(std::span(topk).subspan(1, 1), 1, 65536, 2048, fp32) == nullptr);
 }
 
 TEST_CASE("autotune dry run: the heuristics' choice first, distinct candidates, invalid points dropped and named") {

@@ -59,10 +59,11 @@ struct AutotuneOptions {
 };
 
 // The kernel a plan launches (detail::topk builds the same spec).
-KernelSpec topk_spec(int topk, const detail::TopkLaunchPlan& plan, Arch arch) {
+KernelSpec topk_spec(int topk, ScoreDtype score_dtype, const detail::TopkLaunchPlan& plan, Arch arch) {
   KernelSpec s;
   s.family = Family::topk;
   s.topk = topk;
+  s.score_dtype = score_dtype;
   s.arch = arch;
   s.tile = detail::topk_tile(plan);
   return with_default_tile(s);
@@ -112,9 +113,14 @@ void tune_topk_bucket(const TopkTuneBucket& b, std::vector<TopkCandidate> cands,
                       const std::vector<CompileItem>& compiled_items, Arch arch, const bench::TimingOptions& timing,
                       Outcome& outcome) {
   const int topk = int(b.bucket.topk.lo);
+  const ScoreDtype dtype = b.bucket.score_dtype.value_or(ScoreDtype::fp32);
   std::vector<float> scores(std::size_t(b.rows) * b.width);
   bench::NormalRng rng{0x9e3779b97f4a7c15ull ^ std::uint64_t(b.rows) * 1315423911ull ^ std::uint64_t(b.width)};
   for (float& x : scores) x = rng.normal();
+  // bf16: the values rounded (the reference reads them widened, exactly).
+  const std::vector<std::uint16_t> scores_bf16 =
+      dtype == ScoreDtype::bf16 ? reference::to_bf16(scores) : std::vector<std::uint16_t>{0};
+  if (dtype == ScoreDtype::bf16) scores = reference::from_bf16(scores_bf16);
   std::vector<std::int32_t> lengths(b.rows);
   for (int r = 0; r < b.rows; ++r) lengths[r] = b.len_lo >= b.width ? b.width : std::min(b.width, b.len_lo + r);
   const std::vector<int> sampled = bench::sample_rows(b.rows);
@@ -128,11 +134,13 @@ void tune_topk_bucket(const TopkTuneBucket& b, std::vector<TopkCandidate> cands,
     sub.lengths.push_back(lengths[r]);
   }
   const std::vector<std::int32_t> expected = reference::topk_index_order(sub);
-  DeviceBuffer<float> d_scores(scores);
+  DeviceBuffer<float> d_scores(dtype == ScoreDtype::bf16 ? std::vector<float>{0.0f} : scores);
+  DeviceBuffer<std::uint16_t> d_scores_bf16(scores_bf16);
   DeviceBuffer<std::int32_t> d_lengths(lengths);
   DeviceBuffer<std::int32_t> d_out(std::size_t(b.rows) * topk);
   TopkArgs args;
-  args.scores = d_scores.get();
+  args.scores = dtype == ScoreDtype::bf16 ? static_cast<const void*>(d_scores_bf16.get()) : d_scores.get();
+  args.score_dtype = dtype;
   args.lengths = d_lengths.get();
   args.out = d_out.get();
   args.rows = b.rows;
@@ -146,7 +154,7 @@ void tune_topk_bucket(const TopkTuneBucket& b, std::vector<TopkCandidate> cands,
   std::vector<Timed> timed;
   for (const TopkCandidate& c : cands) {
     std::string error;
-    if (!compiled(compiled_items, topk_spec(topk, c.plan, arch), error)) {
+    if (!compiled(compiled_items, topk_spec(topk, dtype, c.plan, arch), error)) {
       if (c.heuristic) outcome.failures.push_back(fmt::format("topk bucket {}: heuristics' plan: {}", b.bucket.name, error));
       drop(dropped, "topk bucket " + b.bucket.name, c.describe(), "compile failed: " + error);
       continue;
@@ -186,7 +194,7 @@ void tune_topk_bucket(const TopkTuneBucket& b, std::vector<TopkCandidate> cands,
   const Timed& heuristic = timed.front();
   TunedEntry e;
   e.bucket = detail::topk_bucket_json(b.bucket);
-  e.shape = {{"rows", b.rows}, {"width", b.width}, {"len_lo", b.len_lo}, {"topk", topk}};
+  e.shape = {{"rows", b.rows}, {"width", b.width}, {"len_lo", b.len_lo}, {"topk", topk}, {"score_dtype", to_string(dtype)}};
   e.heuristic = heuristic.cand->describe();
   e.candidates = int(timed.size());
   e.dropped = dropped;
@@ -437,7 +445,8 @@ int run_autotune(const AutotuneOptions& o) {
   for (const TopkTuneBucket& b : config.topk) {
     TopkWork w{&b};
     w.cands = topk_candidates(b, int(b.bucket.topk.lo), sm_count, w.dropped);
-    for (const TopkCandidate& c : w.cands) need(topk_spec(int(b.bucket.topk.lo), c.plan, arch));
+    for (const TopkCandidate& c : w.cands)
+      need(topk_spec(int(b.bucket.topk.lo), b.bucket.score_dtype.value_or(ScoreDtype::fp32), c.plan, arch));
     topk_work.push_back(std::move(w));
   }
   std::size_t max_heads_rows = kCheckRows * 128, max_rows = kCheckRows;

@@ -245,7 +245,8 @@ std::vector<KernelSpec> decode_step_specs(const ModelConfig& c, Arch arch,
   for (const tuning::TuningDb* db : dbs) {
     for (const DbSpec& d : tuning_db_specs(*db, arch, c.index_topk))
       if (d.spec.family == Family::sparse_mla && d.spec.h_q == c.h_q()) add(d.spec);
-    const detail::TopkTuningEntry* e = detail::find_topk_entry(db->topk, c.batch, c.max_context, c.index_topk);
+    const detail::TopkTuningEntry* e =
+        detail::find_topk_entry(db->topk, c.batch, c.max_context, c.index_topk, ScoreDtype::fp32);
     if (db->key.arch != to_string(arch) || e == nullptr) continue;
     for (const detail::TopkTileChoice& t :
          detail::topk_tile_choices(c.index_topk, ScoreDtype::fp32, {db->key.sm_count}, e->choice, c.batch, c.batch,

@@ -65,8 +65,6 @@ void for_each_point(const SearchSpace& s, const std::function<void(const std::ve
 }
 
 TopkTuneBucket parse_topk_tune_bucket(const nlohmann::json& j, const std::string& where) {
-  if (!j.is_object()) bad_field(where, j, "a bucket object");
-  tuning::reject_unknown_fields(j, {"name", "rows", "width", "topk", "tune", "search"}, where);
   nlohmann::json ranges = j;
   ranges.erase("tune");
   ranges.erase("search");
@@ -93,6 +91,25 @@ TopkTuneBucket parse_topk_tune_bucket(const nlohmann::json& j, const std::string
       detail::set_topk_choice_field(c, f, v, w);
     });
   return b;
+}
+
+// A bucket of the search space: one bucket, or one per dtype when score_dtype is a list (the bf16
+// one named with a " bf16" suffix, as the bench names its cases).
+std::vector<TopkTuneBucket> parse_topk_tune_buckets(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) bad_field(where, j, "a bucket object");
+  tuning::reject_unknown_fields(j, {"name", "rows", "width", "topk", "score_dtype", "tune", "search"}, where);
+  const bool listed = j.contains("score_dtype") && j["score_dtype"].is_array();
+  if (listed && j["score_dtype"].empty())
+    bad_field(where + ".score_dtype", j["score_dtype"], "\"fp32\", \"bf16\" or a non-empty list of them");
+  if (!listed) return {parse_topk_tune_bucket(j, where)};
+  std::vector<TopkTuneBucket> out;
+  for (const nlohmann::json& d : j["score_dtype"]) {
+    nlohmann::json one = j;
+    one["score_dtype"] = d;
+    if (d == "bf16") one["name"] = j.value("name", std::string("bucket")) + " bf16";
+    out.push_back(parse_topk_tune_bucket(one, fmt::format("{}[score_dtype {}]", where, d.dump())));
+  }
+  return out;
 }
 
 std::vector<SparseMlaTuneBucket> parse_sparse_mla_tune_group(const nlohmann::json& j, const std::string& where) {
@@ -180,9 +197,10 @@ TuneConfig parse_tune_config(const std::string& text, const std::string& path) {
         detail::set_topk_choice_field(t, f, v, w);
       },
       [&](const nlohmann::json& b, const std::string& w, const SearchSpace& s) {
-        TopkTuneBucket t = parse_topk_tune_bucket(b, w);
-        t.search = merged(s, t.search);
-        c.topk.push_back(std::move(t));
+        for (TopkTuneBucket& t : parse_topk_tune_buckets(b, w)) {
+          t.search = merged(s, t.search);
+          c.topk.push_back(std::move(t));
+        }
       });
   family_of(
       "sparse_mla", tuning::sparse_mla_choice_fields(),
@@ -220,7 +238,9 @@ std::string TopkCandidate::describe() const {
 std::vector<TopkCandidate> topk_candidates(const TopkTuneBucket& b, int topk, int sm_count, std::vector<Dropped>& dropped) {
   std::vector<TopkCandidate> out;
   TopkCandidate heuristic;
-  heuristic.plan = detail::plan_topk_launch(b.rows, b.width, topk, nsajit::ScoreDtype::fp32, sm_count);
+  // A bucket without a dtype is timed on fp32 scores.
+  const ScoreDtype dtype = b.bucket.score_dtype.value_or(ScoreDtype::fp32);
+  heuristic.plan = detail::plan_topk_launch(b.rows, b.width, topk, dtype, sm_count);
   heuristic.heuristic = true;
   out.push_back(heuristic);
   std::set<std::string> dropped_seen;
@@ -234,7 +254,7 @@ std::vector<TopkCandidate> topk_candidates(const TopkTuneBucket& b, int topk, in
     TopkCandidate cand;
     cand.constraints = c;
     try {
-      cand.plan = detail::plan_topk_launch(b.rows, b.width, topk, nsajit::ScoreDtype::fp32, sm_count, 16, c);
+      cand.plan = detail::plan_topk_launch(b.rows, b.width, topk, dtype, sm_count, 16, c);
     } catch (const std::invalid_argument& e) {
       if (dropped_seen.insert(e.what()).second) dropped.push_back({what, e.what()});
       return;
@@ -372,15 +392,17 @@ std::vector<DbSpec> tuning_db_specs(const tuning::TuningDb& db, Arch arch, int t
   }
   for (const detail::TopkTuningEntry& e : db.topk) {
     if (!e.bucket.topk.contains(topk)) continue;
-    // The choice's tiles over the bucket's shapes on the database's GPU, for either score dtype
-    // (a bucket holds none: its choice serves both).
+    // The choice's tiles over the bucket's shapes on the database's GPU, for its score dtype
+    // (without one, for either).
     std::vector<detail::TopkTileChoice> tiles;
-    for (ScoreDtype d : {ScoreDtype::fp32, ScoreDtype::bf16})
+    for (ScoreDtype d : {ScoreDtype::fp32, ScoreDtype::bf16}) {
+      if (e.bucket.score_dtype && *e.bucket.score_dtype != d) continue;
       for (const detail::TopkTileChoice& c :
            detail::topk_tile_choices(topk, d, {db.key.sm_count}, e.choice, e.bucket.rows.lo, e.bucket.rows.hi,
                                      e.bucket.width.lo, e.bucket.width.hi))
         if (std::none_of(tiles.begin(), tiles.end(), [&](const auto& t) { return t.tile == c.tile; }))
-        tiles.push_back(c);
+          tiles.push_back(c);
+    }
     for (const detail::TopkTileChoice& c : tiles) {
       KernelSpec s;
       s.family = Family::topk;

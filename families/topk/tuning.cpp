@@ -87,7 +87,7 @@ nlohmann::json topk_choice_json(const TopkPlanConstraints& c) {
 
 TopkBucket parse_topk_bucket(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) bad_field(where, j, "an object with rows, width and topk");
-  tuning::reject_unknown_fields(j, {"name", "rows", "width", "topk"}, where);
+  tuning::reject_unknown_fields(j, {"name", "rows", "width", "topk", "score_dtype"}, where);
   TopkBucket b;
   for (const char* required : {"rows", "width", "topk"})
     if (!j.contains(required)) throw InvalidArgument(fmt::format("{}.{}: missing (expected a range)", where, required));
@@ -98,6 +98,12 @@ TopkBucket parse_topk_bucket(const nlohmann::json& j, const std::string& where) 
   b.rows = tuning::parse_range(j["rows"], where + ".rows");
   b.width = tuning::parse_range(j["width"], where + ".width");
   b.topk = tuning::parse_range(j["topk"], where + ".topk");
+  if (j.contains("score_dtype")) {
+    const nlohmann::json& d = j["score_dtype"];
+    if (d == "fp32") b.score_dtype = ScoreDtype::fp32;
+    else if (d == "bf16") b.score_dtype = ScoreDtype::bf16;
+    else bad_field(where + ".score_dtype", d, "\"fp32\" or \"bf16\"");
+  }
   return b;
 }
 
@@ -105,6 +111,7 @@ nlohmann::json topk_bucket_json(const TopkBucket& b) {
   nlohmann::json j = {{"rows", tuning::range_json(b.rows)}, {"width", tuning::range_json(b.width)},
                       {"topk", tuning::range_json(b.topk)}};
   if (!b.name.empty()) j["name"] = b.name;
+  if (b.score_dtype) j["score_dtype"] = to_string(*b.score_dtype);
   return j;
 }
 
@@ -128,16 +135,19 @@ bool same_topk_launch(const TopkLaunchPlan& a, const TopkLaunchPlan& b) {
   return fields(a) == fields(b);
 }
 
-const TopkTuningEntry* find_topk_entry(std::span<const TopkTuningEntry> entries, int rows, int width, int topk) {
+const TopkTuningEntry* find_topk_entry(std::span<const TopkTuningEntry> entries, int rows, int width, int topk,
+                                       ScoreDtype score_dtype) {
   for (const TopkTuningEntry& e : entries)
-    if (e.bucket.rows.contains(rows) && e.bucket.width.contains(width) && e.bucket.topk.contains(topk)) return &e;
+    if (e.bucket.rows.contains(rows) && e.bucket.width.contains(width) && e.bucket.topk.contains(topk) &&
+        (!e.bucket.score_dtype || *e.bucket.score_dtype == score_dtype))
+      return &e;
   return nullptr;
 }
 
 const TopkPlanConstraints* tuned_topk_constraints(int rows, int width, int topk, ScoreDtype score_dtype, int sm_count) {
   const tuning::TuningDb* db = tuning::active_tuning_db();
   if (db == nullptr || db->topk.empty() || db->key.sm_count != sm_count) return nullptr;
-  const TopkTuningEntry* e = find_topk_entry(db->topk, rows, width, topk);
+  const TopkTuningEntry* e = find_topk_entry(db->topk, rows, width, topk, score_dtype);
   if (e == nullptr) return nullptr;
   try {  // a bucket's choice may not fit every shape of its range (e.g. a cluster's bitmaps)
     plan_topk_launch(rows, width, topk, score_dtype, sm_count, 16, e->choice);
