@@ -194,7 +194,11 @@ void tune_topk_bucket(const TopkTuneBucket& b, std::vector<TopkCandidate> cands,
   const Timed& heuristic = timed.front();
   TunedEntry e;
   e.bucket = detail::topk_bucket_json(b.bucket);
-  e.shape = {{"rows", b.rows}, {"width", b.width}, {"len_lo", b.len_lo}, {"topk", topk}, {"score_dtype", to_string(dtype)}};
+  e.shape = {{"rows", b.rows},
+             {"width", b.width},
+             {"len_lo", b.len_lo},
+             {"topk", topk},
+             {"score_dtype", to_string(dtype)}};
   e.heuristic = heuristic.cand->describe();
   e.candidates = int(timed.size());
   e.dropped = dropped;
