@@ -49,12 +49,7 @@ std::vector<std::pair<std::string, KernelSpec>> kernels() {
   // Top-k: every thread count the launch plan picks, plain, sorted, fused (each transform mode).
   // Every kernel tile top-k's plan picks on the H200 (threads and algorithm) for either score
   // dtype, in each form.
-  std::vector<detail::TopkTileChoice> tiles;
-  for (ScoreDtype d : {ScoreDtype::fp32, ScoreDtype::bf16})
-    for (const detail::TopkTileChoice& c : detail::topk_tile_choices(topk, d, {132}))
-      if (std::none_of(tiles.begin(), tiles.end(), [&](const auto& t) { return t.tile == c.tile; }))
-        tiles.push_back(c);
-  for (const detail::TopkTileChoice& c : tiles) {
+  for (const detail::TopkTileChoice& c : detail::topk_tile_choices(topk, {ScoreDtype::fp32, ScoreDtype::bf16}, {132})) {
     const TileConfig tile = c.tile;
     const std::string t = ".t" + std::to_string(tile.threads) + "." + to_string(tile.algorithm);
     out.push_back({"topk.plain" + t, KernelSpec{.family = Family::topk, .topk = topk, .tile = tile}});

@@ -183,24 +183,26 @@ TEST_CASE("fleet enumeration: every family, KV dtype, tp, arch and MTP depth, ea
   CHECK(contains(error_of([&] { tools::enumerate_fleet_specs(bad); }), "--next-n: 9"));
 }
 
-TEST_CASE("fleet enumeration holds every top-k kernel tile the launch plan picks on random shapes") {
+TEST_CASE("fleet enumeration holds every top-k kernel tile the launch plan picks on random shapes, either dtype") {
   tools::FleetConfig fleet;
+  fleet.score_dtypes = {ScoreDtype::fp32, ScoreDtype::bf16};
   const std::vector<tools::FleetSpec> specs = tools::enumerate_fleet_specs(fleet);
-  std::vector<TileConfig> tiles;
+  std::vector<std::pair<TileConfig, ScoreDtype>> kernels;
   for (const tools::FleetSpec& f : specs)
-    if (f.spec.family == Family::topk && !f.spec.fused_transform && f.spec.arch == Arch{90, 'a'}) tiles.push_back(f.spec.tile);
+    if (f.spec.family == Family::topk && !f.spec.fused_transform && f.spec.arch == Arch{90, 'a'})
+      kernels.push_back({f.spec.tile, f.spec.score_dtype});
   std::mt19937_64 rng(std::random_device{}());
   for (int i = 0; i < 20000; ++i) {
     const int rows = 1 + int(rng() % 70000);
     const int width = 1 + int(rng() % detail::kMaxTopkWidth);
+    const ScoreDtype dtype = rng() % 2 ? ScoreDtype::bf16 : ScoreDtype::fp32;
     // Any SM count (MIG slices, parts the fleet does not name), not only the ones it enumerates at.
     const int sm = rng() % 2 ? std::vector<int>{132, 114, 78}[rng() % 3] : 8 + int(rng() % 193);
-    const detail::TopkLaunchPlan plan =
-        detail::plan_topk_launch(rows, width, 2048, ScoreDtype::fp32, sm, rng() % 2 ? 16 : 8);
-    INFO(rows, " x ", width, " at ", sm, " SMs: ", detail::to_string(plan));
-    KernelSpec s{.family = Family::topk, .tile = detail::topk_tile(plan)};
+    const detail::TopkLaunchPlan plan = detail::plan_topk_launch(rows, width, 2048, dtype, sm, rng() % 2 ? 16 : 8);
+    INFO(rows, " x ", width, " ", to_string(dtype), " at ", sm, " SMs: ", detail::to_string(plan));
+    KernelSpec s{.family = Family::topk, .score_dtype = dtype, .tile = detail::topk_tile(plan)};
     s = with_default_tile(s);
-    REQUIRE(std::find(tiles.begin(), tiles.end(), s.tile) != tiles.end());
+    REQUIRE(std::find(kernels.begin(), kernels.end(), std::pair{s.tile, dtype}) != kernels.end());
   }
 }
 

@@ -330,8 +330,10 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
     CHECK(speculates(b));
     CHECK(b.resident_vecs == 0);
     CHECK(b.dynamic_smem == 62464u);
-    // Not where the rows fit one wave, nor for short slices: the fp32 plan.
-    for (const auto& [rows, width] : {std::pair{64, 32768}, std::pair{4096, 8192}, std::pair{4096, 16384}})
+    // Not where the rows fit one wave, nor for short slices, nor past 32K (the one-CTA plan's
+    // 256-thread lists would overflow): the fp32 plan.
+    for (const auto& [rows, width] : {std::pair{64, 32768}, std::pair{4096, 8192}, std::pair{4096, 16384},
+                                      std::pair{4096, 40000}, std::pair{4096, 65536}})
       CHECK(nsajit::detail::same_topk_launch(plan_topk_launch(rows, width, 2048, ScoreDtype::bf16, 132),
                                              plan_topk_launch(rows, width, 2048, ScoreDtype::fp32, 132)));
   }
@@ -1496,7 +1498,9 @@ TEST_CASE("topk gpu bf16: row strides (odd, 1024-byte aligned), row_starts, topk
   }
   {  // many long rows over several waves (the plan's three 256-thread CTAs an SM at 132 SMs), normal
      // and ReLU rows whose threshold sits on the 0.0 plateau (~1,230 positives of topk 2048)
-    INFO(nsajit::detail::to_string(plan_topk_launch(300, 24576, 2048, ScoreDtype::bf16, 132)));
+    const auto plan = plan_topk_launch(300, 24576, 2048, ScoreDtype::bf16, 132);
+    INFO(nsajit::detail::to_string(plan));
+    CHECK((plan.threads == 256 && speculates(plan)));  // else this case no longer covers that plan
     auto p = rounded_to_bf16(make_problem(300, 24576, 2048, [&] { return normal(rng); }));
     for (int r = 0; r < p.rows; ++r) p.lengths[r] = 24576 - 7 * r;
     check_bf16(p);

@@ -96,6 +96,8 @@ TEST_CASE("tune config: a valid config expands its bucket groups; bad input name
     CHECK(detail::topk_bucket_json(d.topk[1].bucket)["score_dtype"] == "bf16");
     CHECK(detail::parse_topk_bucket(detail::topk_bucket_json(d.topk[1].bucket), "b").score_dtype == ScoreDtype::bf16);
     CHECK_FALSE(c.topk[0].bucket.score_dtype);  // none given: either
+    j["topk"]["buckets"][0].erase("name");
+    CHECK(tools::parse_tune_config(j.dump(), "t.json").topk[1].bucket.name == "bf16");
   }
 
   struct Bad {
@@ -117,7 +119,9 @@ TEST_CASE("tune config: a valid config expands its bucket groups; bad input name
       {"/topk/buckets/0/score_dtype",
        {"bf16", 2},
        {"topk.buckets[0][score_dtype 2].score_dtype", "\"fp32\" or \"bf16\""}},
-      {"/topk/buckets/0/score_dtype", nlohmann::json::array(), {"topk.buckets[0].score_dtype", "non-empty list"}},
+      {"/topk/buckets/0/score_dtype", nlohmann::json::array(), {"topk.buckets[0].score_dtype", "list of distinct"}},
+      {"/topk/buckets/0/score_dtype", {"bf16", "bf16"}, {"topk.buckets[0].score_dtype", "list of distinct"}},
+      {"/topk/buckets/0", {{"name", 5}, {"score_dtype", {"bf16"}}}, {"topk.buckets[0].name", "a string"}},
       {"/sparse_mla/buckets/0/h_q", 48, {"sparse_mla.buckets[0]", "h_q", "8, 16, 32, 64, 128"}},
       {"/sparse_mla/buckets/0/kv_dtype", "fp16", {"kv_dtype", "\"bf16\" or \"fp8\""}},
       {"/sparse_mla/buckets/0/tune_rows", {2}, {"sparse_mla.buckets[0].tune_rows", "one value per rows range"}},

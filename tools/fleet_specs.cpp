@@ -52,14 +52,10 @@ void add_topk_forms(const FleetConfig& fleet, Arch arch, const std::vector<detai
 void add_heuristic_specs(const FleetConfig& fleet, Arch arch, std::vector<FleetSpec>& out) {
   const ModelConfig& m = fleet.model;
   // The tiles nsajit::topk's launch plan picks over a grid of batch shapes (rows x width) at the
-  // arch's SM counts, with and without 16-CTA clusters, for each score dtype (every tile then in
-  // every dtype: a few more kernels than the plan reaches).
-  std::vector<detail::TopkTileChoice> tiles;
-  for (ScoreDtype d : fleet.score_dtypes)
-    for (const detail::TopkTileChoice& c : detail::topk_tile_choices(m.index_topk, d, sm_counts_of(arch)))
-      if (std::none_of(tiles.begin(), tiles.end(), [&](const auto& t) { return t.tile == c.tile; }))
-        tiles.push_back(c);
-  add_topk_forms(fleet, arch, tiles, "top-k launch plan", out);
+  // arch's SM counts, with and without 16-CTA clusters, for the fleet's score dtypes (every tile
+  // then in every dtype: a few more kernels than the plan reaches).
+  add_topk_forms(fleet, arch, detail::topk_tile_choices(m.index_topk, fleet.score_dtypes, sm_counts_of(arch)),
+                 "top-k launch plan", out);
   // The §1 transform on its own, each mode.
   for (IndexMode mode : {IndexMode::decode, IndexMode::prefill, IndexMode::ragged})
     out.push_back(make({.family = Family::index_transform, .topk = m.index_topk,

@@ -230,8 +230,8 @@ std::vector<KernelSpec> decode_step_specs(const ModelConfig& c, Arch arch,
   std::vector<int> any_sm_count(256);
   std::iota(any_sm_count.begin(), any_sm_count.end(), 1);
   for (const detail::TopkTileChoice& t :
-       detail::topk_tile_choices(c.index_topk, ScoreDtype::fp32, any_sm_count, {}, c.batch, c.batch, c.max_context,
-                                 c.max_context))
+       detail::topk_tile_choices(c.index_topk, {ScoreDtype::fp32}, any_sm_count, {}, c.batch, c.batch,
+                                 c.max_context, c.max_context))
     specs.push_back({.family = Family::topk, .topk = c.index_topk, .tile = t.tile});
   for (KernelSpec& s : specs) {
     s.arch = arch;
@@ -249,7 +249,7 @@ std::vector<KernelSpec> decode_step_specs(const ModelConfig& c, Arch arch,
         detail::find_topk_entry(db->topk, c.batch, c.max_context, c.index_topk, ScoreDtype::fp32);
     if (db->key.arch != to_string(arch) || e == nullptr) continue;
     for (const detail::TopkTileChoice& t :
-         detail::topk_tile_choices(c.index_topk, ScoreDtype::fp32, {db->key.sm_count}, e->choice, c.batch, c.batch,
+         detail::topk_tile_choices(c.index_topk, {ScoreDtype::fp32}, {db->key.sm_count}, e->choice, c.batch, c.batch,
                                    c.max_context, c.max_context))
       add(with_default_tile({.family = Family::topk, .topk = c.index_topk, .tile = t.tile, .arch = arch}));
   }

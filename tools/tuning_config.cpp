@@ -98,15 +98,18 @@ TopkTuneBucket parse_topk_tune_bucket(const nlohmann::json& j, const std::string
 std::vector<TopkTuneBucket> parse_topk_tune_buckets(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) bad_field(where, j, "a bucket object");
   tuning::reject_unknown_fields(j, {"name", "rows", "width", "topk", "score_dtype", "tune", "search"}, where);
+  if (j.contains("name") && !j["name"].is_string()) bad_field(where + ".name", j["name"], "a string");
   const bool listed = j.contains("score_dtype") && j["score_dtype"].is_array();
-  if (listed && j["score_dtype"].empty())
-    bad_field(where + ".score_dtype", j["score_dtype"], "\"fp32\", \"bf16\" or a non-empty list of them");
   if (!listed) return {parse_topk_tune_bucket(j, where)};
+  const nlohmann::json& dtypes = j["score_dtype"];
+  const bool distinct = dtypes.size() < 2 || dtypes[0] != dtypes[1];
+  if (dtypes.empty() || dtypes.size() > 2 || !distinct)
+    bad_field(where + ".score_dtype", dtypes, "\"fp32\", \"bf16\" or a list of distinct ones");
   std::vector<TopkTuneBucket> out;
-  for (const nlohmann::json& d : j["score_dtype"]) {
+  for (const nlohmann::json& d : dtypes) {
     nlohmann::json one = j;
     one["score_dtype"] = d;
-    if (d == "bf16") one["name"] = j.value("name", std::string("bucket")) + " bf16";
+    if (d == "bf16") one["name"] = j.contains("name") ? j["name"].get<std::string>() + " bf16" : "bf16";
     out.push_back(parse_topk_tune_bucket(one, fmt::format("{}[score_dtype {}]", where, d.dump())));
   }
   return out;
@@ -393,20 +396,16 @@ std::vector<DbSpec> tuning_db_specs(const tuning::TuningDb& db, Arch arch, int t
   for (const detail::TopkTuningEntry& e : db.topk) {
     if (!e.bucket.topk.contains(topk)) continue;
     // The choice's tiles over the bucket's shapes on the database's GPU, for its score dtype
-    // (without one, for either).
-    std::vector<detail::TopkTileChoice> tiles;
-    for (ScoreDtype d : {ScoreDtype::fp32, ScoreDtype::bf16}) {
-      if (e.bucket.score_dtype && *e.bucket.score_dtype != d) continue;
-      for (const detail::TopkTileChoice& c :
-           detail::topk_tile_choices(topk, d, {db.key.sm_count}, e.choice, e.bucket.rows.lo, e.bucket.rows.hi,
-                                     e.bucket.width.lo, e.bucket.width.hi))
-        if (std::none_of(tiles.begin(), tiles.end(), [&](const auto& t) { return t.tile == c.tile; }))
-          tiles.push_back(c);
-    }
-    for (const detail::TopkTileChoice& c : tiles) {
+    // (without one, for either; the spec then names fp32).
+    std::vector<ScoreDtype> dtypes = {ScoreDtype::fp32, ScoreDtype::bf16};
+    if (e.bucket.score_dtype) dtypes = {*e.bucket.score_dtype};
+    for (const detail::TopkTileChoice& c :
+         detail::topk_tile_choices(topk, dtypes, {db.key.sm_count}, e.choice, e.bucket.rows.lo, e.bucket.rows.hi,
+                                   e.bucket.width.lo, e.bucket.width.hi)) {
       KernelSpec s;
       s.family = Family::topk;
       s.topk = topk;
+      s.score_dtype = e.bucket.score_dtype.value_or(ScoreDtype::fp32);
       s.arch = arch;
       s.tile = c.tile;
       s = with_default_tile(s);

@@ -111,10 +111,12 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, ScoreDtype score_
   // CTAs per SM the lists' 61 KB would halve. Nothing is kept: kept keys would only serve the fallback.
   bool speculate =
       c == 1 && (speculate_switch == 1 || (speculate_switch != 0 && plan.slice >= 12 * topk && !many_short));
-  // Those rows over several waves with bf16 scores: three 256-thread CTAs per SM. The bf16 sweep is
-  // issue-bound and a row's fixed phases grow with its warps; the fp32 sweep waits on DRAM and
-  // keeps two 512-thread CTAs (docs/design/topk.md).
-  const bool three_per_sm = two_per_sm && speculate && score_dtype == ScoreDtype::bf16;
+  // Those rows over several waves with bf16 scores, slices up to 32K: three 256-thread CTAs per SM.
+  // The bf16 sweep is issue-bound and a row's fixed phases grow with its warps; the fp32 sweep
+  // waits on DRAM and keeps two 512-thread CTAs; longer slices would overflow the 256-thread lists
+  // (720 entries a warp; docs/design/topk.md).
+  const bool three_per_sm =
+      two_per_sm && speculate && score_dtype == ScoreDtype::bf16 && plan.slice <= kTargetSlice;
   if (constraints.threads <= 0) {
     int t = 256;
     while (t < 1024 && plan.slice > 16 * t) t *= 2;
@@ -231,7 +233,8 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, ScoreDtype score_
   return plan;
 }
 
-std::vector<TopkTileChoice> topk_tile_choices(int topk, ScoreDtype score_dtype, const std::vector<int>& sm_counts,
+std::vector<TopkTileChoice> topk_tile_choices(int topk, const std::vector<ScoreDtype>& score_dtypes,
+                                              const std::vector<int>& sm_counts,
                                               const TopkPlanConstraints& constraints, long long rows_lo,
                                               long long rows_hi, long long width_lo, long long width_hi) {
   // width <= topk: no selection, but a launch (the rows' 0, 1, ..., len - 1).
@@ -245,19 +248,21 @@ std::vector<TopkTileChoice> topk_tile_choices(int topk, ScoreDtype score_dtype, 
     std::vector<long long> rows = {rows_lo, std::min<long long>(rows_hi, 1 << 20)};
     for (long long r = 1; r <= (1 << 16); r *= 2) rows.push_back(r);
     for (long long r : {sm / 2, sm / 2 + 1, sm, sm + 1, 2 * sm, 4 * sm + 1}) rows.push_back(r);
-    for (int max_cluster : {16, 8})
-      for (long long r : rows)
-        for (long long w : widths) {
-          if (r < rows_lo || r > rows_hi || w < width_lo || w > width_hi || w < 1 || w > kMaxTopkWidth) continue;
-          TileConfig tile;
-          try {
-            tile = topk_tile(plan_topk_launch(int(r), int(w), topk, score_dtype, sm, max_cluster, constraints));
-          } catch (const std::invalid_argument&) {
-            continue;  // a constrained plan this shape cannot take
+    for (ScoreDtype score_dtype : score_dtypes)
+      for (int max_cluster : {16, 8})
+        for (long long r : rows)
+          for (long long w : widths) {
+            if (r < rows_lo || r > rows_hi || w < width_lo || w > width_hi || w < 1 || w > kMaxTopkWidth) continue;
+            TileConfig tile;
+            try {
+              tile = topk_tile(plan_topk_launch(int(r), int(w), topk, score_dtype, sm, max_cluster, constraints));
+            } catch (const std::invalid_argument&) {
+              continue;  // a constrained plan this shape cannot take
+            }
+            if (std::none_of(out.begin(), out.end(), [&](const TopkTileChoice& c) { return c.tile == tile; }))
+              out.push_back({tile, std::to_string(r) + " rows x " + std::to_string(w) + " " + to_string(score_dtype) +
+                                       " at " + std::to_string(sm) + " SMs"});
           }
-          if (std::none_of(out.begin(), out.end(), [&](const TopkTileChoice& c) { return c.tile == tile; }))
-            out.push_back({tile, std::to_string(r) + " rows x " + std::to_string(w) + " at " + std::to_string(sm) + " SMs"});
-        }
   }
   return out;
 }

@@ -92,12 +92,13 @@ struct TopkTileChoice {
   TileConfig tile;
   std::string example;
 };
-// Every tile plan_topk_launch picks for `score_dtype` scores under `constraints` over a grid of
-// batch shapes (powers of two and 1.5x steps, the SM-count edges, the ranges' ends) with rows in
-// [rows_lo, rows_hi] and width in [width_lo, width_hi], at each of sm_counts, with 16- and 8-CTA
-// cluster limits: what a precompile of those shapes must compile. Shapes the constraints cannot
-// take are skipped.
-std::vector<TopkTileChoice> topk_tile_choices(int topk, ScoreDtype score_dtype, const std::vector<int>& sm_counts,
+// Every tile plan_topk_launch picks for scores of each of `score_dtypes` under `constraints` over a
+// grid of batch shapes (powers of two and 1.5x steps, the SM-count edges, the ranges' ends) with
+// rows in [rows_lo, rows_hi] and width in [width_lo, width_hi], at each of sm_counts, with 16- and
+// 8-CTA cluster limits: what a precompile of those shapes must compile (each tile once, whichever
+// dtype picks it). Shapes the constraints cannot take are skipped.
+std::vector<TopkTileChoice> topk_tile_choices(int topk, const std::vector<ScoreDtype>& score_dtypes,
+                                              const std::vector<int>& sm_counts,
                                               const TopkPlanConstraints& constraints = {}, long long rows_lo = 1,
                                               long long rows_hi = 1 << 16, long long width_lo = 1,
                                               long long width_hi = kMaxTopkWidth);

@@ -99,10 +99,9 @@ TopkBucket parse_topk_bucket(const nlohmann::json& j, const std::string& where) 
   b.width = tuning::parse_range(j["width"], where + ".width");
   b.topk = tuning::parse_range(j["topk"], where + ".topk");
   if (j.contains("score_dtype")) {
-    const nlohmann::json& d = j["score_dtype"];
-    if (d == "fp32") b.score_dtype = ScoreDtype::fp32;
-    else if (d == "bf16") b.score_dtype = ScoreDtype::bf16;
-    else bad_field(where + ".score_dtype", d, "\"fp32\" or \"bf16\"");
+    for (ScoreDtype d : {ScoreDtype::fp32, ScoreDtype::bf16})
+      if (j["score_dtype"] == to_string(d)) b.score_dtype = d;
+    if (!b.score_dtype) bad_field(where + ".score_dtype", j["score_dtype"], "\"fp32\" or \"bf16\"");
   }
   return b;
 }

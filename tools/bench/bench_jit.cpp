@@ -49,7 +49,7 @@ std::vector<KernelSpec> bench_specs(Arch arch, int sm_count) {
       {.family = Family::fp8_kv_quantize, .page_size = 64},
       {.family = Family::fp8_kv_gather, .page_size = 64},
   };
-  for (const detail::TopkTileChoice& t : detail::topk_tile_choices(2048, ScoreDtype::fp32, {sm_count})) {
+  for (const detail::TopkTileChoice& t : detail::topk_tile_choices(2048, {ScoreDtype::fp32}, {sm_count})) {
     specs.push_back({.family = Family::topk, .topk = 2048, .tile = t.tile});
     specs.push_back({.family = Family::topk, .topk = 2048, .page_size = 64, .fused_transform = true, .tile = t.tile});
   }
