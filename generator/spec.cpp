@@ -161,7 +161,7 @@ std::string readable_name(const KernelSpec& spec) {
     if (s.tile.block_tokens || s.tile.heads_per_cta)
       name += fmt::format("x{}x{}", s.tile.block_tokens, s.tile.heads_per_cta);
   }
-  if (s.tile.algorithm != d.tile.algorithm) name += "." + to_string(s.tile.algorithm);
+  if (s.tile.algorithm != d.tile.algorithm) name += fmt::format(".{}", to_string(s.tile.algorithm));
   return name + "." + to_string(s.arch);
 }
 
