@@ -191,6 +191,8 @@ std::string write_results(const RunInfo& info, const std::vector<Case>& cases, c
   j["sm_count"] = sm_count;
   j["driver"] = driver;
   j["nvrtc"] = nvrtc_version();
+  // The dispatcher's choices depend on it: results with and without a database do not compare.
+  j["tuning_db"] = tuning_db_in_use();
   j["commit"] = commit;
   j["command"] = info.command;
   j["date"] = today("%Y-%m-%d");
