@@ -30,6 +30,7 @@
 #include "runtime/driver.hpp"
 #include "runtime/runtime.hpp"
 #include "tools/bench/bench_common.hpp"
+#include "tools/bench/device_scores.hpp"
 #include "tools/commands.hpp"
 #include "tools/progress.hpp"
 #include "tools/subcommands.hpp"
@@ -117,10 +118,8 @@ void tune_topk_bucket(const TopkTuneBucket& b, std::vector<TopkCandidate> cands,
   std::vector<float> scores(std::size_t(b.rows) * b.width);
   bench::NormalRng rng{0x9e3779b97f4a7c15ull ^ std::uint64_t(b.rows) * 1315423911ull ^ std::uint64_t(b.width)};
   for (float& x : scores) x = rng.normal();
-  // bf16: the values rounded (the reference reads them widened, exactly).
-  const std::vector<std::uint16_t> scores_bf16 =
-      dtype == ScoreDtype::bf16 ? reference::to_bf16(scores) : std::vector<std::uint16_t>{0};
-  if (dtype == ScoreDtype::bf16) scores = reference::from_bf16(scores_bf16);
+  // bf16: the values rounded; the reference reads them widened (exactly).
+  if (dtype == ScoreDtype::bf16) scores = reference::from_bf16(reference::to_bf16(scores));
   std::vector<std::int32_t> lengths(b.rows);
   for (int r = 0; r < b.rows; ++r) lengths[r] = b.len_lo >= b.width ? b.width : std::min(b.width, b.len_lo + r);
   const std::vector<int> sampled = bench::sample_rows(b.rows);
@@ -134,12 +133,11 @@ void tune_topk_bucket(const TopkTuneBucket& b, std::vector<TopkCandidate> cands,
     sub.lengths.push_back(lengths[r]);
   }
   const std::vector<std::int32_t> expected = reference::topk_index_order(sub);
-  DeviceBuffer<float> d_scores(dtype == ScoreDtype::bf16 ? std::vector<float>{0.0f} : scores);
-  DeviceBuffer<std::uint16_t> d_scores_bf16(scores_bf16);
+  const bench::DeviceScores d_scores(dtype, scores);
   DeviceBuffer<std::int32_t> d_lengths(lengths);
   DeviceBuffer<std::int32_t> d_out(std::size_t(b.rows) * topk);
   TopkArgs args;
-  args.scores = dtype == ScoreDtype::bf16 ? static_cast<const void*>(d_scores_bf16.get()) : d_scores.get();
+  args.scores = d_scores.get();
   args.score_dtype = dtype;
   args.lengths = d_lengths.get();
   args.out = d_out.get();

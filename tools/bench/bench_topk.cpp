@@ -31,6 +31,7 @@
 #include "runtime/driver.hpp"
 #include "families/topk/heuristics.hpp"
 #include "tools/bench/bench_common.hpp"
+#include "tools/bench/device_scores.hpp"
 
 namespace nsajit::tools::bench {
 namespace {
@@ -68,21 +69,6 @@ void fill_scores(Distribution dist, const Shape& shape, int topk, FastRandom& rn
       row[i] = rng.uniform53() < nonzero ? std::fabs(rng.sum4_normal()) + 0x1.0p-20f : 0.0f;  // ReLU: exact +0.0
   }
 }
-
-// Scores on the device in a case's dtype (bf16: the values rounded, as `reference::to_bf16`).
-class DeviceScores {
- public:
-  DeviceScores(bool bf16, const std::vector<float>& scores)
-      : bf16_(bf16),
-        fp32_(bf16 ? std::vector<float>{0.0f} : scores),
-        b16_(bf16 ? reference::to_bf16(scores) : std::vector<std::uint16_t>{0}) {}
-  const void* get() const { return bf16_ ? static_cast<const void*>(b16_.get()) : fp32_.get(); }
-
- private:
-  bool bf16_;
-  DeviceBuffer<float> fp32_;
-  DeviceBuffer<std::uint16_t> b16_;
-};
 
 }  // namespace
 
@@ -126,7 +112,7 @@ int bench_topk(const BenchOptions& options) {
     std::iota(page_table.begin(), page_table.end(), 0);
     for (std::size_t i = page_table.size(); i > 1; --i) std::swap(page_table[i - 1], page_table[rng.next() % i]);
 
-    const DeviceScores d_scores(bf16, scores);  // `scores` holds the bf16 values widened: exact round trip
+    const DeviceScores d_scores(dtype, scores);  // `scores` holds the bf16 values widened: exact round trip
     DeviceBuffer<std::int32_t> d_lengths(lengths);
     DeviceBuffer<std::int32_t> d_table(page_table);
     DeviceBuffer<std::int32_t> d_out(std::size_t(shape.rows) * topk);
@@ -240,7 +226,8 @@ int bench_topk(const BenchOptions& options) {
           bool streaming;
           int speculate;     // C = 1: 0 the exact path, 1 the speculative sweep (else -1)
           int prefetch_row;  // speculative: 0 or 1
-          int prefetch_slice = -1;  // 0 or 1: the slice asked of L2 before the length is read (clusters; one CTA speculating)
+          // 0 or 1: the slice asked of L2 before the length is read (clusters; one CTA speculating)
+          int prefetch_slice = -1;
           int dense_registers = -1;  // C = 1, 256 threads: 0 or 1 (the row's keys in registers)
         };
         std::vector<Shape2> shapes2;
@@ -289,7 +276,7 @@ int bench_topk(const BenchOptions& options) {
                      shape.name.c_str(), median_us([&] { nsajit::topk(write_through); }, quick));
         // The same launch with the kernel's code warm: a decoy launch of the same kernel on a copy
         // of the scores (into another output) after the flush, so only the scores are cold.
-        const DeviceScores d_decoy_scores(bf16, scores);
+        const DeviceScores d_decoy_scores(dtype, scores);
         DeviceBuffer<std::int32_t> d_decoy_out(std::size_t(shape.rows) * topk);
         TopkArgs decoy = args;
         decoy.scores = d_decoy_scores.get();
@@ -304,7 +291,7 @@ int bench_topk(const BenchOptions& options) {
           std::vector<float> kind_scores(count);
           FastRandom kind_rng{0x5851f42d4c957f2dull ^ std::uint64_t(kind)};
           fill_scores(dist, shape, topk, kind_rng, kind_scores, kind);
-          const DeviceScores d_kind_scores(bf16, kind_scores);
+          const DeviceScores d_kind_scores(dtype, kind_scores);
           TopkArgs one_kind = args;
           one_kind.scores = d_kind_scores.get();
           one_kind.out = d_decoy_out.get();
