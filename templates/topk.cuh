@@ -261,9 +261,10 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     __syncthreads();
   } else if (speculated) {
     // The topk-th largest of the listed keys is the row's. fp32: a first digit fitted to the
-    // listed keys' range, counted in hist0, then the few keys left ranked by warp 0; bf16: the
-    // fixed first digit (the fitted one measured slower there). Then 10-bit digits over the lists
-    // down to bit 0 (no capacity limit: the lists hold every candidate).
+    // listed keys' range, counted in hist0, then the few keys left ranked by warp 0, then 10-bit
+    // digits over the lists down to bit 0 (no capacity limit: the lists hold every candidate);
+    // bf16: the fixed first digit (the fitted one measured slower there), then the 4 bits that
+    // resolve a bf16 key, counted by each warp with its keys above the first digit's bin.
 #if NSAJIT_SCORE_BF16
     for (int i = lane; i < warp_fill; i += 32) {  // scores to keys, first digits counted
       const uint32_t key = topk_key(__uint_as_float(warp_list[i]));
@@ -274,6 +275,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     int greater, count;
     const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
     topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
+    topk_resolve_bf16_lists(x, warp_list, warp_fill, sh);  // templates/topk_bf16.cuh; the warps' counts stored
 #else
     uint32_t lo = 0xffffffffu, hi = 0u;
     for (int i = lane; i < warp_fill; i += 32) {  // scores to keys
@@ -301,7 +303,6 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
         if ((warp_list[i] & x.mask) == x.prefix) sh.short_list[atomicAdd(&sh.short_n, 1)] = warp_list[i];
       topk_rank_short_list(x, sh);
     }
-#endif
     for (int pass = 0; x.bits < 32; ++pass) {
       if (x.count == 1) {  // one key left with the prefix: it is T (one barrier, not three a digit)
         for (int i = lane; i < warp_fill; i += 32)
@@ -315,7 +316,6 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       const TopkRefineDigit digit = topk_refine_digit(x, sh, pass);
       for (int i = lane; i < warp_fill; i += 32) topk_refine_count(digit, x, warp_list[i]);
       topk_refine_finish(digit, x, sh);
-      topk_resolve_bf16(x);  // bf16: 22 bits are all of them
     }
     int g = 0, e = 0;
     for (int i = lane; i < warp_fill; i += 32) {
@@ -324,6 +324,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
       e += key == x.prefix;
     }
     topk_store_warp_counts(sh, warp, g, e);
+#endif
     __syncthreads();
   } else {
 

@@ -234,22 +234,22 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
   constexpr int kUnroll = kTopkSweepUnroll;
   // This lane's pair of the next batch's round 0 (one pointer advanced, not recomputed a round).
   const TopkScore* ahead = s.abase + 4 * (2 * (g.pb + 32 * kUnroll + lane) - g.p0);
-  // Lists this lane's pair w (pair `pair`; first_in, second_in: its vectors are the segment's).
-  auto list_pair = [&](const uint32_t (&w)[4], int pair, bool first_in, bool second_in) {
-    // Bit 31 - j: element j (position position0 + 8 pair + j), so leading zeros give index order.
-    const uint32_t listed = topk_pair_listed(w, b2, first_in, second_in);
+  // Counts this lane's scores of w equal to 0.0 (kCountZeros; first_in, second_in: which of its
+  // vectors are the segment's).
+  auto count_zeros = [&](const uint32_t (&w)[4], bool first_in, bool second_in) {
     if (kCountZeros) {
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         if (i < 2 ? first_in : second_in) zeros += int((w[i] & 0x7fffu) == 0u) + int((w[i] & 0x7fff0000u) == 0u);
     }
-    // One scan of the lanes' counts places each lane's run (cheaper than a ballot per element).
-    const int count = __popc(listed);
-    const int inclusive = topk_warp_inclusive_scan(count);
-    const int found = __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
+  };
+  // Stores the scores of this lane's pair w (pair `pair`) marked in listed (bit 31 - j: element j,
+  // position position0 + 8 pair + j, so leading zeros give index order) at the warp's list entries
+  // fill + below on, below the listed scores of the lanes before it; found: the round's, all lanes'.
+  auto store_pair = [&](const uint32_t (&w)[4], uint32_t listed, int pair, int below, int found) {
     if (fill + found <= capacity) {
       // Stores for the listed only (widened here): the warp loops as often as its busiest lane lists.
-      uint32_t key_at = list_key + 4u * uint32_t(fill + inclusive - count);
+      uint32_t key_at = list_key + 4u * uint32_t(fill + below);
       const int position = position0 + 8 * pair;
       for (uint32_t m = listed; m != 0u;) {
         uint32_t j;  // the next listed score: m's leading zeros (m != 0)
@@ -265,16 +265,42 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
     }
     fill += found;
   };
+  // Lists one round's pair w of this lane alone (the batches with edges): one scan of the lanes'
+  // counts places each lane's run (cheaper than a ballot per element).
+  auto list_pair = [&](const uint32_t (&w)[4], int pair, bool first_in, bool second_in) {
+    const uint32_t listed = topk_pair_listed(w, b2, first_in, second_in);
+    count_zeros(w, first_in, second_in);
+    const int count = __popc(listed);
+    const int inclusive = topk_warp_inclusive_scan(count);
+    store_pair(w, listed, pair, inclusive - count, __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31));
+  };
   // Batches from first in [whole_first, whole_last]: every round present, whole pairs, both vectors the segment's.
   const int whole_first = max(g.pw0, g.first_begin), whole_last = min(g.pw1, g.second_end) - 32 * kUnroll;
   // first: lane 0's pair, warp-uniform.
   for (int first = g.pb; first < g.pe; first += 32 * kUnroll, ahead += 8 * 32 * kUnroll) {
     if (first >= whole_first && first <= whole_last) {  // warp-uniform: no edge code, no segment masks
       const int room = g.load_end - 32 * kUnroll - first - lane;  // round u's next pair is loaded iff 32 u < room
+      // The batch's rounds ranked by one scan of byte-packed counts (byte u: round u's, <= 8 a
+      // lane). The lanes below lane 31 list at most 31 x 8 a round, so `below` carries across no
+      // byte; lane 31's inclusive sum may carry out of one, which subtracting its counts undoes.
+      static_assert(kUnroll <= 4, "one byte a round");
+      uint32_t listed[kUnroll];
+      uint32_t counts = 0u;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
-        list_pair(w, first + 32 * u + lane, true, true);
+        listed[u] = topk_pair_listed(w, b2, true, true);
+        count_zeros(w, true, true);
+        counts |= uint32_t(__popc(listed[u])) << (8 * u);
+      }
+      const uint32_t below = uint32_t(topk_warp_inclusive_scan(int(counts))) - counts;
+      const uint32_t last_below = __shfl_sync(NSAJIT_TOPK_FULL, below, 31);
+      const uint32_t last_counts = __shfl_sync(NSAJIT_TOPK_FULL, counts, 31);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+        const int found = int((last_below >> (8 * u)) & 0xffu) + int((last_counts >> (8 * u)) & 0xffu);
+        store_pair(w, listed[u], first + 32 * u + lane, int((below >> (8 * u)) & 0xffu), found);
         if (32 * u < room) raw[u] = topk_load_pair(ahead + 256 * u);
       }
     } else {
@@ -307,6 +333,45 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
     if (fill > capacity) break;  // warp-uniform: the row falls back
   }
   return fill;
+}
+
+// --- the selection over the lists --------------------------------------------------------------------
+
+// After the first digit over the lists (x.bits 12, templates/topk.cuh): a bf16 key is its high 16
+// bits (the low 16 repeat the sign), so the 4 bits under the digit resolve T. One pass: each warp
+// counts its keys of the digit's bin by those bits (16 counters a warp in sh.refine_hist[0], zeroed
+// by the prologue) and its keys above the bin; after one barrier every warp finds T's bits from all
+// warps' counters (lane l: bits 15 - l, from the top) and stores its counts of keys above T and
+// equal to T (topk_store_warp_counts) without another pass over its list. Whole block; returns with
+// x.prefix = T, x.k = the keys == T to take, x.bits = 32 (the caller's barrier publishes the counts).
+NSAJIT_DEVICE void topk_resolve_bf16_lists(TopkRadix& x, const uint32_t* warp_list, int warp_fill, TopkShared& sh) {
+  static_assert(16 * NSAJIT_TOPK_WARPS <= (1 << NSAJIT_TOPK_REFINE_BITS), "16 counters a warp fit refine_hist[0]");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint32_t* const counters = sh.refine_hist[0];
+  int above = 0;  // this lane's keys above the bin
+  for (int i = lane; i < warp_fill; i += 32) {
+    const uint32_t key = warp_list[i];
+    if ((key & x.mask) == x.prefix) atomicAdd(&counters[16 * warp + ((key >> 16) & 15u)], 1u);
+    else above += int(key > x.prefix);
+  }
+  __syncthreads();
+  const int bits = 15 - lane;  // lanes 0-15
+  const int own = lane < 16 ? int(counters[16 * warp + bits]) : 0;
+  int total = 0;
+  if (lane < 16) {
+#pragma unroll
+    for (int w = 0; w < NSAJIT_TOPK_WARPS; ++w) total += int(counters[16 * w + bits]);
+  }
+  const int inclusive = warp_inclusive_scan(total);
+  // 1 <= x.k <= the bin's keys, all counted: lane j < 16 reaches x.k.
+  const int j = __ffs(__ballot_sync(NSAJIT_TOPK_FULL, inclusive >= x.k)) - 1;
+  x.k -= __shfl_sync(NSAJIT_TOPK_FULL, inclusive - total, j);
+  x.count = __shfl_sync(NSAJIT_TOPK_FULL, total, j);
+  x.prefix |= uint32_t(15 - j) << 16;
+  x.mask = 0xffff0000u;
+  x.bits = 16;
+  topk_resolve_bf16(x);
+  topk_store_warp_counts(sh, warp, above + (lane < j ? own : 0), lane == j ? own : 0);
 }
 
 #endif  // NSAJIT_SCORE_BF16

@@ -1442,6 +1442,10 @@ TEST_CASE("topk gpu bf16: distributions, at 1, 2, 8 and 16 CTAs per row, specula
        [&] { return ref::bf16_to_float(std::uint16_t(rng())); }},
       {"small integers (many ties)", [&] { return float(int(rng() % 7) - 3); }},
       {"one bf16 bucket: 1 + k / 128", [&] { return 1.0f + float(rng() % 8) / 128.0f; }},
+      // The speculative selection resolves T by the 4 key bits under its first digit (sign-reversed
+      // for negatives): thresholds below 0.0, and ties of a negative bucket across every warp.
+      {"negative: -|N(0, 1)|", [&] { return -std::fabs(normal(rng)); }},
+      {"one negative bf16 bucket: -(1 + k / 128)", [&] { return -1.0f - float(rng() % 8) / 128.0f; }},
   };
   for (const int width : {9000, 20000, 131072}) {  // default plans for 2 rows: 1, 2 and 8 CTAs per row
     for (const Dist& d : dists) {
