@@ -58,8 +58,8 @@
 // least 12 topk positions): a sample of up to 4 scores a thread, from the sweep's first loads, bounds
 // the topk-th largest key from below, one sweep lists every score at or above the bound per warp
 // (score and position, in index order), and the selection (fp32: a first digit fitted to the
-// listed keys' range, then warp 0 ranks the few left; bf16: the fixed first digit and one 10-bit
-// digit) and the ordered output run on the lists alone. The row reads its scores once instead of twice.
+// listed keys' range, then warp 0 ranks the few left; bf16: the fixed first digit and the key's
+// 4 bits under it) and the ordered output run on the lists alone. The row reads its scores once instead of twice.
 // A bound in 0.0's bin (a ReLU plateau no list could hold) lists the scores above 0.0 and counts
 // the zeros: when those complete topk the threshold is 0.0 and its ties, the first zeros in index
 // order, are re-read (L2). Exact whenever used: when the lists overflow or hold fewer than topk

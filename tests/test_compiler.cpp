@@ -76,9 +76,10 @@ void check_ptxas_log_clean(const std::string& log) {
 CompileResult compile_verbose(const KernelSpec& spec) {
   std::vector<std::string> options = nvrtc_options(spec.arch);
   options.push_back("--ptxas-options=-v");
-  // NVRTC (>= 12.9) caches compiled programs in the process: a hit runs no ptxas, so its log
-  // carries no usage lines (a kernel another test compiled first).
-  options.push_back("--no-cache");
+  // NVRTC 12.9+ caches compiled programs in the process: a hit runs no ptxas, so its log carries
+  // no usage lines (a kernel another test compiled first).
+  const NvrtcVersion v = nvrtc_version_numbers();
+  if (v.major > 12 || (v.major == 12 && v.minor >= 9)) options.push_back("--no-cache");
   return compile_cubin(readable_name(spec), render_source(spec), options);
 }
 }  // namespace

@@ -1442,10 +1442,7 @@ TEST_CASE("topk gpu bf16: distributions, at 1, 2, 8 and 16 CTAs per row, specula
        [&] { return ref::bf16_to_float(std::uint16_t(rng())); }},
       {"small integers (many ties)", [&] { return float(int(rng() % 7) - 3); }},
       {"one bf16 bucket: 1 + k / 128", [&] { return 1.0f + float(rng() % 8) / 128.0f; }},
-      // The speculative selection resolves T by the 4 key bits under its first digit (sign-reversed
-      // for negatives): thresholds below 0.0, and ties of a negative bucket across every warp.
-      {"negative: -|N(0, 1)|", [&] { return -std::fabs(normal(rng)); }},
-      {"one negative bf16 bucket: -(1 + k / 128)", [&] { return -1.0f - float(rng() % 8) / 128.0f; }},
+      {"negative: -|N(0, 1)| (thresholds below 0.0)", [&] { return -std::fabs(normal(rng)); }},
   };
   for (const int width : {9000, 20000, 131072}) {  // default plans for 2 rows: 1, 2 and 8 CTAs per row
     for (const Dist& d : dists) {
@@ -1510,6 +1507,16 @@ TEST_CASE("topk gpu bf16: row strides (odd, 1024-byte aligned), row_starts, topk
     check_bf16(p);
     const auto relu = [&] { return rng() % 20 ? 0.0f : std::fabs(normal(rng)); };
     check_bf16(rounded_to_bf16(make_problem(300, 24576, 2048, relu)));
+    // Thresholds below 0.0 (topk_resolve_bf16_lists: the key's 4 bits under the first digit,
+    // reversed for negatives): -|N(0, 1)|; and rows whose first-digit bin of -(1 + k / 128)
+    // (k < 16 share it) holds ~3,900 keys, the rest far below, so the lists hold that bin: T is
+    // -(1 + 7 / 128) with ~1,600 of its ~3,500 copies taken across the 8 warps (T's 4 bits mid-range).
+    check_bf16(rounded_to_bf16(make_problem(300, 24576, 2048, [&] { return -std::fabs(normal(rng)); })));
+    const auto bucket = [&] {
+      if (rng() % 1000 < 160) return -1.0f - float(std::min(int(rng() % 64), 7)) / 128.0f;
+      return -4.0f - std::fabs(normal(rng));
+    };
+    check_bf16(rounded_to_bf16(make_problem(300, 24576, 2048, bucket)));
   }
 }
 
