@@ -461,13 +461,23 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
   auto xindex = [&](int j) { return xbase + j * NSAJIT_THREADS; };
 #endif
   uint32_t miss_lo = 0u, miss_hi = 0u;
+#if NSAJIT_SCORE_BF16
+  uint32_t valid_lo = 0u, valid_hi = 0u;
+#endif
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
-#if !NSAJIT_SCORE_BF16
+#if NSAJIT_SCORE_BF16
+    // Uniform: a slot none of whose vectors is below 256 dv is skipped; the others are stored and
+    // compared whole, their lanes past 256 dv included: those keys are the zero padding (never a
+    // hit), and the exchange's 256 DV vectors hold nothing else live there (hist0 is dead).
+    if (topk_dense_slot_first(j, p0) >= NSAJIT_THREADS * dv) continue;
+    if (j >= 8)
+      valid_hi |= 0xfu << (4 * j - 32);
+    else
+      valid_lo |= 0xfu << (4 * j);
+#else
     if (j >= dv) break;  // uniform: v < 256 dv
 #endif
-    // bf16: every slot, with no per-lane guard, also those past 256 dv: their keys are the zero
-    // padding (never a hit), and the exchange's 256 DV vectors hold nothing else live (hist0 is dead).
     topk_dynamic[xindex(j)] = k[j];
     if (n_listed > 0) {  // uniform
       const uint32_t b0 = bin << NSAJIT_TOPK_SHIFT0, w = 1u << NSAJIT_TOPK_SHIFT0;
@@ -479,10 +489,8 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
         miss_lo = topk_mask_add4(miss_lo, n, j);
     }
   }
+#if !NSAJIT_SCORE_BF16
   static_assert(DV <= 9, "valid_hi holds one vector's nibble");
-#if NSAJIT_SCORE_BF16
-  const uint32_t valid_lo = 0xffffffffu, valid_hi = 0xfu;  // every slot's keys were compared
-#else
   const uint32_t valid_lo = dv >= 8 ? 0xffffffffu : (1u << (4 * dv)) - 1u, valid_hi = dv > 8 ? 0xfu : 0u;
 #endif
   const uint32_t hit_lo = valid_lo & ~miss_lo, hit_hi = valid_hi & ~miss_hi;
