@@ -467,8 +467,14 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
 #pragma unroll
   for (int j = 0; j < DV; ++j) {
 #if NSAJIT_SCORE_BF16
-    const int v = topk_dense_vector(tid, j, p0, h);
-    if (v >= NSAJIT_THREADS * dv) continue;
+    // Uniform: a slot none of whose vectors is below 256 dv is skipped; the others are stored and
+    // compared whole, their lanes past 256 dv included: those keys are the zero padding (never a
+    // hit), and the exchange's 256 DV vectors hold nothing else live there (hist0 is dead).
+    if (topk_dense_slot_first(j, p0) >= NSAJIT_THREADS * dv) continue;
+    if (j >= 8)
+      valid_hi |= 0xfu << (4 * j - 32);
+    else
+      valid_lo |= 0xfu << (4 * j);
 #else
     if (j >= dv) break;  // uniform: v < 256 dv
 #endif
@@ -481,12 +487,6 @@ __device__ __noinline__ void topk_dense_row(const TopkScore* sp, const TopkScore
         miss_hi = topk_mask_add4(miss_hi, n, j - 8);
       else
         miss_lo = topk_mask_add4(miss_lo, n, j);
-#if NSAJIT_SCORE_BF16
-      if (j >= 8)
-        valid_hi |= 0xfu << (4 * j - 32);
-      else
-        valid_lo |= 0xfu << (4 * j);
-#endif
     }
   }
 #if !NSAJIT_SCORE_BF16
