@@ -147,10 +147,10 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   const int warp = tid >> 5;
   const int resident_vecs = p.resident_vecs;
   // Dynamic shared memory (offsets in 4-byte words, set by families/topk/heuristics.cpp): the kept keys at 0
-  // (resident_vecs vectors), the first-digit histogram (later the overflow list of candidates),
-  // the per-thread candidate slots (C > 1: first the window's cluster-wide totals; later, for dense
-  // or fused rows: the staged output positions), the cluster-wide candidate list
-  // (C > 1), the warp of each overflow entry, and the classify's above and match bitmaps.
+  // (resident_vecs vectors), the first-digit histogram (later the overflow list of candidates,
+  // then, for dense or fused rows, the staged output positions), the per-thread candidate slots
+  // (C > 1: first the window's cluster-wide totals), the cluster-wide candidate list (C > 1), the
+  // warp of each overflow entry, and the classify's above and match bitmaps.
   u32x4* const keys = topk_dynamic;
   uint32_t* const hist0 = words + p.hist_offset;
   uint32_t* const slots = words + p.slots_offset;
@@ -160,14 +160,16 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   uint32_t* const above_map = words + p.bitmap_offset;  // keys above the prefix
   uint32_t* const match_map = above_map + p.bitmap_words;  // keys matching the prefix
 
-  // speculative_sweep kernels: the speculative single sweep, with per-warp lists of (key,
-  // position) in list_words words from list_offset (the sample's histogram first), over what only
-  // the exact path uses.
+  // speculative_sweep kernels: the speculative single sweep, with per-warp lists in list_words
+  // words from list_offset (the sample's histogram first), over what only the exact path uses:
+  // fp32, (key, position) in two halves; bf16, one word an entry (score or key bits << 16 | the
+  // position's offset in the warp's segment: templates/topk_bf16.cuh).
   const bool may_speculate = NSAJIT_TOPK_ALGORITHM == NSAJIT_TOPK_SPECULATIVE_SWEEP;
   uint32_t* const list = words + p.list_offset;
-  const int list_capacity = p.list_words / 2 / NSAJIT_TOPK_WARPS;  // entries per warp
+  constexpr int kListEntryWords = NSAJIT_SCORE_BF16 ? 1 : 2;
+  const int list_capacity = p.list_words / kListEntryWords / NSAJIT_TOPK_WARPS;  // entries per warp
   uint32_t* const warp_list = list + warp * list_capacity;
-  int* const warp_list_position = reinterpret_cast<int*>(list + p.list_words / 2) + warp * list_capacity;
+  int* const warp_list_position = reinterpret_cast<int*>(list + p.list_words / 2) + warp * list_capacity;  // fp32
   const uint32_t position_bytes = 4u * uint32_t(p.list_words / 2);  // warp_list_position - warp_list, uniform
 
   if (may_speculate) {  // vector stores, unrolled: a quarter (half in sh, 8-byte aligned) of the stores, no loop code
@@ -252,7 +254,11 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   if (zero_ties) {
     // The threshold is 0.0; every listed key is above it, and the first topk - listed zeros of
     // the row (in index order, at the output) are its ties. sh.warp_equal holds each warp's zeros.
+#if NSAJIT_SCORE_BF16
+    for (int i = lane; i < warp_fill; i += 32) warp_list[i] = topk_packed_key(warp_list[i]);
+#else
     for (int i = lane; i < warp_fill; i += 32) warp_list[i] = topk_key(__uint_as_float(warp_list[i]));
+#endif
     x.prefix = kTopkZeroKey;
     x.mask = 0xffffffffu;
     x.bits = 32;
@@ -266,8 +272,8 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     // bf16: the fixed first digit (the fitted one measured slower there), then the 4 bits that
     // resolve a bf16 key, counted by each warp with its keys above the first digit's bin.
 #if NSAJIT_SCORE_BF16
-    for (int i = lane; i < warp_fill; i += 32) {  // scores to keys, first digits counted
-      const uint32_t key = topk_key(__uint_as_float(warp_list[i]));
+    for (int i = lane; i < warp_fill; i += 32) {  // scores to keys in place, first digits counted
+      const uint32_t key = topk_packed_key(warp_list[i]);
       warp_list[i] = key;
       atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
     }
@@ -669,13 +675,15 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     __syncthreads();
   }
   // Dense rows (more than 1/8 of the keys selected) and fused rows stage their positions in
-  // shared memory (the candidate slots, free by now; topk <= 4096 words) and write them to `out`
-  // once, coalesced (and transformed when fused): a lane's positions are consecutive output
-  // slots, so in a dense row each store straight to `out` would spread over the whole warp's
-  // output range; for sparse rows the extra pass costs more than it saves. Uniform per row, so per cluster.
+  // shared memory and write them to `out` once, coalesced (and transformed when fused): a lane's
+  // positions are consecutive output slots, so in a dense row each store straight to `out` would
+  // spread over the whole warp's output range; for sparse rows the extra pass costs more than it
+  // saves. Uniform per row, so per cluster.
   const bool stage = apply || 8 * NSAJIT_TOPK > len;
-  // (The speculative path stages in hist0, free since its first digit: its lists use the slots.)
-  int* const dst = stage ? reinterpret_cast<int*>(speculated ? hist0 : slots) : out;
+  // The stage is hist0 (4096 words >= topk), dead by now on every path: the speculative lists
+  // start after it, the exact path's overflow list was last read before the barrier above, and
+  // clusters waited before reusing it. (The slots may hold fewer than topk words.)
+  int* const dst = stage ? reinterpret_cast<int*>(hist0) : out;
   int next_greater = cta_greater + sh.warp_greater[warp];
   int next_equal = cta_equal + sh.warp_equal[warp];
   // Output from the bitmaps, no second pass over the keys: each warp walks the words of its rounds
@@ -685,15 +693,28 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   const int word_end = 4 * round_end;
   // Speculated: the warp's list (in index order) 32 entries at a time, ranked by ballots.
   const uint32_t lanes_below = (1u << lane) - 1u;
+#if NSAJIT_SCORE_BF16
+  // bf16 entries: the key's high half (its low half is the sign's, as T's) and the position's offset.
+  const uint32_t list_threshold = threshold & 0xffff0000u;
+  const int segment_base = topk_pair_segment_base(s, b, round_begin);
+#else
+  const uint32_t list_threshold = threshold;
+#endif
   for (int i0 = 0; speculated && i0 < warp_fill; i0 += 32) {
     const int i = i0 + lane;
+#if NSAJIT_SCORE_BF16
+    const uint32_t entry = i < warp_fill ? warp_list[i] : 0u;
+    const uint32_t key = entry & 0xffff0000u;
+    const int position = segment_base + int(entry & 0xffffu);
+#else
     const uint32_t key = i < warp_fill ? warp_list[i] : 0u;
     const int position = i < warp_fill ? warp_list_position[i] : 0;
-    const uint32_t g = __ballot_sync(NSAJIT_TOPK_FULL, key > threshold);
-    const uint32_t e = __ballot_sync(NSAJIT_TOPK_FULL, key == threshold);
-    if (key > threshold) dst[next_greater + __popc(g & lanes_below)] = position;
+#endif
+    const uint32_t g = __ballot_sync(NSAJIT_TOPK_FULL, key > list_threshold);
+    const uint32_t e = __ballot_sync(NSAJIT_TOPK_FULL, key == list_threshold);
+    if (key > list_threshold) dst[next_greater + __popc(g & lanes_below)] = position;
     const int pe = next_equal + __popc(e & lanes_below);
-    if (key == threshold && pe < take_equal) dst[total_greater + pe] = position;
+    if (key == list_threshold && pe < take_equal) dst[total_greater + pe] = position;
     next_greater += __popc(g);
     next_equal += __popc(e);
   }

@@ -217,19 +217,33 @@ NSAJIT_DEVICE int topk_warp_inclusive_scan(int v) {
   return topk_scan_step<16>(topk_scan_step<8>(topk_scan_step<4>(topk_scan_step<2>(topk_scan_step<1>(v)))));
 }
 
-// topk_speculative_sweep for bf16 scores (same arguments and result; raw holds the first batch of
-// pairs, topk_sweep_load_pairs'): rounds of 32 pairs, 8 scores a lane, compared as bf16 pairs
-// (the bound as the smallest bf16 at or above it) and listed in index order (lane, then element:
-// lane l's 8 scores precede lane l + 1's) as fp32 bits and positions, the fp32 sweep's lists;
-// kCountZeros: `zeros` also counts this lane's scores of the segment equal to 0.0 (either sign).
+// The position of the first score of a warp segment's first pair (pair pb = 16 round_begin): a
+// listed score's position is this plus the low half of its list entry.
+NSAJIT_DEVICE int topk_pair_segment_base(const TopkSlice& s, int slice_begin, int round_begin) {
+  return slice_begin - 4 * topk_pair_phase(s) - s.head + 8 * (16 * round_begin);
+}
+
+// A bf16 list entry (the sweep's: score bits << 16 | position offset) with its high half turned
+// into the score's order key (a bf16 key is a 16-bit function of its bits, topk_pair_keys), the
+// offset kept: it orders, and has the first digits of, the score's 32-bit key.
+NSAJIT_DEVICE uint32_t topk_packed_key(uint32_t entry) {
+  return __byte_perm(topk_key(__uint_as_float(entry & 0xffff0000u)), entry, 0x3254);  // bytes: e.0, e.1, k.2, k.3
+}
+
+// topk_speculative_sweep for bf16 scores (same arguments and result, no positions list; raw holds
+// the first batch of pairs, topk_sweep_load_pairs'): rounds of 32 pairs, 8 scores a lane, compared
+// as bf16 pairs (the bound as the smallest bf16 at or above it) and listed in index order (lane,
+// then element: lane l's 8 scores precede lane l + 1's), one word an entry: the score's bf16 bits
+// in the high half, its position less topk_pair_segment_base in the low half (the plan keeps a
+// warp's segment under 2^16 positions: families/topk/heuristics.cpp); kCountZeros: `zeros` also
+// counts this lane's scores of the segment equal to 0.0 (either sign).
 template <bool kCountZeros>
-NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
-                                               uint32_t position_bytes, int capacity, int round_begin, int round_end,
-                                               u32x4 (&raw)[kTopkSweepUnroll], int& zeros) {
+NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, uint32_t bound, uint32_t list_key, int capacity,
+                                               int round_begin, int round_end, u32x4 (&raw)[kTopkSweepUnroll],
+                                               int& zeros) {
   const TopkPairSegment g = topk_pair_segment(s, round_begin, round_end);
   const int lane = threadIdx.x & 31;
   const uint32_t b2 = topk_pair_bound(topk_bound_score(bound));
-  const int position0 = slice_begin - 4 * g.p0 - s.head;  // + 8 P: the position of pair P's first score
   int fill = 0;
   constexpr int kUnroll = kTopkSweepUnroll;
   // This lane's pair of the next batch's round 0 (one pointer advanced, not recomputed a round).
@@ -244,13 +258,13 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
     }
   };
   // Stores the scores of this lane's pair w (pair `pair`) marked in listed (bit 31 - j: element j,
-  // position position0 + 8 pair + j, so leading zeros give index order) at the warp's list entries
-  // fill + below on, below the listed scores of the lanes before it; found: the round's, all lanes'.
+  // offset 8 (pair - pb) + j in the segment, so leading zeros give index order) at the warp's list
+  // entries fill + below on, below the listed scores of the lanes before it; found: the round's, all lanes'.
   auto store_pair = [&](const uint32_t (&w)[4], uint32_t listed, int pair, int below, int found) {
     if (fill + found <= capacity) {
-      // Stores for the listed only (widened here): the warp loops as often as its busiest lane lists.
+      // Stores for the listed only: the warp loops as often as its busiest lane lists.
       uint32_t key_at = list_key + 4u * uint32_t(fill + below);
-      const int position = position0 + 8 * pair;
+      const uint32_t offset = uint32_t(8 * (pair - g.pb));
       for (uint32_t m = listed; m != 0u;) {
         uint32_t j;  // the next listed score: m's leading zeros (m != 0)
         asm("bfind.shiftamt.u32 %0, %1;" : "=r"(j) : "r"(m));
@@ -258,8 +272,7 @@ NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_beg
         // Score j is bits 16 (j & 3) .. + 15 of the 64 bits w[j & 4 ? 3 : 1]:w[j & 4 ? 2 : 0].
         const unsigned long long half = (j & 4u) != 0u ? (static_cast<unsigned long long>(w[3]) << 32 | w[2])
                                                        : (static_cast<unsigned long long>(w[1]) << 32 | w[0]);
-        st_shared_4(key_at, uint32_t(half >> (16u * (j & 3u))) << 16);
-        st_shared_4(key_at + position_bytes, uint32_t(position) + j);
+        st_shared_4(key_at, __byte_perm(uint32_t(half >> (16u * (j & 3u))), offset + j, 0x1054));  // score, offset
         key_at += 4u;
       }
     }

@@ -59,9 +59,9 @@ NSAJIT_DEVICE void topk_sweep_load_pairs(const TopkSlice& s, int round_begin, in
 NSAJIT_DEVICE int topk_sample_pairs(const TopkSlice& s, const u32x4 (&head)[kTopkSweepUnroll], int round_begin,
                                     int round_end, uint32_t* hist, uint32_t& top);
 template <bool kCountZeros>
-NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
-                                               uint32_t position_bytes, int capacity, int round_begin, int round_end,
-                                               u32x4 (&raw)[kTopkSweepUnroll], int& zeros);
+NSAJIT_DEVICE int topk_speculative_sweep_pairs(const TopkSlice& s, uint32_t bound, uint32_t list_key, int capacity,
+                                               int round_begin, int round_end, u32x4 (&raw)[kTopkSweepUnroll],
+                                               int& zeros);
 #endif
 
 // The bound B (a key >= 1, so that padding is never listed) for a row of n > topk positions, or
@@ -156,16 +156,15 @@ NSAJIT_DEVICE float topk_bound_score(uint32_t bound) {
 // One warp's part of the sweep: rounds [round_begin, round_end) of 32 vectors (the classify's
 // segments), every score x >= f(bound) appended to the warp's list as (score bits, row position)
 // (the shared-memory address list_key; each entry's position position_bytes after its score, a
-// uniform offset the stores take as an address term), in index order, at most `capacity` entries.
-// Returns the number found (more than capacity: the list overflowed and the sweep stopped).
+// uniform offset the stores take as an address term; bf16: one word an entry, topk_bf16.cuh), in
+// index order, at most `capacity` entries. Returns the number found (more than capacity: the list overflowed and the sweep stopped).
 // kCountZeros: `zeros` also counts this lane's scores equal to 0.0 (the plateau bound).
 template <bool kCountZeros>
 NSAJIT_DEVICE int topk_speculative_sweep(const TopkSlice& s, int slice_begin, uint32_t bound, uint32_t list_key,
                                          uint32_t position_bytes, int capacity, int round_begin, int round_end,
                                          u32x4 (&raw)[kTopkSweepUnroll], int& zeros) {
-#if NSAJIT_SCORE_BF16  // 8 scores a lane and load (templates/topk_bf16.cuh); raw: topk_sweep_load_pairs'
-  return topk_speculative_sweep_pairs<kCountZeros>(s, slice_begin, bound, list_key, position_bytes, capacity,
-                                                   round_begin, round_end, raw, zeros);
+#if NSAJIT_SCORE_BF16  // 8 scores a lane and load, one-word entries (templates/topk_bf16.cuh); raw: topk_sweep_load_pairs'
+  return topk_speculative_sweep_pairs<kCountZeros>(s, bound, list_key, capacity, round_begin, round_end, raw, zeros);
 #else
   const int lane = threadIdx.x & 31;
   const uint32_t lanes_below = (1u << lane) - 1u;

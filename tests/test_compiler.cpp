@@ -140,8 +140,8 @@ TEST_CASE("tight-register kernels compile without serialised wgmma, spills or st
 }
 
 // The top-k plans count on several CTAs sharing an SM (families/topk/heuristics.cpp): four dense
-// 256-thread CTAs, three speculative 256-thread CTAs over several waves, two 512-thread CTAs
-// (speculative, or keeping the slice). Each needs its dynamic shared memory, the kernel's static
+// 256-thread CTAs, three speculative 256-thread CTAs over several waves (four with bf16 scores),
+// two 512-thread CTAs (speculative, or keeping the slice). Each needs its dynamic shared memory, the kernel's static
 // shared memory (ptxas) and 1 KB the driver reserves to fit the SM's 233,472 bytes, and its
 // registers the 65,536 of the register file: a static part that grows would silently halve them.
 TEST_CASE("top-k plans' CTAs per SM fit an sm_90 SM (the plan's dynamic and ptxas' static shared memory, registers)") {
@@ -159,7 +159,7 @@ TEST_CASE("top-k plans' CTAs per SM fit an sm_90 SM (the plan's dynamic and ptxa
       {"speculative, 512 threads, several waves", 4096, 32768, 2, {}, false},
       {"speculative, 512 threads, several waves, bf16", 4096, 32768, 2, {.ctas_per_row = 1, .threads = 512}, true},
       {"speculative, 256 threads, several waves", 4096, 32768, 3, {.ctas_per_row = 1, .threads = 256}, false},
-      {"speculative, 256 threads, several waves, bf16 (the plan's)", 4096, 32768, 3, {}, true},
+      {"speculative, 256 threads, several waves, bf16 (the plan's)", 4096, 32768, 4, {}, true},
       {"the slice kept, 512 threads, several waves", 4096, 32768, 2, {.ctas_per_row = 1, .speculate = 0}, false},
   };
   std::vector<KernelSpec> specs;

@@ -299,6 +299,35 @@ TEST_CASE("topk specs: plain, fused (every mode, page sizes, MTP), sorted, every
                   nsajit::InvalidArgument);
 }
 
+TEST_CASE("topk launch plan: bf16 speculative plans keep each warp's segment under 2^16 positions") {
+  // A bf16 list entry holds its score's offset in the warp's segment in its low 16 bits
+  // (templates/topk_bf16.cuh): up to 128 positions a round and 8 for the first pair's phase.
+  int speculative = 0, refused = 0;
+  for (const int rows : {1, 8, 64, 132, 133, 4096})
+    for (const int width : {24576, 32768, 65536, 131072, 1 << 19, 1 << 20})
+      for (const int threads : {0, 256, 512, 1024}) {
+        const nsajit::detail::TopkPlanConstraints c{.ctas_per_row = 1, .threads = threads};
+        nsajit::detail::TopkLaunchPlan q, f;
+        try {
+          q = nsajit::detail::plan_topk_launch(rows, width, 2048, ScoreDtype::bf16, 132, 16, c);
+          f = nsajit::detail::plan_topk_launch(rows, width, 2048, ScoreDtype::fp32, 132, 16, c);
+        } catch (const std::invalid_argument&) {
+          continue;  // one CTA's bitmaps do not fit this width
+        }
+        INFO(rows << " x " << width << " at " << threads << " threads: " << nsajit::detail::to_string(q));
+        if (speculates(q)) {
+          ++speculative;
+          const long long rounds = ((q.slice + 6LL) / 4 + 31) / 32, warps = q.threads / 32;
+          CHECK(128 * ((rounds + warps - 1) / warps) + 7 <= 65535);
+        } else if (speculates(f)) {
+          ++refused;
+          CHECK(width * 1LL / q.threads * 32 > 65536 - 256);  // only where a segment is that long
+        }
+      }
+  CHECK(speculative >= 20);
+  CHECK(refused >= 1);  // 2^19 positions at 256 threads: 65,536 a warp
+}
+
 TEST_CASE("topk launch plan: regimes by width and rows") {
   CHECK(plan_topk_launch(4096, 2048, 2048, ScoreDtype::fp32, 132).slice == 0);  // no row needs a selection
   auto p = plan_topk_launch(1, 131072, 2048, ScoreDtype::fp32, 132);
@@ -323,13 +352,23 @@ TEST_CASE("topk launch plan: regimes by width and rows") {
     CHECK(speculates(q));
     CHECK(q.resident_vecs == 0);
     CHECK(q.dynamic_smem <= 102400u);
-    // bf16 scores: three 256-thread CTAs per SM (61 KB of lists and 12.6 KB static each, 1 KB reserved).
+    // bf16 scores: four 256-thread CTAs per SM (42 KB of one-word list entries or of the exact
+    // fallback with 8 slots a thread, 12.6 KB static each, 1 KB reserved).
     const auto b = plan_topk_launch(4096, 32768, 2048, ScoreDtype::bf16, 132);
     CHECK(b.cluster_size == 1);
     CHECK(b.threads == 256);
     CHECK(speculates(b));
     CHECK(b.resident_vecs == 0);
-    CHECK(b.dynamic_smem == 62464u);
+    CHECK(b.dynamic_smem == 43008u);
+    CHECK(b.slots_per_thread == 8);
+    CHECK(b.cand_offset == b.slots_offset + 2048);
+    CHECK(b.list_offset + b.list_words >= b.bitmap_offset + 2 * b.bitmap_words);
+    CHECK(nsajit::detail::topk_list_capacity(b, ScoreDtype::bf16) == 832);
+    // The same shape at 256 threads with fp32 scores: three CTAs (two-word entries, 720 a warp).
+    const auto f = nsajit::detail::plan_topk_launch(4096, 32768, 2048, ScoreDtype::fp32, 132, 16, {.threads = 256});
+    CHECK(f.dynamic_smem == 62464u);
+    CHECK(f.slots_per_thread == 16);
+    CHECK(nsajit::detail::topk_list_capacity(f, ScoreDtype::fp32) == 720);
     // Not where the rows fit one wave, nor for short slices, nor past 32K (the one-CTA plan's
     // 256-thread lists would overflow): the fp32 plan.
     for (const auto& [rows, width] : {std::pair{64, 32768}, std::pair{4096, 8192}, std::pair{4096, 16384},
@@ -2075,7 +2114,7 @@ int list_capacity_of(const ref::TopkProblem& p, int threads, int sm_count) {
   const auto q = nsajit::detail::plan_topk_launch(p.rows, p.width, p.topk, ScoreDtype::fp32, sm_count, 16,
                                                   {.ctas_per_row = 1, .threads = threads, .speculate = 1});
   REQUIRE(speculates(q));
-  return q.list_words / 2 / (threads / 32);
+  return nsajit::detail::topk_list_capacity(q, ScoreDtype::fp32);
 }
 
 // Row r's scores from its row_start, and how far they lie past a vector boundary (the devices'
@@ -2239,7 +2278,7 @@ TEST_CASE("topk launch plan: a speculative plan's warp lists hold normal rows' l
         const auto q = plan_topk_launch(rows, width, topk, dtype, 132);
         if (!speculates(q)) continue;
         ++planned;
-        const int warps = q.threads / 32, capacity = q.list_words / 2 / warps;
+        const int warps = q.threads / 32, capacity = nsajit::detail::topk_list_capacity(q, dtype);
         INFO(rows << " x " << width << ", topk " << topk << ": " << nsajit::detail::to_string(q));
         std::vector<float> row(std::size_t(width), 0.0f);
         for (int trial = 0; trial < 4; ++trial) {

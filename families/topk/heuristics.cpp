@@ -27,6 +27,21 @@ constexpr long long kPrefetchSliceMaxBytes = 16LL << 20;
 // Dynamic shared memory of one of two CTAs that share an SM (512 threads: 13,072 bytes of static
 // shared memory each (NVRTC 13.0) and 1 KB reserved: the two take 232,992 of the SM's 233,472).
 constexpr int kTwoPerSmDynamicBytes = 102400;
+// Speculative 256-thread CTAs over several waves: fp32, three an SM (61 KB of lists, 12.6 KB
+// static, 1 KB reserved); bf16, whose list entries are one word, four (4 x (42 + 12.6 + 1) KB).
+constexpr int kThreePerSmListBytes = 62464;
+constexpr int kFourPerSmBf16Bytes = 43008;
+// The exact fallback's candidate slots of those bf16 CTAs (8 a thread): its parts fit 43,008 bytes.
+constexpr int kFourPerSmSlotWords = 2048;
+
+// bf16 list entries keep a score's offset in its warp's segment in 16 bits (templates/topk_bf16.cuh:
+// at most 128 positions a round of pairs, 8 more for the first pair's phase): at most 511 rounds a warp.
+bool bf16_segments_fit(int slice, int threads) {
+  const long long vectors = (slice + 6LL) / 4;  // an unaligned slice reaches into one more vector
+  const long long rounds = (vectors + 31) / 32;
+  const long long warps = threads / 32;
+  return 128 * ((rounds + warps - 1) / warps) + 16 <= 65536;
+}
 
 [[noreturn]] void throw_constraint(const std::string& what) {
   throw std::invalid_argument("topk plan constraints: " + what);
@@ -60,10 +75,10 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, ScoreDtype score_
   struct FixedParts {
     int slots, cand, overflow_warp, bitmaps, bitmap_words, end;
   };
-  auto fixed_parts_of = [&](int c) {
+  auto fixed_parts_of = [&](int c, int slot_words = kSlotWords) {
     FixedParts f;
     f.slots = kHistWords;
-    f.cand = f.slots + kSlotWords;
+    f.cand = f.slots + slot_words;
     f.overflow_warp = f.cand + (c > 1 ? plan.cand_capacity : 0);
     f.bitmaps = f.overflow_warp + (plan.cand_capacity + 1) / 2;
     f.bitmap_words = int(4 * ceil_div(slice_of(c) / 4 + 1, 32));
@@ -111,22 +126,21 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, ScoreDtype score_
   // CTAs per SM the lists' 61 KB would halve. Nothing is kept: kept keys would only serve the fallback.
   bool speculate =
       c == 1 && (speculate_switch == 1 || (speculate_switch != 0 && plan.slice >= 12 * topk && !many_short));
-  // Those rows over several waves with bf16 scores, slices up to 32K: three 256-thread CTAs per SM.
-  // The bf16 sweep is issue-bound and a row's fixed phases grow with its warps; the fp32 sweep
-  // waits on DRAM and keeps two 512-thread CTAs; longer slices would overflow the 256-thread lists
-  // (720 entries a warp; docs/design/topk.md).
-  const bool three_per_sm =
+  // Those rows over several waves with bf16 scores, slices up to 32K: 256-thread CTAs, four per SM
+  // (below). The bf16 sweep is issue-bound and a row's fixed phases grow with its warps; the fp32
+  // sweep waits on DRAM and keeps two 512-thread CTAs; longer slices would overflow the 256-thread
+  // lists (832 entries a warp; docs/design/topk.md).
+  const bool bf16_small_ctas =
       two_per_sm && speculate && score_dtype == ScoreDtype::bf16 && plan.slice <= kTargetSlice;
   if (constraints.threads <= 0) {
     int t = 256;
     while (t < 1024 && plan.slice > 16 * t) t *= 2;
     // A single row in a 16-CTA cluster of 8K slices: 512 threads, for cheaper block and cluster barriers.
     if ((long long)rows * c <= sm_count) t = c == 16 && plan.slice <= 8192 ? 512 : 1024;
-    plan.threads = many_short || three_per_sm ? 256 : two_per_sm ? 512 : t;
+    plan.threads = many_short || bf16_small_ctas ? 256 : two_per_sm ? 512 : t;
   }
-  plan.slots_per_thread = std::min(kSlotWords / plan.threads,
-                                   constraints.slots_per_thread >= 0 ? constraints.slots_per_thread : kSlotWords);
-  const FixedParts fixed = fixed_parts_of(c);
+  // bf16 speculation only where its one-word list entries can say where a score is.
+  if (speculate && score_dtype == ScoreDtype::bf16 && !bf16_segments_fit(plan.slice, plan.threads)) speculate = false;
   // Row prefetch into L2 only over several waves: one wave's rows would not stay in L2.
   plan.prefetch_row = speculate && (constraints.prefetch_row == 1 ||
                                     (constraints.prefetch_row != 0 && (long long)rows * c > sm_count));
@@ -141,6 +155,14 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, ScoreDtype score_
   const bool dense_fits = c == 1 && plan.threads == 256 && plan.slice <= 4 * (256 * NSAJIT_TOPK_DENSE_VECS - 1);
   const bool dense = dense_fits && (dense_switch == 1 || (dense_switch != 0 && many_short));
   if (dense) speculate = plan.prefetch_row = false;  // neither runs: no lists to lay out
+  // bf16 speculative 256-thread CTAs over several waves: four an SM, their exact fallback with
+  // 8 candidate slots a thread (more go to the overflow list).
+  const bool four_per_sm =
+      speculate && score_dtype == ScoreDtype::bf16 && plan.threads == 256 && (long long)rows * c > sm_count;
+  const int slot_words = four_per_sm ? kFourPerSmSlotWords : kSlotWords;
+  plan.slots_per_thread = std::min(slot_words / plan.threads,
+                                   constraints.slots_per_thread >= 0 ? constraints.slots_per_thread : slot_words);
+  const FixedParts fixed = fixed_parts_of(c, slot_words);
   // The slice's vectors kept as keys in shared memory: all when they fit (one extra vector: the
   // slice need not be aligned); as many as fit when the CTA has the SM to itself anyway (1024
   // threads: 64 registers each fill the register file) or as two CTAs per SM allow (above); none
@@ -165,14 +187,18 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, ScoreDtype score_
   // The dense rows exchange their keys from word 0 (a whole slice), then list a threshold bin of
   // at most 512 keys after them.
   if (dense) plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * 4 * NSAJIT_TOPK_DENSE_SMEM_VECS));
-  // The speculative sweep's lists (score bits, later keys; positions) start where the exact
-  // path's slots do (what follows is used by the exact path only) and take at least what the
-  // exact path takes, up to 64 KB of dynamic shared memory when rows share SMs over several waves,
-  // 128 KB in one wave (4096 rows of 32K at 512 threads: 384 entries per warp, about twice the
-  // expected count). 256 threads over several waves: 61 KB, so that three CTAs share an SM
-  // (3 x (61 + 12.6 static + 1 reserved) KB <= 228 KB; 64 KB left room for two).
+  // The speculative sweep's lists (fp32: score bits, later keys, then positions; bf16: one word an
+  // entry) start where the exact path's slots do (what follows is used by the exact path only) and
+  // take at least what the exact path takes, up to 64 KB of dynamic shared memory when rows share
+  // SMs over several waves, 128 KB in one wave (4096 rows of 32K at 512 threads: 384 fp32 entries
+  // per warp, about twice the expected count). 256 threads over several waves: 61 KB, so that three
+  // CTAs share an SM (3 x (61 + 12.6 static + 1 reserved) KB <= 228 KB; 64 KB left room for two);
+  // bf16, 42 KB for four (832 entries a warp at 32K slices).
   if (speculate) {
-    const int budget_words = ((long long)rows * c <= sm_count ? 131072 : plan.threads == 256 ? 62464 : 65536) / 4;
+    const int budget_words = ((long long)rows * c <= sm_count ? 131072
+                              : plan.threads == 256       ? (four_per_sm ? kFourPerSmBf16Bytes : kThreePerSmListBytes)
+                                                          : 65536) /
+                             4;
     plan.list_offset = plan.slots_offset;
     plan.list_words = std::max(fixed.end - fixed.slots, budget_words - plan.slots_offset) / 2 * 2;
     plan.dynamic_smem = std::max(plan.dynamic_smem, unsigned(4 * (plan.list_offset + plan.list_words)));
@@ -222,7 +248,8 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, ScoreDtype score_
                      "): the shape cannot take it (exact_sweeps, speculative_sweep and dense_registers need one CTA "
                      "per row, dense_registers 256 threads and slices of at most 9212, cluster_sweeps a cluster, "
                      "cluster_lists a cluster of 512 or more threads keeping the whole slice)");
-  // Two CTAs a row on the exact path lose to one CTA speculating with lists of >= 3 topk entries.
+  // Two CTAs a row on the exact path lose to one CTA speculating with lists of >= 3 topk entries
+  // (counted as fp32 entries: bf16 lists hold twice as many).
   if (plan.algorithm == TopkAlgorithm::cluster_sweeps && c == 2 && constraints.ctas_per_row <= 0 && !demanded &&
       4LL * fixed_parts_of(1).end <= kMaxDynamicBytes) {
     TopkPlanConstraints one_cta = constraints;

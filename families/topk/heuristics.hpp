@@ -52,6 +52,12 @@ struct TopkLaunchPlan {
   unsigned dynamic_smem = 0;  // bytes
 };
 
+// speculative_sweep: the entries of each warp's list (templates/topk.cuh: fp32 entries take two
+// words, a key and a position; bf16 entries one, templates/topk_bf16.cuh).
+inline int topk_list_capacity(const TopkLaunchPlan& plan, ScoreDtype score_dtype) {
+  return plan.list_words / (score_dtype == ScoreDtype::bf16 ? 1 : 2) / (plan.threads / 32);
+}
+
 // The plan's choices in one line: "algorithm=cluster_lists cluster_size=8 threads=1024 ...".
 std::string to_string(const TopkLaunchPlan& plan);
 
