@@ -1975,6 +1975,51 @@ TEST_CASE("topk gpu bf16 fused: decode (MTP, page sizes 1 and 64), prefill, ragg
   }
 }
 
+TEST_CASE("topk gpu bf16: four 256-thread CTAs an SM over several waves: one-word lists, 8 slots a thread, staged past the slots") {
+  // The plan's bf16 CTAs for rows over several waves (families/topk/heuristics.cpp): 43,008 bytes
+  // each, the exact fallback's candidates past 8 a thread in the overflow list, its staged output
+  // (fused, sorted; topk 2560 is more than the 2,048 slot words) in hist0. Rows by r % 7: normal;
+  // the largest scores crowding a warp's segment (its list overflows: the exact path, thousands of
+  // candidates); one bf16 bucket (every key in one first-digit bin: rescans); ReLU with the
+  // threshold on the plateau (zero ties); ReLU with 80 % zeros; negative scores (entries with the
+  // sign's low half); a plateau bound whose positives, where the sample does not look, overflow
+  // warp 2's list (the exact path above 0.0).
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  std::normal_distribution<float> normal;
+  const int sm_count = nsajit::driver::current_context_info().sm_count;
+  const int rows = 2 * sm_count + 7, width = 32768;
+  for (const int topk : {2048, 2560}) {
+    const auto q = nsajit::detail::plan_topk_launch(rows, width, topk, ScoreDtype::bf16, sm_count);
+    INFO("topk " << topk << ": " << nsajit::detail::to_string(q));
+    REQUIRE(speculates(q));
+    REQUIRE(q.threads == 256);
+    REQUIRE(q.slots_per_thread == 8);
+    REQUIRE(q.dynamic_smem == 43008u);
+    auto p = make_problem(rows, width, topk, [] { return 0.0f; });
+    for (int r = 0; r < rows; ++r) {
+      float* row = p.scores.data() + std::size_t(r) * width;
+      for (int i = 0; i < width; ++i) {
+        const float z = normal(rng);
+        switch (r % 7) {
+          case 0: row[i] = z; break;
+          case 1: row[i] = i >= 8192 && i < 8192 + 5000 ? 10.0f + z : z; break;
+          case 2: row[i] = 1.0f + float(rng() % 8) / 128.0f; break;
+          case 3: row[i] = rng() % 300 ? 0.0f : std::fabs(z) + 1.0f; break;
+          case 4: row[i] = rng() % 5 ? 0.0f : std::fabs(z); break;
+          case 5: row[i] = -std::fabs(z); break;
+          default: row[i] = i >= 8192 && i < 12288 && i % 4 != 3 ? std::fabs(z) + 1.0f : 0.0f; break;
+        }
+      }
+      p.lengths[r] = r % 5 == 4 ? width - int(rng() % 4000) : width;  // some rows end inside a warp's segment
+    }
+    p = rounded_to_bf16(p);
+    check_bf16(p);
+    const I request_len(std::size_t(rows), width);
+    const I pt1 = shuffled_page_table_1(rng, rows, width, 64, request_len);
+    check_fused(p, ref::TopkTransform{ref::decode_tables(pt1, rows, width, 64), 1}, ScoreDtype::bf16);
+  }
+}
+
 // --- the speculative sweep on a plateau of 0.0 (zero ties) -------------------------------------------
 
 namespace {
@@ -2110,11 +2155,11 @@ std::uint32_t zero_path_of(const float* row, int n, int head, int threads, int t
 }
 
 // The list entries per warp of the speculative plan of p at `threads` threads (C = 1).
-int list_capacity_of(const ref::TopkProblem& p, int threads, int sm_count) {
-  const auto q = nsajit::detail::plan_topk_launch(p.rows, p.width, p.topk, ScoreDtype::fp32, sm_count, 16,
+int list_capacity_of(const ref::TopkProblem& p, int threads, int sm_count, ScoreDtype dtype = ScoreDtype::fp32) {
+  const auto q = nsajit::detail::plan_topk_launch(p.rows, p.width, p.topk, dtype, sm_count, 16,
                                                   {.ctas_per_row = 1, .threads = threads, .speculate = 1});
   REQUIRE(speculates(q));
-  return nsajit::detail::topk_list_capacity(q, ScoreDtype::fp32);
+  return nsajit::detail::topk_list_capacity(q, dtype);
 }
 
 // Row r's scores from its row_start, and how far they lie past a vector boundary (the devices'
@@ -2126,8 +2171,9 @@ std::size_t row_offset(const ref::TopkProblem& p, int r) {
 const float* row_of(const ref::TopkProblem& p, int r) { return p.scores.data() + row_offset(p, r); }
 int head_of(const ref::TopkProblem& p, int r) { return int(row_offset(p, r) % 4); }
 
-std::vector<std::uint32_t> zero_paths_of(const ref::TopkProblem& p, int threads, int sm_count) {
-  const int capacity = list_capacity_of(p, threads, sm_count);
+std::vector<std::uint32_t> zero_paths_of(const ref::TopkProblem& p, int threads, int sm_count,
+                                         ScoreDtype dtype = ScoreDtype::fp32) {
+  const int capacity = list_capacity_of(p, threads, sm_count, dtype);
   std::vector<std::uint32_t> paths;
   for (int r = 0; r < p.rows; ++r)
     paths.push_back(zero_path_of(row_of(p, r), ref::length_of(p, r), head_of(p, r), threads, p.topk, capacity));
@@ -2189,6 +2235,10 @@ ref::TopkProblem plateau_bound_problem(std::mt19937& rng) {
   sprinkle(5, 500);
   return rounded_to_bf16(p);
 }
+// bf16 lists hold twice the entries (one word each): row 2's crowded positives fit them, so its
+// zeros complete topk (the zero ties).
+const std::vector<std::uint32_t> kPlateauBoundPathsBf16 = {kPlateauSweep, kPlateauSweep, kPlateauSweep | kZeroTies,
+                                                           0u, kPlateauSweep | kZeroTies, kPlateauSweep | kZeroTies};
 const std::vector<std::uint32_t> kPlateauBoundPaths = {kPlateauSweep, kPlateauSweep, kPlateauSweep, 0u,
                                                        kPlateauSweep | kZeroTies, kPlateauSweep | kZeroTies};
 
@@ -2317,6 +2367,8 @@ TEST_CASE("topk zero speculation: the test rows take the paths they are built fo
     INFO("plateau bound rows, threads " << threads);
     const std::vector<std::uint32_t> paths = zero_paths_of(fallback, threads, 132);
     CHECK_MESSAGE(paths == kPlateauBoundPaths, marks_text(paths));
+    const std::vector<std::uint32_t> bf16_paths = zero_paths_of(fallback, threads, 132, ScoreDtype::bf16);
+    CHECK_MESSAGE(bf16_paths == kPlateauBoundPathsBf16, marks_text(bf16_paths));
   }
   // Row 2 falls back only because its lists overflow: its positives alone are fewer than topk.
   long long row2_positives = 0;
@@ -2371,12 +2423,13 @@ TEST_CASE("topk gpu: the sweep's bound in 0.0's bin falls back where the zeros f
     CHECK_MESSAGE(paths == kPlateauBoundPaths, marks_text(paths));  // the rows force the paths
     for (const auto dtype : {ScoreDtype::fp32, nsajit::ScoreDtype::bf16}) {
       INFO("threads " << threads << (dtype == nsajit::ScoreDtype::bf16 ? ", bf16" : ", fp32"));
+      const std::vector<std::uint32_t> expected = zero_paths_of(p, threads, sm_count, dtype);
       LaunchOverride one({.ctas_per_row = 1, .threads = threads, .speculate = 1});
       check_topk(p, dtype);
       ZeroPathProbe probe;
       check_topk(p, dtype);
       const std::vector<std::uint32_t> marks = probe.take(p.rows);
-      CHECK_MESSAGE(marks == paths, "marks " << marks_text(marks) << "expected " << marks_text(paths));
+      CHECK_MESSAGE(marks == expected, "marks " << marks_text(marks) << "expected " << marks_text(expected));
     }
   }
 }
@@ -2445,7 +2498,12 @@ NSAJIT_DEVICE int topk_speculative_sweep_recorded(const TopkSlice& s, int slice_
   for (int i = lane; i < min(n, capacity); i += 32) {
     uint32_t key, position;
     asm volatile("ld.shared.u32 %0, [%1];" : "=r"(key) : "r"(list_key + 4u * uint32_t(i)));
+#if NSAJIT_SCORE_BF16  // one word: the score's bits, its position's offset in the segment
+    position = uint32_t(topk_pair_segment_base(s, slice_begin, round_begin)) + (key & 0xffffu);
+    key &= 0xffff0000u;
+#else
     asm volatile("ld.shared.u32 %0, [%1];" : "=r"(position) : "r"(list_key + position_bytes + 4u * uint32_t(i)));
+#endif
     hp += uint32_t(i + 1) * position;
     hk += uint32_t(i + 1) * key;
   }
@@ -2499,12 +2557,12 @@ struct ListRows {
   int capacity;
 };
 int list_row_head(const ListRows& l, int r) { return int(std::int64_t(r) * l.p.score_row_stride % 4); }
-ListRows list_rows(std::mt19937& rng, int threads, int sm_count, int pad = 4) {
+ListRows list_rows(std::mt19937& rng, int threads, int sm_count, int pad = 4, ScoreDtype dtype = ScoreDtype::fp32) {
   const int width = 32768, topk = 2048, rows = 6, warps = threads / 32;
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   ref::TopkProblem p = make_problem(rows, width, topk, [&] { return -1.0f - unit(rng); }, width + pad);
   p.lengths = {width, width, width, width, width - 5, width - 3};
-  const int capacity = list_capacity_of(p, threads, sm_count);
+  const int capacity = list_capacity_of(p, threads, sm_count, dtype);
   auto big = [&] { return 2.0f + 0.24f * unit(rng); };
   const int extra = std::max(40, (topk + 200) / warps - 160);  // enough listed for topk
   for (int r = 0; r < rows; ++r) {
@@ -2594,9 +2652,10 @@ std::vector<std::uint32_t> list_case_fills(const std::vector<ListRecord>& e, int
 
 TEST_CASE("topk list probe: the rows list exactly capacity and capacity + 1 where built to; the probe compiles") {
   std::mt19937 rng(777);
+  for (const auto dtype : {ScoreDtype::fp32, ScoreDtype::bf16})
   for (const auto [threads, pad] : {std::pair{256, 4}, std::pair{1024, 4}, std::pair{256, 1}, std::pair{1024, 1}}) {
-    INFO("threads " << threads << ", row stride width + " << pad);
-    const ListRows l = list_rows(rng, threads, 132, pad);
+    INFO("threads " << threads << ", row stride width + " << pad << (dtype == ScoreDtype::bf16 ? ", bf16" : ", fp32"));
+    const ListRows l = list_rows(rng, threads, 132, pad, dtype);
     const std::vector<ListRecord> e = expected_list_records(l, threads);
     const std::uint32_t c = std::uint32_t(l.capacity);
     CHECK(list_case_fills(e, threads) == std::vector<std::uint32_t>{c, c + 1, c + 1, c, c});
@@ -2626,13 +2685,15 @@ TEST_CASE("topk list probe: the rows list exactly capacity and capacity + 1 wher
 TEST_CASE("topk gpu: the sweep's lists warp by warp: index order, segment edges, row heads, pair phases, capacity and capacity + 1") {
   NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   const int sm_count = nsajit::driver::current_context_info().sm_count;
+  for (const auto dtype : {ScoreDtype::fp32, nsajit::ScoreDtype::bf16})
   for (const auto [threads, pad] : {std::pair{256, 4}, std::pair{1024, 4}, std::pair{256, 1}, std::pair{1024, 1}}) {
-    const ListRows l = list_rows(rng, threads, sm_count, pad);
+    // Rows built for each dtype's capacity (bf16 entries are one word: twice fp32's).
+    const ListRows l = list_rows(rng, threads, sm_count, pad, dtype);
     const std::vector<ListRecord> expected = expected_list_records(l, threads);
     const std::uint32_t c = std::uint32_t(l.capacity);
     REQUIRE(list_case_fills(expected, threads) == std::vector<std::uint32_t>{c, c + 1, c + 1, c, c});
     LaunchOverride one({.ctas_per_row = 1, .threads = threads, .speculate = 1});
-    for (const auto dtype : {ScoreDtype::fp32, nsajit::ScoreDtype::bf16}) {
+    {
       INFO("threads " << threads << ", row stride width + " << pad
                       << (dtype == nsajit::ScoreDtype::bf16 ? ", bf16" : ", fp32"));
       check_topk(l.p, dtype);
