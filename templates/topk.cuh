@@ -263,8 +263,9 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     x.mask = 0xffffffffu;
     x.bits = 32;
     x.k = NSAJIT_TOPK - listed;
-    if (lane == 0) sh.warp_greater[warp] = warp_fill;
-    __syncthreads();
+    // Each warp's keys above T are its list, counted in sh.warp_sum (read by the compaction): no
+    // write to sh.warp_greater here, which the warps' vector reads of warp_equal above may overlap.
+    __syncthreads();  // every warp has read warp_equal before the compaction rewrites it
   } else if (speculated) {
     // The topk-th largest of the listed keys is the row's. fp32: a first digit fitted to the
     // listed keys' range, counted in hist0, then the few keys left ranked by warp 0, then 10-bit
@@ -635,7 +636,7 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
 
   // Ordered compaction: exclusive prefixes of the per-warp counts, then of the CTAs' counts.
   if (warp == 0) {
-    const int g = lane < NSAJIT_TOPK_WARPS ? sh.warp_greater[lane] : 0;
+    const int g = lane < NSAJIT_TOPK_WARPS ? (zero_ties ? sh.warp_sum[lane] : sh.warp_greater[lane]) : 0;
     const int e = lane < NSAJIT_TOPK_WARPS ? sh.warp_equal[lane] : 0;
     const int gi = warp_inclusive_scan(g);
     const int ei = warp_inclusive_scan(e);
