@@ -681,9 +681,9 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
   // spread over the whole warp's output range; for sparse rows the extra pass costs more than it
   // saves. Uniform per row, so per cluster.
   const bool stage = apply || 8 * NSAJIT_TOPK > len;
-  // The stage is hist0 (4096 words >= topk), dead by now on every path: the speculative lists
-  // start after it, the exact path's overflow list was last read before the barrier above, and
-  // clusters waited before reusing it. (The slots may hold fewer than topk words.)
+  // The stage is hist0 (4096 words >= topk on every plan, where the slots may hold 2,048), dead by
+  // now on every path: the speculative lists start after it, the exact path's overflow list was
+  // last read before the barrier above, and clusters waited before reusing it.
   int* const dst = stage ? reinterpret_cast<int*>(hist0) : out;
   int next_greater = cta_greater + sh.warp_greater[warp];
   int next_equal = cta_equal + sh.warp_equal[warp];

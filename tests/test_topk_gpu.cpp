@@ -1975,51 +1975,6 @@ TEST_CASE("topk gpu bf16 fused: decode (MTP, page sizes 1 and 64), prefill, ragg
   }
 }
 
-TEST_CASE("topk gpu bf16: four 256-thread CTAs an SM over several waves: one-word lists, 8 slots a thread, staged past the slots") {
-  // The plan's bf16 CTAs for rows over several waves (families/topk/heuristics.cpp): 43,008 bytes
-  // each, the exact fallback's candidates past 8 a thread in the overflow list, its staged output
-  // (fused, sorted; topk 2560 is more than the 2,048 slot words) in hist0. Rows by r % 7: normal;
-  // the largest scores crowding a warp's segment (its list overflows: the exact path, thousands of
-  // candidates); one bf16 bucket (every key in one first-digit bin: rescans); ReLU with the
-  // threshold on the plateau (zero ties); ReLU with 80 % zeros; negative scores (entries with the
-  // sign's low half); a plateau bound whose positives, where the sample does not look, overflow
-  // warp 2's list (the exact path above 0.0).
-  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
-  std::normal_distribution<float> normal;
-  const int sm_count = nsajit::driver::current_context_info().sm_count;
-  const int rows = 2 * sm_count + 7, width = 32768;
-  for (const int topk : {2048, 2560}) {
-    const auto q = nsajit::detail::plan_topk_launch(rows, width, topk, ScoreDtype::bf16, sm_count);
-    INFO("topk " << topk << ": " << nsajit::detail::to_string(q));
-    REQUIRE(speculates(q));
-    REQUIRE(q.threads == 256);
-    REQUIRE(q.slots_per_thread == 8);
-    REQUIRE(q.dynamic_smem == 43008u);
-    auto p = make_problem(rows, width, topk, [] { return 0.0f; });
-    for (int r = 0; r < rows; ++r) {
-      float* row = p.scores.data() + std::size_t(r) * width;
-      for (int i = 0; i < width; ++i) {
-        const float z = normal(rng);
-        switch (r % 7) {
-          case 0: row[i] = z; break;
-          case 1: row[i] = i >= 8192 && i < 8192 + 5000 ? 10.0f + z : z; break;
-          case 2: row[i] = 1.0f + float(rng() % 8) / 128.0f; break;
-          case 3: row[i] = rng() % 300 ? 0.0f : std::fabs(z) + 1.0f; break;
-          case 4: row[i] = rng() % 5 ? 0.0f : std::fabs(z); break;
-          case 5: row[i] = -std::fabs(z); break;
-          default: row[i] = i >= 8192 && i < 12288 && i % 4 != 3 ? std::fabs(z) + 1.0f : 0.0f; break;
-        }
-      }
-      p.lengths[r] = r % 5 == 4 ? width - int(rng() % 4000) : width;  // some rows end inside a warp's segment
-    }
-    p = rounded_to_bf16(p);
-    check_bf16(p);
-    const I request_len(std::size_t(rows), width);
-    const I pt1 = shuffled_page_table_1(rng, rows, width, 64, request_len);
-    check_fused(p, ref::TopkTransform{ref::decode_tables(pt1, rows, width, 64), 1}, ScoreDtype::bf16);
-  }
-}
-
 // --- the speculative sweep on a plateau of 0.0 (zero ties) -------------------------------------------
 
 namespace {
@@ -2717,6 +2672,86 @@ TEST_CASE("topk gpu: the sweep's lists warp by warp: index order, segment edges,
         }
     }
   }
+}
+
+TEST_CASE("topk gpu bf16: four 256-thread CTAs an SM over several waves: one-word lists, 8 slots a thread, staged past the slots") {
+  // The plan's bf16 CTAs for rows over several waves (families/topk/heuristics.cpp): 43,008 bytes
+  // each, the exact fallback's candidates past 8 a thread in the overflow list, its staged output
+  // (fused, sorted; topk 2560 is more than the 2,048 slot words) in hist0. Rows by r % 7: normal;
+  // the largest scores crowding a warp's segment (its list overflows: the exact path, thousands of
+  // candidates); one bf16 bucket (every key in one first-digit bin: rescans); ReLU with the
+  // threshold on the plateau (zero ties); ReLU with 80 % zeros; negative scores (entries with the
+  // sign's low half); a plateau bound whose positives, where the sample does not look, overflow
+  // warp 2's list (the exact path above 0.0).
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  std::normal_distribution<float> normal;
+  const int sm_count = nsajit::driver::current_context_info().sm_count;
+  const int rows = 2 * sm_count + 7, width = 32768;
+  for (const int topk : {2048, 2560}) {
+    const auto q = nsajit::detail::plan_topk_launch(rows, width, topk, ScoreDtype::bf16, sm_count);
+    INFO("topk " << topk << ": " << nsajit::detail::to_string(q));
+    REQUIRE(speculates(q));
+    REQUIRE(q.threads == 256);
+    REQUIRE(q.slots_per_thread == 8);
+    REQUIRE(q.dynamic_smem == 43008u);
+    auto p = make_problem(rows, width, topk, [] { return 0.0f; });
+    for (int r = 0; r < rows; ++r) {
+      float* row = p.scores.data() + std::size_t(r) * width;
+      for (int i = 0; i < width; ++i) {
+        const float z = normal(rng);
+        switch (r % 7) {
+          case 0: row[i] = z; break;
+          case 1: row[i] = i >= 8192 && i < 8192 + 5000 ? 10.0f + z : z; break;
+          case 2: row[i] = 1.0f + float(rng() % 8) / 128.0f; break;
+          case 3: row[i] = rng() % 300 ? 0.0f : std::fabs(z) + 1.0f; break;
+          case 4: row[i] = rng() % 5 ? 0.0f : std::fabs(z); break;
+          case 5: row[i] = -std::fabs(z); break;
+          default: row[i] = i >= 8192 && i < 12288 && i % 4 != 3 ? std::fabs(z) + 1.0f : 0.0f; break;
+        }
+      }
+      p.lengths[r] = r % 5 == 4 ? width - int(rng() % 4000) : width;  // some rows end inside a warp's segment
+    }
+    p = rounded_to_bf16(p);
+    check_bf16(p);
+    {  // the r % 7 == 6 rows (among the probe's first rows): the plateau sweep, then the exact path
+      ZeroPathProbe probe;
+      const I got = DeviceTopk(p, nullptr, false, ScoreDtype::bf16).run();
+      CHECK_MESSAGE(got == ref::topk_index_order(p), ref::first_difference(got, ref::topk_index_order(p), topk));
+      const std::vector<std::uint32_t> marks = probe.take();
+      for (int r = 6; r < kZeroPathRows; r += 7) CHECK_MESSAGE(marks[std::size_t(r)] == kPlateauSweep, "row " << r);
+    }
+    const I request_len(std::size_t(rows), width);
+    const I pt1 = shuffled_page_table_1(rng, rows, width, 64, request_len);
+    check_fused(p, ref::TopkTransform{ref::decode_tables(pt1, rows, width, 64), 1}, ScoreDtype::bf16);
+  }
+}
+
+TEST_CASE("topk gpu bf16: list entries at the 16-bit offset limit (segments of ~65,400 positions), every head and phase") {
+  // The longest bf16 speculative segments the plan allows at 256 threads (bf16_segments_fit: 511
+  // rounds of 32 pairs a warp): rows of 523,256 positions, 8 rows 523,257 scores apart (heads 0-3,
+  // pair phases 0 and 1), 64 large scores at the end of each warp's segment, so that the listed
+  // offsets reach ~65,400 and the selection holds them.
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  std::normal_distribution<float> normal;
+  const int width = 523256, rows = 8, threads = 256;
+  auto p = make_problem(rows, width, 2048, [&] { return normal(rng); }, width + 1);
+  int max_offset = 0;
+  for (int r = 0; r < rows; ++r) {
+    const int h = r % 4, p0 = r / 4 % 2;  // row r starts r scores past a 16-byte boundary
+    float* const row = p.scores.data() + std::size_t(r) * std::size_t(width + 1);
+    for (int w = 0; w < threads / 32; ++w) {
+      const Segment g = segment_of(width, h, threads, w);
+      const int end = std::min(width, 128 * g.round_end - h), base = 128 * g.round_begin - h - 4 * p0;
+      for (int i = end - 64; i < end; ++i) row[i] = 20.0f + normal(rng);
+      max_offset = std::max(max_offset, end - 1 - base);
+    }
+  }
+  p = rounded_to_bf16(p);
+  CHECK(max_offset > 65000);
+  CHECK(max_offset <= 65535);
+  LaunchOverride one({.ctas_per_row = 1, .threads = threads, .speculate = 1});
+  REQUIRE(speculates(plan_topk_launch(rows, width, 2048, ScoreDtype::bf16, 132)));
+  check_bf16(p);
 }
 
 // --- the cluster lists on a plateau of 0.0 (threshold exactly 0.0) -----------------------------------

@@ -247,7 +247,8 @@ TopkLaunchPlan plan_topk_launch(int rows, int width, int topk, ScoreDtype score_
                      " rows of width " + std::to_string(width) + " (" + to_string(plan) +
                      "): the shape cannot take it (exact_sweeps, speculative_sweep and dense_registers need one CTA "
                      "per row, dense_registers 256 threads and slices of at most 9212, cluster_sweeps a cluster, "
-                     "cluster_lists a cluster of 512 or more threads keeping the whole slice)");
+                     "cluster_lists a cluster of 512 or more threads keeping the whole slice; bf16 speculative_sweep "
+                     "at most 511 rounds of 128 positions a warp)");
   // Two CTAs a row on the exact path lose to one CTA speculating with lists of >= 3 topk entries
   // (counted as fp32 entries: bf16 lists hold twice as many).
   if (plan.algorithm == TopkAlgorithm::cluster_sweeps && c == 2 && constraints.ctas_per_row <= 0 && !demanded &&
