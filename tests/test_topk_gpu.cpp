@@ -1536,7 +1536,7 @@ TEST_CASE("topk gpu bf16: row strides (odd, 1024-byte aligned), row_starts, topk
     for (int r = 0; r < p.rows; ++r) p.lengths[r] = 2000 + 13 * r;
     check_bf16(p);
   }
-  {  // many long rows over several waves (the plan's three 256-thread CTAs an SM at 132 SMs), normal
+  {  // many long rows over several waves (the plan's four 256-thread bf16 CTAs an SM at 132 SMs), normal
      // and ReLU rows whose threshold sits on the 0.0 plateau (~1,230 positives of topk 2048)
     const auto plan = plan_topk_launch(300, 24576, 2048, ScoreDtype::bf16, 132);
     INFO(nsajit::detail::to_string(plan));
