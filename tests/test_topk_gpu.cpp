@@ -2726,6 +2726,24 @@ TEST_CASE("topk gpu bf16: four 256-thread CTAs an SM over several waves: one-wor
   }
 }
 
+TEST_CASE("topk gpu bf16: speculated lists spanning thousands of first-digit bins (huge and infinite scores over negatives)") {
+  // 1 % of the scores 1e30 or +inf, the rest -|N(0, 1)|: the sample's bound lies just under 0.0,
+  // so the lists reach from there to +inf's bin (~2,000 bins), and the first-digit search over
+  // them takes more than one 1,024-bin step.
+  NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
+  std::normal_distribution<float> normal;
+  auto p = make_problem(4, 20000, 512, [&] {
+    const std::uint32_t u = rng() % 200;
+    return u == 0 ? std::numeric_limits<float>::infinity() : u == 1 ? 1e30f : -std::fabs(normal(rng));
+  });
+  p = rounded_to_bf16(p);
+  for (const int threads : {256, 1024}) {
+    INFO("threads " << threads);
+    LaunchOverride one({.ctas_per_row = 1, .threads = threads, .speculate = 1});
+    check_bf16(p);
+  }
+}
+
 TEST_CASE("topk gpu bf16: list entries at the 16-bit offset limit (segments of ~65,400 positions), every head and phase") {
   // The longest bf16 speculative segments the plan allows at 256 threads (bf16_segments_fit: 511
   // rounds of 32 pairs a warp): rows of 523,256 positions, 8 rows 523,257 scores apart (heads 0-3,
