@@ -2674,10 +2674,12 @@ TEST_CASE("topk gpu: the sweep's lists warp by warp: index order, segment edges,
   }
 }
 
-TEST_CASE("topk gpu bf16: four 256-thread CTAs an SM over several waves: one-word lists, 8 slots a thread, staged past the slots") {
+TEST_CASE("topk gpu bf16: four 256-thread CTAs an SM over several waves: one-word lists, 8 slots a thread, topk 2048 and 2560") {
   // The plan's bf16 CTAs for rows over several waves (families/topk/heuristics.cpp): 43,008 bytes
   // each, the exact fallback's candidates past 8 a thread in the overflow list, its staged output
-  // (fused, sorted; topk 2560 is more than the 2,048 slot words) in hist0. Rows by r % 7: normal;
+  // (fused, sorted) in hist0. Outputs only: staging topk 2560 in the 2,048 slot words would pass
+  // too (the overflow warps after them are dead by then), so this does not tell hist0 from the
+  // slots. Rows by r % 7: normal;
   // the largest scores crowding a warp's segment (its list overflows: the exact path, thousands of
   // candidates); one bf16 bucket (every key in one first-digit bin: rescans); ReLU with the
   // threshold on the plateau (zero ties); ReLU with 80 % zeros; negative scores (entries with the
@@ -2727,9 +2729,9 @@ TEST_CASE("topk gpu bf16: four 256-thread CTAs an SM over several waves: one-wor
 }
 
 TEST_CASE("topk gpu bf16: speculated lists spanning thousands of first-digit bins (huge and infinite scores over negatives)") {
-  // 1 % of the scores 1e30 or +inf, the rest -|N(0, 1)|: the sample's bound lies just under 0.0,
-  // so the lists reach from there to +inf's bin (~2,000 bins), and the first-digit search over
-  // them takes more than one 1,024-bin step.
+  // 1 % of the scores 1e30 or +inf, the rest -|N(0, 1)|: the sample's bound should lie just under
+  // 0.0, so that the lists reach from there to +inf's bin (~2,000 bins) and the first-digit search
+  // over them takes more than one 1,024-bin step. Outputs only: which path ran is not asserted.
   NSAJIT_REQUIRE_GPU_WITH_RNG(rng);
   std::normal_distribution<float> normal;
   auto p = make_problem(4, 20000, 512, [&] {
