@@ -273,14 +273,21 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREA
     // bf16: the fixed first digit (the fitted one measured slower there), then the 4 bits that
     // resolve a bf16 key, counted by each warp with its keys above the first digit's bin.
 #if NSAJIT_SCORE_BF16
+    uint32_t hi = 0u;  // the largest listed key
     for (int i = lane; i < warp_fill; i += 32) {  // scores to keys in place, first digits counted
       const uint32_t key = topk_packed_key(warp_list[i]);
       warp_list[i] = key;
       atomicAdd(&hist0[key >> NSAJIT_TOPK_SHIFT0], 1u);
+      hi = max(hi, key);
     }
+    hi = __reduce_max_sync(NSAJIT_TOPK_FULL, hi);
+    if (lane == 0) atomicMax(&sh.key_hi, hi);
     __syncthreads();
+    // Every warp finds the bin itself, from the lists' top bin down (a normal row's lists span a
+    // few dozen bins: one or two warp steps; no block-wide search and its two barriers).
     int greater, count;
-    const uint32_t d = topk_find_bin(hist0, NSAJIT_TOPK_BINS0, x.k, sh, greater, count);
+    const uint32_t d =
+        topk_warp_find_bin_down_far(hist0, int(sh.key_hi >> NSAJIT_TOPK_SHIFT0), 0, x.k, greater, count);
     topk_radix_step(x, d, 32 - NSAJIT_TOPK_SHIFT0, greater, count);
     topk_resolve_bf16_lists(x, warp_list, warp_fill, sh);  // templates/topk_bf16.cuh; the warps' counts stored
 #else
