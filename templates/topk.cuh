@@ -91,8 +91,14 @@
 
 // --- the kernel ------------------------------------------------------------------------------------
 
-// At most 64 registers: 1024 threads per SM are never limited by registers.
-extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1024 / NSAJIT_THREADS) nsajit_topk(const TopkParams p) {
+// At most 64 registers: 1024 threads per SM are never limited by registers. A single row's
+// 512-thread cluster CTAs have an SM each: up to 128.
+#if NSAJIT_TOPK_ALGORITHM == NSAJIT_TOPK_CLUSTER_LISTS && NSAJIT_THREADS == 512
+#define NSAJIT_TOPK_MIN_CTAS 1
+#else
+#define NSAJIT_TOPK_MIN_CTAS (1024 / NSAJIT_THREADS)
+#endif
+extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, NSAJIT_TOPK_MIN_CTAS) nsajit_topk(const TopkParams p) {
   extern __shared__ u32x4 topk_dynamic[];
   __shared__ TopkShared sh;
 

@@ -268,6 +268,24 @@ NSAJIT_DEVICE void topk_cluster_plateau(const TopkSlice& s, int b, const u32x4* 
       uint32_t bits = zero_bits(q);
       const int c = __popc(bits);
       const int inclusive = warp_inclusive_scan(c);
+#if NSAJIT_FUSED
+      const int e = next + inclusive - c;
+      // The lane's (up to 4) zeros together: their table reads are in flight at once instead of
+      // one L2 latency each before its store. (Plain kernels keep the loop: no latency to hide.)
+      int slot[4], value[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int j = __ffs(bits) - 1;  // -1: no zero left
+        bits &= bits - 1u;
+        slot[u] = j >= 0 && e + u < take_equal ? positives + e + u : -1;
+        value[u] = slot[u] >= 0 ? position0 + 128 * q + j : -1;
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) value[u] = topk_emit(t, value[u], apply);
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        if (slot[u] >= 0) out[slot[u]] = value[u];
+#else
       int e = next + inclusive - c;
       while (bits && e < take_equal) {
         const int j = __ffs(bits) - 1;
@@ -275,6 +293,7 @@ NSAJIT_DEVICE void topk_cluster_plateau(const TopkSlice& s, int b, const u32x4* 
         out[positives + e] = topk_emit(t, position0 + 128 * q + j, apply);
         ++e;
       }
+#endif
       next += __shfl_sync(NSAJIT_TOPK_FULL, inclusive, 31);
     }
   }
