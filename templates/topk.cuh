@@ -91,8 +91,8 @@
 
 // --- the kernel ------------------------------------------------------------------------------------
 
-// At most 64 registers: 1024 threads per SM are never limited by registers. A single row's
-// 512-thread cluster CTAs have an SM each: up to 128.
+// At most 64 registers: 1024 threads per SM are never limited by registers. The 512-thread
+// cluster-list kernel runs one CTA an SM wherever a plan or tuning gives it: up to 128.
 #if NSAJIT_TOPK_ALGORITHM == NSAJIT_TOPK_CLUSTER_LISTS && NSAJIT_THREADS == 512
 #define NSAJIT_TOPK_MIN_CTAS 1
 #else
