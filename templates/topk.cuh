@@ -92,7 +92,7 @@
 // --- the kernel ------------------------------------------------------------------------------------
 
 // At most 64 registers: 1024 threads per SM are never limited by registers. The 512-thread
-// cluster-list kernel runs one CTA an SM wherever a plan or tuning gives it: up to 128.
+// cluster-list kernel keeps its slice (>= 137 KB of shared memory: one CTA an SM anyway): up to 128.
 #if NSAJIT_TOPK_ALGORITHM == NSAJIT_TOPK_CLUSTER_LISTS && NSAJIT_THREADS == 512
 #define NSAJIT_TOPK_MIN_CTAS 1
 #else

@@ -301,8 +301,9 @@ NSAJIT_DEVICE void topk_resolve_bf16(TopkRadix& x) {
 }
 
 // Whole block (C > 1: every CTA of the cluster, uniformly): lo and hi become the minimum and the
-// maximum over the block's (the cluster's) threads. sh.key_lo / key_hi are written only here, from
-// the prologue's ~0u / 0, so cluster peers may read them until the kernel ends. Ends synchronised.
+// maximum over the block's (the cluster's) threads. In clustered kernels sh.key_lo / key_hi are
+// written only here, from the prologue's ~0u / 0, so cluster peers may read them until the kernel
+// ends (the speculative kernels, never clustered, also write them in their selection). Ends synchronised.
 NSAJIT_DEVICE void topk_key_range(uint32_t& lo, uint32_t& hi, TopkShared& sh, int C) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
