@@ -54,6 +54,8 @@
 //   SUM1     named 256: WG1 arrives after storing sum[1]; WG0 syncs, then reads them. (One barrier
 //            synced by both would be reached at two instructions once ptxas duplicates the
 //            epilogue per role: undefined for bar.sync, and synccheck reports it.)
+//   STAGED_O named 128, ids 13 / 14 (store_o_staged): a warpgroup's O stmatrix + proxy fence ->
+//            its bulk copies out of the Q tile.
 // Reuse of the named barriers and of max[]: WG0 arrives on MAX0 / P0_READY of pair i + 1 only past
 // its MAX1 sync of pair i + 1 or i, which needs WG1's MAX1 arrival, made after WG1's MAX0 sync and
 // its P0_READY sync of the pair before; WG1 arrives on MAX1 / P1_READY of pair i + 1 only past its
@@ -415,7 +417,8 @@ NSAJIT_DEVICE void math_warpgroup(const SparseMlaDecodeParams& p, uint32_t s_bas
       if (p.max_logits != nullptr) p.max_logits[head] = l > 0.f ? m * 0.6931471805599453f : neg_inf();
     }
   }
-  store_o(p, o, W * 256, r0, r1, t4, inv0, inv1, row, head0, 0, false);
+  // The Q tile is free: both warpgroups' QKs completed before SUM0 / SUM1, and q is copied only with a pair.
+  store_o_staged(p, o, W, s_base + OFF_Q, inv0, inv1, row, head0);
 }
 
 }  // namespace mla

@@ -32,7 +32,7 @@
 // tolerance where a few dominant tokens' V values cancel (docs/notes/sparse_mla.md, "Measurements / 2").
 // Shared memory: Q [64][576] and two KV tiles [64][576], each as nine [64 rows][128 B] subtiles
 // with the 128-byte swizzle (16-byte chunk c of row r at c ^ (r & 7)), which wgmma reads K-major
-// (Q, K, P) and MN-major (V = the same tile, transposed view). Two tiles in flight: full[b]
+// (Q, K, P) and MN-major (V = the same tile, transposed view); the unsplit epilogue stages O over Q. Two tiles in flight: full[b]
 // (producer -> consumers) and empty[b] (consumers -> producer) mbarriers; named barriers pass P
 // from WG0 to WG1 (P_READY) and the P_lo / alpha buffers back (P_FREE). WG0 releases a tile once
 // its PV is done: before waiting for the next tile if that has not landed, else after issuing
@@ -84,6 +84,7 @@ constexpr int REG_WG1 = FP8 ? 160 : 208;
 static_assert(PRODUCERS / 128 * REG_PRODUCER + REG_WG0 + REG_WG1 == NSAJIT_THREADS / 128 * REG_LAUNCH,
               "setmaxnreg budgets must balance");
 
+// Ids 13 and 14 are the epilogue's BAR_STAGED_O (sparse_mla_wgmma_common.cuh).
 enum : int { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPILOGUE = 3, BAR_WG0_VOTE = 4 };
 
 // One k16 step of a warpgroup's PV: O[:, 256 dims] += A V, A (64 x 16 of P) from shared memory
@@ -527,7 +528,9 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       }
     }
     bar_arrive(BAR_EPILOGUE, 256);
-    store_o(p, o, 0, r0, r1, t4, inv0, inv1, row, head0, split, partial);
+    // no tile: q's copies may still be landing in the staging area
+    if (!partial && tile_end > tile_begin) store_o_staged(p, o, 0, s_q, inv0, inv1, row, head0);
+    else store_o(p, o, 0, r0, r1, t4, inv0, inv1, row, head0, split, partial);
   } else {
     // ================= WG1: O[:, 256:512] =================
     set_max_regs<REG_WG1>();
@@ -549,7 +552,9 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       mbar_arrive(bar_empty + 8 * b);
     }
     bar_sync(BAR_EPILOGUE, 256);
-    store_o(p, o, 256, r0, r1, t4, invl_s[r0], invl_s[r1], row, head0, split, partial);
+    // WG0's QKs completed before its BAR_EPILOGUE arrival; full[0] covered the q copies.
+    if (!partial && tile_end > tile_begin) store_o_staged(p, o, 1, s_q, invl_s[r0], invl_s[r1], row, head0);
+    else store_o(p, o, 256, r0, r1, t4, invl_s[r0], invl_s[r1], row, head0, split, partial);
   }
 
 }

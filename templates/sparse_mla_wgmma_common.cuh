@@ -225,4 +225,42 @@ NSAJIT_DEVICE void store_o(const SparseMlaDecodeParams& p, const float (&o)[128]
   }
 }
 
+// Without splits, a consumer warpgroup's 256 dims of O go through shared memory: stmatrix into
+// the Q tile (no QK reads it by then), then one 512-byte bulk copy a head row. Written by the
+// threads straight from the fragment (64 4-byte stores a thread, a head row's 16 bytes a partial
+// sector each) the epilogue held the consumer warps ~13 % of a prefill CTA's time
+// (docs/notes/sparse_mla.md, "Fifteenth session").
+constexpr int BAR_STAGED_O = 13;                  // + warpgroup: named barriers 13 and 14
+constexpr uint32_t kStagePitch = 2u * kDimV + 16u;  // bytes a staged head row: +16 puts a stmatrix block's 8 rows in distinct 16-byte bank groups
+static_assert(64u * kStagePitch <= TILE, "the staged O fits the Q tile");
+
+NSAJIT_DEVICE void bulk_store_wait_read(void* gmem, uint32_t saddr, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gmem), "r"(saddr), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the staging may be released after
+}
+
+// Epilogue of consumer warpgroup w (dims [256 w, 256 w + 256)) without splits; s_stage: the Q
+// tile, free once every QK of the CTA is done and no copy into it is in flight.
+NSAJIT_DEVICE void store_o_staged(const SparseMlaDecodeParams& p, const float (&o)[128], int w, uint32_t s_stage,
+                                  float inv0, float inv1, long long row, int head0) {
+  const int ct = threadIdx.x & 127, lane = ct & 31;
+  // stmatrix.x4 jj: the 8x8 blocks (rows 16 warp + [0, 8) / [8, 16)) x (dims 16 jj + [0, 8) / [8, 16)) in
+  // the fragment's order; lane L gives the address of row L % 8 of block L / 8.
+  const int srow = 16 * (ct >> 5) + (lane & 7) + 8 * ((lane >> 3) & 1);
+  const uint32_t base = s_stage + uint32_t(srow) * kStagePitch + 512u * uint32_t(w) + 16u * uint32_t(lane >> 4);
+#pragma unroll
+  for (int jj = 0; jj < 16; ++jj) {
+    const int a = 8 * jj, b = 8 * jj + 4;  // o[] of dims 16 jj + 2 t4 and 16 jj + 8 + 2 t4
+    const uint32_t r[4] = {pack_bf16x2_rn(o[a] * inv0, o[a + 1] * inv0), pack_bf16x2_rn(o[a + 2] * inv1, o[a + 3] * inv1),
+                           pack_bf16x2_rn(o[b] * inv0, o[b + 1] * inv0), pack_bf16x2_rn(o[b + 2] * inv1, o[b + 3] * inv1)};
+    stmatrix_x4(base + 32u * uint32_t(jj), r);
+  }
+  fence_proxy_async();  // stmatrix (generic proxy) -> the bulk copies' reads (async proxy)
+  bar_sync(BAR_STAGED_O + w, 128);
+  if (ct < HEADS_PER_CTA)  // padding rows (fewer heads a CTA) are not written
+    bulk_store_wait_read(p.out + (row * H_Q + head0 + ct) * kDimV + 256 * w, s_stage + uint32_t(ct) * kStagePitch + 512u * uint32_t(w), 512u);
+}
+
 }  // namespace mla
