@@ -228,8 +228,7 @@ NSAJIT_DEVICE void store_o(const SparseMlaDecodeParams& p, const float (&o)[128]
 // Without splits, a consumer warpgroup's 256 dims of O go through shared memory: stmatrix into
 // the Q tile (no QK reads it by then), then one 512-byte bulk copy a head row. Written by the
 // threads straight from the fragment (64 4-byte stores a thread, a head row's 16 bytes a partial
-// sector each) the epilogue held the consumer warps ~13 % of a prefill CTA's time
-// (docs/notes/sparse_mla.md, "Fifteenth session").
+// sector each) the epilogue held the consumer warps ~13 % of a prefill CTA's time.
 constexpr int BAR_STAGED_O = 13;                  // + warpgroup: named barriers 13 and 14
 constexpr uint32_t kStagePitch = 2u * kDimV + 16u;  // bytes a staged head row: +16 puts a stmatrix block's 8 rows in distinct 16-byte bank groups
 static_assert(64u * kStagePitch <= TILE, "the staged O fits the Q tile");
