@@ -246,6 +246,19 @@ TEST_CASE("nsajit run's precompile list: top-k's tile at any SM count (MIG slice
   }
 }
 
+TEST_CASE("precompile lists a tuning database's sparse MLA choice only for a topk its kernel takes") {
+  tuning::TuningDb db;
+  db.origin = "test.json";
+  db.key.arch = to_string(Arch{90, 'a'});
+  db.sparse_mla = {{.bucket = {.name = "h64 seesaw", .h_q = 64, .kv_dtype = KvDtype::bf16, .rows = {1, 8192}, .topk = {64, 4096}},
+                    .choice = {.tile = {.threads = 384, .block_tokens = 64, .heads_per_cta = 64, .kernel = MlaKernel::wgmma,
+                                        .producer_warps = 4, .schedule = MlaSchedule::seesaw}}}};
+  const std::vector<tools::DbSpec> at_2048 = tools::tuning_db_specs(db, Arch{90, 'a'}, 2048);
+  REQUIRE(at_2048.size() == 1);
+  CHECK(at_2048[0].spec.tile.schedule == MlaSchedule::seesaw);
+  CHECK(tools::tuning_db_specs(db, Arch{90, 'a'}, 2112).empty());  // 2112 % 128 = 64: the seesaw refuses it
+}
+
 TEST_CASE("top-k plans load a kernel compiled for their CTA layout, under any constraints") {
   // The kernel's C is 1 unless its algorithm is a cluster one (then max(ctas_per_row, 2)); the dense
   // and cluster-list paths exist at 256 and >= 512 threads only (templates/topk.cuh).

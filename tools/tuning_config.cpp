@@ -386,7 +386,8 @@ std::vector<DbSpec> tuning_db_specs(const tuning::TuningDb& db, Arch arch, int t
   std::vector<DbSpec> out;
   if (db.key.arch != to_string(arch)) return out;
   for (const tuning::SparseMlaTuningEntry& e : db.sparse_mla) {
-    if (!e.bucket.topk.contains(topk)) continue;
+    // A choice whose kernel cannot take this topk (seesaw: a multiple of 128) serves no call of it.
+    if (!e.bucket.topk.contains(topk) || !tuning::choice_serves(e.choice, topk, false)) continue;
     for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3}) {
       if (e.bucket.kv_dtype && *e.bucket.kv_dtype != kv) continue;
       out.push_back({tuning::sparse_mla_spec_of(e.choice, e.bucket.h_q, topk, kv, arch),
