@@ -76,12 +76,7 @@ Timing time_us(const std::function<void()>& launch, const TimingOptions& options
   std::vector<double> times;
   times.reserve(std::size_t(options.iters));
   for (int i = 0; i < options.iters; ++i) {
-    if (options.flush_l2) {
-      flush.poison(std::uint8_t(i));
-      // Lines a kernel read under an L2 evict_last policy may outlive the writes above (they are
-      // evicted last); demote them so that every timed launch starts cold. Unsupported: ignored.
-      driver::api().cuCtxResetPersistingL2Cache();
-    }
+    if (options.flush_l2) flush.poison(std::uint8_t(i));
     if (options.after_flush) options.after_flush();
     NSAJIT_CU(cuEventRecord, start, nullptr);
     launch();
