@@ -99,16 +99,18 @@ NSAJIT_DEVICE uint32_t bar_full(uint32_t s_base, int b, int h) { return s_base +
 NSAJIT_DEVICE uint32_t bar_empty(uint32_t s_base, int b, int h) { return s_base + OFF_BAR + 32u + 16u * b + 8u * h; }
 
 // Subtiles [S0, S1) of this producer thread's four rows grp + 16 i (16-byte chunk ch of each):
-// cp.async from the KV row, zero-filled (nothing read) for an invalid index.
+// cp.async from the KV row, zero-filled (nothing read) for an invalid index, whose copies point at
+// slot 0's row (q's with an empty pool): one base address a row, the chunks at immediate offsets.
 template <int S0, int S1>
 NSAJIT_DEVICE void gather_rows(uint32_t dst, const SparseMlaDecodeParams& p, const int (&idx)[4], int grp, int ch) {
+  const bf16_t* kv_or_q = p.num_slots > 0 ? p.kv : p.q;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int r = grp + 16 * i;
     const bool ok = idx[i] >= 0;
-    const bf16_t* src = ok ? p.kv + (long long)idx[i] * p.kv_row_stride + ch * 8 : p.q;
+    const bf16_t* src = kv_or_q + (long long)(ok ? idx[i] : 0) * p.kv_row_stride + ch * 8;
 #pragma unroll
-    for (int s = S0; s < S1; ++s) cp_async_16_zfill(dst + s * SUB + swz(r, ch), ok ? src + s * 64 : src, ok ? 16u : 0u);
+    for (int s = S0; s < S1; ++s) cp_async_16_zfill(dst + s * SUB + swz(r, ch), src + s * 64, ok ? 16u : 0u);
   }
 }
 
@@ -137,9 +139,12 @@ NSAJIT_DEVICE void producer(const SparseMlaDecodeParams& p, uint32_t s_base, int
   auto prefetch_tile = [&](int raw) {
     const int idx = valid_index(raw, p.num_slots);
     if (idx < 0) return;
-    const char* base = reinterpret_cast<const char*>(p.kv + (long long)idx * p.kv_row_stride);
-#pragma unroll 1
-    for (int o = 128 * (pt & 1); o < 2 * kDimQK + 127; o += 256) prefetch_l2_line(base + min(o, 2 * kDimQK - 1));
+    // bytes 256 j + 128 (pt & 1), then the row's end at 1024 / 1151 (a row 16- but not 128-byte
+    // aligned spans ten lines)
+    const char* base = reinterpret_cast<const char*>(p.kv + (long long)idx * p.kv_row_stride) + 128 * (pt & 1);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) prefetch_l2_line(base + 256 * j);
+    prefetch_l2_line(base + 1024 - (pt & 1));
   };
   // Every index entry pair 0 needs, loaded before anything waits for one (after a launch they come
   // from DRAM; one after another they would put round trips before the first copies). Raw entries,
