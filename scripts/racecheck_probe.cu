@@ -1,6 +1,7 @@
 // racecheck_probe.cu: a race-free named-barrier hand-off, to tell a compute-sanitizer racecheck
 // artefact from a race in the sparse-MLA wgmma kernels (docs/notes/sparse_mla.md, "racecheck").
-// Build and run on the GPU machine: nvcc -arch=sm_90a -O2 -o /tmp/probe scripts/racecheck_probe.cu
+// Build and run on the GPU machine:
+//   nvcc -gencode arch=compute_90a,code=sm_90a -O2 -o /tmp/probe scripts/racecheck_probe.cu
 //   compute-sanitizer --tool racecheck /tmp/probe
 // WG0 writes a[] then bar.arrive(P_READY); WG1 bar.sync(P_READY), reads a[], bar.arrive(P_FREE);
 // WG0 bar.sync(P_FREE) before the next write.
@@ -32,7 +33,7 @@ __global__ void __launch_bounds__(THREADS, 1) k(int* out, int iters) {
     if constexpr (REGS) { if constexpr (THREADS == 512) inc<160>(); else inc<208>(); }
     for (int k = 0; k < iters; ++k) {
       bsync(1, 256);
-      acc += a[t >> 1] + a[(t >> 1) + 1];
+      acc += a[(t >> 1) & 62] + a[((t >> 1) & 62) + 1];  // a written pair: 2k + 1
       if (k + 1 < iters) barrive(2, 256);
     }
     if (t == 0) atomicExch(&done, 1);
