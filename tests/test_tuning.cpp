@@ -84,6 +84,14 @@ TEST_CASE("tune config: a valid config expands its bucket groups; bad input name
   CHECK(c.sparse_mla[1].bucket.h_q == 16);
   CHECK(c.sparse_mla[1].rows == 64);
   CHECK(c.sparse_mla[1].bucket.rows.hi == tuning::Range{}.hi);
+  CHECK(c.mla_kv_tokens == tools::kDefaultMlaKvTokens);
+  {  // kv_tokens: the timed rows' context, for the sparse MLA family only
+    nlohmann::json j = small_config();
+    j["sparse_mla"]["kv_tokens"] = 8192;
+    CHECK(tools::parse_tune_config(j.dump(), "t.json").mla_kv_tokens == 8192);
+    CHECK(contains(tools::dry_run_listing(tools::parse_tune_config(j.dump(), "t.json"), Arch{90, 'a'}, 132),
+                   "over 8192 KV tokens"));
+  }
   {  // score_dtype: a list gives a bucket per dtype, the bf16 one named as the bench's case
     nlohmann::json j = small_config();
     j["topk"]["buckets"][0]["score_dtype"] = {"fp32", "bf16"};
@@ -136,6 +144,10 @@ TEST_CASE("tune config: a valid config expands its bucket groups; bad input name
       {"/sparse_mla/buckets/0/tune_rows", {2, 100000}, {"tune_rows[1]", "rows x h_q <= 1048576"}},
       {"/sparse_mla/buckets/0/rows", nlohmann::json::array(), {"sparse_mla.buckets[0].rows"}},
       {"/gpu", "H200", {"t.json.gpu", "unknown field"}},
+      {"/sparse_mla/kv_tokens", 0, {"t.json: sparse_mla.kv_tokens = 0", "[1, 1048576]"}},
+      {"/sparse_mla/kv_tokens", 2097152, {"sparse_mla.kv_tokens = 2097152", "[1, 1048576]"}},
+      {"/sparse_mla/kv_tokens", "32K", {"sparse_mla.kv_tokens", "an integer"}},
+      {"/topk/kv_tokens", 8192, {"topk.kv_tokens", "unknown field"}},
   };
   for (const Bad& b : bad) {
     nlohmann::json j = small_config();

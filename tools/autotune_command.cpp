@@ -42,7 +42,6 @@ namespace {
 constexpr int kDim = 576;
 constexpr int kDimV = 512;
 constexpr int kTokenBytes = 656;
-constexpr std::int64_t kSlots = 262144;  // the bench's KV pool (tools/bench/bench_sparse_mla.cpp)
 constexpr int kPageSize = 64;
 constexpr float kScale = 0.13524f;
 constexpr int kCheckRows = 2;
@@ -218,7 +217,8 @@ void tune_topk_bucket(const TopkTuneBucket& b, std::vector<TopkCandidate> cands,
   outcome.topk.push_back(std::move(e));
 }
 
-// Host and device inputs of every sparse MLA bucket: the bench's pool of slots, random q and indices.
+// Host and device inputs of every sparse MLA bucket: a pool of the config's kv_tokens slots, random q
+// and indices into it.
 struct MlaInputs {
   std::vector<std::uint16_t> pool, dequant, q;
   std::vector<std::uint8_t> cache;
@@ -228,20 +228,22 @@ struct MlaInputs {
   std::unique_ptr<DeviceBuffer<std::int32_t>> d_idx;
   std::unique_ptr<DeviceBuffer<float>> d_lse;
 
-  MlaInputs(std::size_t max_heads_rows, std::size_t max_rows, int topk) {
+  std::int64_t slots;
+
+  MlaInputs(std::size_t max_heads_rows, std::size_t max_rows, int topk, int kv_tokens) : slots(kv_tokens) {
     bench::NormalRng rng{1};
-    pool.resize(std::size_t(kSlots) * kDim);
+    pool.resize(std::size_t(slots) * kDim);
     for (auto& x : pool) x = reference::float_to_bf16(rng.normal());
-    cache.resize(std::size_t(kSlots) * kTokenBytes);
+    cache.resize(std::size_t(slots) * kTokenBytes);
     dequant.resize(pool.size());
-    for (std::int64_t s = 0; s < kSlots; ++s) {
+    for (std::int64_t s = 0; s < slots; ++s) {
       reference::fp8_kv_quantize_token(pool.data() + s * kDim, Fp8ScaleFormat::fp32, cache.data() + s * kTokenBytes);
       reference::fp8_kv_dequantize_token(cache.data() + s * kTokenBytes, dequant.data() + s * kDim);
     }
     q.resize(max_heads_rows * kDim);
     for (auto& x : q) x = reference::float_to_bf16(rng.normal());
     idx.resize(max_rows * std::size_t(topk));
-    for (auto& v : idx) v = std::int32_t(rng.next() % std::uint64_t(kSlots));
+    for (auto& v : idx) v = std::int32_t(rng.next() % std::uint64_t(slots));
     d_pool = std::make_unique<DeviceBuffer<std::uint16_t>>(pool);
     d_cache = std::make_unique<DeviceBuffer<std::uint8_t>>(cache);
     d_q = std::make_unique<DeviceBuffer<std::uint16_t>>(q);
@@ -260,7 +262,7 @@ struct MlaInputs {
     } else {
       a.kv = d_pool->get();
     }
-    a.num_slots = kSlots;
+    a.num_slots = slots;
     a.indices = d_idx->get();
     a.out = d_out->get();
     a.lse = d_lse->get();
@@ -276,7 +278,7 @@ struct MlaInputs {
     reference::SparseMlaInput in;
     in.q = std::span(q).subspan(0, std::size_t(kCheckRows) * h_q * kDim);
     in.kv = kv == KvDtype::fp8_e4m3 ? std::span<const std::uint16_t>(dequant) : std::span<const std::uint16_t>(pool);
-    in.num_slots = kSlots;
+    in.num_slots = slots;
     in.indices = std::span(idx).subspan(0, std::size_t(kCheckRows) * topk);
     in.rows = kCheckRows;
     in.h_q = h_q;
@@ -372,7 +374,7 @@ void tune_sparse_mla_bucket(const SparseMlaTuneBucket& b, KvDtype kv, std::vecto
   bucket.kv_dtype = kv;
   e.bucket = tuning::sparse_mla_bucket_json(bucket);
   e.shape = {{"rows", b.rows}, {"h_q", h_q}, {"topk", topk}, {"kv_dtype", kv == KvDtype::bf16 ? "bf16" : "fp8"},
-             {"num_slots", kSlots}};
+             {"num_slots", in.slots}};
   e.heuristic = heuristic.cand->describe();
   e.candidates = int(timed.size());
   e.dropped = dropped;
@@ -500,7 +502,7 @@ int run_autotune(const AutotuneOptions& o) {
       report(name, outcome.topk, before, began);
     }
     if (!mla_work.empty()) {
-      const MlaInputs inputs(max_heads_rows, max_rows, int(mla_work.front().b->bucket.topk.lo));
+      const MlaInputs inputs(max_heads_rows, max_rows, int(mla_work.front().b->bucket.topk.lo), config.mla_kv_tokens);
       std::map<std::string, std::string> checks;
       for (MlaWork& w : mla_work) {
         const std::string name = fmt::format("sparse_mla {} {}", w.b->bucket.name, to_string(w.kv));

@@ -181,12 +181,13 @@ TuneConfig parse_tune_config(const std::string& text, const std::string& path) {
   if (j.contains("iters")) c.iters = positive_int(j["iters"], path + ": iters", 10000);
   if (!j.contains("topk") && !j.contains("sparse_mla"))
     throw InvalidArgument(fmt::format("{}: expected \"topk\" and/or \"sparse_mla\"", path));
-  auto family_of = [&](const char* name, const std::vector<std::string>& fields, auto set, auto each_bucket) {
+  auto family_of = [&](const char* name, std::initializer_list<const char*> known, const std::vector<std::string>& fields,
+                       auto set, auto each_bucket) {
     if (!j.contains(name)) return;
     const std::string where = path + ": " + name;
     const nlohmann::json& f = j[name];
     if (!f.is_object()) bad_field(where, f, "an object with \"search\" and \"buckets\"");
-    tuning::reject_unknown_fields(f, {"search", "buckets"}, where);
+    tuning::reject_unknown_fields(f, known, where);
     const SearchSpace search = f.contains("search") ? parse_search(f["search"], where + ".search", fields, set) : SearchSpace{};
     if (!f.contains("buckets") || !f["buckets"].is_array() || f["buckets"].empty())
       bad_field(where + ".buckets", f.value("buckets", nlohmann::json("missing")), "a non-empty list of buckets");
@@ -194,7 +195,7 @@ TuneConfig parse_tune_config(const std::string& text, const std::string& path) {
       each_bucket(f["buckets"][i], fmt::format("{}.buckets[{}]", where, i), search);
   };
   family_of(
-      "topk", detail::topk_choice_fields(),
+      "topk", {"search", "buckets"}, detail::topk_choice_fields(),
       [](const auto& f, const auto& v, const auto& w) {
         detail::TopkPlanConstraints t;
         detail::set_topk_choice_field(t, f, v, w);
@@ -205,8 +206,10 @@ TuneConfig parse_tune_config(const std::string& text, const std::string& path) {
           c.topk.push_back(std::move(t));
         }
       });
+  if (j.contains("sparse_mla") && j["sparse_mla"].is_object() && j["sparse_mla"].contains("kv_tokens"))
+    c.mla_kv_tokens = positive_int(j["sparse_mla"]["kv_tokens"], path + ": sparse_mla.kv_tokens", kMaxMlaKvTokens);
   family_of(
-      "sparse_mla", tuning::sparse_mla_choice_fields(),
+      "sparse_mla", {"kv_tokens", "search", "buckets"}, tuning::sparse_mla_choice_fields(),
       [](const auto& f, const auto& v, const auto& w) {
         tuning::SparseMlaChoice t;
         tuning::set_sparse_mla_choice_field(t, f, v, w);
@@ -340,8 +343,8 @@ std::string dry_run_listing(const TuneConfig& config, Arch arch, int sm_count) {
       std::vector<Dropped> dropped;
       const auto cands = sparse_mla_candidates(b, kv, arch, sm_count, dropped);
       total += cands.size();
-      s += fmt::format("\nsparse_mla bucket {} ({} KV): timed at {} rows: {} candidates\n", b.bucket.name, to_string(kv),
-                       b.rows, cands.size());
+      s += fmt::format("\nsparse_mla bucket {} ({} KV): timed at {} rows over {} KV tokens: {} candidates\n", b.bucket.name,
+                       to_string(kv), b.rows, config.mla_kv_tokens, cands.size());
       for (const SparseMlaCandidate& c : cands) s += fmt::format("  {}{}\n", c.heuristic ? "[heuristic] " : "", c.describe());
       for (const Dropped& d : dropped) s += fmt::format("  dropped {}: {}\n", d.what, d.why);
     }

@@ -4,8 +4,11 @@
 // Config: {"schema": 1, "iters": 20,
 //   "topk": {"search": {field: [values]}, "buckets": [{"name", "rows", "width", "topk",
 //            "tune": {"rows", "width", "len_lo"?}, "search"?}]},
-//   "sparse_mla": {"search": {...}, "buckets": [{"name"?, "h_q": n | [n...], "kv_dtype": k | [k...],
+//   "sparse_mla": {"kv_tokens"?, "search": {...}, "buckets": [{"name"?, "h_q": n | [n...], "kv_dtype": k | [k...],
 //            "rows": range | [ranges], "tune_rows": n | [n per range], "next_n"?, "topk", "search"?}]}}
+// kv_tokens: the KV tokens the timed rows' indices are drawn from, i.e. the served contexts'
+// length (default kDefaultMlaKvTokens, the bench's largest pool): whether the rows' gather hits L2
+// decides between some variants (docs/design/sparse_mla.md, the seesaw schedule).
 // Fields of a search: topk_choice_fields() / sparse_mla_choice_fields(), each a list of values
 // ("auto" = the heuristics' value). A bucket's "search" replaces the family's fields it names.
 #pragma once
@@ -35,9 +38,13 @@ struct SparseMlaTuneBucket {
   SearchSpace search;
 };
 
+inline constexpr int kDefaultMlaKvTokens = 262144;
+inline constexpr int kMaxMlaKvTokens = 1 << 20;  // ~3 GB of host copies (bf16 pool, FP8 cache, dequantized)
+
 struct TuneConfig {
   std::string path;
   int iters = 20;  // timed launches per candidate (median)
+  int mla_kv_tokens = kDefaultMlaKvTokens;  // sparse_mla.kv_tokens
   std::vector<TopkTuneBucket> topk;
   std::vector<SparseMlaTuneBucket> sparse_mla;
 };
