@@ -144,9 +144,10 @@ TEST_CASE("tune config: a valid config expands its bucket groups; bad input name
       {"/sparse_mla/buckets/0/tune_rows", {2, 100000}, {"tune_rows[1]", "rows x h_q <= 1048576"}},
       {"/sparse_mla/buckets/0/rows", nlohmann::json::array(), {"sparse_mla.buckets[0].rows"}},
       {"/gpu", "H200", {"t.json.gpu", "unknown field"}},
-      {"/sparse_mla/kv_tokens", 0, {"t.json: sparse_mla.kv_tokens = 0", "[1, 1048576]"}},
-      {"/sparse_mla/kv_tokens", 2097152, {"sparse_mla.kv_tokens = 2097152", "[1, 1048576]"}},
-      {"/sparse_mla/kv_tokens", "32K", {"sparse_mla.kv_tokens", "an integer"}},
+      {"/sparse_mla/kv_tokens", 0, {"t.json: sparse_mla.kv_tokens = 0", "a multiple of 64 in [64, 1048576]"}},
+      {"/sparse_mla/kv_tokens", 2097152, {"sparse_mla.kv_tokens = 2097152", "[64, 1048576]"}},
+      {"/sparse_mla/kv_tokens", 8200, {"sparse_mla.kv_tokens = 8200", "a multiple of 64"}},
+      {"/sparse_mla/kv_tokens", "32K", {"sparse_mla.kv_tokens = \"32K\"", "a multiple of 64"}},
       {"/topk/kv_tokens", 8192, {"topk.kv_tokens", "unknown field"}},
   };
   for (const Bad& b : bad) {

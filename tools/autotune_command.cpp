@@ -42,7 +42,7 @@ namespace {
 constexpr int kDim = 576;
 constexpr int kDimV = 512;
 constexpr int kTokenBytes = 656;
-constexpr int kPageSize = 64;
+constexpr int kPageSize = kMlaKvTokensPage;
 constexpr float kScale = 0.13524f;
 constexpr int kCheckRows = 2;
 // A winner replaces the heuristics' choice only when it stays at least this much faster on re-timing.

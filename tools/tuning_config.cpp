@@ -206,8 +206,15 @@ TuneConfig parse_tune_config(const std::string& text, const std::string& path) {
           c.topk.push_back(std::move(t));
         }
       });
-  if (j.contains("sparse_mla") && j["sparse_mla"].is_object() && j["sparse_mla"].contains("kv_tokens"))
-    c.mla_kv_tokens = positive_int(j["sparse_mla"]["kv_tokens"], path + ": sparse_mla.kv_tokens", kMaxMlaKvTokens);
+  if (j.contains("sparse_mla") && j["sparse_mla"].is_object() && j["sparse_mla"].contains("kv_tokens")) {
+    const nlohmann::json& v = j["sparse_mla"]["kv_tokens"];
+    // whole FP8 pages: the FP8 buckets time a paged cache of these tokens
+    if (!v.is_number_integer() || v.get<long long>() < kMlaKvTokensPage || v.get<long long>() > kMaxMlaKvTokens ||
+        v.get<long long>() % kMlaKvTokensPage != 0)
+      bad_field(path + ": sparse_mla.kv_tokens", v,
+                fmt::format("a multiple of {} in [{}, {}]", kMlaKvTokensPage, kMlaKvTokensPage, kMaxMlaKvTokens));
+    c.mla_kv_tokens = v.get<int>();
+  }
   family_of(
       "sparse_mla", {"kv_tokens", "search", "buckets"}, tuning::sparse_mla_choice_fields(),
       [](const auto& f, const auto& v, const auto& w) {

@@ -40,6 +40,7 @@ struct SparseMlaTuneBucket {
 
 inline constexpr int kDefaultMlaKvTokens = 262144;
 inline constexpr int kMaxMlaKvTokens = 1 << 20;  // ~3 GB of host copies (bf16 pool, FP8 cache, dequantized)
+inline constexpr int kMlaKvTokensPage = 64;       // autotune's FP8 page size
 
 struct TuneConfig {
   std::string path;
