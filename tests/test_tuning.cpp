@@ -591,7 +591,9 @@ TEST_CASE("tuning database gpu: nsajit autotune on a small config writes a datab
   }
   test::TempDir dir("tune-run");
   const std::string db = dir.path() + "/db.json";
-  write_file(dir.path() + "/config.json", small_config().dump());
+  nlohmann::json config = small_config();
+  config["sparse_mla"]["kv_tokens"] = 8192;  // the rows' context, recorded in each entry's shape
+  write_file(dir.path() + "/config.json", config.dump());
   // Bounded: a candidate that never finishes fails this test (exit 124), not the whole suite's run.
   const CliResult r = run_cli("timeout 180", "autotune --config " + dir.path() + "/config.json --db " + db);
   CAPTURE(r.output);
@@ -606,5 +608,8 @@ TEST_CASE("tuning database gpu: nsajit autotune on a small config writes a datab
   CHECK(tuning::key_mismatch(parsed.key, here).empty());
   CHECK(parsed.topk.size() == 1);
   CHECK(parsed.sparse_mla.size() == 4);  // h_q 16 and 64, rows [1, 4] and [5, null], bf16
+  const nlohmann::json written = nlohmann::json::parse(text);
+  REQUIRE(written["families"]["sparse_mla"].size() == 4);
+  for (const nlohmann::json& e : written["families"]["sparse_mla"]) CHECK(e["shape"]["num_slots"] == 8192);
 }
 #endif
