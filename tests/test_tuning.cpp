@@ -316,6 +316,29 @@ TEST_CASE("autotune dry run: the heuristics' choice first, distinct candidates, 
   bool hpc = false;
   for (const tools::Dropped& d : dropped) hpc = hpc || contains(d.why, "heads_per_cta");
   CHECK(hpc);  // 64 heads per CTA for h_q 16
+  {  // the seesaw has no split-KV: its automatic count is one split, a forced one is dropped
+    nlohmann::json s = small_config();
+    s["sparse_mla"]["search"] = {{"kernel", {"wgmma"}},
+                                 {"heads_per_cta", {64}},
+                                 {"schedule", {"single", "seesaw"}},
+                                 {"num_splits", {"auto", 4}}};
+    const tools::TuneConfig sc = tools::parse_tune_config(s.dump(), "t.json");
+    REQUIRE(sc.sparse_mla.size() == 4);
+    const tools::SparseMlaTuneBucket& decode = sc.sparse_mla[2];
+    REQUIRE(decode.bucket.h_q == 64);
+    REQUIRE(decode.rows == 2);
+    dropped.clear();
+    int seesaws = 0;
+    for (const auto& m : tools::sparse_mla_candidates(decode, KvDtype::bf16, Arch{90, 'a'}, 132, dropped))
+      if (m.spec.tile.schedule == MlaSchedule::seesaw) {
+        ++seesaws;
+        CHECK(m.splits == 1);
+      }
+    CHECK(seesaws == 1);
+    bool no_split = false;
+    for (const tools::Dropped& d : dropped) no_split = no_split || contains(d.why, "schedule seesaw has no split-KV");
+    CHECK(no_split);
+  }
 
   const std::string listing = tools::dry_run_listing(c, Arch{90, 'a'}, 132);
   CHECK(contains(listing, "t.json"));

@@ -152,9 +152,7 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
   plan.spec.precise = a.precise;
   if (tile.kernel != MlaKernel::automatic) plan.spec.tile = tile;
   else if (tuned) plan.spec.tile = tuned->choice.tile;
-  // The seesaw schedule has no split-KV (prefill rows fill the GPU): an automatic count is one
-  // split, a forced one an error.
-  if (plan.spec.tile.schedule == MlaSchedule::seesaw && plan.num_splits > 1) {
+  if (!sparse_mla::schedule_splits(plan.spec.tile.schedule) && plan.num_splits > 1) {
     if (a.num_splits > 1)
       bad("num_splits", std::to_string(a.num_splits), "0 or 1 with tile.schedule seesaw (no split-KV)");
     plan.num_splits = 1;
