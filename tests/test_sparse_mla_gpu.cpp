@@ -605,6 +605,16 @@ TEST_CASE("sparse_mla gpu: kv_row_stride > 576 (padding is NaN and never read)")
     finalize(p);
     check(p, "kv_row_stride " + std::to_string(stride));
   }
+  // The seesaw's producer: one base address a row, its line prefetch over a row not 128-byte aligned.
+  if (const auto& device = nsajit::driver::current_context_info(); device.major == 9 && device.minor == 0) {
+    Mode m;
+    m.tile = {.threads = 384, .block_tokens = 64, .heads_per_cta = 64, .kernel = nsajit::MlaKernel::wgmma,
+              .producer_warps = 4, .schedule = nsajit::MlaSchedule::seesaw};
+    Problem p = make_problem(3, 128, 1024, 3000, 10, 584);
+    set_range(p, 1, 100, 200, -1);
+    finalize(p, m);
+    check(p, "seesaw kv_row_stride 584", m);
+  }
 }
 
 // Page size 3: the slot -> page division (the wgmma kernel takes a power of two by shifts, the
