@@ -617,6 +617,37 @@ TEST_CASE("sparse_mla gpu: kv_row_stride > 576 (padding is NaN and never read)")
   }
 }
 
+// An empty pool (num_slots 0, kv null): every entry is invalid, so every row is empty (out 0, lse
+// +inf, max_logits -inf); the kernels' ignored copy addresses then point at q, not at the pool.
+TEST_CASE("sparse_mla gpu: an empty pool (num_slots 0, kv null): every row empty in every kernel and mode") {
+  NSAJIT_REQUIRE_GPU();
+  std::vector<Mode> modes = all_modes();
+  if (const auto& device = nsajit::driver::current_context_info(); device.major == 9 && device.minor == 0) {
+    Mode seesaw;
+    seesaw.tile = {.threads = 384, .block_tokens = 64, .heads_per_cta = 64, .kernel = nsajit::MlaKernel::wgmma,
+                   .producer_warps = 4, .schedule = nsajit::MlaSchedule::seesaw};
+    modes.push_back(seesaw);
+  }
+  std::mt19937 rng(31);
+  std::uniform_int_distribution<std::int32_t> entry(-3, 5000);
+  for (const Mode& m : modes)
+    for (int h_q : {16, 64, 128}) {
+      if (m.tile.schedule == nsajit::MlaSchedule::seesaw && h_q < 64) continue;
+      Problem p;
+      p.rows = 4;
+      p.h_q = h_q;
+      p.topk = 256;
+      p.q.resize(std::size_t(p.rows) * h_q * D);
+      for (auto& v : p.q) v = random_bf16(rng);
+      p.indices.resize(std::size_t(p.rows) * p.topk);
+      for (auto& v : p.indices) v = entry(rng);
+      finalize(p, m);  // kv and the FP8 cache stay empty: null on the device
+      REQUIRE(p.kv.empty());
+      const Result r = check(p, "empty pool h_q " + std::to_string(h_q), m);
+      for (int row = 0; row < p.rows; ++row) check_empty_row(r, p, row);
+    }
+}
+
 // Page size 3: the slot -> page division (the wgmma kernel takes a power of two by shifts, the
 // mma.sync kernel always divides); h_q 32 runs the mma.sync kernel, 128 the wgmma one. Only the
 // padded pages (pad 48) tell a wrong page from a right one: unpadded, page * stride + row * 656 is
