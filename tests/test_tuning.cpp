@@ -89,6 +89,11 @@ TEST_CASE("tune config: a valid config expands its bucket groups; bad input name
     nlohmann::json j = small_config();
     j["sparse_mla"]["kv_tokens"] = 8192;
     CHECK(tools::parse_tune_config(j.dump(), "t.json").mla_kv_tokens == 8192);
+    for (int edge : {64, 1 << 20}) {
+      j["sparse_mla"]["kv_tokens"] = edge;
+      CHECK(tools::parse_tune_config(j.dump(), "t.json").mla_kv_tokens == edge);
+    }
+    j["sparse_mla"]["kv_tokens"] = 8192;
     CHECK(contains(tools::dry_run_listing(tools::parse_tune_config(j.dump(), "t.json"), Arch{90, 'a'}, 132),
                    "over 8192 KV tokens"));
   }
@@ -147,6 +152,8 @@ TEST_CASE("tune config: a valid config expands its bucket groups; bad input name
       {"/sparse_mla/kv_tokens", 0, {"t.json: sparse_mla.kv_tokens = 0", "a multiple of 64 in [64, 1048576]"}},
       {"/sparse_mla/kv_tokens", 2097152, {"sparse_mla.kv_tokens = 2097152", "[64, 1048576]"}},
       {"/sparse_mla/kv_tokens", 8200, {"sparse_mla.kv_tokens = 8200", "a multiple of 64"}},
+      {"/sparse_mla/kv_tokens", 8192.0, {"sparse_mla.kv_tokens = 8192.0", "a multiple of 64"}},
+      {"/sparse_mla/kv_tokens", -64, {"sparse_mla.kv_tokens = -64", "a multiple of 64"}},
       {"/sparse_mla/kv_tokens", "32K", {"sparse_mla.kv_tokens = \"32K\"", "a multiple of 64"}},
       {"/topk/kv_tokens", 8192, {"topk.kv_tokens", "unknown field"}},
   };
