@@ -17,6 +17,7 @@
 #include <initializer_list>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -237,6 +238,16 @@ const std::vector<Mode>& all_modes() {
   return modes;
 }
 
+// The bf16 wgmma kernel's seesaw schedule as a mode, where the device runs it (sm_90a).
+std::optional<Mode> seesaw_mode() {
+  if (const auto& device = nsajit::driver::current_context_info(); device.major != 9 || device.minor != 0)
+    return std::nullopt;
+  Mode m;
+  m.tile = {.threads = 384, .block_tokens = 64, .heads_per_cta = 64, .kernel = nsajit::MlaKernel::wgmma,
+            .producer_warps = 4, .schedule = nsajit::MlaSchedule::seesaw};
+  return m;
+}
+
 // all_modes() with P carried as bf16 hi + lo (the precise option).
 std::vector<Mode> precise_modes() {
   std::vector<Mode> modes = all_modes();
@@ -366,22 +377,19 @@ TEST_CASE("sparse_mla gpu: precise: every h_q and mode under the 1e-3 tolerance;
 // tolerance.
 TEST_CASE("sparse_mla gpu: the seesaw schedule: prefill h64/h128, topk 128/512/2048, invalid entries, topk_length, attn_sink") {
   NSAJIT_REQUIRE_GPU();
-  if (const auto& device = nsajit::driver::current_context_info(); device.major != 9 || device.minor != 0) {
+  const std::optional<Mode> seesaw = seesaw_mode();
+  if (!seesaw) {
     MESSAGE("skipped: the wgmma kernel needs sm_90a");
     return;
   }
-  const nsajit::TileConfig tile{.threads = 384, .block_tokens = 64, .heads_per_cta = 64,
-                                .kernel = nsajit::MlaKernel::wgmma, .producer_warps = 4,
-                                .schedule = nsajit::MlaSchedule::seesaw};
+  const Mode& m = *seesaw;
   try {
     nsajit::validate(nsajit::with_default_tile(
-        {.family = nsajit::Family::sparse_mla, .h_q = 64, .topk = 2048, .tile = tile, .arch = {90, 'a'}}));
+        {.family = nsajit::Family::sparse_mla, .h_q = 64, .topk = 2048, .tile = m.tile, .arch = {90, 'a'}}));
   } catch (const nsajit::InvalidArgument& e) {
     FAIL("the seesaw schedule is not selectable: ", e.what());
     return;
   }
-  Mode m;
-  m.tile = tile;
   const float inf = std::numeric_limits<float>::infinity();
   for (int h_q : {64, 128}) {
     for (int topk : {128, 512, 2048}) {
@@ -606,14 +614,11 @@ TEST_CASE("sparse_mla gpu: kv_row_stride > 576 (padding is NaN and never read)")
     check(p, "kv_row_stride " + std::to_string(stride));
   }
   // The seesaw's producer: one base address a row, its line prefetch over a row not 128-byte aligned.
-  if (const auto& device = nsajit::driver::current_context_info(); device.major == 9 && device.minor == 0) {
-    Mode m;
-    m.tile = {.threads = 384, .block_tokens = 64, .heads_per_cta = 64, .kernel = nsajit::MlaKernel::wgmma,
-              .producer_warps = 4, .schedule = nsajit::MlaSchedule::seesaw};
+  if (const std::optional<Mode> seesaw = seesaw_mode()) {
     Problem p = make_problem(3, 128, 1024, 3000, 10, 584);
     set_range(p, 1, 100, 200, -1);
-    finalize(p, m);
-    check(p, "seesaw kv_row_stride 584", m);
+    finalize(p, *seesaw);
+    check(p, "seesaw kv_row_stride 584", *seesaw);
   }
 }
 
@@ -622,12 +627,7 @@ TEST_CASE("sparse_mla gpu: kv_row_stride > 576 (padding is NaN and never read)")
 TEST_CASE("sparse_mla gpu: an empty pool (num_slots 0, kv null): every row empty in every kernel and mode") {
   NSAJIT_REQUIRE_GPU();
   std::vector<Mode> modes = all_modes();
-  if (const auto& device = nsajit::driver::current_context_info(); device.major == 9 && device.minor == 0) {
-    Mode seesaw;
-    seesaw.tile = {.threads = 384, .block_tokens = 64, .heads_per_cta = 64, .kernel = nsajit::MlaKernel::wgmma,
-                   .producer_warps = 4, .schedule = nsajit::MlaSchedule::seesaw};
-    modes.push_back(seesaw);
-  }
+  if (const std::optional<Mode> seesaw = seesaw_mode()) modes.push_back(*seesaw);
   std::mt19937 rng(31);
   std::uniform_int_distribution<std::int32_t> entry(-3, 5000);
   for (const Mode& m : modes)
