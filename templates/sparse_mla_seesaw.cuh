@@ -98,6 +98,11 @@ enum : int { BAR_MAX0 = 1, BAR_MAX1 = 2, BAR_P0_READY = 3, BAR_P1_READY = 4, BAR
 NSAJIT_DEVICE uint32_t bar_full(uint32_t s_base, int b, int h) { return s_base + OFF_BAR + 16u * b + 8u * h; }
 NSAJIT_DEVICE uint32_t bar_empty(uint32_t s_base, int b, int h) { return s_base + OFF_BAR + 32u + 16u * b + 8u * h; }
 
+// cp.async with an L2 prefetch-size hint: a miss fills the whole 256-byte block (FlashMLA's gather).
+NSAJIT_DEVICE void cp_async_16_zfill_256(uint32_t saddr, const void* gmem, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(saddr), "l"(gmem), "r"(src_bytes) : "memory");
+}
+
 // Subtiles [S0, S1) of this producer thread's four rows grp + 16 i (16-byte chunk ch of each):
 // cp.async from the KV row, zero-filled (nothing read) for an invalid index, whose copies point at
 // slot 0's row (q's with an empty pool): one base address a row, the chunks at immediate offsets.
@@ -110,7 +115,7 @@ NSAJIT_DEVICE void gather_rows(uint32_t dst, const SparseMlaDecodeParams& p, con
     const bool ok = idx[i] >= 0;
     const bf16_t* src = kv_or_q + (long long)(ok ? idx[i] : 0) * p.kv_row_stride + ch * 8;
 #pragma unroll
-    for (int s = S0; s < S1; ++s) cp_async_16_zfill(dst + s * SUB + swz(r, ch), src + s * 64, ok ? 16u : 0u);
+    for (int s = S0; s < S1; ++s) cp_async_16_zfill_256(dst + s * SUB + swz(r, ch), src + s * 64, ok ? 16u : 0u);
   }
 }
 
