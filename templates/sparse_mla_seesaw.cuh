@@ -18,9 +18,10 @@
 //   WG1 (warps 4-7, REG_MATH): S1 = Q K1^T (H1 first), mask; mB = max(max[0], rowmax S1) ->
 //        max[1]; P1 = 2^(S1 - mB) -> the P1 buffer for WG0; O_R = 2^(m - mB) O_R + P1 V1_R (RS)
 //        + P0 V0_R (SS). O_R = O[:, 256:512].
-//   WG2 (warps 8-11, REG_PRODUCER): q, then per pair the four halves by 16-byte cp.async
-//        (zero-filled invalid rows, validity flags), each arriving on its full barrier when it
-//        lands (cp.async.mbarrier.arrive.noinc), in the order they are freed: L0, H1, H0, L1.
+//   WG2 (warps 8-11, REG_PRODUCER): q, then per pair the four halves by 16-byte cp.async with
+//        the L2::256B hint (zero-filled invalid rows, validity flags), each arriving on its full
+//        barrier when it lands (cp.async.mbarrier.arrive.noinc), in the order they are freed:
+//        L0, H1, H0, L1. No separate L2 prefetch: the 256-byte fills serve the row's next chunks.
 // So WG0's softmax and RS PV overlap WG1's QK, and WG1's softmax WG0's RS PV. P0 goes over H0's
 // rope subtile (only QK0 read it; V0_R in H0 is read as late as P0), P1 into its own 8 KB buffer,
 // so that H1 is freed by WG1's RS PV alone, well before the pair ends: both QKs' first halves (L0,
@@ -98,7 +99,8 @@ enum : int { BAR_MAX0 = 1, BAR_MAX1 = 2, BAR_P0_READY = 3, BAR_P1_READY = 4, BAR
 NSAJIT_DEVICE uint32_t bar_full(uint32_t s_base, int b, int h) { return s_base + OFF_BAR + 16u * b + 8u * h; }
 NSAJIT_DEVICE uint32_t bar_empty(uint32_t s_base, int b, int h) { return s_base + OFF_BAR + 32u + 16u * b + 8u * h; }
 
-// cp.async with an L2 prefetch-size hint: a miss fills the whole 256-byte block (FlashMLA's gather).
+// cp.async with an L2 prefetch-size hint: a miss fills the whole 256-byte block (FlashMLA's gather;
+// faster than 128-byte fills behind a line prefetch a pair ahead, docs/notes/sparse_mla.md).
 NSAJIT_DEVICE void cp_async_16_zfill_256(uint32_t saddr, const void* gmem, uint32_t src_bytes) {
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(saddr), "l"(gmem), "r"(src_bytes) : "memory");
 }
@@ -135,26 +137,9 @@ NSAJIT_DEVICE void producer(const SparseMlaDecodeParams& p, uint32_t s_base, int
 #pragma unroll
     for (int s = 0; s < 9; ++s) cp_async_16_zfill(s_base + OFF_Q + s * SUB + swz(r, ch), q_g + r * kDimQK + s * 64 + ch * 8, 16u);
   }
-  const int tiles = 2 * pairs;
-  // L2 prefetch of a tile a pair ahead of its copies (only two tiles fit in shared memory): token
-  // pt / 2 of the tile, every other 128-byte line of its 1152-byte row. With two CTAs a row (h_q
-  // 128) each prefetches the tiles of its parity; the sibling's lines are in L2 by then.
-  auto prefetch_mine = [&](int tile) { return tile < tiles && (H_Q / HEADS_PER_CTA == 1 || (tile & 1) == head0 / HEADS_PER_CTA); };
-  auto prefetch_raw = [&](int tile) { return prefetch_mine(tile) ? load_index_raw(idx_row, tile * TILE_TOKENS + (pt >> 1), n) : -1; };
-  auto prefetch_tile = [&](int raw) {
-    const int idx = valid_index(raw, p.num_slots);
-    if (idx < 0) return;
-    // bytes 256 j + 128 (pt & 1), then the row's end at 1024 / 1151 (a row 16- but not 128-byte
-    // aligned spans ten lines)
-    const char* base = reinterpret_cast<const char*>(p.kv + (long long)idx * p.kv_row_stride) + 128 * (pt & 1);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) prefetch_l2_line(base + 256 * j);
-    prefetch_l2_line(base + 1024 - (pt & 1));
-  };
   // Every index entry pair 0 needs, loaded before anything waits for one (after a launch they come
   // from DRAM; one after another they would put round trips before the first copies). Raw entries,
   // checked at use.
-  const int pf2 = prefetch_raw(2), pf3 = prefetch_raw(3);
   int raw0[4], raw1[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -162,9 +147,6 @@ NSAJIT_DEVICE void producer(const SparseMlaDecodeParams& p, uint32_t s_base, int
     raw1[i] = load_index_raw(idx_row, TILE_TOKENS + grp + 16 * i, n);
   }
   for (int i = 0; i < pairs; ++i) {
-    // the next pair's rows into L2 (pair 0: entries loaded above; later: loaded here, the wait for
-    // the buffer below overlaps the load)
-    (void)pf2, (void)pf3;  // no separate L2 prefetch: the copies' 256-byte fills stand in for it
     int c0[4], c1[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {

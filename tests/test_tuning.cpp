@@ -354,6 +354,62 @@ TEST_CASE("autotune dry run: the heuristics' choice first, distinct candidates, 
   CHECK(contains(listing, "sparse_mla bucket h64 bf16 rows [5,null]"));
 }
 
+TEST_CASE("sparse MLA schedule: the seesaw where one split of the rows fills the GPU; an unnamed database schedule is the heuristics'") {
+  const Arch sm90a{90, 'a'};
+  auto filled = [&](int h_q, int topk, KvDtype kv, bool precise) {
+    KernelSpec s{.family = Family::sparse_mla, .h_q = h_q, .topk = topk, .kv_dtype = kv, .precise = precise, .arch = sm90a};
+    return with_default_tile(s);
+  };
+  const KernelSpec h64 = filled(64, 2048, KvDtype::bf16, false), h128 = filled(128, 2048, KvDtype::bf16, false);
+  CHECK(sparse_mla::default_schedule(h64, 4096, 1, 132) == MlaSchedule::seesaw);   // prefill
+  CHECK(sparse_mla::default_schedule(h64, 128, 1, 132) == MlaSchedule::seesaw);    // decode b128 n1
+  CHECK(sparse_mla::default_schedule(h64, 67, 1, 132) == MlaSchedule::seesaw);     // the fewest rows auto_splits leaves at 1
+  CHECK(sparse_mla::default_schedule(h64, 66, 1, 132) == MlaSchedule::single);     // two splits fill it better
+  CHECK(sparse_mla::default_schedule(h64, 64, 1, 132) == MlaSchedule::single);     // no workspace: still single
+  CHECK(sparse_mla::default_schedule(h128, 64, 1, 132) == MlaSchedule::seesaw);    // 128 CTAs
+  CHECK(sparse_mla::default_schedule(h128, 32, 1, 132) == MlaSchedule::single);
+  CHECK(sparse_mla::default_schedule(h64, 4096, 2, 132) == MlaSchedule::single);   // a split count was chosen
+  CHECK(sparse_mla::default_schedule(filled(64, 2048, KvDtype::fp8_e4m3, false), 4096, 1, 132) == MlaSchedule::single);
+  CHECK(sparse_mla::default_schedule(filled(64, 2048, KvDtype::bf16, true), 4096, 1, 132) == MlaSchedule::single);
+  CHECK(sparse_mla::default_schedule(filled(64, 1984, KvDtype::bf16, false), 4096, 1, 132) == MlaSchedule::single);
+  CHECK(sparse_mla::default_schedule(filled(32, 2048, KvDtype::bf16, false), 4096, 1, 132) == MlaSchedule::single);
+  KernelSpec mma = filled(64, 2048, KvDtype::bf16, false);
+  mma.tile = {.kernel = MlaKernel::mma_sync};
+  CHECK(sparse_mla::default_schedule(with_default_tile(mma), 4096, 1, 132) == MlaSchedule::single);
+  CHECK(sparse_mla::default_schedule(with_default_tile(KernelSpec{.family = Family::sparse_mla, .h_q = 64, .topk = 2048,
+                                                                  .arch = Arch{90, '\0'}}),
+                                     4096, 1, 132) == MlaSchedule::single);  // no wgmma off sm_90a
+
+  // A database choice names its schedule only when it was searched; "single" then stays single.
+  tuning::SparseMlaChoice c;
+  tuning::set_sparse_mla_choice_field(c, "kernel", "wgmma", "kernel");
+  CHECK(!c.schedule_named);
+  CHECK(!tuning::sparse_mla_choice_json(c).contains("schedule"));
+  tuning::set_sparse_mla_choice_field(c, "schedule", "single", "schedule");
+  CHECK(c.schedule_named);
+  CHECK(tuning::sparse_mla_choice_json(c)["schedule"] == "single");
+
+  // autotune times what the dispatcher would run: an unsearched schedule resolved for the tuned rows.
+  nlohmann::json j = small_config();
+  j["sparse_mla"]["search"] = {{"kernel", {"wgmma"}}, {"heads_per_cta", {64}}, {"num_splits", {"auto"}}};
+  j["sparse_mla"]["buckets"] = nlohmann::json::parse(
+      R"([{"h_q": [64], "kv_dtype": "bf16", "topk": 2048, "rows": [[1025, null]], "tune_rows": [4096]}])");
+  const tools::TuneConfig tc = tools::parse_tune_config(j.dump(), "t.json");
+  REQUIRE(tc.sparse_mla.size() == 1);
+  std::vector<tools::Dropped> dropped;
+  const auto cands = tools::sparse_mla_candidates(tc.sparse_mla[0], KvDtype::bf16, sm90a, 132, dropped);
+  REQUIRE(cands.size() == 1);  // the heuristics' own choice
+  CHECK(cands[0].heuristic);
+  CHECK(cands[0].spec.tile.schedule == MlaSchedule::seesaw);
+  CHECK(cands[0].splits == 1);
+  j["sparse_mla"]["search"]["schedule"] = {"single", "seesaw"};
+  const auto named = tools::sparse_mla_candidates(tools::parse_tune_config(j.dump(), "t.json").sparse_mla[0],
+                                                  KvDtype::bf16, sm90a, 132, dropped);
+  REQUIRE(named.size() == 2);  // the heuristics' seesaw, then the named single (the named seesaw is the same launch)
+  CHECK(named[1].spec.tile.schedule == MlaSchedule::single);
+  CHECK(named[1].choice.schedule_named);
+}
+
 TEST_CASE("atomic write: a failed write leaves no file and no temporary file behind") {
   test::TempDir dir("tune-write");
   const std::string path = dir.path() + "/db.json";

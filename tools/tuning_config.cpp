@@ -292,9 +292,16 @@ std::vector<SparseMlaCandidate> sparse_mla_candidates(const SparseMlaTuneBucket&
     return c.num_splits > 0 ? std::min(c.num_splits, topk / sparse_mla::kBlockTokens)
                             : sparse_mla::auto_splits(b.rows, h_q, topk, sm_count);
   };
+  // A schedule the choice leaves open is the dispatcher's for the tuned rows (plan_sparse_mla).
+  auto resolve_schedule = [&](const tuning::SparseMlaChoice& c, SparseMlaCandidate& cand) {
+    if (c.schedule_named) return;
+    cand.spec.tile.schedule = sparse_mla::default_schedule(cand.spec, b.rows, cand.splits, sm_count);
+    if (!sparse_mla::schedule_splits(cand.spec.tile.schedule)) cand.splits = 1;
+  };
   SparseMlaCandidate heuristic;
   heuristic.spec = tuning::sparse_mla_spec_of({}, h_q, topk, kv, arch);
   heuristic.splits = splits_of({});
+  resolve_schedule({}, heuristic);
   heuristic.heuristic = true;
   out.push_back(heuristic);
   std::set<std::string> dropped_seen;
@@ -314,6 +321,7 @@ std::vector<SparseMlaCandidate> sparse_mla_candidates(const SparseMlaTuneBucket&
       return;
     }
     cand.splits = splits_of(c);
+    resolve_schedule(c, cand);
     if (!sparse_mla::schedule_splits(cand.spec.tile.schedule)) {
       if (c.num_splits > 1) {
         const std::string why = fmt::format("schedule {} has no split-KV", to_string(cand.spec.tile.schedule));

@@ -31,6 +31,11 @@ inline int threads_of(int producer_warps) { return 256 + 32 * producer_warps; }
 // sm_count SMs busy, else enough splits to fill them, keeping >= 2 tiles per split, <= kMaxSplits.
 int auto_splits(long long rows, int h_q, int topk, int sm_count);
 
+// The schedule of a filled spec (fill_default_tile) for a launch of `rows` rows in `num_splits`
+// splits: seesaw where that kernel takes it (wgmma, 64 heads per CTA, bf16 KV, seesaw_takes) and the
+// rows alone keep the GPU busy (one split, auto_splits 1), else single.
+MlaSchedule default_schedule(const KernelSpec& filled, long long rows, int num_splits, int sm_count);
+
 // Workspace bytes of `splits` partial results (0 without a split).
 inline std::size_t workspace_bytes(int rows, int h_q, int splits) {
   if (splits <= 1) return 0;

@@ -26,6 +26,7 @@ struct SparseMlaBucket {
 struct SparseMlaChoice {
   TileConfig tile;
   int num_splits = 0;  // 0: auto_splits; 1..64 (only with a workspace: batch-invariant calls never split)
+  bool schedule_named = false;  // false: tile.schedule is left to default_schedule (a database that did not search it)
   friend bool operator==(const SparseMlaChoice&, const SparseMlaChoice&) = default;
 };
 
@@ -35,7 +36,8 @@ struct SparseMlaTuningEntry {
 };
 
 // Fields a search space or a choice may name: kernel ("mma_sync", "wgmma"), producer_warps,
-// heads_per_cta, num_splits (integers; "auto" leaves the heuristics' value).
+// heads_per_cta, schedule ("single", "seesaw"; unnamed: the heuristics'), num_splits (integers;
+// "auto" leaves the heuristics' value).
 const std::vector<std::string>& sparse_mla_choice_fields();
 void set_sparse_mla_choice_field(SparseMlaChoice& c, const std::string& field, const nlohmann::json& value,
                                  const std::string& where);
