@@ -172,8 +172,11 @@ TEST_CASE("fleet enumeration: every family, KV dtype, tp, arch and MTP depth, ea
   // sm_90a's 64-head CTAs take the wgmma kernel, sm_100a's the mma.sync kernel: different specs.
   int wgmma = 0;
   for (const tools::FleetSpec& f : specs) wgmma += f.spec.family == Family::sparse_mla && f.spec.tile.kernel == MlaKernel::wgmma;
-  CHECK(wgmma == 4);  // h128 and h64, bf16 and fp8, on sm_90a only
-  CHECK(specs.size() == 4 * 2 + 8 + 6 * 8 * 2 + 1 * 2 + 3 * 2 + 2 * 2);  // MLA + wgmma, top-k, combine, transform, FP8
+  CHECK(wgmma == 6);  // h128 and h64, bf16 (single and seesaw) and fp8, on sm_90a only
+  // The seesaw the dispatcher takes for rows that fill the GPU (sparse_mla::default_schedule).
+  CHECK(names.contains("sparse_mla.h128.topk2048.kv_bf16.wgmma.hpc64.pw4.seesaw.sm_90a"));
+  CHECK(names.contains("sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.seesaw.sm_90a"));
+  CHECK(specs.size() == 4 * 2 + 2 + 8 + 6 * 8 * 2 + 1 * 2 + 3 * 2 + 2 * 2);  // MLA, seesaw, top-k, combine, transform, FP8
 
   tools::FleetConfig bad = fleet;
   bad.tps = {1, 3};

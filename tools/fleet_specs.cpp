@@ -8,6 +8,7 @@
 #include <set>
 
 #include "nsajit/errors.hpp"
+#include "families/sparse_mla/heuristics.hpp"
 #include "families/topk/heuristics.hpp"
 #include "tools/tuning_config.hpp"
 
@@ -70,9 +71,18 @@ void add_heuristic_specs(const FleetConfig& fleet, Arch arch, std::vector<FleetS
   for (int tp : fleet.tps) {
     ModelConfig c = m;
     c.tp = tp;
-    for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3})
-      out.push_back(make({.family = Family::sparse_mla, .h_q = c.h_q(), .topk = m.index_topk, .kv_dtype = kv},
-                         arch, fmt::format("sparse MLA, tp {} (h_q {}), {} KV, default tile", tp, c.h_q(), to_string(kv))));
+    for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3}) {
+      const FleetSpec f = make({.family = Family::sparse_mla, .h_q = c.h_q(), .topk = m.index_topk, .kv_dtype = kv},
+                               arch, fmt::format("sparse MLA, tp {} (h_q {}), {} KV, default tile", tp, c.h_q(), to_string(kv)));
+      out.push_back(f);
+      // The schedule the dispatcher takes where one split of the rows fills the GPU (prefill rows).
+      const int sm_count = sm_counts_of(arch).front();
+      KernelSpec s = f.spec;
+      s.tile.schedule = sparse_mla::default_schedule(s, 64LL * sm_count, 1, sm_count);
+      if (s.tile.schedule != f.spec.tile.schedule)
+        out.push_back(make(s, arch, fmt::format("sparse MLA, tp {} (h_q {}), {} KV, {} schedule (rows that fill the GPU)",
+                                                tp, c.h_q(), to_string(kv), to_string(s.tile.schedule))));
+    }
   }
   out.push_back(make({.family = Family::sparse_mla_combine}, arch, "sparse MLA split-KV combine"));
 }
