@@ -75,13 +75,13 @@ void add_heuristic_specs(const FleetConfig& fleet, Arch arch, std::vector<FleetS
       const FleetSpec f = make({.family = Family::sparse_mla, .h_q = c.h_q(), .topk = m.index_topk, .kv_dtype = kv},
                                arch, fmt::format("sparse MLA, tp {} (h_q {}), {} KV, default tile", tp, c.h_q(), to_string(kv)));
       out.push_back(f);
-      // The schedule the dispatcher takes where one split of the rows fills the GPU (prefill rows).
-      const int sm_count = sm_counts_of(arch).front();
+      // The schedule the dispatcher takes for batch-invariant calls and rows that fill the GPU.
       KernelSpec s = f.spec;
-      s.tile.schedule = sparse_mla::default_schedule(s, 64LL * sm_count, 1, sm_count);
+      s.tile.schedule = sparse_mla::default_schedule(s, 1, 1, true, sm_counts_of(arch).front());
       if (s.tile.schedule != f.spec.tile.schedule)
-        out.push_back(make(s, arch, fmt::format("sparse MLA, tp {} (h_q {}), {} KV, {} schedule (rows that fill the GPU)",
-                                                tp, c.h_q(), to_string(kv), to_string(s.tile.schedule))));
+        out.push_back(make(s, arch, fmt::format("sparse MLA, tp {} (h_q {}), {} KV, {} schedule (batch-invariant or "
+                                                "rows that fill the GPU)", tp, c.h_q(), to_string(kv),
+                                                to_string(s.tile.schedule))));
     }
   }
   out.push_back(make({.family = Family::sparse_mla_combine}, arch, "sparse MLA split-KV combine"));
