@@ -219,6 +219,10 @@ TEST_CASE("nsajit run's precompile list: top-k's tile at any SM count (MIG slice
     for (const tuning::TuningDb& db : tuning::shipped_tuning_dbs()) dbs.push_back(&db);
     const std::vector<KernelSpec> specs = tools::decode_step_specs(c, arch, dbs);
     auto has = [&](const KernelSpec& s) { return std::find(specs.begin(), specs.end(), s) != specs.end(); };
+    // The run's sparse MLA calls are batch-invariant: on sm_90a at 64 and 128 heads, bf16 takes the seesaw.
+    KernelSpec seesaw = with_default_tile({.family = Family::sparse_mla, .h_q = c.h_q(), .topk = c.index_topk, .arch = arch});
+    seesaw.tile.schedule = MlaSchedule::seesaw;
+    CHECK(has(seesaw) == (arch == Arch{90, 'a'} && c.h_q() >= 64));
     for (const int sm_count : {1, 7, 16, 32, 60, 64, 78, 100, 114, 132, 200}) {
       for (const int max_cluster : {16, 8}) {
         INFO("tp " << tp << ", batch " << batch << ", " << to_string(arch) << ", " << sm_count << " SMs, clusters of at most "

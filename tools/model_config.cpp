@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <nlohmann/json.hpp>
 
+#include "families/sparse_mla/heuristics.hpp"
 #include "families/topk/heuristics.hpp"
 #include "nsajit/errors.hpp"
 #include "tools/fleet_specs.hpp"
@@ -237,6 +238,10 @@ std::vector<KernelSpec> decode_step_specs(const ModelConfig& c, Arch arch,
     s.arch = arch;
     s = with_default_tile(s);
   }
+  // The run's sparse MLA calls are batch-invariant (no workspace): the dispatcher's schedule for them.
+  KernelSpec bf16_mla = specs[2];
+  bf16_mla.tile.schedule = sparse_mla::default_schedule(bf16_mla, c.batch, 1, true, 1);
+  if (bf16_mla.tile.schedule != specs[2].tile.schedule) specs.push_back(bf16_mla);
   // The tuning databases' choices this run can dispatch: sparse MLA variants at its h_q, and top-k's
   // tile for its shape on the database's GPU.
   auto add = [&](const KernelSpec& s) {
