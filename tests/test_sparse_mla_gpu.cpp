@@ -344,6 +344,19 @@ TEST_CASE("sparse_mla gpu: the bf16 wgmma kernel at 16 and 32 heads, splits, inv
                        {Mode{}, Mode{.splits = 3}, Mode{.splits = 0}}, {16, 32});
 }
 
+// The single schedule of the bf16 wgmma kernel at 64 heads per CTA without a split: batch-invariant
+// calls take the seesaw there (sparse_mla::default_schedule), so only an explicit plan reaches it.
+TEST_CASE("sparse_mla gpu: the single-schedule bf16 wgmma kernel at 64 heads without a split, invalid entries") {
+  NSAJIT_REQUIRE_GPU();
+  if (const auto& device = nsajit::driver::current_context_info(); device.major != 9 || device.minor != 0) {
+    MESSAGE("skipped: the wgmma kernel needs sm_90a");
+    return;
+  }
+  check_forced_variant({.heads_per_cta = 64, .kernel = nsajit::MlaKernel::wgmma, .producer_warps = 4,
+                        .schedule = nsajit::MlaSchedule::single},
+                       940, {Mode{}}, {64, 128});
+}
+
 // The precise option (P = P_hi + P_lo) on every kernel the defaults pick and on the forced
 // variants, under the precise tolerance (1e-3 floor), which bf16 P alone does not meet on these
 // inputs; and it reaches the kernel: its results differ from the default's.
@@ -613,7 +626,7 @@ TEST_CASE("sparse_mla gpu: kv_row_stride > 576 (padding is NaN and never read)")
     finalize(p);
     check(p, "kv_row_stride " + std::to_string(stride));
   }
-  // The seesaw's producer: one base address a row, its line prefetch over a row not 128-byte aligned.
+  // The seesaw's producer: one base address a row, its 256-byte fills over a row not 128-byte aligned.
   if (const std::optional<Mode> seesaw = seesaw_mode()) {
     Problem p = make_problem(3, 128, 1024, 3000, 10, 584);
     set_range(p, 1, 100, 200, -1);

@@ -271,6 +271,9 @@ TEST_CASE("tuning database: bucket lookups are pure and take the first bucket th
   CHECK(tuning::find_sparse_mla_entry(seesaw, 4096, 64, 1, 1984, KvDtype::bf16, false) == &seesaw[1]);
   CHECK(tuning::find_sparse_mla_entry(seesaw, 4096, 64, 1, 2048, KvDtype::bf16, true) == &seesaw[1]);
   CHECK(tuning::find_sparse_mla_entry(std::span(seesaw).first(1), 4096, 64, 1, 192, KvDtype::bf16, false) == nullptr);
+  // A forced split count (> 1) passes over the seesaw (no split-KV); 0 or 1 does not.
+  CHECK(tuning::find_sparse_mla_entry(seesaw, 4096, 64, 1, 2048, KvDtype::bf16, false, 4) == &seesaw[1]);
+  CHECK(tuning::find_sparse_mla_entry(seesaw, 4096, 64, 1, 2048, KvDtype::bf16, false, 1) == &seesaw[0]);
   CHECK(tuning::max_tuned_splits(mla, 4, 64, 2048) == 16);  // any KV dtype or next_n
   CHECK(tuning::max_tuned_splits(mla, 6, 64, 2048) == 16);
   CHECK(tuning::max_tuned_splits(mla, 9, 64, 2048) == 2);
@@ -708,8 +711,8 @@ TEST_CASE("tuning database gpu: nsajit autotune on a small config writes a datab
   REQUIRE(written["families"]["sparse_mla"].size() == 4);
   for (const nlohmann::json& e : written["families"]["sparse_mla"]) {
     CHECK(e["shape"]["num_slots"] == 8192);
-    CHECK(e["choice"].contains("schedule"));  // the filled variant names the schedule it was timed with
+    CHECK(!e["choice"].contains("schedule"));  // not searched: left to the dispatcher's rule per call
   }
-  for (const tuning::SparseMlaTuningEntry& e : parsed.sparse_mla) CHECK(e.choice.schedule_named);
+  for (const tuning::SparseMlaTuningEntry& e : parsed.sparse_mla) CHECK(!e.choice.schedule_named);
 }
 #endif

@@ -380,7 +380,7 @@ void tune_sparse_mla_bucket(const SparseMlaTuneBucket& b, KvDtype kv, std::vecto
   e.dropped = dropped;
   tuning::SparseMlaChoice heuristic_choice;
   heuristic_choice.tile = heuristic.cand->spec.tile;
-  heuristic_choice.schedule_named = true;  // the filled variant names the schedule it was timed with
+  heuristic_choice.tile.schedule = MlaSchedule::single;  // unsearched: the dispatcher's rule for each call
   e.choice = tuning::sparse_mla_choice_json(heuristic_choice);
   e.winner = e.heuristic;
   e.us = e.heuristic_us = heuristic.us;
@@ -390,7 +390,7 @@ void tune_sparse_mla_bucket(const SparseMlaTuneBucket& b, KvDtype kv, std::vecto
     if (c.winner_us < kAdoptRatio * c.heuristic_us) {
       tuning::SparseMlaChoice choice = best->cand->choice;
       choice.tile = best->cand->spec.tile;  // the filled variant, whatever the heuristics would fill later
-      choice.schedule_named = true;
+      if (!choice.schedule_named) choice.tile.schedule = MlaSchedule::single;  // unsearched: the rule's per call
       e.choice = tuning::sparse_mla_choice_json(choice);
       e.winner = best->cand->describe();
       e.us = c.winner_us;

@@ -134,7 +134,7 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
   const tuning::SparseMlaTuningEntry* tuned =
       tile.kernel == MlaKernel::automatic
           ? tuning::tuned_sparse_mla(a.rows, a.h_q, a.next_n, a.topk, a.kv_dtype, a.precise,
-                                     driver::current_context_info().sm_count)
+                                     driver::current_context_info().sm_count, a.workspace != nullptr ? a.num_splits : 0)
           : nullptr;
   int splits = 1;
   if (a.workspace != nullptr && a.num_splits > 0)

@@ -132,16 +132,16 @@ SparseMlaTuningEntry parse_sparse_mla_entry(const nlohmann::json& j, const std::
   return e;
 }
 
-bool choice_serves(const SparseMlaChoice& c, int topk, bool precise) {
-  return c.tile.schedule != MlaSchedule::seesaw || sparse_mla::seesaw_takes(topk, precise);
+bool choice_serves(const SparseMlaChoice& c, int topk, bool precise, int forced_splits) {
+  return c.tile.schedule != MlaSchedule::seesaw || (sparse_mla::seesaw_takes(topk, precise) && forced_splits <= 1);
 }
 
 const SparseMlaTuningEntry* find_sparse_mla_entry(std::span<const SparseMlaTuningEntry> entries, int rows, int h_q,
-                                                  int next_n, int topk, KvDtype kv, bool precise) {
+                                                  int next_n, int topk, KvDtype kv, bool precise, int forced_splits) {
   for (const SparseMlaTuningEntry& e : entries) {
     const SparseMlaBucket& b = e.bucket;
     if (b.h_q == h_q && (!b.kv_dtype || *b.kv_dtype == kv) && b.rows.contains(rows) && b.next_n.contains(next_n) &&
-        b.topk.contains(topk) && choice_serves(e.choice, topk, precise))
+        b.topk.contains(topk) && choice_serves(e.choice, topk, precise, forced_splits))
       return &e;
   }
   return nullptr;
@@ -156,10 +156,10 @@ int max_tuned_splits(std::span<const SparseMlaTuningEntry> entries, int rows, in
 }
 
 const SparseMlaTuningEntry* tuned_sparse_mla(int rows, int h_q, int next_n, int topk, KvDtype kv, bool precise,
-                                             int sm_count) {
+                                             int sm_count, int forced_splits) {
   const TuningDb* db = active_tuning_db();
   if (db == nullptr || db->sparse_mla.empty() || db->key.sm_count != sm_count) return nullptr;
-  return find_sparse_mla_entry(db->sparse_mla, rows, h_q, next_n, topk, kv, precise);
+  return find_sparse_mla_entry(db->sparse_mla, rows, h_q, next_n, topk, kv, precise, forced_splits);
 }
 
 int tuned_max_splits(int rows, int h_q, int topk, int sm_count) {
