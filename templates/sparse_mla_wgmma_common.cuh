@@ -29,8 +29,8 @@ struct alignas(8) f32x2 {
 NSAJIT_DEVICE uint32_t swz(int r, int c) { return uint32_t(r) * 128u + (uint32_t(c ^ (r & 7)) << 4); }
 
 // 16-byte cp.async; src_bytes 0 zero-fills the destination and reads nothing. No L2::256B
-// prefetch-size hint: the rows are gathered at random, so the other half of a hinted 256-byte
-// block is a line of some other row, seldom read.
+// prefetch-size hint: the single schedule's line prefetch two tiles ahead has brought the row's
+// lines (the seesaw's copies take the hint instead: sparse_mla_seesaw.cuh).
 NSAJIT_DEVICE void cp_async_16_zfill(uint32_t saddr, const void* gmem, uint32_t src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(saddr), "l"(gmem), "r"(src_bytes)
                : "memory");
