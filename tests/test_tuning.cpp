@@ -398,9 +398,15 @@ TEST_CASE("sparse MLA schedule: the seesaw for batch-invariant calls and where o
   tuning::set_sparse_mla_choice_field(c, "kernel", "wgmma", "kernel");
   CHECK(!c.schedule_named);
   CHECK(!tuning::sparse_mla_choice_json(c).contains("schedule"));
+  CHECK(!tuning::schedule_chosen(c));
   tuning::set_sparse_mla_choice_field(c, "schedule", "single", "schedule");
   CHECK(c.schedule_named);
+  CHECK(tuning::schedule_chosen(c));
   CHECK(tuning::sparse_mla_choice_json(c)["schedule"] == "single");
+  // A seesaw choice fixes its schedule however it was made (the dispatcher's rule leaves it alone).
+  tuning::SparseMlaChoice made{.tile = {.kernel = MlaKernel::wgmma, .schedule = MlaSchedule::seesaw}};
+  CHECK(tuning::schedule_chosen(made));
+  CHECK(tuning::sparse_mla_choice_json(made)["schedule"] == "seesaw");
 
   // autotune times what the dispatcher would run: an unsearched schedule resolved for the tuned rows.
   nlohmann::json j = small_config();

@@ -390,7 +390,7 @@ void tune_sparse_mla_bucket(const SparseMlaTuneBucket& b, KvDtype kv, std::vecto
     if (c.winner_us < kAdoptRatio * c.heuristic_us) {
       tuning::SparseMlaChoice choice = best->cand->choice;
       choice.tile = best->cand->spec.tile;  // the filled variant, whatever the heuristics would fill later
-      if (!choice.schedule_named) choice.tile.schedule = MlaSchedule::single;  // unsearched: the rule's per call
+      if (!tuning::schedule_chosen(best->cand->choice)) choice.tile.schedule = MlaSchedule::single;  // unsearched: the rule's per call
       e.choice = tuning::sparse_mla_choice_json(choice);
       e.winner = best->cand->describe();
       e.us = c.winner_us;

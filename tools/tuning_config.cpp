@@ -294,9 +294,8 @@ std::vector<SparseMlaCandidate> sparse_mla_candidates(const SparseMlaTuneBucket&
   };
   // A schedule the choice leaves open is the dispatcher's for the tuned rows (plan_sparse_mla).
   auto resolve_schedule = [&](const tuning::SparseMlaChoice& c, SparseMlaCandidate& cand) {
-    if (c.schedule_named) return;
-    cand.spec.tile.schedule = sparse_mla::default_schedule(cand.spec, b.rows, cand.splits, false, sm_count);
-    if (!sparse_mla::schedule_splits(cand.spec.tile.schedule)) cand.splits = 1;
+    if (!tuning::schedule_chosen(c))
+      cand.spec.tile.schedule = sparse_mla::default_schedule(cand.spec, b.rows, cand.splits, false, sm_count);
   };
   SparseMlaCandidate heuristic;
   heuristic.spec = tuning::sparse_mla_spec_of({}, h_q, topk, kv, arch);

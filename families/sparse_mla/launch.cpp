@@ -159,12 +159,12 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
   }
   // next_n stays 1: rows are already flattened (b * next_n), so every MTP depth shares one kernel.
   plan.spec = spec_for_current_device(plan.spec);
-  // The dispatcher's schedule, unless the database's choice named one: known once the tile is filled.
-  if (tile.kernel == MlaKernel::automatic && !(tuned && tuned->choice.schedule_named)) {
+  // The dispatcher's schedule, unless the database's choice named one: known once the tile is filled
+  // (the seesaw only where its validation holds: default_schedule's conditions are that validation).
+  if (tile.kernel == MlaKernel::automatic && !(tuned && tuning::schedule_chosen(tuned->choice))) {
     const bool batch_invariant = a.workspace == nullptr || a.num_splits == 1;
     plan.spec.tile.schedule = sparse_mla::default_schedule(plan.spec, a.rows, plan.num_splits, batch_invariant,
                                                            driver::current_context_info().sm_count);
-    validate(plan.spec);
   }
   plan.programmatic_combine = a.programmatic_launch && pdl_allowed_by_environment();
   return plan;

@@ -65,7 +65,7 @@ nlohmann::json sparse_mla_choice_json(const SparseMlaChoice& c) {
   if (c.tile.kernel != MlaKernel::automatic) j["kernel"] = to_string(c.tile.kernel);
   if (c.tile.producer_warps >= 0) j["producer_warps"] = c.tile.producer_warps;
   if (c.tile.heads_per_cta > 0) j["heads_per_cta"] = c.tile.heads_per_cta;
-  if (c.schedule_named || c.tile.schedule != MlaSchedule::single) j["schedule"] = to_string(c.tile.schedule);
+  if (schedule_chosen(c)) j["schedule"] = to_string(c.tile.schedule);
   j["num_splits"] = c.num_splits > 0 ? nlohmann::json(c.num_splits) : nlohmann::json("auto");
   return j;
 }

@@ -29,6 +29,8 @@ struct SparseMlaChoice {
   bool schedule_named = false;  // false: tile.schedule is left to default_schedule (a database that did not search it)
   friend bool operator==(const SparseMlaChoice&, const SparseMlaChoice&) = default;
 };
+// Whether a choice fixes its schedule (named, or a schedule other than a spec's default single).
+inline bool schedule_chosen(const SparseMlaChoice& c) { return c.schedule_named || c.tile.schedule != MlaSchedule::single; }
 
 struct SparseMlaTuningEntry {
   SparseMlaBucket bucket;
