@@ -61,6 +61,9 @@ const FamilyTraits& traits(Family family);
 // Helper for validate(): throws InvalidArgument("<spec name>: field <field> = <value>: <expected>").
 [[noreturn]] void throw_bad_field(const KernelSpec& spec, std::string_view field, long long value,
                                   std::string_view expected);
+// The same for a field whose value has a name (an enum in range: "kernel = mma_sync").
+[[noreturn]] void throw_bad_field(const KernelSpec& spec, std::string_view field, std::string_view value,
+                                  std::string_view expected);
 
 // validate() helpers shared by families: topk a multiple of 64 in [64, max_topk]; topk at its
 // default (a family that does not read it); threads one of 128, 256, 512, 1024.

@@ -68,10 +68,15 @@ KernelSpec with_default_tile(KernelSpec spec) {
   return spec;
 }
 
-void throw_bad_field(const KernelSpec& spec, std::string_view field, long long value,
+void throw_bad_field(const KernelSpec& spec, std::string_view field, std::string_view value,
                      std::string_view expected) {
   throw InvalidArgument(fmt::format("kernel spec {}: field {} = {}: expected {}", to_string(spec.family),
                                     field, value, expected));
+}
+
+void throw_bad_field(const KernelSpec& spec, std::string_view field, long long value,
+                     std::string_view expected) {
+  throw_bad_field(spec, field, std::string_view(std::to_string(value)), expected);
 }
 
 void require_topk_multiple_of_64(const KernelSpec& spec, int max_topk) {

@@ -166,7 +166,7 @@ TEST_CASE("the seesaw schedule: a named field, its combinations checked, its own
   fp8.kv_dtype = KvDtype::fp8_e4m3;
   fp8.tile.producer_warps = 8;
   fp8.tile.threads = 512;
-  CHECK(has(validation_error(fp8), "field kv_dtype = 1: expected bf16 for schedule seesaw"));
+  CHECK(has(validation_error(fp8), "field kv_dtype = fp8: expected bf16 for schedule seesaw"));
   KernelSpec precise = seesaw(64);
   precise.precise = true;
   CHECK(has(validation_error(precise), "field precise = 1: expected 0 for schedule seesaw"));
@@ -176,7 +176,7 @@ TEST_CASE("the seesaw schedule: a named field, its combinations checked, its own
   CHECK(has(validation_error(seesaw(64, 576)), "field topk = 576: expected a multiple of 128 for schedule seesaw"));
   KernelSpec mma = sparse(64);
   mma.tile = {.kernel = MlaKernel::mma_sync, .producer_warps = 0, .schedule = MlaSchedule::seesaw};
-  CHECK(has(validation_error(mma), "field schedule = 1: expected single for kernel mma_sync"));
+  CHECK(has(validation_error(mma), "field schedule = seesaw: expected single for kernel mma_sync"));
   // The topk family does not read the field.
   CHECK(has(validation_error({.family = Family::topk, .tile = {.schedule = MlaSchedule::seesaw}}),
             "field schedule = 1: expected 0 (the topk family does not use it)"));

@@ -54,7 +54,7 @@ void validate_spec(const KernelSpec& spec) {
       throw_bad_field(spec, "producer_warps", pw, "0 or 2 for this spec (8: FP8 KV, <= 16 heads per CTA)");
   } else if (t.kernel == MlaKernel::wgmma) {
     if (!is_sm90a(spec.arch))
-      throw_bad_field(spec, "kernel", int(t.kernel), "mma_sync for " + to_string(spec.arch) + " (wgmma: sm_90a only)");
+      throw_bad_field(spec, "kernel", to_string(t.kernel), "mma_sync for " + to_string(spec.arch) + " (wgmma: sm_90a only)");
     if (hpc < 16) throw_bad_field(spec, "heads_per_cta", hpc, "16, 32 or 64 for kernel wgmma");
     if (!fp8(spec) && pw != 4) throw_bad_field(spec, "producer_warps", pw, "4 for kernel wgmma with bf16 KV");
     if (fp8(spec) && (pw != 8 || hpc != 64))
@@ -66,8 +66,8 @@ void validate_spec(const KernelSpec& spec) {
     // The seesaw schedule (docs/notes/sparse_mla.md "The seesaw schedule"): two math warpgroups on
     // alternate KV tiles of 64 heads, bf16 P exchanged through smem. Its combinations first, so a
     // spec names the field that is out of its range.
-    if (t.kernel != MlaKernel::wgmma) throw_bad_field(spec, "schedule", int(t.schedule), "single for kernel " + to_string(t.kernel) + " (seesaw: kernel wgmma only)");
-    if (fp8(spec)) throw_bad_field(spec, "kv_dtype", int(spec.kv_dtype), "bf16 for schedule seesaw");
+    if (t.kernel != MlaKernel::wgmma) throw_bad_field(spec, "schedule", to_string(t.schedule), "single for kernel " + to_string(t.kernel) + " (seesaw: kernel wgmma only)");
+    if (fp8(spec)) throw_bad_field(spec, "kv_dtype", to_string(spec.kv_dtype), "bf16 for schedule seesaw");
     if (spec.precise) throw_bad_field(spec, "precise", 1, "0 for schedule seesaw (P is one bf16 rounding)");
     if (hpc != 64) throw_bad_field(spec, "heads_per_cta", hpc, "64 for schedule seesaw");
     if (spec.topk % sparse_mla::kSeesawTopkMultiple != 0)

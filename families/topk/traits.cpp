@@ -28,7 +28,7 @@ void validate_topk(const KernelSpec& spec) {
   // Transform fields only mean something for fused specs: one kernel, one spec.
   if (!spec.fused_transform) {
     if (spec.mode != IndexMode::decode)
-      throw_bad_field(spec, "mode", static_cast<long long>(spec.mode), "decode: a plain top-k (fused_transform false) does not use mode");
+      throw_bad_field(spec, "mode", to_string(spec.mode), "decode: a plain top-k (fused_transform false) does not use mode");
     if (spec.page_size != 1) throw_bad_field(spec, "page_size", spec.page_size, "1: a plain top-k (fused_transform false) does not use page_size");
     if (spec.next_n != 1) throw_bad_field(spec, "next_n", spec.next_n, "1: a plain top-k (fused_transform false) does not use next_n");
     return;
