@@ -18,6 +18,8 @@
 # is cut to what is left, or skipped and said so. Logs: logs.tgz, rewritten after every step, so a
 # call stopped at its limit still returns them; summary.txt, gpu.txt and the results: at most six
 # files in $OUT (default ./out), as the device tool returns at most eight.
+# NSAJIT_VERIFY_TESTS: extra doctest arguments for the tests step, split on spaces, e.g. -tce=topk?gpu*
+# (doctest's ? stands for the space) when only other families changed since the suite last ran whole.
 # The kernel cache is a fresh temporary folder unless NSAJIT_CACHE_DIR names one (e.g. a carried
 # `nsajit precompile` of the fleet, made with the device's NVRTC version).
 # Usage (from the repository root): NSAJIT_COMMIT=<sha> scripts/gpu_verify.sh tests|bench|checks|all [build-dir]
@@ -80,7 +82,8 @@ if [ "$phase" = tests ] || [ "$phase" = all ]; then
   if [ -n "$cli" ] && [ ! -e "$cli" ] && mkdir -p "$(dirname "$cli")" 2>/dev/null; then
     ln -s "$(cd "$build" && pwd)/nsajit" "$cli" && summary "=== $cli: linked to $build/nsajit"
   fi
-  step tests 420 "$build/nsajit_tests" --duration=true
+  # shellcheck disable=SC2086  # the doctest arguments split on spaces on purpose
+  step tests 420 "$build/nsajit_tests" --duration=true ${NSAJIT_VERIFY_TESTS:-}
   show tests "test cases|assertions|ERROR|FAILED" 8
   if python3 -c "import torch, pytest" 2>/dev/null; then
     step pytest_gpu 90 env NSAJIT_LIBRARY="$(cd "$build" && pwd)/libnsajit.so" PYTHONPATH="$PWD/python" \
