@@ -217,7 +217,8 @@ std::string write_results(const RunInfo& info, const std::vector<Case>& cases, c
     e["tflops"] = c.tflops ? nlohmann::json(*c.tflops) : nlohmann::json(nullptr);
     e["gbps"] = c.gbps;
     e["check"] = c.check;
-    if (auto it = anchors.find(c.name); it != anchors.end()) {
+    if (auto it = anchors.find(c.anchor_case.empty() ? c.name : c.anchor_case); it != anchors.end()) {
+      if (!c.anchor_case.empty()) e["anchor_case"] = c.anchor_case;
       e["anchor"] = it->second.name;
       e["anchor_us"] = it->second.us;
       e["vs_anchor"] = it->second.us / c.nsajit_us;
@@ -233,7 +234,7 @@ std::string write_results(const RunInfo& info, const std::vector<Case>& cases, c
   fmt::print("\n{:<34} {:>10} {:>11} {:>8} {:>10} {:>9} {:>9} {:>8} {:>9}  {}\n", "case", "nsajit us", "baseline us",
              "speedup", "anchor us", "vs anchor", "floor us", "TFLOP/s", "GB/s", "check");
   for (const Case& c : cases) {
-    const auto it = anchors.find(c.name);
+    const auto it = anchors.find(c.anchor_case.empty() ? c.name : c.anchor_case);
     const bool has_anchor = it != anchors.end();
     fmt::print("{:<34} {:>10.1f} {:>11} {:>8} {:>10} {:>9} {:>9.1f} {:>8} {:>9.0f}  {}\n", c.name, c.nsajit_us,
                c.baseline_us ? fmt::format("{:.1f}", *c.baseline_us) : "-",

@@ -99,6 +99,7 @@ struct Case {
   double gbps = 0;
   std::string check = "not run";  // "pass" / "FAIL: ..."
   std::string baseline_input;  // folder handed to the baseline script for this case ("" = none)
+  std::string anchor_case;     // the anchors file's case this one is compared with ("" = name)
 };
 
 // Runs `python3 <script> <family> <cases.json>` where cases.json lists each case's name, params

@@ -5,6 +5,10 @@
 //   decode b {1, 8, 64, 128} x next_n {1, 2} x h_q {16, 64, 128} x KV {bf16, fp8 (page size 64)}
 //   prefill s_q 4096 x h_q {64, 128} x KV {bf16, fp8} over s_kv 262144 slots; bf16 also over the
 //   first 8192 and 32768 slots (indices uniform in [0, s_kv): the shorter contexts live in L2)
+//   prefill "fp8 gather": the FP8 cache as SGLang's RAGGED prefill and vLLM read it: the context's
+//   s_kv tokens gathered and dequantized once (nsajit::fp8_kv_gather) into a bf16 buffer, then the
+//   bf16 prefill over it, both launches timed; compared with the anchor of the bf16 case (the
+//   issue's "FP8 prefill no slower than FlashMLA's bf16 prefill of the same shape")
 // nsajit runs with a workspace (split-KV where the batch cannot fill the GPU; params.num_splits)
 // and, for comparison, batch-invariant (params.batch_invariant_us). The torch reference of an
 // FP8 case runs on the dequantized bf16 pool (baseline_us: torch pays no dequantisation); the same
@@ -53,9 +57,10 @@ struct Shape {
   int b, next_n, h_q;
   bool fp8;
   std::int64_t s_kv = kSlots;  // indices are drawn from [0, s_kv)
+  bool gather = false;         // fp8 prefill: gather-dequantize the context, then the bf16 kernel
   int rows() const { return prefill ? b : b * next_n; }
   std::string name() const {
-    return prefill ? fmt::format("prefill h{} sq{} skv{} {}", h_q, b, s_kv, fp8 ? "fp8" : "bf16")
+    return prefill ? fmt::format("prefill h{} sq{} skv{} {}{}", h_q, b, s_kv, fp8 ? "fp8" : "bf16", gather ? " gather" : "")
                    : fmt::format("decode h{} b{} n{} {}", h_q, b, next_n, fp8 ? "fp8" : "bf16");
   }
 };
@@ -72,6 +77,7 @@ int bench_sparse_mla(const BenchOptions& options) {
     for (int h : {64, 128})
       for (std::int64_t s_kv : {std::int64_t(8192), std::int64_t(32768), kSlots})
         if (!fp8 || s_kv == kSlots) shapes.push_back({true, 4096, 1, h, fp8, s_kv});
+  for (int h : {64, 128}) shapes.push_back({true, 4096, 1, h, true, kSlots, true});
   std::erase_if(shapes, [&](const Shape& s) { return !options.only.empty() && s.name().find(options.only) == std::string::npos; });
   if (shapes.empty()) {
     fmt::print(stderr, "nsajit bench sparse-mla: no case matches --only {}\n", options.only);
@@ -89,6 +95,12 @@ int bench_sparse_mla(const BenchOptions& options) {
   }
   DeviceBuffer<std::uint16_t> d_pool(pool);
   DeviceBuffer<std::uint8_t> d_cache(cache);
+  // "fp8 gather" cases: the context's slots (all of the pool's, in order) and their bf16 rows
+  const bool any_gather = std::any_of(shapes.begin(), shapes.end(), [](const Shape& s) { return s.gather; });
+  std::vector<std::int32_t> context(any_gather ? std::size_t(kSlots) : 0);
+  for (std::size_t s = 0; s < context.size(); ++s) context[s] = std::int32_t(s);
+  DeviceBuffer<std::int32_t> d_context(context);
+  DeviceBuffer<std::uint16_t> d_gathered(any_gather ? std::size_t(kSlots) * D : 1);
   const std::string dir = options.work_dir + "/sparse_mla";
   const bool baseline = !options.baseline_script.empty();
   if (baseline) {
@@ -113,7 +125,9 @@ int bench_sparse_mla(const BenchOptions& options) {
     DeviceBuffer<float> d_lse(std::size_t(rows) * sh.h_q);
     SparseMlaDecodeArgs a;
     a.q = d_q.get();
-    if (sh.fp8) {
+    if (sh.gather) {
+      a.kv = d_gathered.get();  // bf16, filled by the gather inside the timed call
+    } else if (sh.fp8) {
       a.kv = d_cache.get();
       a.kv_dtype = KvDtype::fp8_e4m3;
       a.page_size = kPageSize;
@@ -138,14 +152,22 @@ int bench_sparse_mla(const BenchOptions& options) {
     TileConfig forced{};
     if (!options.tile.empty()) try {
       forced = tools::parse_spec_text("family=sparse_mla h_q=" + std::to_string(sh.h_q) + " topk=" +
-                                      std::to_string(kTopk) + (sh.fp8 ? " kv_dtype=fp8 page_size=" + std::to_string(kPageSize) + " " : std::string(" ")) + options.tile)
+                                      std::to_string(kTopk) + (sh.fp8 && !sh.gather ? " kv_dtype=fp8 page_size=" + std::to_string(kPageSize) + " " : std::string(" ")) + options.tile)
                    .tile;
     } catch (const InvalidArgument& e) {
       // A case the variant does not support (e.g. FP8 KV for the seesaw) is skipped, not failed.
       fmt::print(stderr, "nsajit bench sparse-mla: {}: skipped for --tile: {}\n", sh.name(), e.what());
       continue;
     }
+    Fp8KvGatherArgs g;
+    g.cache = d_cache.get();
+    g.num_pages = kSlots / kPageSize;
+    g.page_size = kPageSize;
+    g.slots = d_context.get();
+    g.n = int(sh.s_kv);
+    g.out = d_gathered.get();
     const auto sparse_mla_decode = [&](const SparseMlaDecodeArgs& args) {
+      if (sh.gather) fp8_kv_gather(g);
       if (options.tile.empty()) nsajit::sparse_mla_decode(args);
       else detail::sparse_mla_decode(args, forced);
     };
@@ -162,6 +184,7 @@ int bench_sparse_mla(const BenchOptions& options) {
     // Check the split-mode output (the timed one) on the first and last row.
     d_out.poison();
     d_lse.poison();
+    if (sh.gather) d_gathered.poison();  // the check covers the gather too
     sparse_mla_decode(split_mode ? split_args : a);
     const std::vector<std::uint16_t> out = d_out.download();
     const std::vector<float> lse = d_lse.download();
@@ -185,8 +208,9 @@ int bench_sparse_mla(const BenchOptions& options) {
     }
     if (check != "pass") ++failures;
 
-    const double kv_bytes = double(rows) * kTopk * (sh.fp8 ? kTok : 2 * D);
-    const double bytes = double(rows) * sh.h_q * D * 2 + kv_bytes + double(rows) * kTopk * 4 +
+    const double kv_bytes = double(rows) * kTopk * (sh.fp8 && !sh.gather ? kTok : 2 * D);
+    const double gather_bytes = sh.gather ? double(sh.s_kv) * (kTok + 2 * D + 4) : 0.0;  // read, write, slots
+    const double bytes = double(rows) * sh.h_q * D * 2 + kv_bytes + gather_bytes + double(rows) * kTopk * 4 +
                          double(rows) * sh.h_q * (DV * 2 + 4);
     const double flops = 2.0 * rows * sh.h_q * kTopk * (576 + 512);
     Case c;
@@ -197,6 +221,11 @@ int bench_sparse_mla(const BenchOptions& options) {
                 {"page_size", sh.fp8 ? kPageSize : 1}, {"num_splits", splits},
                 {"batch_invariant_us", invariant_us}, {"gathered_bytes", kv_bytes}, {"bytes", bytes},
                 {"flops", flops}, {"precise", false}};  // the default precision, checked under its tolerance
+    if (sh.gather) {
+      c.params["fp8_path"] = "gather: fp8_kv_gather of the s_kv context tokens, then the bf16 kernel";
+      c.params["gather_bytes"] = gather_bytes;
+      c.anchor_case = Shape{true, sh.b, 1, sh.h_q, false, sh.s_kv}.name();  // FlashMLA's bf16 prefill
+    }
     c.nsajit_us = us;
     c.nsajit_min_us = timed.min_us;
     c.nsajit_max_us = timed.max_us;
