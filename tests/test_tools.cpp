@@ -29,6 +29,7 @@
 #include "tests/cli_helpers.hpp"
 #include "tests/spec_matrix.hpp"
 #include "tests/test_dirs.hpp"
+#include "tools/bench/anchors.hpp"
 #include "tools/fleet_specs.hpp"
 #include "tools/model_config.hpp"
 #include "tools/tuning_config.hpp"
@@ -543,3 +544,30 @@ TEST_CASE("gen prints the generated source of a readable name or canonical text"
   CHECK(contains(bad.output, "topk = 1000"));
 }
 #endif
+
+TEST_CASE("bench anchors: the fastest figure per case, a case compared with another's anchor, bad files named") {
+  const test::TempDir tmp("anchors");
+  const std::string path = tmp.path() + "/anchors.json";
+  std::ofstream(path) << R"({"cases": [
+    {"case": "prefill h128 sq4096 skv262144 bf16", "anchor": "slow", "anchor_us": 5000.0},
+    {"case": "prefill h128 sq4096 skv262144 bf16", "anchor": "fast", "anchor_us": 4570.5},
+    {"case": "1x131072", "anchor": "topk v2", "anchor_us": 11.0}]})";
+  const auto anchors = tools::bench::load_anchors(path);
+  CHECK(anchors.size() == 2);
+  const tools::bench::Anchor* own = tools::bench::find_anchor(anchors, "prefill h128 sq4096 skv262144 bf16", "");
+  REQUIRE(own != nullptr);
+  CHECK(own->name == "fast");
+  CHECK(own->us == 4570.5);
+  const tools::bench::Anchor* other =
+      tools::bench::find_anchor(anchors, "prefill h128 sq4096 skv262144 fp8 gather", "prefill h128 sq4096 skv262144 bf16");
+  CHECK(other == own);
+  CHECK(tools::bench::find_anchor(anchors, "prefill h128 sq4096 skv262144 fp8 gather", "") == nullptr);
+  CHECK(tools::bench::find_anchor(anchors, "1x131072", "") != nullptr);
+
+  const std::string bad = tmp.path() + "/bad.json";
+  std::ofstream(bad) << R"({"cases": [{"case": "1x131072", "anchor_us": 0}]})";
+  CHECK(contains(error_of([&] { tools::bench::load_anchors(bad); }), "cases[0] needs a string \"case\" and a positive \"anchor_us\""));
+  std::ofstream(bad) << "not json";
+  CHECK(contains(error_of([&] { tools::bench::load_anchors(bad); }), "not JSON"));
+  CHECK(contains(error_of([&] { tools::bench::load_anchors(tmp.path() + "/none.json"); }), "cannot open the file"));
+}

@@ -92,35 +92,6 @@ Timing time_us(const std::function<void()>& launch, const TimingOptions& options
   return {.min_us = times.front(), .median_us = times[times.size() / 2], .max_us = times.back()};
 }
 
-std::string default_anchors_path() {
-  const std::string shared = std::string("../shared/baselines/") + kDefaultAnchors;
-  return std::filesystem::exists(shared) ? shared : std::string("bench/anchors/") + kDefaultAnchors;
-}
-
-std::map<std::string, Anchor> load_anchors(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(fmt::format("--anchors {}: cannot open the file", path));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("--anchors {}: not JSON ({})", path, e.what()));
-  }
-  if (!j.is_object() || !j.contains("cases") || !j["cases"].is_array())
-    throw Error(fmt::format("--anchors {}: expected an object with a \"cases\" array", path));
-  std::map<std::string, Anchor> fastest;
-  for (std::size_t i = 0; i < j["cases"].size(); ++i) {
-    const nlohmann::json& c = j["cases"][i];
-    if (!c.is_object() || !c.contains("case") || !c["case"].is_string() || !c.contains("anchor_us") ||
-        !c["anchor_us"].is_number() || c["anchor_us"].get<double>() <= 0)
-      throw Error(fmt::format("--anchors {}: cases[{}] needs a string \"case\" and a positive \"anchor_us\"", path, i));
-    const std::string name = c["case"].get<std::string>();
-    const Anchor a{c.value("anchor", std::string("anchor")), c["anchor_us"].get<double>()};
-    if (auto it = fastest.find(name); it == fastest.end() || a.us < it->second.us) fastest[name] = a;
-  }
-  return fastest;
-}
-
 void write_blob(const std::string& dir, const std::string& name, const void* data, std::size_t bytes) {
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/" + name;
@@ -217,11 +188,11 @@ std::string write_results(const RunInfo& info, const std::vector<Case>& cases, c
     e["tflops"] = c.tflops ? nlohmann::json(*c.tflops) : nlohmann::json(nullptr);
     e["gbps"] = c.gbps;
     e["check"] = c.check;
-    if (auto it = anchors.find(c.anchor_case.empty() ? c.name : c.anchor_case); it != anchors.end()) {
+    if (const Anchor* a = find_anchor(anchors, c.name, c.anchor_case)) {
       if (!c.anchor_case.empty()) e["anchor_case"] = c.anchor_case;
-      e["anchor"] = it->second.name;
-      e["anchor_us"] = it->second.us;
-      e["vs_anchor"] = it->second.us / c.nsajit_us;
+      e["anchor"] = a->name;
+      e["anchor_us"] = a->us;
+      e["vs_anchor"] = a->us / c.nsajit_us;
     }
     j["cases"].push_back(e);
   }
@@ -234,13 +205,12 @@ std::string write_results(const RunInfo& info, const std::vector<Case>& cases, c
   fmt::print("\n{:<34} {:>10} {:>11} {:>8} {:>10} {:>9} {:>9} {:>8} {:>9}  {}\n", "case", "nsajit us", "baseline us",
              "speedup", "anchor us", "vs anchor", "floor us", "TFLOP/s", "GB/s", "check");
   for (const Case& c : cases) {
-    const auto it = anchors.find(c.anchor_case.empty() ? c.name : c.anchor_case);
-    const bool has_anchor = it != anchors.end();
+    const Anchor* anchor = find_anchor(anchors, c.name, c.anchor_case);
     fmt::print("{:<34} {:>10.1f} {:>11} {:>8} {:>10} {:>9} {:>9.1f} {:>8} {:>9.0f}  {}\n", c.name, c.nsajit_us,
                c.baseline_us ? fmt::format("{:.1f}", *c.baseline_us) : "-",
                c.baseline_us ? fmt::format("{:.2f}x", *c.baseline_us / c.nsajit_us) : "-",
-               has_anchor ? fmt::format("{:.1f}", it->second.us) : "-",
-               has_anchor ? fmt::format("{:.3f}", it->second.us / c.nsajit_us) : "-", c.floor_us,
+               anchor ? fmt::format("{:.1f}", anchor->us) : "-",
+               anchor ? fmt::format("{:.3f}", anchor->us / c.nsajit_us) : "-", c.floor_us,
                c.tflops ? fmt::format("{:.1f}", *c.tflops) : "-", c.gbps, c.check);
   }
   fmt::print("results: {}\n", path);

@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tools/bench/anchors.hpp"
+
 namespace nsajit::tools::bench {
 
 inline constexpr double kCopyTBps = 4.17;      // the H200's device-to-device copy ceiling
@@ -117,20 +119,6 @@ struct RunInfo {
   std::string command;  // the exact command line
   std::string anchors;  // recorded anchor figures merged by case name ("" = none)
 };
-
-// The anchors file's figures for `case_name`: the fastest anchor recorded for it, if any.
-struct Anchor {
-  std::string name;
-  double us = 0;
-};
-// Reads an anchors file (../shared/baselines/h200-anchors-*.json: {"cases": [{"case", "anchor",
-// "anchor_us", ...}]}) into the fastest anchor per case name. Throws Error naming the file and field.
-std::map<std::string, Anchor> load_anchors(const std::string& path);
-
-// The default anchors file: ../shared/baselines/<kDefaultAnchors> when present (a developer's
-// checkout), else bench/anchors/<kDefaultAnchors> (the copy that travels with the repository).
-inline constexpr const char* kDefaultAnchors = "h200-anchors-2026-12-02.json";
-std::string default_anchors_path();
 
 // Writes the results JSON (GPU name, SM count, driver, NVRTC, commit from `git rev-parse` or
 // $NSAJIT_COMMIT, date) to `path`, or to bench/results/<family>-<date>-<commit>.json when path is
