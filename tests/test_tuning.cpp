@@ -582,7 +582,7 @@ bool loaded(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("tuning database gpu: sparse MLA and top-k dispatch take the database's choices; another GPU's is ignored") {
+TEST_CASE("tuning database gpu: sparse MLA and top-k dispatch take the database's choices; batch-invariant calls and another GPU's database do not") {
   NSAJIT_REQUIRE_GPU();
   test::TempDir dir("tune-gpu");
   const tuning::TuningKey here = tuning::current_key();
@@ -628,6 +628,15 @@ TEST_CASE("tuning database gpu: sparse MLA and top-k dispatch take the database'
   a.workspace = ws.get();
   a.workspace_bytes = ws.bytes();
   CHECK(detail::plan_sparse_mla(a).num_splits == 4);
+  // Batch-invariant calls do not consult the database (its choice for rows 1..4 would make a row's
+  // bits depend on the batch size): the heuristics' 64-head wgmma kernel, one split.
+  SparseMlaDecodeArgs invariant = a;
+  invariant.workspace = nullptr;
+  invariant.workspace_bytes = 0;
+  const auto inv = detail::plan_sparse_mla(invariant);
+  CHECK(inv.spec.tile.kernel == MlaKernel::wgmma);
+  CHECK(inv.spec.tile.heads_per_cta == 64);
+  CHECK(inv.num_splits == 1);
   d_out.poison();
   d_lse.poison();
   sparse_mla_decode(a);

@@ -35,7 +35,8 @@ int auto_splits(long long rows, int h_q, int topk, int sm_count);
 // splits: seesaw where that kernel takes it (wgmma, 64 heads per CTA, bf16 KV, seesaw_takes) and
 // either the call is batch-invariant (one CTA a row and head group whatever the rows: a choice by
 // rows would change a row's bits) or the rows alone keep the GPU busy (one split, auto_splits 1);
-// else single. The filled spec may be a tuning database's tile, which the rows do choose.
+// else single. In split mode the filled spec may be a tuning database's tile, which the rows do
+// choose; batch-invariant calls take the heuristics' tile, which they do not.
 MlaSchedule default_schedule(const KernelSpec& filled, long long rows, int num_splits, bool batch_invariant,
                              int sm_count);
 

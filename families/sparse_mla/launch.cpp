@@ -130,11 +130,14 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
   if (a.rows == 0) return plan;
   // Forced split counts were checked against workspace_bytes above; an automatic one is lowered
   // to what the workspace holds (down to no split), never an error after a driver call.
-  // The dispatcher's call (automatic variant): the tuning database's choice for the shape, if any.
+  // The dispatcher's call (automatic variant): the tuning database's choice for the shape, if any,
+  // except in batch-invariant calls: its choices differ between rows buckets, and a row's bits
+  // must not change with its batchmates (the heuristics' tile and schedule do not depend on rows).
+  const bool batch_invariant = a.workspace == nullptr || a.num_splits == 1;
   const tuning::SparseMlaTuningEntry* tuned =
-      tile.kernel == MlaKernel::automatic
+      tile.kernel == MlaKernel::automatic && !batch_invariant
           ? tuning::tuned_sparse_mla(a.rows, a.h_q, a.next_n, a.topk, a.kv_dtype, a.precise,
-                                     driver::current_context_info().sm_count, a.workspace != nullptr ? a.num_splits : 0)
+                                     driver::current_context_info().sm_count, a.num_splits)
           : nullptr;
   int splits = 1;
   if (a.workspace != nullptr && a.num_splits > 0)
@@ -162,7 +165,6 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
   // The dispatcher's schedule, unless the database's choice named one: known once the tile is filled
   // (the seesaw only where its validation holds: default_schedule's conditions are that validation).
   if (tile.kernel == MlaKernel::automatic && !(tuned && tuning::schedule_chosen(tuned->choice))) {
-    const bool batch_invariant = a.workspace == nullptr || a.num_splits == 1;
     plan.spec.tile.schedule = sparse_mla::default_schedule(plan.spec, a.rows, plan.num_splits, batch_invariant,
                                                            driver::current_context_info().sm_count);
   }

@@ -158,7 +158,8 @@ struct SparseMlaDecodeArgs {
   int h_q = 16;                       // 8, 16, 32, 64, 128
   int topk = 2048;                    // multiple of 64, <= 16384
   float sm_scale = 0.f;               // > 0 and finite
-  // Split-KV. workspace == nullptr: batch-invariant, no split. Otherwise 16-byte aligned, at least
+  // Split-KV. workspace == nullptr: batch-invariant, no split (and no tuning database, whose
+  // choices differ between batch sizes: the heuristics' variant). Otherwise 16-byte aligned, at least
   // sparse_mla_workspace_bytes(rows, h_q, topk, num_splits) bytes (InvalidArgument for a forced
   // num_splits that does not fit; an automatic count is lowered to what fits), not shared with a
   // concurrent call.
