@@ -61,7 +61,7 @@ const FamilyTraits& traits(Family family);
 // Helper for validate(): throws InvalidArgument("<spec name>: field <field> = <value>: <expected>").
 [[noreturn]] void throw_bad_field(const KernelSpec& spec, std::string_view field, long long value,
                                   std::string_view expected);
-// The same for a field whose value has a name (an enum in range: "kernel = mma_sync").
+// The same for a field whose value has a name (an enum: "kernel = mma_sync"; "IndexMode(7)" past its names).
 [[noreturn]] void throw_bad_field(const KernelSpec& spec, std::string_view field, std::string_view value,
                                   std::string_view expected);
 

@@ -82,8 +82,8 @@ if [ "$phase" = tests ] || [ "$phase" = all ]; then
   if [ -n "$cli" ] && [ ! -e "$cli" ] && mkdir -p "$(dirname "$cli")" 2>/dev/null; then
     ln -s "$(cd "$build" && pwd)/nsajit" "$cli" && summary "=== $cli: linked to $build/nsajit"
   fi
-  # shellcheck disable=SC2086  # the doctest arguments split on spaces on purpose
-  step tests 420 "$build/nsajit_tests" --duration=true ${NSAJIT_VERIFY_TESTS:-}
+  read -ra extra_test_args <<< "${NSAJIT_VERIFY_TESTS:-}"  # split on spaces, no globbing
+  step tests 420 "$build/nsajit_tests" --duration=true "${extra_test_args[@]}"
   show tests "test cases|assertions|ERROR|FAILED" 8
   if python3 -c "import torch, pytest" 2>/dev/null; then
     step pytest_gpu 90 env NSAJIT_LIBRARY="$(cd "$build" && pwd)/libnsajit.so" PYTHONPATH="$PWD/python" \

@@ -202,11 +202,11 @@ std::string write_results(const RunInfo& info, const std::vector<Case>& cases, c
     std::filesystem::create_directories(parent);
   std::ofstream(path) << j.dump(1) << "\n";
 
-  fmt::print("\n{:<34} {:>10} {:>11} {:>8} {:>10} {:>9} {:>9} {:>8} {:>9}  {}\n", "case", "nsajit us", "baseline us",
+  fmt::print("\n{:<42} {:>10} {:>11} {:>8} {:>10} {:>9} {:>9} {:>8} {:>9}  {}\n", "case", "nsajit us", "baseline us",
              "speedup", "anchor us", "vs anchor", "floor us", "TFLOP/s", "GB/s", "check");
   for (const Case& c : cases) {
     const Anchor* anchor = find_anchor(anchors, c.name, c.anchor_case);
-    fmt::print("{:<34} {:>10.1f} {:>11} {:>8} {:>10} {:>9} {:>9.1f} {:>8} {:>9.0f}  {}\n", c.name, c.nsajit_us,
+    fmt::print("{:<42} {:>10.1f} {:>11} {:>8} {:>10} {:>9} {:>9.1f} {:>8} {:>9.0f}  {}\n", c.name, c.nsajit_us,
                c.baseline_us ? fmt::format("{:.1f}", *c.baseline_us) : "-",
                c.baseline_us ? fmt::format("{:.2f}x", *c.baseline_us / c.nsajit_us) : "-",
                anchor ? fmt::format("{:.1f}", anchor->us) : "-",

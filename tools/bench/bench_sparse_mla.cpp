@@ -244,7 +244,7 @@ int bench_sparse_mla(const BenchOptions& options) {
       c.params["pool"] = dir + (sh.fp8 ? "/pool_fp8_dequant.bf16" : "/pool_bf16.bf16");
       if (sh.fp8) c.params["fp8_cache"] = dir + "/cache_fp8.u8";
     }
-    fmt::print(stderr, "{:<32} {:>9.1f} us (batch-invariant {:.1f}, splits {})  {:6.1f} TFLOP/s  {:6.0f} GB/s  floor {:.1f}  {}\n",
+    fmt::print(stderr, "{:<42} {:>9.1f} us (batch-invariant {:.1f}, splits {})  {:6.1f} TFLOP/s  {:6.0f} GB/s  floor {:.1f}  {}\n",
                c.name, us, invariant_us, splits, *c.tflops, c.gbps, c.floor_us, check);
     cases.push_back(std::move(c));
   }
