@@ -17,7 +17,6 @@
 #include "families/sparse_mla/heuristics.hpp"
 #include "families/topk/heuristics.hpp"
 #include "nsajit/errors.hpp"
-#include "tools/fleet_specs.hpp"
 #include "tools/tuning_config.hpp"
 
 namespace nsajit::tools {
@@ -238,18 +237,17 @@ std::vector<KernelSpec> decode_step_specs(const ModelConfig& c, Arch arch,
     s.arch = arch;
     s = with_default_tile(s);
   }
-  // The run's sparse MLA calls are batch-invariant (no workspace): the dispatcher's schedule for them.
+  // The run's sparse MLA calls are batch-invariant (no workspace): the heuristics' variant (no
+  // tuning database) and the dispatcher's schedule for them.
   KernelSpec bf16_mla = specs[2];
   bf16_mla.tile.schedule = sparse_mla::default_schedule(bf16_mla, c.batch, 1, true, 1);
   if (bf16_mla.tile.schedule != specs[2].tile.schedule) specs.push_back(bf16_mla);
-  // The tuning databases' choices this run can dispatch: sparse MLA variants at its h_q, and top-k's
-  // tile for its shape on the database's GPU.
+  // The tuning databases' choices this run can dispatch: top-k's tile for its shape on the
+  // database's GPU.
   auto add = [&](const KernelSpec& s) {
     if (std::find(specs.begin(), specs.end(), s) == specs.end()) specs.push_back(s);
   };
   for (const tuning::TuningDb* db : dbs) {
-    for (const DbSpec& d : tuning_db_specs(*db, arch, c.index_topk))
-      if (d.spec.family == Family::sparse_mla && d.spec.h_q == c.h_q()) add(d.spec);
     const detail::TopkTuningEntry* e =
         detail::find_topk_entry(db->topk, c.batch, c.max_context, c.index_topk, ScoreDtype::fp32);
     if (db->key.arch != to_string(arch) || e == nullptr) continue;
