@@ -6,10 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <future>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -21,55 +19,10 @@
 #include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/once_map.hpp"
 
 namespace nsajit {
 namespace {
-
-// A map whose values are built once per key: concurrent callers of one key wait for the first
-// builder; other keys never wait behind a build (the lock is not held while building). A build
-// that throws is forgotten, so a later call retries.
-template <class Key, class Value, class Hash>
-class OnceMap {
- public:
-  template <class Build>
-  const Value& get(const Key& key, Build&& build) {
-    {
-      // Copy the future and wait outside the lock: a waiter must not hold the map while another
-      // key's builder needs it.
-      std::shared_future<Value> found;
-      {
-        std::shared_lock lock(mutex_);
-        if (auto it = map_.find(key); it != map_.end()) found = it->second;
-      }
-      if (found.valid()) return wait(found);
-    }
-    std::promise<Value> promise;
-    std::shared_future<Value> future;
-    {
-      std::unique_lock lock(mutex_);
-      if (auto it = map_.find(key); it != map_.end()) {
-        future = it->second;
-      } else {
-        future = promise.get_future().share();
-        map_.emplace(key, future);
-        lock.unlock();
-        try {
-          promise.set_value(build());
-        } catch (...) {
-          promise.set_exception(std::current_exception());
-          std::unique_lock relock(mutex_);
-          map_.erase(key);
-        }
-      }
-    }
-    return wait(future);
-  }
-
- private:
-  static const Value& wait(const std::shared_future<Value>& f) { return f.get(); }
-  std::shared_mutex mutex_;
-  std::unordered_map<Key, std::shared_future<Value>, Hash> map_;
-};
 
 struct ContextSpec {
   unsigned long long context_id;  // cuCtxGetId: a context handle may be reused, its id is not
@@ -87,8 +40,8 @@ using Cubin = std::shared_ptr<const std::vector<char>>;
 struct State {
   CubinCache cache{default_cache_dir()};
   std::uint64_t max_cache_bytes = cache_max_bytes_from_env();  // 0: no bound
-  OnceMap<KernelSpec, Cubin, KernelSpecHash> cubins;
-  OnceMap<ContextSpec, std::shared_ptr<const LoadedKernel>, ContextSpecHash> kernels;
+  detail::OnceMap<KernelSpec, Cubin, KernelSpecHash> cubins;
+  detail::OnceMap<ContextSpec, std::shared_ptr<const LoadedKernel>, ContextSpecHash> kernels;
   std::mutex records_mutex;
   std::vector<KernelRecord> records;
 };
@@ -165,7 +118,7 @@ Cubin obtain_cubin(const KernelSpec& spec, CubinSource* source_out = nullptr) {
                            found.hit || found.stored, key.digest});
     }
     return std::make_shared<const std::vector<char>>(std::move(found.cubin));
-  });
+  }, [&] { refuse_compile_while_capturing(spec); });  // another thread's build may be a compile
   if (source_out) *source_out = source;
   return cubin;
 }
@@ -242,6 +195,8 @@ const LoadedKernel& kernel(const KernelSpec& spec) {
     if (const unsigned smem = t.max_dynamic_smem(spec); smem > 0)
       NSAJIT_CU(cuFuncSetAttribute, loaded->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem));
     return std::shared_ptr<const LoadedKernel>(std::move(loaded));
+  }, [&] {
+    if (!state().cubins.ready(spec)) refuse_compile_while_capturing(spec);  // a module load alone may be waited for
   });
 }
 

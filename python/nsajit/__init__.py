@@ -66,11 +66,24 @@ def _call(fn, args, device):
         _lib.check(fn(ctypes.byref(args), ctypes.c_void_p(stream)))
 
 
+def _leading_stride(x, name, item, unit="elements"):
+    """x.stride(0) when x's rows (pages) are at least item apart, so none overlaps or repeats
+    another (an expand()ed stride of 0 would otherwise reach the C ABI as its "0 = contiguous"
+    default); None for a single row, whose stride is never used."""
+    if x.shape[0] <= 1:
+        return None
+    if x.stride(0) < item:
+        raise ValueError(f"nsajit: argument {name} has strides {list(x.stride())} (shape {list(x.shape)}): "
+                         f"expected a stride >= {item} {unit} in dimension 0 (rows that do not overlap)")
+    return x.stride(0)
+
+
 def _page_table_fields(args, page_table, device, name="page_table"):
     tensor(page_table, name, torch().int32, ndim=2, device=device, inner_contiguous=True)
     args.page_table = ptr(page_table)
     args.page_table_width = _int32(page_table.shape[1], f"{name}.shape[1]", 0)
-    args.page_table_row_stride = max(page_table.stride(0), page_table.shape[1]) if page_table.shape[0] > 0 else 0
+    stride = _leading_stride(page_table, name, page_table.shape[1])
+    args.page_table_row_stride = page_table.shape[1] if stride is None else stride
     return page_table.shape[0]
 
 
@@ -118,10 +131,8 @@ def topk(scores, lengths, topk=2048, *, row_starts=None, sorted=False, transform
                          rows=_int32(rows, "scores.shape[0]", 0), width=_int32(width, "scores.shape[1]", 0),
                          topk=k, sorted=1 if sorted else 0, page_size=1, next_n=1,
                          score_dtype=1 if scores.dtype == t.bfloat16 else 0)
-    if rows > 1 and scores.stride(0) < width:  # e.g. expand(): rows would overlap or repeat
-        raise ValueError(f"nsajit: argument scores has strides {list(scores.stride())}: expected a row stride "
-                         f">= width = {width}")
-    args.score_row_stride = max(scores.stride(0), width) if rows > 0 else 0
+    stride = _leading_stride(scores, "scores", width)
+    args.score_row_stride = width if stride is None else stride
     if transform is not None:
         args.fused_transform = 1
         args.mode = _mode(transform)
@@ -176,7 +187,8 @@ def _kv_fields(args, kv, device, page_size=None):
     if bf16:
         args.kv_dtype = _lib.KV_BF16
         args.num_slots = kv.shape[0]
-        args.kv_row_stride = kv.stride(0) if kv.shape[0] > 1 else 576
+        stride = _leading_stride(kv, "kv", 576)
+        args.kv_row_stride = 576 if stride is None else stride
     else:
         if kv.shape[1] > 1 and kv.stride(1) != 656:
             raise ValueError(f"nsajit: argument kv has strides {list(kv.stride())}: expected 656 bytes between "
@@ -186,7 +198,8 @@ def _kv_fields(args, kv, device, page_size=None):
         args.kv_dtype = _lib.KV_FP8_E4M3
         args.page_size = _int32(kv.shape[1], "kv.shape[1] (page_size)", 1)
         args.num_slots = kv.shape[0] * kv.shape[1]
-        args.kv_page_stride = kv.stride(0) if kv.shape[0] > 1 else 0
+        stride = _leading_stride(kv, "kv", kv.shape[1] * 656, "bytes")
+        args.kv_page_stride = 0 if stride is None else stride
     args.kv = ptr(kv)
 
 
@@ -286,7 +299,8 @@ def _cache_fields(args, cache, device, name="cache"):
     args.cache = ptr(cache)
     args.num_pages = cache.shape[0]
     args.page_size = _int32(cache.shape[1], f"{name}.shape[1] (page_size)", 1)
-    args.page_stride_bytes = cache.stride(0) if cache.shape[0] > 1 else 0
+    stride = _leading_stride(cache, name, cache.shape[1] * 656, "bytes")
+    args.page_stride_bytes = 0 if stride is None else stride
 
 
 def fp8_kv_quantize(kv, slots, cache, *, scale_fmt="fp32"):
@@ -303,7 +317,8 @@ def fp8_kv_quantize(kv, slots, cache, *, scale_fmt="fp32"):
     tensor(slots, "slots", t.int32, shape=(n,), device=device, contiguous=True)
     if scale_fmt not in _lib.SCALE_FORMATS:
         raise ValueError(f"nsajit: argument scale_fmt = {scale_fmt!r}: expected 'fp32' or 'ue8m0'")
-    args = _lib.Fp8KvQuantizeArgs(kv=ptr(kv), kv_row_stride=kv.stride(0) if n > 1 else 576, slots=ptr(slots),
+    stride = _leading_stride(kv, "kv", 576)
+    args = _lib.Fp8KvQuantizeArgs(kv=ptr(kv), kv_row_stride=576 if stride is None else stride, slots=ptr(slots),
                                   n=_int32(n, "kv.shape[0]", 0), scale_fmt=_lib.SCALE_FORMATS[scale_fmt])
     _cache_fields(args, cache, device)
     _call(library().nsajit_fp8_kv_quantize, args, device)
@@ -322,8 +337,9 @@ def fp8_kv_gather(cache, slots, *, out=None):
     tensor(out, "out", t.bfloat16, ndim=2, device=device, inner_contiguous=True)
     if out.shape[0] != n or out.shape[1] != 576:
         raise ValueError(f"nsajit: argument out has shape {list(out.shape)}: expected [{n}, 576]")
+    stride = _leading_stride(out, "out", 576)
     args = _lib.Fp8KvGatherArgs(slots=ptr(slots), n=_int32(n, "slots.shape[0]", 0), out=ptr(out),
-                                out_row_stride=out.stride(0) if n > 1 else 576)
+                                out_row_stride=576 if stride is None else stride)
     _cache_fields(args, cache, device)
     _call(library().nsajit_fp8_kv_gather, args, device)
     return out

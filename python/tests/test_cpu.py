@@ -118,6 +118,25 @@ def test_library_lookup_honours_nsajit_library():
     assert r.returncode != 0 and "/nonexistent/libnsajit.so" in r.stderr and "NSAJIT_LIBRARY" in r.stderr
 
 
+def test_leading_strides_that_overlap_rows_are_refused_never_sent_as_the_default():
+    # An expand()ed tensor has stride 0 in dimension 0, which the C ABI would read as "contiguous".
+    class Strided:  # the two attributes the check reads, as torch reports them
+        def __init__(self, shape, strides):
+            self.shape, self._strides = shape, strides
+
+        def stride(self, dim=None):
+            return self._strides if dim is None else self._strides[dim]
+
+    check = nsajit._leading_stride
+    with pytest.raises(ValueError, match=r"argument cache has strides \[0, 656, 1\].*>= 41984 bytes"):
+        check(Strided((4, 64, 656), (0, 656, 1)), "cache", 64 * 656, "bytes")
+    with pytest.raises(ValueError, match=r"argument page_table has strides \[1, 1\].*>= 128 elements"):
+        check(Strided((8, 128), (1, 1)), "page_table", 128)
+    assert check(Strided((1, 128), (0, 1)), "page_table", 128) is None  # one row: its stride is never used
+    assert check(Strided((4, 64, 656), (41984, 656, 1)), "cache", 41984, "bytes") == 41984
+    assert check(Strided((2, 576), (640, 1)), "kv", 576) == 640
+
+
 # ---- argument validation with torch tensors (CPU tensors are enough: checks come first) ----
 
 def _torch():

@@ -479,3 +479,36 @@ def test_capture_error_names_the_kernel():
     with pytest.raises(nsajit.CaptureError, match=name.replace(".", r"\.")):
         with torch.cuda.graph(graph):
             nsajit.topk(scores, lengths, 3072, sorted=True)
+
+
+def test_overlapping_pages_and_rows_are_refused_or_copied():
+    """An expand()ed cache or page table (stride 0) is refused by the nsajit API, never read as the
+    C ABI's contiguous default; FlashMLA's drop-in copies such a cache and keeps its semantics."""
+    dev, bf16, i32 = "cuda", torch.bfloat16, torch.int32
+    cache = torch.zeros(1, 64, 656, dtype=torch.uint8, device=dev).expand(4, 64, 656)
+    kv = torch.randn(256, 576, device=dev).to(bf16)
+    slots = torch.arange(256, dtype=i32, device=dev)
+    with pytest.raises(ValueError, match=r"argument cache has strides \[0, 656, 1\]"):
+        nsajit.fp8_kv_quantize(kv, slots, cache)
+    with pytest.raises(ValueError, match=r"argument cache has strides \[0, 656, 1\]"):
+        nsajit.fp8_kv_gather(cache, slots)
+    q = torch.randn(2, 16, 576, device=dev).to(bf16)
+    indices = torch.arange(2 * 2048, dtype=i32, device=dev).view(2, 2048) % 256
+    with pytest.raises(ValueError, match=r"argument kv has strides \[0, 656, 1\]"):
+        nsajit.sparse_mla(q, cache, indices, 0.5)
+    table = torch.arange(128, dtype=i32, device=dev).view(1, 128)
+    topk_indices = torch.arange(8 * 2048, dtype=i32, device=dev).view(8, 2048) % 100
+    for bad in (table.expand(8, 128), torch.arange(135, dtype=i32, device=dev).as_strided((8, 128), (1, 1))):
+        with pytest.raises(ValueError, match="argument page_table has strides"):
+            nsajit.index_transform(topk_indices, page_table=bad)
+    # FlashMLA's drop-in: an expanded FP8 cache is copied (every page reads page 0's tokens)
+    real = torch.zeros(4, 64, 656, dtype=torch.uint8, device=dev)
+    nsajit.fp8_kv_quantize(kv[:64], slots[:64], real)
+    shared = real[:1].expand(4, 64, 656).unsqueeze(2)
+    idx = (torch.arange(2048, device=dev, dtype=i32) % 256).view(1, 1, 2048)
+    qd = torch.randn(1, 1, 16, 576, device=dev).to(bf16)
+    out, _ = flash_mla.flash_mla_with_kvcache(qd, shared, None, None, 512, None, softmax_scale=0.5,
+                                              is_fp8_kvcache=True, indices=idx)
+    want, _ = flash_mla.flash_mla_with_kvcache(qd, real[:1].repeat(4, 1, 1).unsqueeze(2).contiguous(), None, None,
+                                               512, None, softmax_scale=0.5, is_fp8_kvcache=True, indices=idx)
+    assert torch.equal(out, want)

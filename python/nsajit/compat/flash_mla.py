@@ -73,7 +73,7 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk
         _unsupported("q.shape[1] (h_q)", h_q, "h_q other than 8, 16, 32, 64, 128")
     # KV is read in place when its rows are 16-byte aligned; otherwise one contiguous copy.
     kv2 = kv.select(1, 0)
-    if kv2.stride(-1) != 1 or not _aligned(kv2) or (kv2.shape[0] > 1 and kv2.stride(0) % 8 != 0):
+    if kv2.stride(-1) != 1 or not _aligned(kv2) or (kv2.shape[0] > 1 and (kv2.stride(0) % 8 or kv2.stride(0) < 576)):
         kv2 = kv2.contiguous()
     if topk_length is not None:
         _tensor(topk_length, "topk_length", t.int32, shape=(s_q,), device=q.device)
@@ -119,14 +119,16 @@ def _kv_cache_view(k_cache, is_fp8):
         if k_cache.shape[1] > 1 and k_cache.stride(1) != 656:
             raise ValueError(f"nsajit: argument k_cache has strides {list(k_cache.stride())}: expected 656 bytes "
                              "between the tokens of a page (as FlashMLA)")
-        if k_cache.stride(-1) != 1 or not _aligned(k_cache) or (k_cache.shape[0] > 1 and k_cache.stride(0) % 16):
+        # a copy also for pages that overlap or repeat (expand()): nsajit reads strides >= a page only
+        if k_cache.stride(-1) != 1 or not _aligned(k_cache) or (k_cache.shape[0] > 1 and (
+                k_cache.stride(0) % 16 or k_cache.stride(0) < k_cache.shape[1] * 656)):
             k_cache = k_cache.contiguous()
         return k_cache
     _tensor(k_cache, "k_cache", t.bfloat16)
     if k_cache.shape[-1] != 576:
         _unsupported("k_cache.shape[-1] (d_qk)", k_cache.shape[-1], "a d_qk other than 576")
     rows = k_cache.reshape(-1, 576)  # a view when pages are evenly spaced, else a copy
-    if rows.stride(-1) != 1 or not _aligned(rows) or (rows.shape[0] > 1 and rows.stride(0) % 8):
+    if rows.stride(-1) != 1 or not _aligned(rows) or (rows.shape[0] > 1 and (rows.stride(0) % 8 or rows.stride(0) < 576)):
         rows = rows.contiguous()
     return rows
 

@@ -92,7 +92,7 @@ def quantize_k_cache(cache_k):
     if d != 576:
         raise NotImplementedError(f"nsajit: cache_k has d = {d}: only 576 (512 latent + 64 rope) is supported")
     rows = cache_k.reshape(-1, 576)  # a copy only when the layout cannot be viewed so
-    if rows.stride(-1) != 1:
+    if rows.stride(-1) != 1 or (rows.shape[0] > 1 and rows.stride(0) < 576):  # nsajit reads rows >= 576 apart
         rows = rows.contiguous()
     n = rows.shape[0]
     out = t.empty((num_blocks, block_size, 1, 656), dtype=t.uint8, device=cache_k.device)
