@@ -3,6 +3,7 @@
 #include "nsajit/nsajit.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstring>
 #include <exception>
@@ -22,8 +23,13 @@ namespace {
 
 thread_local std::string t_last_error;
 
-nsajit_status fail(nsajit_status status, std::string message) {
-  t_last_error = std::move(message);
+// Sets the thread's message; one that cannot be allocated is left empty (never a throw).
+nsajit_status fail(nsajit_status status, const char* message) noexcept {
+  try {
+    t_last_error = message;
+  } catch (...) {
+    t_last_error.clear();
+  }
   return status;
 }
 
@@ -52,43 +58,52 @@ nsajit_status guarded(Body&& body) noexcept {
     t_last_error.clear();  // no allocation for the message either
     return NSAJIT_ERROR_OUT_OF_MEMORY;
   } catch (const std::exception& e) {
-    try {
-      return fail(NSAJIT_ERROR_INTERNAL, e.what());
-    } catch (...) {
-      return NSAJIT_ERROR_INTERNAL;
-    }
+    return fail(NSAJIT_ERROR_INTERNAL, e.what());
   } catch (...) {
-    try {
-      return fail(NSAJIT_ERROR_INTERNAL, "nsajit: unknown exception");
-    } catch (...) {
-      return NSAJIT_ERROR_INTERNAL;
-    }
+    return fail(NSAJIT_ERROR_INTERNAL, "nsajit: unknown exception");
   }
 }
 
-// Copies the caller's struct: its struct_size must cover the struct's first version (first_size;
-// an older caller's missing fields keep `defaults`); bytes past this version's fields (a newer
-// caller) must be zero.
+// Copies the caller's struct. struct_size must cover first_size (this ABI's sizeof: no struct has
+// tail padding, so a field appended later starts at the old sizeof, and an older caller's
+// struct_size then ends before it; its missing fields keep `defaults`); a newer caller's bytes past
+// this version's fields must be zero, and at most kMaxNewerBytes of them are read.
+constexpr std::size_t kMaxNewerBytes = 4096;
 template <class T>
 T read_struct(const T* in, const char* function, const char* argument, std::size_t first_size = sizeof(T),
               const T& defaults = T{}) {
   static_assert(std::is_trivially_copyable_v<T>);
   if (in == nullptr) nsajit::detail::throw_bad_argument(function, argument, "null", "a pointer to the struct");
   const std::size_t size = in->struct_size;
+  const std::string field = std::string(argument) + "->struct_size";
+  const std::string abi = "sizeof the struct in nsajit.h ABI " + std::to_string(NSAJIT_ABI_VERSION);
   if (size < first_size)
-    bad(function, (std::string(argument) + "->struct_size").c_str(), static_cast<long long>(size),
-        ">= " + std::to_string(first_size) + " (sizeof the struct in nsajit.h ABI " +
-            std::to_string(NSAJIT_ABI_VERSION) + ", or of its first version)");
+    bad(function, field.c_str(), static_cast<long long>(size), ">= " + std::to_string(first_size) + " (" + abi + ")");
+  if (size > sizeof(T) + kMaxNewerBytes)
+    bad(function, field.c_str(), static_cast<long long>(std::min<std::size_t>(size, LLONG_MAX)),
+        "<= " + std::to_string(sizeof(T) + kMaxNewerBytes) + " (" + abi + ", plus at most " +
+            std::to_string(kMaxNewerBytes) + " bytes of a newer version)");
   const auto* bytes = reinterpret_cast<const unsigned char*>(in);
   for (std::size_t i = sizeof(T); i < size; ++i)
     if (bytes[i] != 0)
-      bad(function, (std::string(argument) + "->struct_size").c_str(), static_cast<long long>(size),
+      bad(function, field.c_str(), static_cast<long long>(size),
           "fields past byte " + std::to_string(sizeof(T)) + " (unknown to this library, ABI " +
               std::to_string(NSAJIT_ABI_VERSION) + ") to be zero; byte " + std::to_string(i) + " is not");
   T out = defaults;
   std::memcpy(&out, in, std::min(size, sizeof(T)));
   return out;
 }
+
+// ABI 2's rule for appending fields: no argument struct ends in padding.
+#define NSAJIT_NO_TAIL_PADDING(T, last) \
+  static_assert(sizeof(T) == offsetof(T, last) + sizeof(T::last), #T " must end with its last field")
+NSAJIT_NO_TAIL_PADDING(nsajit_index_transform_args, offsets);
+NSAJIT_NO_TAIL_PADDING(nsajit_topk_args, score_dtype);
+NSAJIT_NO_TAIL_PADDING(nsajit_sparse_mla_args, attn_sink);
+NSAJIT_NO_TAIL_PADDING(nsajit_fp8_kv_quantize_args, reserved);
+NSAJIT_NO_TAIL_PADDING(nsajit_fp8_kv_gather_args, out_row_stride);
+NSAJIT_NO_TAIL_PADDING(nsajit_kernel_spec, reserved);
+#undef NSAJIT_NO_TAIL_PADDING
 
 bool flag(const char* function, const char* name, std::int32_t v) {
   if (v != 0 && v != 1) bad(function, name, v, "0 or 1");
@@ -123,8 +138,9 @@ static_assert(NSAJIT_TOPK_ALGORITHM_EXACT_SWEEPS == int(nsajit::TopkAlgorithm::e
               "nsajit.h's top-k algorithm numbers follow nsajit::TopkAlgorithm");
 
 nsajit::KernelSpec spec_of(const nsajit_kernel_spec* in, const char* function) {
-  const nsajit_kernel_spec s = read_struct(in, function, "spec", offsetof(nsajit_kernel_spec, precise),
+  const nsajit_kernel_spec s = read_struct(in, function, "spec", sizeof(nsajit_kernel_spec),
                                            nsajit_kernel_spec_defaults());
+  if (s.reserved != 0) bad(function, "spec->reserved", s.reserved, "0");
   if (s.family < NSAJIT_FAMILY_INDEX_TRANSFORM || s.family > NSAJIT_FAMILY_FP8_KV_GATHER)
     bad(function, "spec->family", s.family, "an NSAJIT_FAMILY_* value (0..5)");
   nsajit::KernelSpec spec;
@@ -183,7 +199,7 @@ nsajit_status guarded_text(Body&& body) noexcept {
       message = e.what();
     }
   });
-  if (s == NSAJIT_OK && !message.empty()) return fail(NSAJIT_ERROR_BUFFER_TOO_SMALL, std::move(message));
+  if (s == NSAJIT_OK && !message.empty()) return fail(NSAJIT_ERROR_BUFFER_TOO_SMALL, message.c_str());
   return s;
 }
 
@@ -193,12 +209,7 @@ nsajit_status mla_sizing(const char* function, std::int32_t rows, std::int32_t h
                          std::int32_t num_splits, const char* out_name, Out* out, Result (*query)(int, int, int, int)) {
   return guarded([&] {
     if (out == nullptr) nsajit::detail::throw_bad_argument(function, out_name, "null", "a pointer");
-    if (rows < 0) bad(function, "rows", rows, ">= 0");
-    if (h_q != 8 && h_q != 16 && h_q != 32 && h_q != 64 && h_q != 128)
-      bad(function, "h_q", h_q, "one of 8, 16, 32, 64, 128");
-    nsajit::detail::require_topk(function, topk, 16384);
-    if (num_splits < 0 || num_splits > 64) bad(function, "num_splits", num_splits, "0 (automatic) .. 64");
-    *out = static_cast<Out>(query(rows, h_q, topk, num_splits));
+    *out = static_cast<Out>(query(rows, h_q, topk, num_splits));  // the query checks the sizes
   });
 }
 
@@ -278,6 +289,7 @@ nsajit::SparseMlaDecodeArgs to_cpp(const nsajit_sparse_mla_args& a, const char* 
 }
 
 nsajit::Fp8KvQuantizeArgs to_cpp(const nsajit_fp8_kv_quantize_args& a, const char* fn) {
+  if (a.reserved != 0) bad(fn, "reserved", a.reserved, "0");
   if (a.scale_fmt != NSAJIT_SCALE_FP32 && a.scale_fmt != NSAJIT_SCALE_UE8M0)
     bad(fn, "scale_fmt", a.scale_fmt, "NSAJIT_SCALE_FP32 (0) or NSAJIT_SCALE_UE8M0 (1)");
   nsajit::Fp8KvQuantizeArgs c;
@@ -292,22 +304,12 @@ nsajit::Fp8KvGatherArgs to_cpp(const nsajit_fp8_kv_gather_args& a, const char*) 
   return c;
 }
 
-// The size of a struct's first version (ABI 1) and its defaults: fields added since keep their
-// defaults when an older caller's struct_size ends before them.
+// The smallest struct_size a caller may pass and the defaults of the fields it then lacks: ABI 2's
+// sizeof for every struct (a field appended later gives its struct a specialization here).
 template <class T>
 struct StructVersions {
   static constexpr std::size_t first_size = sizeof(T);
   static T defaults() { return T{}; }
-};
-template <>
-struct StructVersions<nsajit_topk_args> {
-  static constexpr std::size_t first_size = offsetof(nsajit_topk_args, score_dtype);
-  static nsajit_topk_args defaults() { return nsajit_topk_defaults(); }
-};
-template <>
-struct StructVersions<nsajit_sparse_mla_args> {
-  static constexpr std::size_t first_size = offsetof(nsajit_sparse_mla_args, precise);
-  static nsajit_sparse_mla_args defaults() { return nsajit_sparse_mla_defaults(); }
 };
 
 // A launch through the C ABI: the caller's struct read and converted, then `run` on the stream
@@ -377,12 +379,7 @@ nsajit_status nsajit_sparse_mla_decode(const nsajit_sparse_mla_args* args, void*
 
 nsajit_status nsajit_sparse_mla_prefill(const nsajit_sparse_mla_args* args, void* stream) {
   return launch_with(args, stream, "nsajit_sparse_mla_prefill",
-                     +[](const nsajit::SparseMlaDecodeArgs& c, CUstream s) {
-                       if (c.next_n != 1)
-                         bad("nsajit_sparse_mla_prefill", "next_n", c.next_n,
-                             "1 (prefill rows are single query tokens)");
-                       nsajit::sparse_mla_prefill(c, s);
-                     });
+                     +[](const nsajit::SparseMlaDecodeArgs& c, CUstream s) { nsajit::sparse_mla_prefill(c, s); });
 }
 
 nsajit_status nsajit_sparse_mla_num_splits(int32_t rows, int32_t h_q, int32_t topk, int32_t num_splits,

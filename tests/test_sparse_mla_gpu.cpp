@@ -1050,6 +1050,53 @@ TEST_CASE("sparse_mla args: bad arguments throw InvalidArgument naming the argum
   }
 }
 
+TEST_CASE("sparse_mla args: a forced split count needs a workspace only when it resolves to several splits") {
+  // As the workspace sizing: topk 64 caps any count at one split (0 bytes), and an empty batch
+  // splits nothing. The misaligned lse, checked after the split count, ends each call unlaunched.
+  CHECK(nsajit::sparse_mla_workspace_bytes(1, 16, 64, 4) == 0);
+  nsajit::SparseMlaDecodeArgs a = valid_args();
+  a.topk = 64;
+  a.num_splits = 4;
+  a.lse = reinterpret_cast<float*>(std::uintptr_t(0x50001));
+  CHECK(error_of(a).find("argument lse = ") != std::string::npos);
+  a.topk = 128;
+  CHECK(error_of(a).find("argument num_splits = 4: expected 0 or 1 without a workspace") != std::string::npos);
+  a.rows = 0;
+  CHECK_NOTHROW(nsajit::sparse_mla_decode(a));  // returns before any driver call
+}
+
+TEST_CASE("sparse_mla args: prefill takes next_n 1 only; the sizing queries refuse what a launch refuses") {
+  nsajit::SparseMlaDecodeArgs a = valid_args();
+  a.rows = 2;
+  a.next_n = 2;
+  auto prefill_error = [&] {
+    try {
+      nsajit::sparse_mla_prefill(a);
+    } catch (const nsajit::InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no InvalidArgument)");
+  };
+  CHECK(prefill_error().find("nsajit::sparse_mla_prefill: argument next_n = 2") != std::string::npos);
+  auto sizing_error = [](auto query) {
+    try {
+      query();
+    } catch (const nsajit::InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no InvalidArgument)");
+  };
+  using nsajit::sparse_mla_num_splits, nsajit::sparse_mla_workspace_bytes;
+  CHECK(sizing_error([] { sparse_mla_num_splits(1, 12, 2048, 4); }).find("argument h_q = 12") != std::string::npos);
+  CHECK(sizing_error([] { sparse_mla_num_splits(-1, 16, 2048, 4); }).find("argument rows = -1") != std::string::npos);
+  CHECK(sizing_error([] { sparse_mla_workspace_bytes(1, 16, 2048, 65); }).find("argument num_splits = 65") !=
+        std::string::npos);
+  CHECK(sizing_error([] { sparse_mla_workspace_bytes(1, 16, 100, 2); }).find("argument topk = 100") !=
+        std::string::npos);
+  CHECK(sparse_mla_workspace_bytes(0, 16, 2048, 4) == 0);
+  CHECK(sparse_mla_num_splits(0, 16, 2048, 4) == 1);
+}
+
 TEST_CASE("sparse_mla args: rows = 0 launches nothing; an empty pool may be null") {
   nsajit::SparseMlaDecodeArgs a = valid_args();
   a.rows = 0;

@@ -84,11 +84,12 @@ void check_args(const SparseMlaDecodeArgs& a) {
   }
   if (a.num_splits < 0 || a.num_splits > kMaxSplits)
     bad("num_splits", std::to_string(a.num_splits), "0 (automatic) .. 64");
-  if (a.workspace == nullptr && a.num_splits > 1)
+  // A forced count resolves without the device (capped at the row's 64-token tiles, as the
+  // workspace sizing caps it: a count that resolves to one split needs no workspace).
+  const int forced = std::min(a.num_splits, a.topk / 64);
+  if (a.workspace == nullptr && forced > 1 && a.rows > 0)
     bad("num_splits", std::to_string(a.num_splits), "0 or 1 without a workspace");
-  // A forced count resolves without the device (capped at the row's 64-token tiles).
-  if (const int forced = std::min(a.num_splits, a.topk / 64);
-      a.workspace != nullptr && forced > 1 && a.workspace_bytes < workspace_bytes(a.rows, a.h_q, forced))
+  if (a.workspace != nullptr && forced > 1 && a.workspace_bytes < workspace_bytes(a.rows, a.h_q, forced))
     bad("workspace_bytes", std::to_string(a.workspace_bytes),
         ">= sparse_mla_workspace_bytes(...) = " + std::to_string(workspace_bytes(a.rows, a.h_q, forced)) + " for " +
             std::to_string(forced) + " splits");
@@ -111,13 +112,27 @@ void check_args(const SparseMlaDecodeArgs& a) {
 
 }  // namespace
 
+namespace {
+// The sizing queries take what a launch takes (check_args' rules for these four values).
+void check_sizing(const char* fn, int rows, int h_q, int topk, int num_splits) {
+  if (rows < 0) detail::throw_bad_argument(fn, "rows", std::to_string(rows), ">= 0");
+  if (h_q != 8 && h_q != 16 && h_q != 32 && h_q != 64 && h_q != 128)
+    detail::throw_bad_argument(fn, "h_q", std::to_string(h_q), "one of 8, 16, 32, 64, 128");
+  detail::require_topk(fn, topk, 16384);
+  if (num_splits < 0 || num_splits > kMaxSplits)
+    detail::throw_bad_argument(fn, "num_splits", std::to_string(num_splits), "0 (automatic) .. 64");
+}
+}  // namespace
+
 int sparse_mla_num_splits(int rows, int h_q, int topk, int num_splits) {
-  if (rows <= 0 || h_q <= 0 || topk < 64) return 1;
+  check_sizing("nsajit::sparse_mla_num_splits", rows, h_q, topk, num_splits);
+  if (rows == 0) return 1;
   return resolve_splits(rows, h_q, topk, num_splits);
 }
 
 std::size_t sparse_mla_workspace_bytes(int rows, int h_q, int topk, int num_splits) {
-  if (rows <= 0 || h_q <= 0 || topk < 64) return 0;
+  check_sizing("nsajit::sparse_mla_workspace_bytes", rows, h_q, topk, num_splits);
+  if (rows == 0) return 0;
   return workspace_bytes(rows, h_q, resolve_splits(rows, h_q, topk, num_splits));
 }
 
@@ -253,6 +268,13 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
 
 void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
   detail::launch_sparse_mla(a, detail::plan_sparse_mla(a), stream);
+}
+
+void sparse_mla_prefill(const SparseMlaDecodeArgs& a, CUstream stream) {
+  if (a.next_n != 1)
+    detail::throw_bad_argument("nsajit::sparse_mla_prefill", "next_n", std::to_string(a.next_n),
+                               "1 (prefill rows are single query tokens)");
+  sparse_mla_decode(a, stream);
 }
 
 }  // namespace nsajit

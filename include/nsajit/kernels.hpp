@@ -182,14 +182,13 @@ struct SparseMlaDecodeArgs {
   const float* attn_sink = nullptr;
 };
 void sparse_mla_decode(const SparseMlaDecodeArgs& args, CUstream stream = nullptr);
-// The same kernel for prefill rows (s_q query tokens; next_n must be 1).
-inline void sparse_mla_prefill(const SparseMlaDecodeArgs& args, CUstream stream = nullptr) {
-  sparse_mla_decode(args, stream);
-}
+// The same kernel for prefill rows (s_q query tokens; InvalidArgument unless next_n is 1).
+void sparse_mla_prefill(const SparseMlaDecodeArgs& args, CUstream stream = nullptr);
 // Split count the launch uses: num_splits when > 0, else the automatic choice for the current
 // device (1 when rows x h_q / 64 CTAs already fill it), or the tuning database's when larger
 // (the largest it chooses for (rows, h_q, topk) over KV dtypes: a bound for sizing the
-// workspace). At most 64 and at most the row's tiles.
+// workspace). At most 64 and at most the row's tiles. InvalidArgument for sizes a launch would
+// refuse (rows < 0, h_q, topk, num_splits outside 0..64).
 int sparse_mla_num_splits(int rows, int h_q, int topk, int num_splits = 0);
 // Workspace bytes the split-KV launch needs (0 when it does not split):
 // splits * rows * h_q * (512 + 2) * 4.

@@ -12,11 +12,13 @@
  *   [64, 4096]"). Nothing is compiled or launched after an argument error; no C++ exception
  *   ever leaves this API.
  * - Argument structs begin with `struct_size`: set it to sizeof(the struct) as your header
- *   declares it. Fields may be appended in later versions: an older caller's smaller struct gets
- *   the documented defaults for the fields it lacks; a newer caller's larger struct is accepted
- *   when every byte this library does not know is zero. A struct_size below the first version's
- *   size is NSAJIT_ERROR_INVALID_ARGUMENT. Use the nsajit_*_defaults() initialisers to start
- *   from the documented defaults (zero-initialising by hand is not the same: e.g. topk).
+ *   declares it. Fields may be appended in later versions of this ABI, always at the previous
+ *   sizeof (no argument struct has tail padding; a `reserved` field holds its place and must be
+ *   0), so struct_size tells versions apart: an older caller's smaller struct gets the documented
+ *   defaults for the fields it lacks; a newer caller's larger struct is accepted when every byte
+ *   this library does not know is zero. A struct_size below this ABI's sizeof, or more than 4096
+ *   bytes above it, is NSAJIT_ERROR_INVALID_ARGUMENT. Use the nsajit_*_defaults() initialisers to
+ *   start from the documented defaults (zero-initialising by hand is not the same: e.g. topk).
  * - Pointers in the structs are CUDA device pointers in the context current on the calling
  *   thread (the device's primary context when none is current); null or misaligned pointers are
  *   argument errors. Tensors are row-major and contiguous unless a stride field says otherwise;
@@ -48,8 +50,10 @@ extern "C" {
 #define NSAJIT_API
 #endif
 
-/* Incremented when an existing function or field changes meaning (never for appended fields). */
-#define NSAJIT_ABI_VERSION 1
+/* Incremented when an existing function or field changes meaning or place (never for appended
+ * fields). 2: ABI 1 appended fields into the tail padding of earlier struct versions, where an
+ * older caller's struct_size could not tell them apart; ABI 2 structs have no tail padding. */
+#define NSAJIT_ABI_VERSION 2
 
 typedef enum nsajit_status {
   NSAJIT_OK = 0,
@@ -151,8 +155,7 @@ typedef struct nsajit_topk_args {
   int32_t num_requests;           /* decode: rows / next_n; prefill: requests */
   const int32_t* offsets;         /* ragged: int32 [rows] */
   int32_t next_n;                 /* decode: query rows per request, 1..8; default 1 */
-  int32_t score_dtype;            /* NSAJIT_SCORES_*; default fp32 (added after ABI 1's first
-                                     struct: a caller whose struct_size ends before it gets fp32) */
+  int32_t score_dtype;            /* NSAJIT_SCORES_*; default fp32 */
 } nsajit_topk_args;
 NSAJIT_API nsajit_topk_args nsajit_topk_defaults(void);
 NSAJIT_API nsajit_status nsajit_topk(const nsajit_topk_args* args, void* stream);
@@ -224,6 +227,7 @@ typedef struct nsajit_fp8_kv_quantize_args {
   int32_t page_size;              /* [1, 4096]; default 64 */
   int64_t page_stride_bytes;      /* 0 = page_size * 656; else a multiple of 16, >= that */
   int32_t scale_fmt;              /* NSAJIT_SCALE_*; default fp32 */
+  int32_t reserved;               /* 0 */
 } nsajit_fp8_kv_quantize_args;
 NSAJIT_API nsajit_fp8_kv_quantize_args nsajit_fp8_kv_quantize_defaults(void);
 NSAJIT_API nsajit_status nsajit_fp8_kv_quantize(const nsajit_fp8_kv_quantize_args* args, void* stream);
@@ -263,8 +267,9 @@ typedef struct nsajit_kernel_spec {
   int32_t arch_sm;                /* 0 = current device; e.g. 90 */
   int32_t arch_suffix;            /* 'a' or 0 */
   int32_t precise;                /* sparse MLA: 0 or 1 (P as bf16 hi + lo); default 0 */
-  int32_t score_dtype;            /* top-k: NSAJIT_SCORES_*; default fp32 (a shorter struct_size: fp32) */
-  int32_t topk_algorithm;         /* top-k: NSAJIT_TOPK_ALGORITHM_*; default exact sweeps (a shorter struct_size: the same) */
+  int32_t score_dtype;            /* top-k: NSAJIT_SCORES_*; default fp32 */
+  int32_t topk_algorithm;         /* top-k: NSAJIT_TOPK_ALGORITHM_*; default exact sweeps */
+  int32_t reserved;               /* 0 */
 } nsajit_kernel_spec;
 NSAJIT_API nsajit_kernel_spec nsajit_kernel_spec_defaults(void);
 

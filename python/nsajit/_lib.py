@@ -1,4 +1,4 @@
-"""Loading libnsajit and the ctypes mirror of include/nsajit/nsajit.h (ABI 1).
+"""Loading libnsajit and the ctypes mirror of include/nsajit/nsajit.h (ABI 2).
 
 The library is found, in order: $NSAJIT_LIBRARY (a path; nothing else is tried when it is set),
 the CMake build tree of the source checkout this package was installed from (or is imported
@@ -10,7 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # nsajit_status
 OK = 0
@@ -126,11 +126,11 @@ SparseMlaArgs = _struct("SparseMlaArgs", """ptr q, ptr kv, i64 num_slots, i64 kv
     i32 next_n, i32 h_q, i32 topk, f32 sm_scale, ptr workspace, size workspace_bytes, i32 num_splits, i32 precise,
     ptr attn_sink""")
 Fp8KvQuantizeArgs = _struct("Fp8KvQuantizeArgs",
-                            f"ptr kv, i64 kv_row_stride, ptr slots, i32 n, {_FP8_CACHE_FIELDS}, i32 scale_fmt")
+                            f"ptr kv, i64 kv_row_stride, ptr slots, i32 n, {_FP8_CACHE_FIELDS}, i32 scale_fmt, i32 reserved")
 Fp8KvGatherArgs = _struct("Fp8KvGatherArgs", f"{_FP8_CACHE_FIELDS}, ptr slots, i32 n, ptr out, i64 out_row_stride")
 KernelSpec = _struct("KernelSpec", """i32 family, i32 h_q, i32 topk, i32 page_size, i32 mode, i32 kv_dtype,
     i32 next_n, i32 fused_transform, i32 sorted, i32 threads, i32 block_tokens, i32 heads_per_cta, i32 arch_sm,
-    i32 arch_suffix, i32 precise, i32 score_dtype, i32 topk_algorithm""")
+    i32 arch_suffix, i32 precise, i32 score_dtype, i32 topk_algorithm, i32 reserved""")
 KernelRecord = _struct("KernelRecord",
                        "char256 name, i32 source, f64 compile_ms, f64 load_ms, u64 cubin_bytes, i32 on_disk")
 

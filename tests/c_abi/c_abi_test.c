@@ -68,6 +68,11 @@ int main(void) {
   CHECK(t.struct_size == sizeof t && t.topk == 2048 && t.next_n == 1 && t.page_size == 1);
   t.struct_size = 8;
   EXPECT(nsajit_topk(&t, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "args->struct_size = 8", "expected >=", NULL);
+  /* ABI 1's first topk struct had sizeof 132 + padding: ABI 2 refuses anything below its sizeof. */
+  t.struct_size = offsetof(nsajit_topk_args, score_dtype);
+  EXPECT(nsajit_topk(&t, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "args->struct_size", "ABI 2", NULL);
+  t.struct_size = sizeof t + 4097; /* a garbage size is refused before anything past sizeof is read */
+  EXPECT(nsajit_topk(&t, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "args->struct_size", "at most 4096", NULL);
   /* A newer caller's larger struct: accepted only with zero tail bytes. */
   t = nsajit_topk_defaults();
   memset(bigger, 0, sizeof bigger);
@@ -154,19 +159,12 @@ int main(void) {
   EXPECT(nsajit_sparse_mla_decode(&m, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "argument q = 0x10008",
          "16-byte aligned", NULL);
   m.q = FAKE(const void*, 0);
-  /* attn_sink: NULL by default; checked for alignment; an older caller's struct (without the field)
-   * reads NULL: the next check (workspace's alignment) answers instead. */
+  /* attn_sink: NULL by default; checked for alignment. */
   CHECK(m.attn_sink == NULL);
   m.attn_sink = FAKE(const float*, 2);
-  m.workspace = FAKE(void*, 8);
   EXPECT(nsajit_sparse_mla_decode(&m, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "argument attn_sink = 0x10002",
          "4-byte aligned", NULL);
-  m.struct_size = offsetof(nsajit_sparse_mla_args, attn_sink);
-  EXPECT(nsajit_sparse_mla_decode(&m, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "argument workspace = 0x10008",
-         "16-byte aligned", NULL);
-  m.struct_size = sizeof m;
   m.attn_sink = NULL;
-  m.workspace = NULL;
   m.workspace_bytes = 64;
   EXPECT(nsajit_sparse_mla_decode(&m, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "argument workspace_bytes = 64",
          "workspace is null", NULL);
@@ -198,6 +196,9 @@ int main(void) {
   qz.scale_fmt = 3;
   EXPECT(nsajit_fp8_kv_quantize(&qz, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "argument scale_fmt = 3", NULL, NULL);
   qz.scale_fmt = NSAJIT_SCALE_UE8M0;
+  qz.reserved = 2;
+  EXPECT(nsajit_fp8_kv_quantize(&qz, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "argument reserved = 2", "expected 0", NULL);
+  qz.reserved = 0;
   qz.n = 1;
   qz.kv = FAKE(const void*, 1);
   qz.slots = FAKE(const int32_t*, 0);
@@ -231,7 +232,7 @@ int main(void) {
   EXPECT(nsajit_kernel_name(&spec, NULL, 16, &needed), NSAJIT_ERROR_INVALID_ARGUMENT, "buffer", NULL, NULL);
   EXPECT(nsajit_generate_source(&spec, text, sizeof text, &needed), NSAJIT_OK, NULL, NULL, NULL);
   CHECK(strlen(text) + 1 == needed && strlen(text) > 1000);
-  /* precise: named when set; 0 or 1; an older caller's struct (without the field) reads 0. */
+  /* precise: named when set; 0 or 1. */
   spec = nsajit_kernel_spec_defaults();
   spec.arch_sm = 90;
   spec.arch_suffix = 'a';
@@ -242,19 +243,20 @@ int main(void) {
   spec.precise = 1;
   EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_OK, NULL, NULL, NULL);
   CHECK(strstr(text, ".precise.sm_90a") != NULL);
-  spec.struct_size = offsetof(nsajit_kernel_spec, precise);
-  EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_OK, NULL, NULL, NULL);
-  CHECK(strstr(text, "precise") == NULL && strstr(text, "sparse_mla.h128") == text);
-  spec.struct_size = offsetof(nsajit_kernel_spec, precise) - 4;
+  spec.struct_size = offsetof(nsajit_kernel_spec, reserved);
   EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_ERROR_INVALID_ARGUMENT, "spec->struct_size",
          "expected >=", NULL);
   spec.struct_size = sizeof spec;
+  spec.reserved = 1;
+  EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_ERROR_INVALID_ARGUMENT, "spec->reserved = 1",
+         "expected 0", NULL);
+  spec.reserved = 0;
   spec.precise = 2;
   EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_ERROR_INVALID_ARGUMENT, "spec->precise = 2",
          "0 or 1", NULL);
   spec.family = 9;
   EXPECT(nsajit_precompile(&spec, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "spec->family = 9", NULL, NULL);
-  /* topk_algorithm: named when not exact sweeps; checked; an older caller's struct reads exact sweeps. */
+  /* topk_algorithm: named when not exact sweeps; checked. */
   spec = nsajit_kernel_spec_defaults();
   spec.arch_sm = 90;
   spec.arch_suffix = 'a';
@@ -263,10 +265,6 @@ int main(void) {
   spec.topk_algorithm = NSAJIT_TOPK_ALGORITHM_DENSE_REGISTERS;
   EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_OK, NULL, NULL, NULL);
   CHECK(strcmp(text, "topk.topk2048.t256.dense_registers.sm_90a") == 0);
-  spec.struct_size = offsetof(nsajit_kernel_spec, topk_algorithm);
-  EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_OK, NULL, NULL, NULL);
-  CHECK(strcmp(text, "topk.topk2048.t256.sm_90a") == 0);
-  spec.struct_size = sizeof spec;
   spec.threads = 512;
   EXPECT(nsajit_kernel_name(&spec, text, sizeof text, &needed), NSAJIT_ERROR_INVALID_ARGUMENT, "threads = 512",
          "dense_registers", NULL);
