@@ -2,9 +2,10 @@
 // [n, 576] (656-byte token layout and helpers in device_common.cuh).
 //
 // One warp per output row, NSAJIT_THREADS / 32 rows per CTA. Lane l writes latent dims
-// [16l, 16l + 16) = bf16(e4m3 * scale[tile]) (fp8_kv_dequant16) and rope dims 512 + 2l, 513 + 2l
+// [16l, 16l + 16) = bf16(e4m3 * scale[l / 8]) (dequant_e4m3x16) and rope dims 512 + 2l, 513 + 2l
 // copied as raw bits. A slot outside [0, num_slots) gives an all-zero row; the cache is not read.
-// Every output element of the n rows is written. Bit-exact with reference/fp8_kv_cache.cpp.
+// Every output element of the n rows is written. Bit-exact with reference/fp8_kv_cache.cpp but
+// for NaN payloads (an e4m3 NaN code, 0x7f / 0xff, gives a NaN).
 #include "device_common.cuh"
 
 // NSAJIT_PAGE_SIZE and NSAJIT_THREADS come from the spec (families/fp8_kv_cache/traits.cpp).
@@ -23,11 +24,12 @@ extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS)
   uint32_t rope = 0u;                                // rope dims 512 + 2l, 513 + 2l
   if (slot >= 0 && slot < p.num_slots) {
     const uint8_t* token = fp8_kv_token(p.cache, p.page_stride, NSAJIT_PAGE_SIZE, slot);
-    float v[16];
-    fp8_kv_dequant16(token, 16 * lane, v);
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      w[i] = uint32_t(float_to_bf16(v[2 * i])) | (uint32_t(float_to_bf16(v[2 * i + 1])) << 16);
+    // The hardware e4m3 -> f16 conversion (exact), as the sparse MLA kernels dequantize: a third of
+    // the software path's instructions (a NaN code gives a NaN of another payload).
+    const u32x4 codes = *reinterpret_cast<const u32x4*>(token + 16 * lane);
+    u32x4 lo, hi;
+    dequant_e4m3x16(codes, fp8_kv_scale(token, lane / 8), lo, hi);
+    w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w, w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
     rope = reinterpret_cast<const uint32_t*>(token + fp8_kv_rope_offset)[lane];
   }
 
