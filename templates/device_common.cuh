@@ -127,7 +127,7 @@ NSAJIT_DEVICE void bar_sync(int id, int threads) { asm volatile("bar.sync %0, %1
 //
 // Token layout (FlashMLA "V3.2 FP8 sparse"): bytes [0, 512) 512 e4m3 latent dims; [512, 528) 4 fp32
 // scales, scale t covers dims [128t, 128t + 128); [528, 656) 64 bf16 rope dims 512..575.
-// Dequantized latent dim d = bf16(e4m3_to_float(byte d) * scale[d / 128]); rope dims as stored.
+// Dequantized latent dim d = bf16(float(e4m3 byte d) * scale[d / 128]); rope dims as stored.
 
 constexpr int fp8_kv_token_bytes = kFp8KvTokenBytes;
 constexpr int fp8_kv_latent_dims = 512;
@@ -153,9 +153,10 @@ NSAJIT_DEVICE uint32_t scale_f16x2_to_bf16x2(uint32_t h2, float scale) {
 }
 
 // 16 e4m3 codes (byte i = dim i) -> bf16 dims 0-7 (lo) and 8-15 (hi) of bf16(float(e4m3) * scale),
-// §4's dequant, with the sm_89+ conversion (e4m3 -> f16 is exact). Bit-exact with e4m3_to_float
-// below for non-NaN codes. Each 16-bit half of a word goes to the conversion as it is: masking and
-// shifting the halves out first (as a cvt.u16.u32 per pair did) costs two instructions a word.
+// §4's dequant, with the sm_89+ conversion (e4m3 -> f16 is exact). Bit-exact with
+// reference/fp8_kv_cache.cpp for non-NaN codes. Each 16-bit half of a word goes to the conversion
+// as it is: masking and shifting the halves out first (as a cvt.u16.u32 per pair did) costs two
+// instructions a word.
 NSAJIT_DEVICE void dequant_e4m3x16(const u32x4& f, float scale, u32x4& lo, u32x4& hi) {
   uint32_t h[8];
   const uint32_t w[4] = {f.x, f.y, f.z, f.w};
@@ -197,17 +198,6 @@ NSAJIT_DEVICE uint32_t float_to_e4m3(float x) {
   return sign | (r - (120u << 3));                   // rebias 127 -> 7; at most 0x7e (448)
 }
 
-// e4m3 code (low 8 bits) -> float, exact; 0x7f / 0xff -> NaN. No fp32 subnormal is formed, so the
-// result does not depend on flush-to-zero.
-NSAJIT_DEVICE float e4m3_to_float(uint32_t code) {
-  const uint32_t sign = (code & 0x80u) << 24;
-  const uint32_t mag = code & 0x7fu;
-  if (mag == 0x7fu) return __uint_as_float(sign | 0x7fc00000u);
-  const float v = mag < 8u ? float(mag) * 0.001953125f                  // m * 2^-9
-                           : __uint_as_float((mag << 20) + (120u << 23));  // rebias 7 -> 127
-  return __uint_as_float(__float_as_uint(v) | sign);
-}
-
 // The token of `slot` in a paged FP8 cache: page slot / page_size at page_stride bytes, row
 // slot % page_size of 656 bytes; 64-bit offsets (a pool can exceed 2^31 bytes). The caller checks
 // 0 <= slot < num_pages * page_size. Pass page_size as a compile-time constant where possible.
@@ -219,30 +209,6 @@ NSAJIT_DEVICE const uint8_t* fp8_kv_token(const uint8_t* cache, long long page_s
 // The fp32 scale of tile t (0..3) of a token.
 NSAJIT_DEVICE float fp8_kv_scale(const uint8_t* token, int tile) {
   return reinterpret_cast<const float*>(token + fp8_kv_scale_offset)[tile];
-}
-
-// Dequantizes dims [d0, d0 + 16) of one token (token 16-byte aligned: global or shared memory;
-// d0 a multiple of 16 in [0, 576)). out[i] is the dequantized value as a float that is exactly a
-// bf16: latent dims bf16(e4m3 * scale), rope dims the stored bf16 (float_to_bf16(out[i]) gives the
-// bf16 bits back). One 16-byte load (+ the scale) for latent dims, two for rope dims.
-NSAJIT_DEVICE void fp8_kv_dequant16(const uint8_t* token, int d0, float out[16]) {
-  if (d0 < fp8_kv_latent_dims) {
-    const u32x4 q = *reinterpret_cast<const u32x4*>(token + d0);
-    const float s = fp8_kv_scale(token, d0 / fp8_kv_tile_dims);
-    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-      out[i] = bf16_to_float(float_to_bf16(e4m3_to_float((w[i >> 2] >> (8 * (i & 3))) & 0xffu) * s));
-  } else {
-    const u32x4* r = reinterpret_cast<const u32x4*>(token + fp8_kv_rope_offset + 2 * (d0 - fp8_kv_latent_dims));
-    const u32x4 a = r[0], b = r[1];
-    const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      out[2 * i] = bf16x2_lo(w[i]);
-      out[2 * i + 1] = bf16x2_hi(w[i]);
-    }
-  }
 }
 
 // The request of prefill row r: the last b with cu_seqlens_q[b] <= r (binary search over a

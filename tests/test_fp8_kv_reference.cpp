@@ -45,15 +45,6 @@ std::uint8_t device_float_to_e4m3(float x) {
   return std::uint8_t(sign | (r - (120u << 3)));
 }
 
-// Host port of e4m3_to_float in templates/device_common.cuh.
-float device_e4m3_to_float(std::uint32_t code) {
-  const std::uint32_t sign = (code & 0x80u) << 24;
-  const std::uint32_t mag = code & 0x7fu;
-  if (mag == 0x7fu) return from_bits(sign | 0x7fc00000u);
-  const float v = mag < 8u ? float(mag) * 0.001953125f : from_bits((mag << 20) + (120u << 23));
-  return from_bits(bits(v) | sign);
-}
-
 Bytes quantize(const Row& row, Fp8ScaleFormat fmt = Fp8ScaleFormat::fp32) {
   Bytes token(ref::kFp8KvTokenBytes);
   ref::fp8_kv_quantize_token(row.data(), fmt, token.data());
@@ -112,18 +103,12 @@ TEST_CASE("fp8_kv reference: e4m3 decodes every code to its OCP E4M3FN value") {
   }
 }
 
-TEST_CASE("fp8_kv reference: all 256 e4m3 codes round-trip, device bit formulas agree") {
+TEST_CASE("fp8_kv reference: all 256 e4m3 codes round-trip, the device encoder agrees") {
   for (int c = 0; c < 256; ++c) {
     INFO("code " << c);
     const float v = ref::e4m3_to_float(std::uint8_t(c));
     CHECK(int(ref::float_to_e4m3(v)) == c);  // NaN codes too: the sign is kept
     CHECK(int(device_float_to_e4m3(v)) == c);
-    const float w = device_e4m3_to_float(std::uint32_t(c));
-    if (std::isnan(v)) {
-      CHECK(std::isnan(w));
-    } else {
-      CHECK(bits(w) == bits(v));
-    }
     // Exact in bf16 (e4m3 has 3 mantissa bits), so dequantization with scale 1 is exact.
     if (!std::isnan(v)) CHECK(ref::bf16_to_float(bf(v)) == v);
   }
