@@ -1,0 +1,144 @@
+// test_review_cache.cpp — review findings on the cache, the cache tools, the tuning database and
+// the tools' file handling. Every case here fails on main at the time of the review.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cache/cache_admin.hpp"
+#include "cache/cubin_cache.hpp"
+#include "nsajit/errors.hpp"
+#include "runtime/tuning_db.hpp"
+#include "tests/cli_helpers.hpp"
+#include "tests/test_dirs.hpp"
+#include "tools/progress.hpp"
+
+using namespace nsajit;
+using nsajit::test::contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+std::string db_with_choice(const std::string& choice_json) {
+  return R"({"schema":1,"key":{"gpu":"X","sm_count":132,"arch":"sm_90a","driver":"d","nvrtc":"13.0","nsajit":"0"},)"
+         R"("families":{"sparse_mla":[{"bucket":{"h_q":16,"rows":1,"topk":2048},"choice":)" +
+         choice_json + "}]}}";
+}
+
+}  // namespace
+
+TEST_CASE("review: cache tools never follow a planted .lock symlink out of the directory") {
+  const test::TempDir dir("rev-lock-link");
+  const test::TempDir elsewhere("rev-lock-target");
+  const std::string entry = dir.path() + "/x.0123456789abcdef0123456789abcdef.cubin";
+  const std::string target = elsewhere.path() + "/created-through-the-lock-link";
+  write_file(entry, "junk");
+  REQUIRE(::symlink(target.c_str(), (entry + ".lock").c_str()) == 0);
+  prune_cache(dir, {.everything = true});  // `nsajit cache clear --dir DIR`
+  CHECK_FALSE(fs::exists(target));  // today: TryLock's open(O_CREAT) without O_NOFOLLOW creates it
+}
+
+TEST_CASE("review: a tuning database error message is valid UTF-8 (bad_field cuts mid-character)") {
+  std::string value = "a";
+  for (int i = 0; i < 60; ++i) value += "\xc3\xa9";  // é
+  const std::string message =
+      test::error_of([&] { tuning::parse_tuning_db(db_with_choice(R"({"kernel":")" + value + "\"}"), "db.json"); });
+  REQUIRE(contains(message, "choice.kernel"));
+  // `nsajit info --json` dumps tuning_db_in_use(), which holds this message: type_error 316 today.
+  CHECK_NOTHROW((void)nlohmann::json(message).dump());
+}
+
+TEST_CASE("review: a tuning database's sm_count beyond int is rejected, not wrapped") {
+  std::string text = db_with_choice(R"({"kernel":"auto"})");
+  text.replace(text.find("132"), 3, "4294967428");  // 2^32 + 132
+  const std::string message = test::error_of([&] { tuning::parse_tuning_db(text, "db.json"); });
+  CHECK(contains(message, "sm_count"));  // today: accepted as 132 SMs
+}
+
+TEST_CASE("review: a duplicate key in a tuning database is an error, as in a model config") {
+  const std::string message =
+      test::error_of([&] { tuning::parse_tuning_db(db_with_choice(R"({"num_splits":4,"num_splits":8})"), "db.json"); });
+  CHECK(contains(message, "num_splits"));  // today: the last one silently wins
+}
+
+TEST_CASE("review: a cache directory that is a regular file is named as one") {
+  const test::TempDir dir("rev-file-dir");
+  const std::string file = dir.path() + "/file";
+  write_file(file, "x");
+  const std::string why = cache_dir_distrust_reason(file);
+  CHECK(contains(why, "regular file"));
+  CHECK_FALSE(contains(why, "not a regular file"));  // today: "it is not a regular file, not a directory"
+}
+
+TEST_CASE("review: write_atomically does not write through a symlink at its predictable temporary name") {
+  const test::TempDir dir("rev-atomic");
+  const std::string victim = dir.path() + "/victim";
+  write_file(victim, "precious");
+  const std::string path = dir.path() + "/db.json";
+  REQUIRE(::symlink(victim.c_str(), (path + ".tmp." + std::to_string(::getpid())).c_str()) == 0);
+  try {
+    tools::write_atomically(path, "{}\n", "--db");
+  } catch (const std::exception&) {
+  }
+  CHECK(read_file(victim) == "precious");              // today: "{}\n" (O_TRUNC followed the link)
+  CHECK_FALSE(fs::is_symlink(fs::symlink_status(path)));  // today: db.json is the renamed symlink
+}
+
+#ifdef NSAJIT_CLI_PATH
+TEST_CASE("review: cache list/stats --json survive a file name that is not UTF-8") {
+  const test::TempDir dir("rev-utf8");
+  write_file(dir.path() + "/k\xff.0123456789abcdef0123456789abcdef.cubin", "junk");
+  for (const char* sub : {"list --json", "stats --json"}) {
+    const test::CliResult r = test::run_cli("", "cache --dir '" + dir.path() + "' " + sub);
+    CHECK_MESSAGE(r.code == 0, sub, ": ", r.output);  // today: exit 1, "[json.exception.type_error.316] ..."
+  }
+}
+
+TEST_CASE("review: NSAJIT_TUNING_DB / --tuning-db / --config naming a FIFO or /dev/zero neither hang nor exhaust memory") {
+  const test::TempDir dir("rev-fifo");
+  const std::string fifo = dir.path() + "/db.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string env = "NSAJIT_CACHE_DIR='" + dir.path() + "/cache'";
+  const test::CliResult info = test::run_cli(env + " NSAJIT_TUNING_DB='" + fifo + "' timeout 20", "info");
+  CHECK_MESSAGE(info.code != 124, "nsajit info hangs opening NSAJIT_TUNING_DB=" << fifo);
+  const test::CliResult tune = test::run_cli(env + " timeout 20", "autotune --dry-run --config '" + fifo + "'");
+  CHECK_MESSAGE(tune.code != 124, "nsajit autotune --config hangs on a FIFO");
+  // /dev/zero: read until memory runs out (here bounded by ulimit at 4 GB), then either std::bad_alloc
+  // escapes (exit 1, "out of host memory") or, nearer the bound, it is reported as "truncated".
+  const test::CliResult zero =
+      test::run_cli("ulimit -v 4000000; " + env + " NSAJIT_TUNING_DB=/dev/zero timeout 60", "info");
+  CHECK_MESSAGE(zero.code == 0, zero.output);
+  CHECK_FALSE_MESSAGE(contains(zero.output, "truncated"), zero.output);
+}
+
+TEST_CASE("review: precompile under NSAJIT_CACHE_MAX_BYTES does not report success for kernels it evicted") {
+  const test::TempDir dir("rev-bound");
+  const std::string env = "NSAJIT_CACHE_DIR='" + dir.path() + "/cache'";
+  const std::string specs = "--spec 'family=index_transform arch=sm_90a' --spec 'family=index_transform arch=sm_90a topk=1024'";
+  const test::CliResult first = test::run_cli(env + " NSAJIT_CACHE_MAX_BYTES=1", "precompile -q " + specs);
+  const test::CliResult check = test::run_cli(env, "precompile -q --check " + specs);
+  // Either precompile fails (or warns) or every kernel it reported is in the cache.
+  CHECK_MESSAGE((first.code != 0 || check.code == 0), "precompile exit ", first.code, " but --check: ", check.output);
+}
+
+TEST_CASE("review: cache prune --older-than nan is bad usage, not a silent no-op") {
+  const test::TempDir dir("rev-nan");
+  const test::CliResult r = test::run_cli("", "cache --dir '" + dir.path() + "' prune --older-than nan");
+  CHECK_MESSAGE(r.code == 2, r.output);
+}
+#endif
