@@ -74,13 +74,14 @@ bool read_exact(int fd, void* out, std::size_t size, std::uint64_t offset) {
 bool owned_by_us_or_root(uid_t uid) { return uid == ::geteuid() || uid == 0; }
 
 const char* file_type(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
   if (S_ISFIFO(mode)) return "a FIFO";
   if (S_ISCHR(mode)) return "a character device";
   if (S_ISBLK(mode)) return "a block device";
   if (S_ISSOCK(mode)) return "a socket";
   if (S_ISDIR(mode)) return "a directory";
   if (S_ISLNK(mode)) return "a symbolic link";
-  return "not a regular file";
+  return "a file of unknown type";
 }
 
 // Creates the missing components of `dir` with mode 0700 (existing ones are left as they are).

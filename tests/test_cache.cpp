@@ -337,6 +337,19 @@ TEST_CASE("a cache directory that others can write, or another user owns, is not
   }
 }
 
+TEST_CASE("a cache path that is a regular file is named as one: not a directory") {
+  const test::TempDir dir("file-as-dir");
+  const std::string file = dir.path() + "/file";
+  std::ofstream(file) << "x";
+  const std::string why = cache_dir_distrust_reason(file);
+  CHECK(why == "it is a regular file, not a directory");
+  const CubinCache cache(file);
+  const Outcome o = lookup(cache, make_cache_key(tiny_fields()));
+  CHECK(o.builds == 1);
+  CHECK_FALSE(o.lookup.stored);
+  CHECK(test::count_of(o.messages, file + ": it is a regular file, not a directory") == 1);
+}
+
 TEST_CASE("directories the cache creates are 0700") {
   const test::TempDir dir("create");
   const std::string nested = dir.path() + "/a/b";

@@ -76,15 +76,6 @@ TEST_CASE("review: a duplicate key in a tuning database is an error, as in a mod
   CHECK(contains(message, "num_splits"));  // today: the last one silently wins
 }
 
-TEST_CASE("review: a cache directory that is a regular file is named as one") {
-  const test::TempDir dir("rev-file-dir");
-  const std::string file = dir.path() + "/file";
-  write_file(file, "x");
-  const std::string why = cache_dir_distrust_reason(file);
-  CHECK(contains(why, "regular file"));
-  CHECK_FALSE(contains(why, "not a regular file"));  // today: "it is not a regular file, not a directory"
-}
-
 TEST_CASE("review: write_atomically does not write through a symlink at its predictable temporary name") {
   const test::TempDir dir("rev-atomic");
   const std::string victim = dir.path() + "/victim";
