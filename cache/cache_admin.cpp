@@ -61,12 +61,13 @@ std::string record_field(std::string_view record, std::string_view field) {
 
 std::int64_t now_seconds() { return std::int64_t(std::time(nullptr)); }
 
-// A non-blocking exclusive flock on "<entry>.lock" (created if missing). held() is false when
-// another process holds it (it is building the entry) or the lock file cannot be opened.
+// A non-blocking exclusive flock on "<entry>.lock" (created if missing; open_entry_lock_file).
+// held() is false when another process holds it (it is building the entry) or, with problem()
+// saying why, when the lock file cannot be used.
 class TryLock {
  public:
   explicit TryLock(const std::string& lock_path) {
-    fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    fd_ = open_entry_lock_file(lock_path, &problem_);
     if (fd_ < 0) return;
     int r;
     while ((r = ::flock(fd_, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
@@ -79,11 +80,22 @@ class TryLock {
   TryLock(const TryLock&) = delete;
   TryLock& operator=(const TryLock&) = delete;
   bool held() const { return held_; }
+  const std::string& problem() const { return problem_; }
 
  private:
   int fd_ = -1;
   bool held_ = false;
+  std::string problem_;
 };
+
+// Entries are removed only where the cache itself would read and write (a directory another
+// user can write may hold planted lock files and links).
+void refuse_untrusted(const std::string& dir) {
+  if (const std::string why = cache_dir_distrust_reason(dir); !why.empty())
+    throw InvalidArgument(fmt::format("not removing anything from the cache directory {}: {}; nsajit does not use "
+                                      "such a directory (fix its owner or mode first)",
+                                      dir, why));
+}
 
 struct FileStat {
   dev_t dev = 0;
@@ -181,6 +193,7 @@ CacheScan scan_cache(const std::string& dir) {
 EntryCheck check_entry(const CacheEntryInfo& entry) { return check_read(entry, read_cache_entry(entry.path)); }
 
 VerifyResult verify_cache(const std::string& dir, bool fix) {
+  if (fix) refuse_untrusted(dir);
   VerifyResult result;
   for (const CacheEntryInfo& entry : scan_cache(dir).entries) {
     const CacheEntry read = read_cache_entry(entry.path);
@@ -194,7 +207,9 @@ VerifyResult verify_cache(const std::string& dir, bool fix) {
     result.corrupt.emplace_back(entry.path, c.problem);
     if (!fix) continue;
     TryLock lock(entry.path + ".lock");
-    if (!lock.held()) {
+    if (!lock.problem().empty()) {
+      result.bad_lock.emplace_back(entry.path, lock.problem());
+    } else if (!lock.held()) {
       result.in_use.push_back(entry.path);
     } else if (remove_cache_entry_if_unchanged(entry.path, read)) {
       result.removed.push_back(entry.path);
@@ -204,6 +219,7 @@ VerifyResult verify_cache(const std::string& dir, bool fix) {
 }
 
 PruneResult prune_cache(const std::string& dir, const PruneOptions& options) {
+  refuse_untrusted(dir);
   PruneResult result;
   CacheScan scan = scan_cache(dir);
   std::vector<CacheEntryInfo> entries = scan.entries;
@@ -228,6 +244,10 @@ PruneResult prune_cache(const std::string& dir, const PruneOptions& options) {
       continue;
     }
     TryLock lock(entry.path + ".lock");
+    if (!lock.problem().empty()) {
+      result.bad_lock.emplace_back(entry.path, lock.problem());
+      continue;
+    }
     if (!lock.held()) {
       result.in_use.push_back(entry.path);
       continue;

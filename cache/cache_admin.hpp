@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace nsajit {
@@ -52,12 +53,14 @@ struct VerifyResult {
   std::vector<std::pair<std::string, std::string>> corrupt;  // path, problem
   std::vector<std::string> removed;  // corrupt entries removed (fix)
   std::vector<std::string> in_use;   // corrupt entries not removed: a process holds their lock
+  std::vector<std::pair<std::string, std::string>> bad_lock;  // not removed: their lock file cannot be used (why)
   int checked = 0;
   int stale = 0;  // intact entries of another nsajit or NVRTC version
 };
 
 // Checks every entry; with fix, removes the corrupt ones (under their lock, only if the name
-// still holds the file that was checked).
+// still holds the file that was checked). With fix, a directory the cache would not trust
+// (cache_dir_distrust_reason) is refused: InvalidArgument naming it and the reason.
 VerifyResult verify_cache(const std::string& dir, bool fix);
 
 struct PruneOptions {
@@ -74,11 +77,13 @@ struct PruneResult {
   int removed_locks = 0;  // orphan lock files (no entry, not held, older than a minute)
   int removed_temps = 0;  // temporary files older than ten minutes (their writer died)
   std::vector<std::string> in_use;  // entries to evict whose lock is held
+  std::vector<std::pair<std::string, std::string>> bad_lock;  // entries to evict whose lock file cannot be used (why)
   std::uint64_t entry_bytes_after = 0;
 };
 
 // Evicts entries as the options say, least recently used first, then orphan lock and temporary
-// files.
+// files. A directory the cache would not trust (cache_dir_distrust_reason) is refused:
+// InvalidArgument naming it and the reason, nothing removed.
 PruneResult prune_cache(const std::string& dir, const PruneOptions& options);
 
 // "1048576", "512M", "2G": a byte count with an optional K, M, G or T suffix (powers of 1024).

@@ -124,8 +124,7 @@ pid_t temp_file_pid(const std::string& name) {
 class EntryLock {
  public:
   explicit EntryLock(const std::string& path) {
-    const std::string lock_path = path + ".lock";
-    fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    fd_ = open_entry_lock_file(path + ".lock");
     if (fd_ < 0) return;  // read-only directory: no lock, duplicate compiles are still correct
     if (try_lock()) return;
     const std::int64_t timeout_s = env::read(env::kCacheLockTimeout);
@@ -173,6 +172,25 @@ class EntryLock {
 };
 
 }  // namespace
+
+int open_entry_lock_file(const std::string& lock_path, std::string* why) {
+  auto fail = [&](std::string reason) {
+    if (why) *why = std::move(reason);
+    return -1;
+  };
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0644);
+  if (fd < 0)
+    return fail(errno == ELOOP ? "it is a symbolic link" : fmt::format("cannot open it: {}", std::strerror(errno)));
+  struct stat st {};
+  std::string problem;
+  if (::fstat(fd, &st) != 0) problem = fmt::format("fstat failed: {}", std::strerror(errno));
+  else if (!S_ISREG(st.st_mode)) problem = fmt::format("it is {}, not a regular file", file_type(st.st_mode));
+  else if (st.st_uid != ::geteuid())
+    problem = fmt::format("it is owned by uid {}, not by this user (uid {})", st.st_uid, ::geteuid());
+  if (problem.empty()) return fd;
+  ::close(fd);
+  return fail(std::move(problem));
+}
 
 CacheKey make_cache_key(const CacheKeyFields& f) {
   CacheKey key;

@@ -87,6 +87,12 @@ CacheEntry read_cache_entry(const std::string& path, const std::string* expected
 // published a good entry under the name since). Returns true if it was removed.
 bool remove_cache_entry_if_unchanged(const std::string& path, const CacheEntry& entry);
 
+// Opens the lock file "<entry>.lock" of an entry for flock(2), creating it (mode 0644) if
+// missing: never through a symbolic link (O_NOFOLLOW) nor waiting on a FIFO (O_NONBLOCK), and
+// only a regular file owned by the current user is kept. Returns the descriptor (the caller closes
+// it), or -1 with why in *why (e.g. "it is a symbolic link", "cannot open it: Permission denied").
+int open_entry_lock_file(const std::string& lock_path, std::string* why = nullptr);
+
 struct CacheLookup {
   std::vector<char> cubin;
   bool hit = false;     // false: `build` ran

@@ -400,6 +400,69 @@ TEST_CASE("cache prune: least recently used first, entries being built kept, orp
   CHECK(parse_byte_count("2G", "x") == (2ull << 30));
 }
 
+TEST_CASE("cache prune, clear and verify --fix never follow a planted lock-file link or wait on a FIFO lock") {
+  RandomCache fx("lock-link", "k", 3, 1000, 0);
+  const std::string& dir = fx.dir;
+  const std::vector<std::string>& paths = fx.paths;
+  const test::TempDir elsewhere("lock-target");
+  const std::string target = elsewhere.path() + "/created-through-the-lock-link";
+  REQUIRE(::symlink(target.c_str(), (paths[0] + ".lock").c_str()) == 0);
+  REQUIRE(::mkfifo((paths[1] + ".lock").c_str(), 0600) == 0);
+  fs::resize_file(paths[0], 10);  // corrupt, for verify --fix
+  fs::resize_file(paths[1], 10);
+
+  const VerifyResult v = verify_cache(dir, true);
+  CHECK(v.removed.empty());
+  std::map<std::string, std::string> bad_lock(v.bad_lock.begin(), v.bad_lock.end());
+  CHECK(bad_lock[paths[0]] == "it is a symbolic link");
+  CHECK(bad_lock[paths[1]] == "it is a FIFO, not a regular file");
+  CHECK_FALSE(fs::exists(target));
+
+  const PruneResult r = prune_cache(dir, {.everything = true});  // `nsajit cache clear`
+  CHECK_FALSE(fs::exists(target));
+  CHECK(fs::exists(paths[0]));  // kept: its lock cannot be taken
+  CHECK(fs::exists(paths[1]));
+  CHECK_FALSE(fs::exists(paths[2]));
+  CHECK(r.bad_lock.size() == 2);
+  CHECK(r.in_use.empty());
+#ifdef NSAJIT_CLI_PATH
+  const CliResult cli = run_cli("timeout 60", "cache --dir '" + dir + "' clear");
+  CHECK(cli.code == 1);
+  CHECK(contains(cli.output, "kept (its lock file: it is a symbolic link): " + paths[0]));
+  CHECK(contains(cli.output, "kept (its lock file: it is a FIFO, not a regular file): " + paths[1]));
+  CHECK_FALSE(fs::exists(target));
+#endif
+}
+
+#ifdef NSAJIT_CLI_PATH
+TEST_CASE("cache clear, prune and verify --fix refuse a directory the cache would not trust; list and verify warn") {
+  RandomCache fx("untrusted-admin", "k", 2, 1000, 0);
+  const std::string& dir = fx.dir;
+  fs::resize_file(fx.paths[0], 10);  // corrupt, for verify --fix
+  REQUIRE(::chmod(dir.c_str(), 0777) == 0);
+  for (const char* sub : {"clear", "prune --max-size 0", "prune --older-than 0", "verify --fix"}) {
+    const CliResult r = run_cli("", "cache --dir '" + dir + "' " + sub);
+    INFO(sub, ": ", r.output);
+    CHECK(r.code == 2);
+    CHECK(contains(r.output, "not removing anything from the cache directory " + dir + ": its mode 0777"));
+    CHECK(fs::exists(fx.paths[0]));
+    CHECK(fs::exists(fx.paths[1]));
+  }
+  for (const char* sub : {"list", "stats", "verify"}) {
+    const CliResult r = run_cli("", "cache --dir '" + dir + "' " + sub);
+    INFO(sub, ": ", r.output);
+    CHECK(r.code == (std::string(sub) == "verify" ? 1 : 0));
+    CHECK(contains(r.output, "warning: the cache directory " + dir + " is not used by nsajit (its mode 0777"));
+  }
+  CHECK(contains(error_of([&] { prune_cache(dir, {.everything = true}); }), dir));
+  REQUIRE(::chmod(dir.c_str(), 0700) == 0);
+  const CliResult r = run_cli("", "cache --dir '" + dir + "' clear");
+  CHECK(r.code == 0);
+  CHECK_FALSE(contains(r.output, "warning"));
+  CHECK(scan_cache(dir).entries.empty());
+}
+#endif
+
 TEST_CASE("strict mode: a missing cubin is an error naming the kernel and the precompile command") {
   // A spec no other test uses, so neither this process's memory nor its disk cache has it; in a
   // child, so strict mode does not leak into the other tests.

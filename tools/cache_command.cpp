@@ -1,12 +1,14 @@
 // cache_command.cpp — `nsajit cache list | stats | verify [--fix] | prune | clear`.
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <ctime>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cache/cache_admin.hpp"
+#include "cache/cubin_cache.hpp"
 #include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
 #include "tools/subcommands.hpp"
@@ -41,7 +43,19 @@ std::string date_of(std::int64_t t) {
 
 std::string family_of(const std::string& name) { return name.substr(0, name.find('.')); }
 
+// Reading a directory the cache would not trust is safe (entries are read without following links
+// or blocking), but what it holds is not what processes use: say so. Commands that remove files
+// refuse such a directory (prune_cache, verify_cache).
+void warn_if_untrusted(const CacheOptions& o, const char* what) {
+  if (const std::string why = cache_dir_distrust_reason(o.dir); !why.empty()) {
+    std::fflush(stdout);
+    fmt::print(stderr, "nsajit: warning: the cache directory {} is not used by nsajit ({}); {} it anyway\n", o.dir, why,
+               what);
+  }
+}
+
 int list_command(const CacheOptions& o) {
+  warn_if_untrusted(o, "listing");
   const CacheScan scan = scan_cache(o.dir);
   if (o.json) {
     nlohmann::json entries = nlohmann::json::array();
@@ -59,6 +73,7 @@ int list_command(const CacheOptions& o) {
 }
 
 int stats_command(const CacheOptions& o) {
+  warn_if_untrusted(o, "reading");
   const CacheScan scan = scan_cache(o.dir);
   std::map<std::string, std::pair<int, std::uint64_t>> families;
   std::int64_t oldest = 0, newest = 0;
@@ -97,10 +112,12 @@ int stats_command(const CacheOptions& o) {
 }
 
 int verify_command(const CacheOptions& o) {
+  if (!o.fix) warn_if_untrusted(o, "checking");
   const VerifyResult r = verify_cache(o.dir, o.fix);
   for (const auto& [path, problem] : r.corrupt) fmt::print("corrupt: {} ({})\n", path, problem);
   for (const std::string& path : r.removed) fmt::print("removed: {}\n", path);
   for (const std::string& path : r.in_use) fmt::print("not removed (a process holds its lock): {}\n", path);
+  for (const auto& [path, why] : r.bad_lock) fmt::print("not removed (its lock file: {}): {}\n", why, path);
   fmt::print("verify: {} entries checked, {} corrupt{}, {} of another nsajit or NVRTC version (never hit; `nsajit "
              "cache prune --stale` removes them)\n",
              r.checked, r.corrupt.size(), o.fix ? fmt::format(" ({} removed)", r.removed.size()) : "", r.stale);
@@ -109,6 +126,7 @@ int verify_command(const CacheOptions& o) {
 
 void print_prune(const PruneResult& r, const char* what) {
   for (const std::string& path : r.in_use) fmt::print("kept (a process holds its lock): {}\n", path);
+  for (const auto& [path, why] : r.bad_lock) fmt::print("kept (its lock file: {}): {}\n", why, path);
   fmt::print("{}: removed {} entries ({}), {} lock files, {} temporary files; {} of entries left\n", what,
              r.removed_entries.size(), human_bytes(r.removed_bytes), r.removed_locks, r.removed_temps,
              human_bytes(r.entry_bytes_after));
@@ -126,7 +144,7 @@ int prune_command(const CacheOptions& o) {
 int clear_command(const CacheOptions& o) {
   const PruneResult r = prune_cache(o.dir, {.everything = true});
   print_prune(r, "clear");
-  return r.in_use.empty() ? 0 : 1;
+  return r.in_use.empty() && r.bad_lock.empty() ? 0 : 1;
 }
 
 }  // namespace
