@@ -25,6 +25,7 @@
 #include "cache/sha256.hpp"
 #include "nsajit/errors.hpp"
 #include "runtime/env.hpp"
+#include "runtime/small_file.hpp"
 
 namespace nsajit {
 namespace {
@@ -72,17 +73,6 @@ bool read_exact(int fd, void* out, std::size_t size, std::uint64_t offset) {
 }
 
 bool owned_by_us_or_root(uid_t uid) { return uid == ::geteuid() || uid == 0; }
-
-const char* file_type(mode_t mode) {
-  if (S_ISREG(mode)) return "a regular file";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISLNK(mode)) return "a symbolic link";
-  return "a file of unknown type";
-}
 
 // Creates the missing components of `dir` with mode 0700 (existing ones are left as they are).
 // Returns the errno of the last mkdir that failed other than with EEXIST, else 0.
@@ -184,7 +174,7 @@ int open_entry_lock_file(const std::string& lock_path, std::string* why) {
   struct stat st {};
   std::string problem;
   if (::fstat(fd, &st) != 0) problem = fmt::format("fstat failed: {}", std::strerror(errno));
-  else if (!S_ISREG(st.st_mode)) problem = fmt::format("it is {}, not a regular file", file_type(st.st_mode));
+  else if (!S_ISREG(st.st_mode)) problem = fmt::format("it is {}, not a regular file", file_type_name(st.st_mode));
   else if (st.st_uid != ::geteuid())
     problem = fmt::format("it is owned by uid {}, not by this user (uid {})", st.st_uid, ::geteuid());
   if (problem.empty()) return fd;
@@ -218,7 +208,7 @@ std::string cache_dir_distrust_reason(const std::string& dir) {
                        ::geteuid());
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return "";
-  if (!S_ISDIR(st.st_mode)) return fmt::format("it is {}, not a directory", file_type(st.st_mode));
+  if (!S_ISDIR(st.st_mode)) return fmt::format("it is {}, not a directory", file_type_name(st.st_mode));
   if (!owned_by_us_or_root(st.st_uid))
     return fmt::format("it is owned by uid {}, not by this user (uid {}) or root", st.st_uid, ::geteuid());
   if (st.st_mode & (S_IWGRP | S_IWOTH))
@@ -260,7 +250,7 @@ CacheEntry read_cache_entry(const std::string& path, const std::string* expected
   e.device = st.st_dev;
   e.inode = st.st_ino;
   e.file_bytes = std::uint64_t(st.st_size);
-  if (!S_ISREG(st.st_mode)) return corrupt(fmt::format("not a regular file ({})", file_type(st.st_mode)));
+  if (!S_ISREG(st.st_mode)) return corrupt(fmt::format("not a regular file ({})", file_type_name(st.st_mode)));
   if (!owned_by_us_or_root(st.st_uid))
     return corrupt(fmt::format("owned by uid {}, not by this user (uid {}) or root", st.st_uid, ::geteuid()));
   const std::uint64_t size = e.file_bytes;

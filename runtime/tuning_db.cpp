@@ -6,18 +6,17 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
 #include "generator/embedded_templates.hpp"
 #include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/runtime.hpp"
+#include "runtime/small_file.hpp"
 
 namespace nsajit::tuning {
 
@@ -216,12 +215,8 @@ const TuningDb* resolve(State& s) {
     return nullptr;
   };
   if (!path.empty()) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in) return ignore("cannot read the file");
     try {
-      file_db = std::make_unique<TuningDb>(parse_tuning_db(text.str(), path));
+      file_db = std::make_unique<TuningDb>(parse_tuning_db(read_small_file(path, path), path));
     } catch (const InvalidArgument& e) {
       return ignore(e.what());
     }

@@ -53,7 +53,8 @@ const std::vector<TuningDb>& shipped_tuning_dbs();
 // The database the dispatcher uses, or nullptr (heuristics only). Resolved once, lazily, on the
 // first call (thread-safe): the path given to set_tuning_db, else $NSAJIT_TUNING_DB ("none":
 // no database), else the shipped database whose key matches the current device. A file that
-// cannot be used is reported once on stderr. Needs the current context's device (first call only).
+// cannot be used (read_small_file: not a regular file of at most 16 MiB; or it does not parse) is
+// reported once on stderr. Needs the current context's device (first call only).
 const TuningDb* active_tuning_db();
 
 // The key of the current context's device and this build (driver calls).

@@ -2,6 +2,8 @@
 // the pure bucket lookups, dry-run listings, atomic writes, the fleet enumeration of a database's
 // choices (CPU); the dispatcher applying a database's choices (GPU).
 #include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -22,6 +24,7 @@
 #include "reference/bf16.hpp"
 #include "reference/sparse_mla.hpp"
 #include "reference/topk.hpp"
+#include "runtime/small_file.hpp"
 #include "runtime/tuning_db.hpp"
 #include "tests/cli_helpers.hpp"
 #include "tests/gpu_support.hpp"
@@ -450,6 +453,34 @@ TEST_CASE("atomic write: a failed write leaves no file and no temporary file beh
   CHECK(fs::is_directory(dir.path() + "/taken/x"));
 }
 
+TEST_CASE("input files: a FIFO, a device, a directory or a file over 16 MiB is refused by type or size, never read") {
+  test::TempDir dir("small-file");
+  const std::string good = dir.path() + "/good.json";
+  write_file(good, "{\"a\": 1}");
+  CHECK(read_small_file(good, "--config " + good) == "{\"a\": 1}");
+  write_file(dir.path() + "/empty.json", "");
+  CHECK(read_small_file(dir.path() + "/empty.json", "x").empty());
+  const std::string fifo = dir.path() + "/db.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(error_of([&] { read_small_file(fifo, "--tuning-db " + fifo); }) ==
+        "--tuning-db " + fifo + ": cannot read the file: it is a FIFO; expected a regular file of at most 16 MiB");
+  CHECK(error_of([&] { read_small_file("/dev/zero", "/dev/zero"); }) ==
+        "/dev/zero: cannot read the file: it is a character device; expected a regular file of at most 16 MiB");
+  CHECK(contains(error_of([&] { read_small_file(dir.path(), dir.path()); }), "it is a directory"));
+  const std::string big = dir.path() + "/big.json";
+  write_file(big, "");
+  fs::resize_file(big, kMaxSmallFileBytes + 1);  // sparse: nothing is written, nothing may be read
+  CHECK(contains(error_of([&] { read_small_file(big, big); }),
+                 fmt::format("it is {} bytes; expected a regular file of at most 16 MiB", kMaxSmallFileBytes + 1)));
+  fs::resize_file(big, kMaxSmallFileBytes);
+  CHECK(read_small_file(big, big).size() == kMaxSmallFileBytes);
+  CHECK(contains(error_of([&] { read_small_file(dir.path() + "/absent", "--config x"); }),
+                 "--config x: cannot read the file: No such file or directory"));
+  const std::string link = dir.path() + "/link.json";  // a link to a regular file is followed
+  REQUIRE(::symlink(good.c_str(), link.c_str()) == 0);
+  CHECK(read_small_file(link, link) == "{\"a\": 1}");
+}
+
 TEST_CASE("fleet enumeration: a tuning database's choices for the arch are enumerated, named by the database") {
   // A variant neither the heuristics nor the shipped H200 database choose.
   const tuning::SparseMlaChoice mla{.tile = {.heads_per_cta = 32, .kernel = MlaKernel::mma_sync, .producer_warps = 2}};
@@ -546,6 +577,32 @@ TEST_CASE("nsajit precompile --tuning-db: the database's choices are enumerated;
   r = run_cli(env + " NSAJIT_TUNING_DB='" + dir.path() + "/absent.json'", "precompile --tp 1 --check --quiet");
   CHECK(r.code == 2);
   CHECK(contains(r.output, "NSAJIT_TUNING_DB " + dir.path() + "/absent.json: cannot read the file"));
+}
+
+TEST_CASE("NSAJIT_TUNING_DB, --tuning-db and --config naming a FIFO or /dev/zero neither hang nor exhaust memory") {
+  test::TempDir dir("tune-fifo");
+  const std::string fifo = dir.path() + "/db.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string env = "NSAJIT_CACHE_DIR='" + dir.path() + "/cache'";
+  CliResult r = run_cli(env + " NSAJIT_TUNING_DB='" + fifo + "' timeout 30", "info");
+  CAPTURE(r.output);
+  CHECK(r.code == 0);  // the database is ignored, as a malformed one is
+  CHECK(contains(r.output, "tuning database " + fifo + " (NSAJIT_TUNING_DB): cannot read the file: it is a FIFO; "
+                           "expected a regular file of at most 16 MiB: ignored"));
+  // 4 GB of address space: a read of /dev/zero to its end would fail with std::bad_alloc.
+  r = run_cli("ulimit -v 4000000; " + env + " NSAJIT_TUNING_DB=/dev/zero timeout 30", "info");
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "/dev/zero (NSAJIT_TUNING_DB): cannot read the file: it is a character device"));
+  for (const std::string& args : {"autotune --dry-run --config '" + fifo + "'", "precompile --config '" + fifo + "'",
+                                  "precompile --check --tuning-db '" + fifo + "'", "run --config '" + fifo + "'"}) {
+    r = run_cli(env + " timeout 30", args);
+    CAPTURE(args);
+    CHECK(r.code == 2);
+    CHECK(contains(r.output, fifo + ": cannot read the file: it is a FIFO"));
+  }
+  r = run_cli(env + " NSAJIT_TUNING_DB=/dev/zero timeout 30", "precompile --check");
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "NSAJIT_TUNING_DB /dev/zero: cannot read the file: it is a character device"));
 }
 
 TEST_CASE("NSAJIT_TUNING_DB: a truncated or other-schema database is reported once, naming the file and field") {

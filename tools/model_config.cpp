@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <fstream>
 #include <iterator>
 #include <limits>
 #include <numeric>
@@ -17,6 +16,7 @@
 #include "families/sparse_mla/heuristics.hpp"
 #include "families/topk/heuristics.hpp"
 #include "nsajit/errors.hpp"
+#include "runtime/small_file.hpp"
 #include "tools/tuning_config.hpp"
 
 namespace nsajit::tools {
@@ -111,10 +111,7 @@ std::string ModelConfig::origin(const std::string& field) const {
 }
 
 ModelConfig load_model_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InvalidArgument(fmt::format("--config {}: cannot open the file", path));
-  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  if (in.bad()) throw InvalidArgument(fmt::format("--config {}: cannot read the file", path));
+  const std::string text = read_small_file(path, "--config " + path);
   const nlohmann::json j = parse_strict(text, path);
   if (!j.is_object()) throw InvalidArgument(fmt::format("--config {}: expected a JSON object", path));
   static const char* const known[] = {"name", "num_attention_heads", "kv_lora_rank", "qk_rope_head_dim",

@@ -4,13 +4,12 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "families/sparse_mla/heuristics.hpp"
 #include "nsajit/errors.hpp"
+#include "runtime/small_file.hpp"
 
 namespace nsajit::tools {
 namespace {
@@ -231,11 +230,7 @@ TuneConfig parse_tune_config(const std::string& text, const std::string& path) {
 }
 
 TuneConfig load_tune_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InvalidArgument(fmt::format("--config {}: cannot open the file", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_tune_config(text.str(), path);
+  return parse_tune_config(read_small_file(path, "--config " + path), path);
 }
 
 std::string TopkCandidate::describe() const {
@@ -449,13 +444,8 @@ std::vector<tuning::TuningDb> read_tuning_dbs(std::vector<std::string> paths, co
     source = tuning::kEnvVariable;
   }
   std::vector<tuning::TuningDb> dbs;
-  for (const std::string& path : paths) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in) throw InvalidArgument(fmt::format("{} {}: cannot read the file", source, path));
-    dbs.push_back(tuning::parse_tuning_db(text.str(), path));
-  }
+  for (const std::string& path : paths)
+    dbs.push_back(tuning::parse_tuning_db(read_small_file(path, source + " " + path), path));
   return dbs;
 }
 
