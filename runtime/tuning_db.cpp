@@ -15,14 +15,15 @@
 #include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/json_text.hpp"
 #include "runtime/runtime.hpp"
 #include "runtime/small_file.hpp"
 
 namespace nsajit::tuning {
 
 void bad_field(const std::string& where, const nlohmann::json& value, const std::string& expected) {
-  std::string text = value.dump();
-  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  std::string text = dump_json(value);
+  if (text.size() > 80) text = std::string(utf8_prefix(text, 77)) + "...";  // a message may end up in JSON
   throw InvalidArgument(fmt::format("{} = {}: expected {}", where, text, expected));
 }
 
@@ -84,7 +85,8 @@ TuningDb parse_tuning_db(std::string_view text, const std::string& origin) {
   const nlohmann::json j = parse_json_object(text, origin);
   if (!j.contains("schema") || j["schema"] != kSchemaVersion)
     throw InvalidArgument(fmt::format("{}: schema = {}: expected {} (a database of another nsajit tuning schema)",
-                                      origin, j.contains("schema") ? j["schema"].dump() : "missing", kSchemaVersion));
+                                      origin, j.contains("schema") ? dump_json(j["schema"]) : "missing",
+                                      kSchemaVersion));
   TuningDb db;
   db.origin = origin;
   const std::string key_where = origin + ": key";

@@ -600,6 +600,31 @@ TEST_CASE("NSAJIT_CACHE_MAX_BYTES bounds the cache after each write") {
   CHECK(contains(bad.output, "NSAJIT_CACHE_MAX_BYTES = \"lots\""));
 }
 
+TEST_CASE("JSON output holds a file name or cache directory that is not UTF-8 (U+FFFD in its place)") {
+  const test::TempDir dir("utf8");
+  const std::string cache = dir.path() + "/c\xff";
+  REQUIRE(fs::create_directory(cache));
+  std::ofstream(cache + "/k\xff.0123456789abcdef0123456789abcdef.cubin") << "junk";
+  for (const char* sub : {"list --json", "stats --json"}) {
+    const CliResult r = run_cli("", "cache --dir '" + cache + "' " + sub);
+    INFO(sub, ": ", r.output);
+    CHECK(r.code == 0);
+    const nlohmann::json j = nlohmann::json::parse(r.output);
+    CHECK(j["dir"] == dir.path() + "/c\xef\xbf\xbd");
+  }
+  CHECK(nlohmann::json::parse(run_cli("", "cache --dir '" + cache + "' list --json").output)["entries"][0]["name"] ==
+        "k\xef\xbf\xbd");
+  const std::string env = "NSAJIT_CACHE_DIR='" + cache + "'";
+  const CliResult info = run_cli(env, "info --json");
+  CHECK(info.code == 0);
+  CHECK(contains(info.output, "c\xef\xbf\xbd"));
+  const std::string manifest = dir.path() + "/manifest.json";
+  const CliResult r = run_cli(env, "precompile -q --spec sparse_mla_combine.sm_90a --manifest '" + manifest + "'");
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(read_json(manifest)["cache_dir"] == dir.path() + "/c\xef\xbf\xbd");
+}
+
 TEST_CASE("gen prints the generated source of a readable name or canonical text") {
   const KernelSpec spec{.family = Family::index_transform, .topk = 1024, .page_size = 64};
   const std::string source = generate_source(spec);

@@ -24,6 +24,7 @@
 #include "reference/bf16.hpp"
 #include "reference/sparse_mla.hpp"
 #include "reference/topk.hpp"
+#include "runtime/json_text.hpp"
 #include "runtime/small_file.hpp"
 #include "runtime/tuning_db.hpp"
 #include "tests/cli_helpers.hpp"
@@ -227,6 +228,24 @@ TEST_CASE("tuning database: parse errors name the file and field; a round trip k
   // Every shipped database parses (a bad one would be skipped silently at run time).
   for (const embedded::File& f : embedded::tuning_databases())
     if (!f.name.empty()) CHECK_NOTHROW(tuning::parse_tuning_db(f.text, std::string(f.name)));
+}
+
+TEST_CASE("tuning database: a long bad value is cut in its message at a character boundary, so the message stays UTF-8") {
+  CHECK(utf8_prefix("a\xc3\xa9", 2) == "a");  // never half of é
+  CHECK(utf8_prefix("a\xc3\xa9", 3) == "a\xc3\xa9");
+  CHECK(utf8_prefix("\xf0\x9f\x99\x82x", 3).empty());
+  CHECK(utf8_prefix("abc", 2) == "ab");
+  CHECK(dump_json(nlohmann::json("k\xff")) == "\"k\xef\xbf\xbd\"");  // U+FFFD, not type_error 316
+  nlohmann::json j = db_json(key_of("NVIDIA H200", 132), 64, {1, 4}, {}, {1, 1}, {65537, 262144}, {});
+  std::string value = "a";
+  for (int i = 0; i < 60; ++i) value += "\xc3\xa9";  // é: the 80-character cut falls inside one at 77 bytes
+  j["families"]["sparse_mla"][0]["choice"]["kernel"] = value;
+  const std::string message = error_of([&] { tuning::parse_tuning_db(j.dump(), "db.json"); });
+  CAPTURE(message);
+  CHECK(contains(message, "db.json: families.sparse_mla[0].choice.kernel = \"a\xc3\xa9"));
+  CHECK(contains(message, "\xc3\xa9...: expected"));
+  // `nsajit info --json` dumps tuning_db_in_use(), which holds such a message.
+  CHECK(nlohmann::json(message).dump() == dump_json(nlohmann::json(message)));
 }
 
 TEST_CASE("tuning database: a database for another GPU, arch, NVRTC or nsajit version does not apply") {

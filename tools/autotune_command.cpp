@@ -28,6 +28,7 @@
 #include "reference/topk.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/json_text.hpp"
 #include "runtime/runtime.hpp"
 #include "tools/bench/bench_common.hpp"
 #include "tools/bench/device_scores.hpp"
@@ -524,13 +525,14 @@ int run_autotune(const AutotuneOptions& o) {
     fmt::print(stderr, "nsajit autotune: nothing written\n");
     return kExitFailed;
   }
-  write_atomically(o.db, tuning_db_json(key, o.config, config.iters, outcome.topk, outcome.sparse_mla).dump(1) + "\n",
+  write_atomically(o.db,
+                   dump_json(tuning_db_json(key, o.config, config.iters, outcome.topk, outcome.sparse_mla), 1) + "\n",
                    "--db");
   if (!o.quiet) {
     fmt::print("\n{:<44} {:>12} {:>10} {:>8}  {}\n", "bucket", "heuristic us", "tuned us", "speedup", "tuned choice");
     auto row = [](const std::string& family, const TunedEntry& e) {
       fmt::print("{:<44} {:>12.1f} {:>10.1f} {:>7.3f}x  {}\n",
-                 family + " " + (e.bucket.contains("name") ? e.bucket["name"].get<std::string>() : e.bucket.dump()),
+                 family + " " + (e.bucket.contains("name") ? e.bucket["name"].get<std::string>() : dump_json(e.bucket)),
                  e.heuristic_us, e.us, e.heuristic_us / e.us, e.winner == e.heuristic ? "= heuristic" : e.winner);
     };
     for (const TunedEntry& e : outcome.topk) row("topk", e);

@@ -11,6 +11,7 @@
 #include "cache/cubin_cache.hpp"
 #include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
+#include "runtime/json_text.hpp"
 #include "tools/subcommands.hpp"
 
 namespace nsajit::tools {
@@ -62,7 +63,7 @@ int list_command(const CacheOptions& o) {
     for (const CacheEntryInfo& e : scan.entries)
       entries.push_back({{"name", e.name}, {"key", e.key_prefix}, {"bytes", e.bytes}, {"last_used", e.last_used},
                          {"path", e.path}});
-    fmt::print("{}\n", nlohmann::json{{"dir", o.dir}, {"entries", entries}}.dump(2));
+    fmt::print("{}\n", dump_json(nlohmann::json{{"dir", o.dir}, {"entries", entries}}, 2));
     return 0;
   }
   fmt::print("{:<60} {:<32} {:>10} {:>17}\n", "kernel", "key", "bytes", "last used (UTC)");
@@ -87,18 +88,18 @@ int stats_command(const CacheOptions& o) {
   if (o.json) {
     nlohmann::json by_family = nlohmann::json::object();
     for (const auto& [name, f] : families) by_family[name] = {{"entries", f.first}, {"bytes", f.second}};
-    fmt::print("{}\n", nlohmann::json{{"dir", o.dir},
-                                      {"exists", scan.exists},
-                                      {"entries", scan.entries.size()},
-                                      {"entry_bytes", scan.entry_bytes},
-                                      {"total_bytes", scan.total_bytes},
-                                      {"lock_files", scan.lock_files.size()},
-                                      {"temp_files", scan.temp_files.size()},
-                                      {"other_files", scan.other_files.size()},
-                                      {"oldest_last_used", oldest},
-                                      {"newest_last_used", newest},
-                                      {"families", by_family}}
-                               .dump(2));
+    const nlohmann::json j = {{"dir", o.dir},
+                              {"exists", scan.exists},
+                              {"entries", scan.entries.size()},
+                              {"entry_bytes", scan.entry_bytes},
+                              {"total_bytes", scan.total_bytes},
+                              {"lock_files", scan.lock_files.size()},
+                              {"temp_files", scan.temp_files.size()},
+                              {"other_files", scan.other_files.size()},
+                              {"oldest_last_used", oldest},
+                              {"newest_last_used", newest},
+                              {"families", by_family}};
+    fmt::print("{}\n", dump_json(j, 2));
     return 0;
   }
   fmt::print("cache {}{}\n", o.dir, scan.exists ? "" : " (does not exist yet)");

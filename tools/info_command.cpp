@@ -9,6 +9,7 @@
 #include "cache/cache_admin.hpp"
 #include "nsajit/jit.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/json_text.hpp"
 #include "runtime/tuning_db.hpp"
 #include "tools/spec_text.hpp"
 #include "tools/subcommands.hpp"
@@ -60,7 +61,7 @@ int info(bool json) {
       {"strict_mode", strict_mode()},
       {"tuning_database", tuning_database_info()}};
   if (json) {
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", dump_json(j, 2));
     return 0;
   }
   fmt::print("nsajit {} (NVRTC {})\n", version(), nvrtc_version());

@@ -16,6 +16,7 @@
 #include "families/sparse_mla/heuristics.hpp"
 #include "families/topk/heuristics.hpp"
 #include "nsajit/errors.hpp"
+#include "runtime/json_text.hpp"
 #include "runtime/small_file.hpp"
 #include "tools/tuning_config.hpp"
 
@@ -29,7 +30,7 @@ void read_field(const nlohmann::json& j, const char* key, T& field, ModelConfig&
   if (!j.contains(key)) return;
   const nlohmann::json& v = j.at(key);
   auto wrong = [&](const char* expected) {
-    throw InvalidArgument(fmt::format("--config {}: key \"{}\" = {}: expected {}", path, key, v.dump(), expected));
+    throw InvalidArgument(fmt::format("--config {}: key \"{}\" = {}: expected {}", path, key, dump_json(v), expected));
   };
   if constexpr (std::is_same_v<T, std::string>) {
     if (!v.is_string()) wrong("a string");
@@ -91,7 +92,7 @@ nlohmann::json parse_strict(const std::string& text, const std::string& path) {
     if (event == E::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second) {
       const auto line = 1 + std::count(text.begin(), text.begin() + std::ptrdiff_t(std::min(read, text.size())), '\n');
       throw InvalidArgument(fmt::format("--config {}: line {}: duplicate key {} (each key may appear once)", path,
-                                        line, parsed.dump()));
+                                        line, dump_json(parsed)));
     }
     return true;
   };

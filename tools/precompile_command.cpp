@@ -15,6 +15,7 @@
 
 #include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
+#include "runtime/json_text.hpp"
 #include "tools/commands.hpp"
 #include "tools/fleet_specs.hpp"
 #include "tools/progress.hpp"
@@ -161,7 +162,8 @@ int run_precompile(const PrecompileOptions& o) {
     compile_ms += it.record.compile_ms;
   }
   if (!o.manifest.empty())
-    write_atomically(o.manifest, manifest_of(items, fleet, enumerated, jobs, elapsed_ms).dump(2) + "\n", "--manifest");
+    write_atomically(o.manifest, dump_json(manifest_of(items, fleet, enumerated, jobs, elapsed_ms), 2) + "\n",
+                     "--manifest");
   std::fflush(stdout);
   // Plain output named each failure on its line already.
   if (o.quiet || ::isatty(STDOUT_FILENO))

@@ -9,6 +9,7 @@
 
 #include "families/sparse_mla/heuristics.hpp"
 #include "nsajit/errors.hpp"
+#include "runtime/json_text.hpp"
 #include "runtime/small_file.hpp"
 
 namespace nsajit::tools {
@@ -109,7 +110,7 @@ std::vector<TopkTuneBucket> parse_topk_tune_buckets(const nlohmann::json& j, con
     nlohmann::json one = j;
     one["score_dtype"] = d;
     if (d == "bf16") one["name"] = j.contains("name") ? j["name"].get<std::string>() + " bf16" : "bf16";
-    out.push_back(parse_topk_tune_bucket(one, fmt::format("{}[score_dtype {}]", where, d.dump())));
+    out.push_back(parse_topk_tune_bucket(one, fmt::format("{}[score_dtype {}]", where, dump_json(d))));
   }
   return out;
 }
@@ -147,8 +148,8 @@ std::vector<SparseMlaTuneBucket> parse_sparse_mla_tune_group(const nlohmann::jso
         nlohmann::json b = {{"h_q", h_qs[hi]}, {"rows", rows[ri]}, {"topk", j["topk"]}};
         if (!kvs[ki].is_null()) b["kv_dtype"] = kvs[ki];
         if (j.contains("next_n")) b["next_n"] = j["next_n"];
-        const std::string w = fmt::format("{}[h_q {}, kv_dtype {}, rows {}]", where, h_qs[hi].dump(), kvs[ki].dump(),
-                                          rows[ri].dump());
+        const std::string w = fmt::format("{}[h_q {}, kv_dtype {}, rows {}]", where, dump_json(h_qs[hi]),
+                                          dump_json(kvs[ki]), dump_json(rows[ri]));
         SparseMlaTuneBucket t;
         t.bucket = tuning::parse_sparse_mla_bucket(b, w);
         if (t.bucket.topk.lo != t.bucket.topk.hi || t.bucket.topk.lo % 64 != 0 || t.bucket.topk.lo < 64)
@@ -161,7 +162,7 @@ std::vector<SparseMlaTuneBucket> parse_sparse_mla_tune_group(const nlohmann::jso
                     fmt::format("rows x h_q <= {} (the timed queries are held in memory)", kMaxMlaQueryHeads));
         t.bucket.name = fmt::format("{}h{} {} rows {}", j.contains("name") ? j["name"].get<std::string>() + " " : "",
                                     t.bucket.h_q, kvs[ki].is_null() ? "any KV" : kvs[ki].get<std::string>(),
-                                    rows[ri].dump());
+                                    dump_json(rows[ri]));
         t.search = search;
         out.push_back(std::move(t));
       }
@@ -257,7 +258,8 @@ std::vector<TopkCandidate> topk_candidates(const TopkTuneBucket& b, int topk, in
     std::string what;
     for (const auto& [field, value] : point) {
       detail::set_topk_choice_field(c, field, value, field);
-      what += fmt::format("{}{}={}", what.empty() ? "" : " ", field, value.is_string() ? value.template get<std::string>() : value.dump());
+      what += fmt::format("{}{}={}", what.empty() ? "" : " ", field,
+                          value.is_string() ? value.template get<std::string>() : dump_json(value));
     }
     TopkCandidate cand;
     cand.constraints = c;
@@ -304,14 +306,14 @@ std::vector<SparseMlaCandidate> sparse_mla_candidates(const SparseMlaTuneBucket&
     for (const auto& [field, value] : point) tuning::set_sparse_mla_choice_field(c, field, value, field);
     SparseMlaCandidate cand;
     cand.choice = c;
-    std::string what = tuning::sparse_mla_choice_json(c).dump();
+    std::string what = dump_json(tuning::sparse_mla_choice_json(c));
     try {
       cand.spec = tuning::sparse_mla_spec_of(c, h_q, topk, kv, arch);
     } catch (const InvalidArgument& e) {
       tuning::SparseMlaChoice tile_only = c;
       tile_only.num_splits = 0;
-      if (dropped_seen.insert(tuning::sparse_mla_choice_json(tile_only).dump()).second)
-        dropped.push_back({tuning::sparse_mla_choice_json(tile_only).dump(), e.what()});
+      if (dropped_seen.insert(dump_json(tuning::sparse_mla_choice_json(tile_only))).second)
+        dropped.push_back({dump_json(tuning::sparse_mla_choice_json(tile_only)), e.what()});
       return;
     }
     cand.splits = splits_of(c);
@@ -348,10 +350,10 @@ std::string dry_run_listing(const TuneConfig& config, Arch arch, int sm_count) {
     const auto cands = topk_candidates(b, int(b.bucket.topk.lo), sm_count, dropped);
     total += cands.size();
     s += fmt::format("\ntopk bucket {} {}: timed at {} x {} (len from {}): {} candidates\n", b.bucket.name,
-                     detail::topk_bucket_json(b.bucket).dump(), b.rows, b.width, b.len_lo, cands.size());
+                     dump_json(detail::topk_bucket_json(b.bucket)), b.rows, b.width, b.len_lo, cands.size());
     for (const TopkCandidate& c : cands)
       s += fmt::format("  {}{}  {}\n", c.heuristic ? "[heuristic] " : "", c.describe(),
-                       c.heuristic ? "" : detail::topk_choice_json(c.constraints).dump());
+                       c.heuristic ? "" : dump_json(detail::topk_choice_json(c.constraints)));
     for (const Dropped& d : dropped) s += fmt::format("  dropped {}: {}\n", d.what, d.why);
   }
   for (const SparseMlaTuneBucket& b : config.sparse_mla)

@@ -17,6 +17,7 @@
 #include "nsajit/jit.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/json_text.hpp"
 
 namespace nsajit::tools::bench {
 namespace {
@@ -110,7 +111,7 @@ std::string run_python_baseline(const std::string& script, const std::string& fa
   if (list.empty()) return "no case has baseline inputs";
   std::filesystem::create_directories(work_dir);
   const std::string cases_path = work_dir + "/" + family + "-cases.json";
-  std::ofstream(cases_path) << list.dump(1);
+  std::ofstream(cases_path) << dump_json(list, 1);
   const auto [out, status] = capture(fmt::format("python3 {} {} {}", script, family, cases_path));
   if (status != 0) return fmt::format("python3 {} exited with status {}", script, status);
   nlohmann::json times;
@@ -200,7 +201,7 @@ std::string write_results(const RunInfo& info, const std::vector<Case>& cases, c
   if (path.empty()) path = fmt::format("bench/results/{}-{}-{}.json", info.family, today("%Y%m%d"), commit.substr(0, 7));
   if (auto parent = std::filesystem::path(path).parent_path(); !parent.empty())
     std::filesystem::create_directories(parent);
-  std::ofstream(path) << j.dump(1) << "\n";
+  std::ofstream(path) << dump_json(j, 1) << "\n";
 
   fmt::print("\n{:<42} {:>10} {:>11} {:>8} {:>10} {:>9} {:>9} {:>8} {:>9}  {}\n", "case", "nsajit us", "baseline us",
              "speedup", "anchor us", "vs anchor", "floor us", "TFLOP/s", "GB/s", "check");
