@@ -28,12 +28,7 @@ void bad_field(const std::string& where, const nlohmann::json& value, const std:
 }
 
 nlohmann::json parse_json_object(std::string_view text, const std::string& origin) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument(fmt::format("{}: not a complete JSON document (truncated?): {}", origin, e.what()));
-  }
+  const nlohmann::json j = parse_json_strict(text, origin, "not a complete JSON document (truncated?)");
   if (!j.is_object()) throw InvalidArgument(fmt::format("{}: expected a JSON object", origin));
   return j;
 }

@@ -23,8 +23,9 @@ nlohmann::json range_json(const Range& r);
 
 // "<where>: <field> = <value>: expected <expected>" as an InvalidArgument.
 [[noreturn]] void bad_field(const std::string& where, const nlohmann::json& value, const std::string& expected);
-// The JSON object of a database or config file's text; InvalidArgument "<origin>: not a
-// complete JSON document (truncated?): ..." or "<origin>: expected a JSON object".
+// The JSON object of a database or config file's text, parsed strictly (parse_json_strict: no
+// key twice); InvalidArgument "<origin>: not a complete JSON document (truncated?): ...",
+// "<origin>: line <n>: duplicate key ..." or "<origin>: expected a JSON object".
 nlohmann::json parse_json_object(std::string_view text, const std::string& origin);
 // Throws bad_field for a key of `j` not in `known` (j must be an object; where names it).
 void reject_unknown_fields(const nlohmann::json& j, std::initializer_list<const char*> known, const std::string& where);

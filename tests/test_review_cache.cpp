@@ -49,12 +49,6 @@ TEST_CASE("review: a tuning database's sm_count beyond int is rejected, not wrap
   CHECK(contains(message, "sm_count"));  // today: accepted as 132 SMs
 }
 
-TEST_CASE("review: a duplicate key in a tuning database is an error, as in a model config") {
-  const std::string message =
-      test::error_of([&] { tuning::parse_tuning_db(db_with_choice(R"({"num_splits":4,"num_splits":8})"), "db.json"); });
-  CHECK(contains(message, "num_splits"));  // today: the last one silently wins
-}
-
 TEST_CASE("review: write_atomically does not write through a symlink at its predictable temporary name") {
   const test::TempDir dir("rev-atomic");
   const std::string victim = dir.path() + "/victim";

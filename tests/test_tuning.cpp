@@ -248,6 +248,29 @@ TEST_CASE("tuning database: a long bad value is cut in its message at a characte
   CHECK(nlohmann::json(message).dump() == dump_json(nlohmann::json(message)));
 }
 
+TEST_CASE("tuning database and tune config: a key twice in one object is an error naming the file, line and key") {
+  const std::string db_text =
+      "{\"schema\": 1,\n\"key\": {\"gpu\": \"X\", \"sm_count\": 132, \"arch\": \"sm_90a\", \"driver\": \"d\", "
+      "\"nvrtc\": \"13.0\", \"nsajit\": \"0\"},\n\"families\": {\"sparse_mla\": [{\"bucket\": {\"h_q\": 16, "
+      "\"rows\": 1, \"topk\": 2048},\n\"choice\": {\"num_splits\": 4, \"num_splits\": 8}}]}}";
+  CHECK(error_of([&] { tuning::parse_tuning_db(db_text, "db.json"); }) ==
+        "db.json: line 4: duplicate key \"num_splits\" (each key may appear once)");
+  std::string once = db_text;
+  once.replace(once.find("\"num_splits\": 4, "), 17, "");
+  CHECK(tuning::parse_tuning_db(once, "db.json").sparse_mla.at(0).choice.num_splits == 8);
+  std::string top = once;
+  top.replace(top.size() - 1, 1, ", \"schema\": 1}");
+  CHECK(contains(error_of([&] { tuning::parse_tuning_db(top, "db.json"); }), "duplicate key \"schema\""));
+
+  const std::string config = small_config().dump(1);
+  std::string twice = config;
+  twice.insert(twice.find("\"iters\""), "\"iters\": 50,\n");
+  const std::string e = error_of([&] { tools::parse_tune_config(twice, "t.json"); });
+  CHECK(contains(e, "t.json: line "));
+  CHECK(contains(e, "duplicate key \"iters\""));
+  CHECK(tools::parse_tune_config(config, "t.json").iters == 5);
+}
+
 TEST_CASE("tuning database: a database for another GPU, arch, NVRTC or nsajit version does not apply") {
   const tuning::TuningKey here = key_of("NVIDIA H200", 132);
   CHECK(tuning::key_mismatch(here, here).empty());

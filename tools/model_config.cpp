@@ -6,10 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <iterator>
 #include <limits>
 #include <numeric>
-#include <set>
 #include <type_traits>
 #include <nlohmann/json.hpp>
 
@@ -56,54 +54,6 @@ void read_field(const nlohmann::json& j, const char* key, T& field, ModelConfig&
   c.origins[key] = fmt::format("file {}, key \"{}\"", path, key);
 }
 
-// A char iterator that records how far the parser has read, so that a duplicate key found in the
-// parser's callback can be reported with its line.
-struct TrackedChars {
-  using iterator_category = std::input_iterator_tag;
-  using value_type = char;
-  using difference_type = std::ptrdiff_t;
-  using pointer = const char*;
-  using reference = const char&;
-  const char* p;
-  std::size_t* read;  // characters consumed so far
-  const char& operator*() const { return *p; }
-  TrackedChars& operator++() {
-    ++p;
-    ++*read;
-    return *this;
-  }
-  TrackedChars operator++(int) {
-    TrackedChars old = *this;
-    ++*this;
-    return old;
-  }
-  friend bool operator==(const TrackedChars& a, const TrackedChars& b) { return a.p == b.p; }
-};
-
-// Parses `text` as one JSON value with nothing but whitespace after it, refusing a key that
-// appears twice in one object. Throws InvalidArgument naming the file, line and key.
-nlohmann::json parse_strict(const std::string& text, const std::string& path) {
-  std::size_t read = 0;
-  std::vector<std::set<std::string>> keys;  // one set per open object
-  auto callback = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    if (event == E::object_start) keys.emplace_back();
-    if (event == E::object_end && !keys.empty()) keys.pop_back();
-    if (event == E::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second) {
-      const auto line = 1 + std::count(text.begin(), text.begin() + std::ptrdiff_t(std::min(read, text.size())), '\n');
-      throw InvalidArgument(fmt::format("--config {}: line {}: duplicate key {} (each key may appear once)", path,
-                                        line, dump_json(parsed)));
-    }
-    return true;
-  };
-  try {
-    return nlohmann::json::parse(TrackedChars{text.data(), &read}, TrackedChars{text.data() + text.size(), &read},
-                                 callback);
-  } catch (const nlohmann::json::exception& e) {
-    throw InvalidArgument(fmt::format("--config {}: not valid JSON ({})", path, e.what()));
-  }
-}
-
 }  // namespace
 
 std::string ModelConfig::origin(const std::string& field) const {
@@ -113,7 +63,7 @@ std::string ModelConfig::origin(const std::string& field) const {
 
 ModelConfig load_model_config(const std::string& path) {
   const std::string text = read_small_file(path, "--config " + path);
-  const nlohmann::json j = parse_strict(text, path);
+  const nlohmann::json j = parse_json_strict(text, "--config " + path);
   if (!j.is_object()) throw InvalidArgument(fmt::format("--config {}: expected a JSON object", path));
   static const char* const known[] = {"name", "num_attention_heads", "kv_lora_rank", "qk_rope_head_dim",
                                       "index_topk", "page_size", "sm_scale", "tp", "batch", "min_context",
