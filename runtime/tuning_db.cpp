@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -55,15 +56,24 @@ void parse_entry(const nlohmann::json& j, const std::string& where, const std::s
   for (const auto& [field, value] : choice.items()) set_field(field, value, where + ".choice." + field);
 }
 
+std::optional<std::int64_t> json_int64(const nlohmann::json& v) {
+  if (v.is_number_unsigned()) {
+    const std::uint64_t u = v.get<std::uint64_t>();
+    if (u > std::uint64_t(std::numeric_limits<std::int64_t>::max())) return std::nullopt;
+    return std::int64_t(u);
+  }
+  if (v.is_number_integer()) return v.get<std::int64_t>();
+  return std::nullopt;
+}
+
 Range parse_range(const nlohmann::json& v, const std::string& where) {
   const char* expected = "an integer >= 0 or [lo, hi] with 0 <= lo <= hi (hi null: no bound)";
   Range r;
-  if (v.is_number_integer()) {
-    r.lo = r.hi = v.get<std::int64_t>();
-  } else if (v.is_array() && v.size() == 2 && v[0].is_number_integer() &&
-             (v[1].is_number_integer() || v[1].is_null())) {
-    r.lo = v[0].get<std::int64_t>();
-    if (!v[1].is_null()) r.hi = v[1].get<std::int64_t>();
+  if (const std::optional<std::int64_t> one = json_int64(v)) {
+    r.lo = r.hi = *one;
+  } else if (v.is_array() && v.size() == 2 && json_int64(v[0]) && (json_int64(v[1]) || v[1].is_null())) {
+    r.lo = *json_int64(v[0]);
+    if (!v[1].is_null()) r.hi = *json_int64(v[1]);
   } else {
     bad_field(where, v, expected);
   }
@@ -98,9 +108,13 @@ TuningDb parse_tuning_db(std::string_view text, const std::string& origin) {
   db.key.driver = text_of("driver");
   db.key.nvrtc = text_of("nvrtc");
   db.key.nsajit = text_of("nsajit");
-  if (!k.contains("sm_count") || !k["sm_count"].is_number_integer() || k["sm_count"].get<int>() < 1)
-    throw InvalidArgument(fmt::format("{}.sm_count: missing or not a positive integer", key_where));
-  db.key.sm_count = k["sm_count"].get<int>();
+  if (!k.contains("sm_count"))
+    throw InvalidArgument(fmt::format("{}.sm_count: missing (expected a positive integer)", key_where));
+  const std::optional<std::int64_t> sm_count = json_int64(k["sm_count"]);
+  if (!sm_count || *sm_count < 1 || *sm_count > std::numeric_limits<int>::max())
+    bad_field(key_where + ".sm_count", k["sm_count"],
+              fmt::format("a positive integer (at most {})", std::numeric_limits<int>::max()));
+  db.key.sm_count = int(*sm_count);
   Arch arch;
   try {
     arch = parse_arch(db.key.arch);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
@@ -17,9 +18,14 @@ struct Range {
   bool contains(std::int64_t v) const { return v >= lo && v <= hi; }
   friend bool operator==(const Range&, const Range&) = default;
 };
-// InvalidArgument "<where>: ..." for anything else (lo > hi, negative, not integers).
+// InvalidArgument "<where>: ..." for anything else (lo > hi, negative, not integers, beyond int64).
 Range parse_range(const nlohmann::json& value, const std::string& where);
 nlohmann::json range_json(const Range& r);
+
+// The value of a JSON integer that fits int64 (an unsigned one above INT64_MAX does not), else
+// nullopt. Integer fields are read through it and range-checked before narrowing: get<int>()
+// would wrap 4294967428 to 132.
+std::optional<std::int64_t> json_int64(const nlohmann::json& value);
 
 // "<where>: <field> = <value>: expected <expected>" as an InvalidArgument.
 [[noreturn]] void bad_field(const std::string& where, const nlohmann::json& value, const std::string& expected);

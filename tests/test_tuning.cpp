@@ -271,6 +271,40 @@ TEST_CASE("tuning database and tune config: a key twice in one object is an erro
   CHECK(tools::parse_tune_config(config, "t.json").iters == 5);
 }
 
+TEST_CASE("tuning database and tune config: an integer beyond its field's range is refused, never wrapped") {
+  const nlohmann::json j = db_json(key_of("NVIDIA H200", 132), 64, {1, 4}, {}, {1, 1}, {65537, 262144}, {});
+  auto db_error = [&](const char* pointer, const nlohmann::json& value) {
+    nlohmann::json k = j;
+    k[nlohmann::json::json_pointer(pointer)] = value;
+    return error_of([&] { tuning::parse_tuning_db(k.dump(), "db.json"); });
+  };
+  CHECK(db_error("/key/sm_count", 4294967428ull) ==  // 2^32 + 132: get<int>() would read 132
+        "db.json: key.sm_count = 4294967428: expected a positive integer (at most 2147483647)");
+  CHECK(contains(db_error("/key/sm_count", 2147483648ull), "key.sm_count = 2147483648"));
+  CHECK(contains(db_error("/key/sm_count", 0), "key.sm_count = 0"));
+  CHECK(db_error("/key/sm_count", 2147483647).empty());
+  // 2^64 - 1: a uint64 that int64 cannot hold (read as int64 it is -1)
+  CHECK(contains(db_error("/families/sparse_mla/0/bucket/rows", nlohmann::json::array({0, 18446744073709551615ull})),
+                 "families.sparse_mla[0].bucket.rows = [0,18446744073709551615]"));
+  CHECK(contains(db_error("/families/topk/0/bucket/rows", 18446744073709551615ull),
+                 "families.topk[0].bucket.rows = 18446744073709551615"));
+  CHECK(tuning::json_int64(nlohmann::json(9223372036854775807ull)) == 9223372036854775807LL);
+  CHECK_FALSE(tuning::json_int64(nlohmann::json(9223372036854775808ull)));
+  CHECK_FALSE(tuning::json_int64(nlohmann::json(1.0)));
+
+  auto config_error = [&](const char* pointer, const nlohmann::json& value) {
+    nlohmann::json c = small_config();
+    c[nlohmann::json::json_pointer(pointer)] = value;
+    return error_of([&] { tools::parse_tune_config(c.dump(), "t.json"); });
+  };
+  CHECK(contains(config_error("/iters", 4294967301ull),
+                 "t.json: iters = 4294967301: expected an integer in [1, 10000]"));
+  CHECK(contains(config_error("/sparse_mla/kv_tokens", 4294967360ull), "sparse_mla.kv_tokens = 4294967360"));
+  CHECK(contains(config_error("/sparse_mla/kv_tokens", 18446744073709551552ull), "sparse_mla.kv_tokens"));
+  CHECK(contains(config_error("/topk/buckets/0/tune/rows", 4294967304ull), "tune.rows = 4294967304"));
+  CHECK(config_error("/sparse_mla/kv_tokens", 4096).empty());
+}
+
 TEST_CASE("tuning database: a database for another GPU, arch, NVRTC or nsajit version does not apply") {
   const tuning::TuningKey here = key_of("NVIDIA H200", 132);
   CHECK(tuning::key_mismatch(here, here).empty());

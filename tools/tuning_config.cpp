@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -22,9 +24,9 @@ constexpr long long kMaxTopkScores = 1LL << 30;
 constexpr long long kMaxMlaQueryHeads = 1LL << 20;
 
 int positive_int(const nlohmann::json& v, const std::string& where, int max = 1 << 30) {
-  if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > max)
-    bad_field(where, v, fmt::format("an integer in [1, {}]", max));
-  return v.get<int>();
+  const std::optional<std::int64_t> i = tuning::json_int64(v);
+  if (!i || *i < 1 || *i > max) bad_field(where, v, fmt::format("an integer in [1, {}]", max));
+  return int(*i);
 }
 
 // {"field": [values]} checked against the family's fields with `set` (which throws naming where).
@@ -208,12 +210,12 @@ TuneConfig parse_tune_config(const std::string& text, const std::string& path) {
       });
   if (j.contains("sparse_mla") && j["sparse_mla"].is_object() && j["sparse_mla"].contains("kv_tokens")) {
     const nlohmann::json& v = j["sparse_mla"]["kv_tokens"];
+    const std::optional<std::int64_t> tokens = tuning::json_int64(v);
     // whole FP8 pages: the FP8 buckets time a paged cache of these tokens
-    if (!v.is_number_integer() || v.get<long long>() < kMlaKvTokensPage || v.get<long long>() > kMaxMlaKvTokens ||
-        v.get<long long>() % kMlaKvTokensPage != 0)
+    if (!tokens || *tokens < kMlaKvTokensPage || *tokens > kMaxMlaKvTokens || *tokens % kMlaKvTokensPage != 0)
       bad_field(path + ": sparse_mla.kv_tokens", v,
                 fmt::format("a multiple of {} in [{}, {}]", kMlaKvTokensPage, kMlaKvTokensPage, kMaxMlaKvTokens));
-    c.mla_kv_tokens = v.get<int>();
+    c.mla_kv_tokens = int(*tokens);
   }
   family_of(
       "sparse_mla", {"kv_tokens", "search", "buckets"}, tuning::sparse_mla_choice_fields(),
