@@ -529,6 +529,26 @@ TEST_CASE("atomic write: a failed write leaves no file and no temporary file beh
   CHECK(fs::is_directory(dir.path() + "/taken/x"));
 }
 
+TEST_CASE("atomic write: never through a link planted at a predictable temporary name; no temporary file left") {
+  test::TempDir dir("tune-write-link");
+  const std::string victim = dir.path() + "/victim";
+  write_file(victim, "precious");
+  const std::string path = dir.path() + "/db.json";
+  const std::string planted = path + ".tmp." + std::to_string(::getpid());  // the name main's writer used
+  REQUIRE(::symlink(victim.c_str(), planted.c_str()) == 0);
+  tools::write_atomically(path, "{}\n", "--db");
+  std::ifstream in(victim);
+  CHECK(std::string((std::istreambuf_iterator<char>(in)), {}) == "precious");
+  CHECK_FALSE(fs::is_symlink(fs::symlink_status(path)));
+  std::ifstream out(path);
+  CHECK(std::string((std::istreambuf_iterator<char>(out)), {}) == "{}\n");
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir.path())) names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"db.json", fs::path(planted).filename(), "victim"});
+  CHECK(fs::is_symlink(fs::symlink_status(planted)));  // left alone
+}
+
 TEST_CASE("input files: a FIFO, a device, a directory or a file over 16 MiB is refused by type or size, never read") {
   test::TempDir dir("small-file");
   const std::string good = dir.path() + "/good.json";

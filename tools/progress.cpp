@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
 
 #include "nsajit/errors.hpp"
 
@@ -124,34 +125,41 @@ void compile_all(const std::vector<CompileItem*>& items, int jobs, bool quiet) {
 }
 
 void write_atomically(const std::string& path, const std::string& text, const std::string& option) {
-  const std::string temp = fmt::format("{}.tmp.{}", path, ::getpid());
+  std::string temp;
+  int fd = -1;
   auto fail = [&](const std::string& why) {
-    std::error_code ec;
-    std::filesystem::remove(temp, ec);
+    if (fd >= 0) ::close(fd);
+    if (!temp.empty()) ::unlink(temp.c_str());
     throw InvalidArgument(fmt::format("{} {}: cannot write the file ({}); nothing was written", option, path, why));
   };
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(std::strerror(errno));
+  // A name of our own in the same directory (rename is atomic there): O_EXCL never opens a file or
+  // link someone else put there, as a predictable name would.
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  for (int attempt = 0; fd < 0; ++attempt) {
+    const std::string name = fmt::format("{}.tmp.{:016x}", path, rng());
+    fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0) temp = name;
+    else if (errno != EEXIST || attempt == 100) fail(std::strerror(errno));
+  }
   std::size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = n < 0 ? std::strerror(errno) : "short write";
-      ::close(fd);
-      fail(why);
-    }
+    if (n <= 0) fail(n < 0 ? std::strerror(errno) : "short write");
     done += std::size_t(n);
   }
-  if (::fsync(fd) != 0) {
-    const std::string why = std::strerror(errno);
-    ::close(fd);
-    fail(why);
+  if (::fsync(fd) != 0) fail(std::strerror(errno));
+  const int closed = ::close(fd);
+  fd = -1;
+  if (closed != 0) fail(std::strerror(errno));
+  if (::rename(temp.c_str(), path.c_str()) != 0) fail(std::strerror(errno));
+  temp.clear();  // renamed: nothing to remove from here on
+  // Make the rename itself durable (best effort, as for cache entries: the file is in place).
+  const std::string parent = std::filesystem::path(path).parent_path().string();
+  if (const int dir = ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
   }
-  if (::close(fd) != 0) fail(std::strerror(errno));
-  std::error_code ec;
-  std::filesystem::rename(temp, path, ec);
-  if (ec) fail(ec.message());
 }
 
 }  // namespace nsajit::tools

@@ -56,9 +56,10 @@ struct CompileItem {
 // with a Progress display; errors are recorded in the items, never thrown.
 void compile_all(const std::vector<CompileItem*>& items, int jobs, bool quiet);
 
-// Writes `text` to `path` through a temporary file in the same directory (fsync, rename), so a
-// reader never sees half of it and a failure leaves no file. InvalidArgument naming `option` and
-// the path on failure.
+// Writes `text` to `path` through a new temporary file of a random name in the same directory
+// (created O_EXCL, so never a file or link already there; fsync, rename, fsync of the directory),
+// so a reader never sees half of it and a failure leaves neither file. InvalidArgument naming
+// `option` and the path on failure.
 void write_atomically(const std::string& path, const std::string& text, const std::string& option);
 
 }  // namespace nsajit::tools
