@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -120,6 +121,25 @@ TEST_CASE("nsajit CLI: usage errors exit 2 and name the subcommand, flag or valu
   r = run_tool({"help", "bogus"});
   CHECK(r.code == 2);
   CHECK(has(r, "bogus"));
+}
+
+TEST_CASE("nsajit CLI: cache prune --older-than takes a finite number of days; nan, inf and negatives are bad usage") {
+  const nsajit::test::TempDir dir("cli-older");
+  const std::string entry = dir.path() + "/k.0123456789abcdef0123456789abcdef.cubin";
+  std::ofstream(entry) << "x";
+  for (const char* bad : {"nan", "NaN", "inf", "-inf", "-1", "1e400", "3days", ""}) {
+    const Result r = run_tool({"cache", "--dir", dir.path(), "prune", "--older-than", bad});
+    CAPTURE(bad);
+    CHECK(r.code == 2);
+    CHECK(has(r, "--older-than: \"" + std::string(bad) + "\": expected a finite number of days >= 0"));
+  }
+  CHECK(std::filesystem::exists(entry));
+  Result r = run_tool({"cache", "--dir", dir.path(), "prune", "--older-than", "0.5"});
+  CHECK(r.code == 0);
+  CHECK(std::filesystem::exists(entry));  // just written: used less than half a day ago
+  r = run_tool({"cache", "--dir", dir.path(), "prune", "--older-than", "0"});
+  CHECK(r.code == 0);
+  CHECK_FALSE(std::filesystem::exists(entry));
 }
 
 TEST_CASE("nsajit CLI: help, --help and --version of every subcommand exit 0") {

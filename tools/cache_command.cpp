@@ -1,7 +1,9 @@
 // cache_command.cpp — `nsajit cache list | stats | verify [--fix] | prune | clear`.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <map>
 #include <memory>
@@ -148,6 +150,19 @@ int clear_command(const CacheOptions& o) {
   return r.in_use.empty() && r.bad_lock.empty() ? 0 : 1;
 }
 
+// --older-than: a finite number >= 0 (CLI::NonNegativeNumber lets "nan" through, which evicts nothing).
+CLI::Validator finite_days() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double days = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !std::isfinite(days) || days < 0)
+          return fmt::format("\"{}\": expected a finite number of days >= 0, e.g. 30 or 0.5", text);
+        return "";
+      },
+      "DAYS");
+}
+
 }  // namespace
 
 Subcommand add_cache_command(CLI::App& app) {
@@ -165,7 +180,7 @@ Subcommand add_cache_command(CLI::App& app) {
       "prune", "evict least recently used entries and orphan lock and temporary files (entries being built are kept)");
   prune->add_option("--max-size", o->max_size, "evict until the entries take at most this, e.g. 2G");
   prune->add_option("--older-than", o->older_than_days, "evict entries not used for this many days")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_days());
   prune->add_flag("--stale", o->stale, "evict entries of another nsajit or NVRTC version");
   CLI::App* clear = cmd->add_subcommand("clear", "remove every entry and orphan file (entries being built are kept)");
   return {cmd, [o, list, stats, verify, prune, clear] {
