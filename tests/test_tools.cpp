@@ -586,10 +586,14 @@ TEST_CASE("NSAJIT_CACHE_MAX_BYTES bounds the cache after each write") {
   const test::TempDir dir_tmp("bound");
   const std::string& dir = dir_tmp.path();
   // Each of these entries is 10-20 KB: a 25000-byte bound holds one or two of them, never all.
-  const CliResult r = run_cli("NSAJIT_CACHE_MAX_BYTES=25000 NSAJIT_CACHE_DIR='" + dir + "'",
-                              std::string("precompile -q -j 1 ") + kCheapSpecs);
-  INFO(r.output);
-  CHECK(r.code == 0);
+  // One process each: every one of them finds its own kernel in the cache at its end.
+  for (const char* spec : {"index_transform.decode.ps64.topk2048.sm_90a", "fp8_kv_quantize.ps64.sm_90a",
+                           "sparse_mla_combine.sm_90a"}) {
+    const CliResult r = run_cli("NSAJIT_CACHE_MAX_BYTES=25000 NSAJIT_CACHE_DIR='" + dir + "'",
+                                std::string("precompile -q --spec ") + spec);
+    INFO(r.output);
+    CHECK(r.code == 0);
+  }
   const CacheScan scan = scan_cache(dir);
   CHECK((scan.entry_bytes <= 25000 || scan.entries.size() == 1));  // the entry just written is kept
   CHECK(scan.entries.size() >= 1);
@@ -623,6 +627,34 @@ TEST_CASE("JSON output holds a file name or cache directory that is not UTF-8 (U
   INFO(r.output);
   CHECK(r.code == 0);
   CHECK(read_json(manifest)["cache_dir"] == dir.path() + "/c\xef\xbf\xbd");
+}
+
+TEST_CASE("precompile fails naming the bound when NSAJIT_CACHE_MAX_BYTES evicts kernels it precompiled") {
+  const test::TempDir dir_tmp("bound-precompile");
+  const std::string dir = dir_tmp.path() + "/cache";
+  const std::string env = "NSAJIT_CACHE_DIR='" + dir + "'";
+  const std::string first = "index_transform.decode.ps64.topk2048.sm_90a";
+  const std::string manifest = dir_tmp.path() + "/manifest.json";
+  const CliResult r = run_cli(env + " NSAJIT_CACHE_MAX_BYTES=1",
+                              std::string("precompile -j 1 --manifest '") + manifest + "' " + kCheapSpecs);
+  INFO(r.output);
+  CHECK(r.code == 1);
+  // -j 1, longest first: each write evicts the kernels written before it; the last one is kept.
+  CHECK(contains(r.output, "nsajit: failed: " + first + " (compiled, then evicted by the cache's size bound "
+                           "NSAJIT_CACHE_MAX_BYTES = 1 bytes"));
+  CHECK(contains(r.output, "raise the bound or unset it for precompile"));
+  CHECK(contains(r.output, "2 missing or failed"));
+  const nlohmann::json m = read_json(manifest);
+  CHECK(m["failed"] == 2);
+  CHECK(m["compiled"] == 1);
+  // What precompile reports as done is what --check finds.
+  const CliResult check = run_cli(env, std::string("precompile -q --check ") + kCheapSpecs);
+  CHECK(check.code == 1);
+  CHECK(contains(check.output, "nsajit: missing: " + first));
+  CHECK(scan_cache(dir).entries.size() == 1);
+  // Without the bound every kernel stays: exit 0.
+  CHECK(run_cli(env, std::string("precompile -q ") + kCheapSpecs).code == 0);
+  CHECK(run_cli(env, std::string("precompile -q --check ") + kCheapSpecs).code == 0);
 }
 
 TEST_CASE("gen prints the generated source of a readable name or canonical text") {

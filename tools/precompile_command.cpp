@@ -1,6 +1,7 @@
 // precompile_command.cpp — `nsajit precompile`: every kernel a fleet can dispatch, compiled into
 // the cache on N threads, with progress and a JSON manifest.
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cache/cache_admin.hpp"
+#include "cache/cubin_cache.hpp"
 #include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
 #include "runtime/json_text.hpp"
@@ -46,10 +49,35 @@ struct PrecompileOptions {
 
 struct Item : CompileItem {
   FleetSpec fleet;
+  bool gone = false;  // reported hit or compiled, but its entry was no longer on disk at the end
 };
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// A kernel counts as precompiled only if its entry is on disk when precompile ends: the size bound
+// (NSAJIT_CACHE_MAX_BYTES) evicts after every write, the kernels just written included once they
+// exceed it, and another process may prune. Marks the others failed, naming why.
+void fail_kernels_no_longer_on_disk(std::vector<Item>& items, const std::string& dir) {
+  const std::uint64_t bound = cache_max_bytes_from_env();
+  std::uint64_t total = 0;
+  for (const Item& it : items) total += it.record.cubin_bytes;
+  const CubinCache cache(dir);
+  for (Item& it : items) {
+    if ((it.result != "hit" && it.result != "compiled") || it.record.key.empty()) continue;
+    struct stat st {};
+    const std::string path = cache.entry_path(it.name, {.record = "", .digest = it.record.key});
+    if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) continue;
+    it.result = "failed";
+    it.gone = true;
+    it.error = bound > 0 ? fmt::format("{}, then evicted by the cache's size bound NSAJIT_CACHE_MAX_BYTES = {} "
+                                       "bytes (the {} kernels' cubins alone take {} bytes); raise the bound or "
+                                       "unset it for precompile",
+                                       it.record.source == CubinSource::compiled ? "compiled" : "in the cache", bound,
+                                       items.size(), total)
+                         : fmt::format("no longer in the cache {} at the end (removed by another process?)", dir);
+  }
 }
 
 nlohmann::json manifest_of(const std::vector<Item>& items, const FleetConfig& fleet, bool enumerated, int jobs,
@@ -151,6 +179,7 @@ int run_precompile(const PrecompileOptions& o) {
     for (Item& it : items) pointers.push_back(&it);
     compile_all(pointers, jobs, o.quiet);
   }
+  fail_kernels_no_longer_on_disk(items, dir);
   const double elapsed_ms = ms_since(start);
 
   int hits = 0, compiled = 0, bad = 0;
@@ -165,11 +194,11 @@ int run_precompile(const PrecompileOptions& o) {
     write_atomically(o.manifest, dump_json(manifest_of(items, fleet, enumerated, jobs, elapsed_ms), 2) + "\n",
                      "--manifest");
   std::fflush(stdout);
-  // Plain output named each failure on its line already.
-  if (o.quiet || ::isatty(STDOUT_FILENO))
-    for (const Item& it : items)
-      if (it.result == "missing" || it.result == "failed")
-        fmt::print(stderr, "nsajit: {}: {} ({})\n", it.result, it.name, it.error);
+  // Plain output named each failure on its line already, but for the kernels found gone at the end.
+  const bool plain = !o.quiet && !::isatty(STDOUT_FILENO);
+  for (const Item& it : items)
+    if ((it.result == "missing" || it.result == "failed") && (!plain || it.gone))
+      fmt::print(stderr, "nsajit: {}: {} ({})\n", it.result, it.name, it.error);
   if (!o.quiet || bad > 0) {
     fmt::print("precompile: {} kernels in {:.1f} s: {} hits, {} compiled ({:.1f} s of NVRTC), {} missing or failed{}\n",
                items.size(), elapsed_ms / 1000, hits, compiled, compile_ms / 1000, bad,
@@ -185,7 +214,9 @@ Subcommand add_precompile_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "precompile",
       "compile every kernel a fleet of the model config can dispatch into the cache (no GPU needed): all "
-      "families, both KV dtypes, every tp, arch and MTP depth, every variant the heuristics or a tuning database choose");
+      "families, both KV dtypes, every tp, arch and MTP depth, every variant the heuristics or a tuning database "
+      "choose. Exits 1 naming the kernels not in the cache at the end, e.g. evicted by a NSAJIT_CACHE_MAX_BYTES "
+      "bound smaller than they are");
   auto* model = cmd->add_option("--model", o->model, "built-in model config: deepseek-v3.2 (the default)");
   cmd->add_option("--config", o->config_path, "JSON model config (keys as for `nsajit run --config`)")
       ->check(CLI::ExistingFile)
