@@ -356,6 +356,12 @@ void CubinCache::sweep_stale_temps() const {
 }
 
 bool CubinCache::store(const std::string& name, const CacheKey& key, const std::vector<char>& cubin) const {
+  if (cubin.size() > kMaxCubinBytes) {  // read_cache_entry would reject it as corrupt, remove it and rebuild
+    warn(fmt::format("not caching kernel {}: its cubin is {} bytes, more than the cache's limit of {} bytes; it is "
+                     "used from memory",
+                     name, cubin.size(), kMaxCubinBytes));
+    return false;
+  }
   int create_errno = 0;
   if (!usable(true, &create_errno)) {
     if (!untrusted_.load())

@@ -113,7 +113,8 @@ class CubinCache {
   // removed, and gives nullopt.
   std::optional<std::vector<char>> load(const std::string& name, const CacheKey& key) const;
 
-  // Publishes an entry atomically. Returns false (after a warning) if it could not be written.
+  // Publishes an entry atomically. Returns false (after a warning) if it could not be written, or
+  // if the cubin is larger than kMaxCubinBytes (a reader would take the entry for a corrupt one).
   bool store(const std::string& name, const CacheKey& key, const std::vector<char>& cubin) const;
 
   // Load, else (under the entry's lock, re-checking first) build and store.

@@ -400,6 +400,24 @@ TEST_CASE("a huge sparse entry is rejected from its sizes, removed and rebuilt w
   CHECK(f.cache.load(kName, f.key).value() == tiny_cubin());
 }
 
+TEST_CASE("a cubin over the readers' 64 MiB limit is not stored (it would be read back as corrupt), only used") {
+  Fixture f("huge-store");
+  const std::vector<char> huge(std::size_t(kMaxCubinBytes) + 1, 'x');
+  bool stored = true;
+  const std::string messages = test::capture_stderr([&] { stored = f.cache.store(kName, f.key, huge); });
+  CHECK_FALSE(stored);
+  CHECK(test::count_of(messages, fmt::format("not caching kernel {}: its cubin is {} bytes", kName, huge.size())) == 1);
+  CHECK_FALSE(fs::exists(f.path));
+  CHECK(count_temp_files(f.dir.path()) == 0);
+  CacheLookup built;
+  test::capture_stderr([&] { built = f.cache.get_or_build(kName, f.key, [&] { return huge; }); });
+  CHECK(built.cubin.size() == huge.size());
+  CHECK_FALSE(built.stored);
+  const std::vector<char> largest(std::size_t(kMaxCubinBytes), 'x');  // the limit itself is stored and read back
+  REQUIRE(f.cache.store(kName, f.key, largest));
+  CHECK(read_cache_entry(f.path, &f.key.record).status == CacheEntry::Status::ok);
+}
+
 TEST_CASE("an entry that is a FIFO, a device or a symbolic link is reported and replaced, without hanging") {
   const Fixture f("special");
   std::string kind;
