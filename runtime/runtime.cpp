@@ -190,10 +190,17 @@ const LoadedKernel& kernel(const KernelSpec& spec) {
     } restore{mode};
     CUmodule module = nullptr;
     NSAJIT_CU(cuModuleLoadData, &module, cubin->data());  // modules live as long as the context
+    struct UnloadUnlessKept {  // a failed lookup is retried by the next call, which loads it again
+      CUmodule module;
+      ~UnloadUnlessKept() {
+        if (module) driver::api().cuModuleUnload(module);
+      }
+    } unload{module};
     auto loaded = std::make_shared<LoadedKernel>();
     NSAJIT_CU(cuModuleGetFunction, &loaded->function, module, t.kernel_entry);
     if (const unsigned smem = t.max_dynamic_smem(spec); smem > 0)
       NSAJIT_CU(cuFuncSetAttribute, loaded->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem));
+    unload.module = nullptr;
     return std::shared_ptr<const LoadedKernel>(std::move(loaded));
   }, [&] {
     if (!state().cubins.ready(spec)) refuse_compile_while_capturing(spec);  // a module load alone may be waited for
