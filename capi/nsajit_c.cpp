@@ -64,33 +64,34 @@ nsajit_status guarded(Body&& body) noexcept {
   }
 }
 
-// Copies the caller's struct. struct_size must cover first_size (this ABI's sizeof: no struct has
-// tail padding, so a field appended later starts at the old sizeof, and an older caller's
-// struct_size then ends before it; its missing fields keep `defaults`); a newer caller's bytes past
-// this version's fields must be zero, and at most kMaxNewerBytes of them are read.
+// Copies the caller's struct. struct_size must be at least this ABI's sizeof (no struct has tail
+// padding, so a field appended later starts at the old sizeof: that version then accepts the old
+// sizeof and gives the missing fields their defaults); a newer caller's bytes past this version's
+// fields must be zero, and at most kMaxNewerBytes of them are read. Messages are built only for an
+// error (this runs on every launch).
 constexpr std::size_t kMaxNewerBytes = 4096;
 template <class T>
-T read_struct(const T* in, const char* function, const char* argument, std::size_t first_size = sizeof(T),
-              const T& defaults = T{}) {
+T read_struct(const T* in, const char* function, const char* argument) {
   static_assert(std::is_trivially_copyable_v<T>);
   if (in == nullptr) nsajit::detail::throw_bad_argument(function, argument, "null", "a pointer to the struct");
   const std::size_t size = in->struct_size;
-  const std::string field = std::string(argument) + "->struct_size";
-  const std::string abi = "sizeof the struct in nsajit.h ABI " + std::to_string(NSAJIT_ABI_VERSION);
-  if (size < first_size)
-    bad(function, field.c_str(), static_cast<long long>(size), ">= " + std::to_string(first_size) + " (" + abi + ")");
+  auto refuse = [&](long long value, const std::string& expected) {
+    bad(function, (std::string(argument) + "->struct_size").c_str(), value, expected);
+  };
+  const auto abi = [] { return "sizeof the struct in nsajit.h ABI " + std::to_string(NSAJIT_ABI_VERSION); };
+  if (size < sizeof(T)) refuse(static_cast<long long>(size), ">= " + std::to_string(sizeof(T)) + " (" + abi() + ")");
   if (size > sizeof(T) + kMaxNewerBytes)
-    bad(function, field.c_str(), static_cast<long long>(std::min<std::size_t>(size, LLONG_MAX)),
-        "<= " + std::to_string(sizeof(T) + kMaxNewerBytes) + " (" + abi + ", plus at most " +
-            std::to_string(kMaxNewerBytes) + " bytes of a newer version)");
+    refuse(static_cast<long long>(std::min<std::size_t>(size, LLONG_MAX)),
+           "<= " + std::to_string(sizeof(T) + kMaxNewerBytes) + " (" + abi() + ", plus at most " +
+               std::to_string(kMaxNewerBytes) + " bytes of a newer version)");
   const auto* bytes = reinterpret_cast<const unsigned char*>(in);
   for (std::size_t i = sizeof(T); i < size; ++i)
     if (bytes[i] != 0)
-      bad(function, field.c_str(), static_cast<long long>(size),
-          "fields past byte " + std::to_string(sizeof(T)) + " (unknown to this library, ABI " +
-              std::to_string(NSAJIT_ABI_VERSION) + ") to be zero; byte " + std::to_string(i) + " is not");
-  T out = defaults;
-  std::memcpy(&out, in, std::min(size, sizeof(T)));
+      refuse(static_cast<long long>(size), "fields past byte " + std::to_string(sizeof(T)) +
+                                               " (unknown to this library, ABI " + std::to_string(NSAJIT_ABI_VERSION) +
+                                               ") to be zero; byte " + std::to_string(i) + " is not");
+  T out;
+  std::memcpy(&out, in, sizeof(T));
   return out;
 }
 
@@ -138,8 +139,7 @@ static_assert(NSAJIT_TOPK_ALGORITHM_EXACT_SWEEPS == int(nsajit::TopkAlgorithm::e
               "nsajit.h's top-k algorithm numbers follow nsajit::TopkAlgorithm");
 
 nsajit::KernelSpec spec_of(const nsajit_kernel_spec* in, const char* function) {
-  const nsajit_kernel_spec s = read_struct(in, function, "spec", sizeof(nsajit_kernel_spec),
-                                           nsajit_kernel_spec_defaults());
+  const nsajit_kernel_spec s = read_struct(in, function, "spec");
   if (s.reserved != 0) bad(function, "spec->reserved", s.reserved, "0");
   if (s.family < NSAJIT_FAMILY_INDEX_TRANSFORM || s.family > NSAJIT_FAMILY_FP8_KV_GATHER)
     bad(function, "spec->family", s.family, "an NSAJIT_FAMILY_* value (0..5)");
@@ -304,21 +304,12 @@ nsajit::Fp8KvGatherArgs to_cpp(const nsajit_fp8_kv_gather_args& a, const char*) 
   return c;
 }
 
-// The smallest struct_size a caller may pass and the defaults of the fields it then lacks: ABI 2's
-// sizeof for every struct (a field appended later gives its struct a specialization here).
-template <class T>
-struct StructVersions {
-  static constexpr std::size_t first_size = sizeof(T);
-  static T defaults() { return T{}; }
-};
-
 // A launch through the C ABI: the caller's struct read and converted, then `run` on the stream
 // (a compile while that stream captures a graph is an error, not a stall).
 template <class CArgs, class CppArgs>
 nsajit_status launch_with(const CArgs* args, void* stream, const char* fn, void (*run)(const CppArgs&, CUstream)) {
   return guarded([&] {
-    using Versions = StructVersions<CArgs>;
-    const CppArgs c = to_cpp(read_struct(args, fn, "args", Versions::first_size, Versions::defaults()), fn);
+    const CppArgs c = to_cpp(read_struct(args, fn, "args"), fn);
     const nsajit::LaunchStreamScope scope(stream_of(stream));
     run(c, stream_of(stream));
   });

@@ -68,7 +68,7 @@ int main(void) {
   CHECK(t.struct_size == sizeof t && t.topk == 2048 && t.next_n == 1 && t.page_size == 1);
   t.struct_size = 8;
   EXPECT(nsajit_topk(&t, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "args->struct_size = 8", "expected >=", NULL);
-  /* ABI 1's first topk struct had sizeof 132 + padding: ABI 2 refuses anything below its sizeof. */
+  /* ABI 1's first topk struct ended at byte 132 (sizeof 136): ABI 2 refuses anything below its sizeof. */
   t.struct_size = offsetof(nsajit_topk_args, score_dtype);
   EXPECT(nsajit_topk(&t, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "args->struct_size", "ABI 2", NULL);
   t.struct_size = sizeof t + 4097; /* a garbage size is refused before anything past sizeof is read */
