@@ -692,5 +692,12 @@ TEST_CASE("bench anchors: the fastest figure per case, a case compared with anot
   CHECK(contains(error_of([&] { tools::bench::load_anchors(bad); }), "cases[0] needs a string \"case\" and a positive \"anchor_us\""));
   std::ofstream(bad) << "not json";
   CHECK(contains(error_of([&] { tools::bench::load_anchors(bad); }), "not JSON"));
-  CHECK(contains(error_of([&] { tools::bench::load_anchors(tmp.path() + "/none.json"); }), "cannot open the file"));
+  CHECK(contains(error_of([&] { tools::bench::load_anchors(tmp.path() + "/none.json"); }), "cannot read the file"));
+  // A FIFO or a directory is refused before anything is read (a FIFO would block the read forever).
+  const std::string fifo = tmp.path() + "/anchors.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(contains(error_of([&] { tools::bench::load_anchors(fifo); }), "--anchors " + fifo + ": cannot read the file: it is a FIFO"));
+  CHECK(contains(error_of([&] { tools::bench::load_anchors(tmp.path()); }), "cannot read the file: it is a directory"));
+  std::ofstream(bad) << R"({"cases": [], "cases": []})";
+  CHECK(contains(error_of([&] { tools::bench::load_anchors(bad); }), "duplicate key"));
 }

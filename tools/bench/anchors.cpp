@@ -4,9 +4,10 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
 
 #include "nsajit/errors.hpp"
+#include "runtime/json_text.hpp"
+#include "runtime/small_file.hpp"
 
 namespace nsajit::tools::bench {
 
@@ -16,14 +17,8 @@ std::string default_anchors_path() {
 }
 
 std::map<std::string, Anchor> load_anchors(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(fmt::format("--anchors {}: cannot open the file", path));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("--anchors {}: not JSON ({})", path, e.what()));
-  }
+  const std::string origin = "--anchors " + path;
+  const nlohmann::json j = parse_json_strict(read_small_file(path, origin), origin, "not JSON");
   if (!j.is_object() || !j.contains("cases") || !j["cases"].is_array())
     throw Error(fmt::format("--anchors {}: expected an object with a \"cases\" array", path));
   std::map<std::string, Anchor> fastest;
