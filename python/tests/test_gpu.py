@@ -196,6 +196,24 @@ def test_transform_index_page_table(topk):
         sglang_nsa.transform_index_page_table_prefill(page_table=table3, topk_indices=idx, extend_lens_cpu=[1, 1, 1])
 
 
+def test_transform_index_page_table_int64_saturates():
+    """int64 inputs are narrowed saturating: a position past int32 is past the row (-1), never wrapped
+    to a small valid position; a slot past int32 becomes 2^31 - 1, never a small valid slot."""
+    g = gen(6)
+    rows, width, topk = 3, 300, 128
+    table = torch.randint(0, 1 << 20, (rows, width), generator=g, device="cuda", dtype=torch.int64)
+    idx = torch.randint(-1, width, (rows, topk), generator=g, device="cuda", dtype=torch.int64)
+    idx[0, :4] = torch.tensor([(1 << 32) + 5, 1 << 31, -(1 << 32) + 7, -(1 << 40)])
+    idx[1, 0] = 7
+    table[1, 7] = (1 << 32) + 9
+    out = sglang_nsa.transform_index_page_table_decode(page_table=table, topk_indices=idx)
+    assert out[0, :4].tolist() == [-1, -1, -1, -1]
+    assert out[1, 0].item() == (1 << 31) - 1
+    ref = ref_transform(table.clamp(max=(1 << 31) - 1).int(), idx.clamp(-1, width - 1).int())
+    ref = torch.where(idx >= width, torch.full_like(ref, -1), ref)
+    assert torch.equal(out, ref)
+
+
 def ref_quantize(x):
     """SGLang's reference quantizer: scale = amax / 448 per 128-dim tile, x / scale -> e4m3."""
     n = x.shape[0]

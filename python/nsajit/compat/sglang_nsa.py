@@ -4,7 +4,9 @@ dequant_k_cache.py) on nsajit, with their signatures.
 Differences, all documented: a positive top-k position past the page-table row gives -1 (SGLang's
 torch gather would raise); page_size > 1 reads a real page table (SGLang asserts page_size == 1);
 quantize_k_cache floors the scale at FLT_MIN so an all-zero tile stores zeros (SGLang: 0 / 0).
-Integer page tables / slot lists of another dtype are converted to int32 (a copy); topk widths that
+Integer page tables / slot lists of another dtype are converted to int32 (a copy), saturating
+rather than wrapping (no host sync to check them): a position past int32 then gives -1 like any
+position past the row, a slot past int32 becomes 2^31 - 1, which no cache holds; topk widths that
 are not a multiple of 64 are padded with -1 columns (a copy) and cut back.
 """
 from .. import fp8_kv_gather as _gather, fp8_kv_quantize as _quantize, index_transform as _transform
@@ -17,7 +19,11 @@ __all__ = ["transform_index_page_table_decode", "transform_index_page_table_pref
 def _int32_tensor(x, name):
     t = _torch()
     _tensor(x, name, (t.int32, t.int64, t.int16, t.uint8, t.int8))
-    return x if x.dtype == t.int32 else x.to(t.int32)
+    if x.dtype == t.int32:
+        return x
+    if x.dtype == t.int64:  # 2^32 + 5 would wrap to slot or position 5
+        x = x.clamp(-(1 << 31), (1 << 31) - 1)
+    return x.to(t.int32)
 
 
 def _padded(topk_indices):
