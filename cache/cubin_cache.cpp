@@ -364,7 +364,7 @@ bool CubinCache::store(const std::string& name, const CacheKey& key, const std::
   }
   int create_errno = 0;
   if (!usable(true, &create_errno)) {
-    if (!untrusted_.load())
+    if (!untrusted_.load() && !create_warned_.exchange(true))
       warn(fmt::format("cannot create the cache directory {} ({}): continuing without caching it", dir_,
                        std::strerror(create_errno ? create_errno : ENOENT)));
     return false;

@@ -131,6 +131,7 @@ class CubinCache {
 
   std::string dir_;
   mutable std::atomic<bool> untrusted_{false};
+  mutable std::atomic<bool> create_warned_{false};  // a directory that cannot be made is reported once
   mutable std::once_flag swept_;
 };
 

@@ -400,6 +400,21 @@ TEST_CASE("a huge sparse entry is rejected from its sizes, removed and rebuilt w
   CHECK(f.cache.load(kName, f.key).value() == tiny_cubin());
 }
 
+TEST_CASE("a cache directory that cannot be created is reported once, not once a kernel") {
+  const CubinCache cache("/proc/nsajit-no-such-cache-dir");
+  const CacheKey key = make_cache_key(tiny_fields());
+  int builds = 0;
+  const std::string messages = test::capture_stderr([&] {
+    for (int i = 0; i < 3; ++i) {
+      const CacheLookup l = cache.get_or_build(fmt::format("k{}", i), key, [&] { ++builds; return tiny_cubin(); });
+      CHECK_FALSE(l.stored);
+      CHECK(l.cubin == tiny_cubin());
+    }
+  });
+  CHECK(builds == 3);
+  CHECK(test::count_of(messages, "cannot create the cache directory /proc/nsajit-no-such-cache-dir") == 1);
+}
+
 TEST_CASE("a cubin over the readers' 64 MiB limit is not stored (it would be read back as corrupt), only used") {
   Fixture f("huge-store");
   const std::vector<char> huge(std::size_t(kMaxCubinBytes) + 1, 'x');
