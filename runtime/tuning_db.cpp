@@ -41,7 +41,8 @@ void reject_unknown_fields(const nlohmann::json& j, std::initializer_list<const 
     if (ok) continue;
     std::string list;
     for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
-    throw InvalidArgument(fmt::format("{}.{}: unknown field (expected {})", where, key, list));
+    // "file.json: key" at a file's top level (`where` ends in ':'), "file.json: a.b.key" below it
+    throw InvalidArgument(fmt::format("{}{}{}: unknown field (expected {})", where, where.ends_with(':') ? " " : ".", key, list));
   }
 }
 

@@ -152,7 +152,7 @@ TEST_CASE("tune config: a valid config expands its bucket groups; bad input name
        {"topk.buckets[0].tune", "rows x width <= 1073741824"}},
       {"/sparse_mla/buckets/0/tune_rows", {2, 100000}, {"tune_rows[1]", "rows x h_q <= 1048576"}},
       {"/sparse_mla/buckets/0/rows", nlohmann::json::array(), {"sparse_mla.buckets[0].rows"}},
-      {"/gpu", "H200", {"t.json.gpu", "unknown field"}},
+      {"/gpu", "H200", {"t.json: gpu: unknown field"}},
       {"/sparse_mla/kv_tokens", 0, {"t.json: sparse_mla.kv_tokens = 0", "a multiple of 64 in [64, 1048576]"}},
       {"/sparse_mla/kv_tokens", 2097152, {"sparse_mla.kv_tokens = 2097152", "[64, 1048576]"}},
       {"/sparse_mla/kv_tokens", 8200, {"sparse_mla.kv_tokens = 8200", "a multiple of 64"}},

@@ -175,7 +175,7 @@ std::vector<SparseMlaTuneBucket> parse_sparse_mla_tune_group(const nlohmann::jso
 
 TuneConfig parse_tune_config(const std::string& text, const std::string& path) {
   const nlohmann::json j = tuning::parse_json_object(text, path);
-  tuning::reject_unknown_fields(j, {"schema", "iters", "topk", "sparse_mla"}, path);
+  tuning::reject_unknown_fields(j, {"schema", "iters", "topk", "sparse_mla"}, path + ":");
   if (!j.contains("schema") || j["schema"] != tuning::kSchemaVersion)
     bad_field(path + ": schema", j.value("schema", nlohmann::json("missing")), std::to_string(tuning::kSchemaVersion));
   TuneConfig c;
