@@ -381,6 +381,25 @@ def _spec(family, h_q=0, topk=2048, page_size=1, mode="decode", kv_dtype="bf16",
     return s
 
 
+_SPEC_FIELDS = _spec.__code__.co_varnames[1:_spec.__code__.co_argcount]
+
+
+def _torch_importable():
+    try:
+        torch()
+        return True
+    except ImportError:
+        return False
+
+
+def _spec_of(caller, family, spec):
+    """_spec(family, **spec), with a misspelled field named as the caller's argument."""
+    for name in spec:
+        if name not in _SPEC_FIELDS:
+            raise TypeError(f"nsajit: {caller}: unknown spec field {name!r}: expected one of {', '.join(_SPEC_FIELDS)}")
+    return _spec(family, **spec)
+
+
 def _record(r):
     return KernelRecord(r.name.decode(), _lib.SOURCES.get(r.source, str(r.source)), r.compile_ms, r.load_ms,
                         r.cubin_bytes, bool(r.on_disk))
@@ -394,12 +413,17 @@ def precompile(family, **spec):
     score_dtype 'fp32' / 'bf16', topk_algorithm 'exact_sweeps' / 'cluster_sweeps' /
     'speculative_sweep' / 'dense_registers' / 'cluster_lists') and
     arch ('sm_90a'; None = the current device). Returns a KernelRecord."""
-    s = _spec(family, **spec)
+    s = _spec_of("precompile", family, spec)
     r = _lib.KernelRecord()
     lib = library()
-    if s.arch_sm == 0:
+    if s.arch_sm == 0 and _torch_importable():  # torch's current device
         with launch_on(torch().cuda.current_device()):
             _lib.check(lib.nsajit_precompile(ctypes.byref(s), ctypes.byref(r)))
+    elif s.arch_sm == 0:  # the C ABI's current device
+        try:
+            _lib.check(lib.nsajit_precompile(ctypes.byref(s), ctypes.byref(r)))
+        except CudaError as e:
+            raise CudaError(f"{e} (to compile without a GPU, pass arch=, e.g. arch='sm_90a')") from None
     else:
         _lib.check(lib.nsajit_precompile(ctypes.byref(s), ctypes.byref(r)))
     return _record(r)
@@ -407,12 +431,12 @@ def precompile(family, **spec):
 
 def kernel_name(family, **spec):
     """The readable kernel name of a spec (needs arch= without a GPU)."""
-    return _lib.text(library().nsajit_kernel_name, ctypes.byref(_spec(family, **spec)))
+    return _lib.text(library().nsajit_kernel_name, ctypes.byref(_spec_of("kernel_name", family, spec)))
 
 
 def generate_source(family, **spec):
     """The generated CUDA source of a spec (needs arch= without a GPU)."""
-    return _lib.text(library().nsajit_generate_source, ctypes.byref(_spec(family, **spec)))
+    return _lib.text(library().nsajit_generate_source, ctypes.byref(_spec_of("generate_source", family, spec)))
 
 
 def jit_records():

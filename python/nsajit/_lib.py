@@ -227,6 +227,9 @@ def library():
             _lib = _bind(lib)
             _lib_path = path
             return _lib
+        if explicit:
+            raise ImportError(f"nsajit: cannot load NSAJIT_LIBRARY = {explicit!r}: {tried[0].split(': ', 1)[1]} "
+                              "(expected the path of libnsajit.so; unset it to search the usual places)")
         raise ImportError(
             "nsajit: libnsajit.so not found (set NSAJIT_LIBRARY to its path, or build the source tree "
             "with CMake, or install it with cmake --install). Tried:\n  " + "\n  ".join(tried))

@@ -28,11 +28,17 @@ def test_import_without_torch_and_no_torch_until_a_tensor_call():
             nsajit.topk(None, None)
         except ImportError as e:
             print("import error:", e)
+        try:  # no arch: the current device through the C ABI, never an ImportError
+            print("precompiled", nsajit.precompile("topk", topk=2048).name)
+        except nsajit.CudaError as e:
+            assert "pass arch=" in str(e), e
+            print("precompiled", "no GPU:", e)
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
     assert r.returncode == 0, r.stderr
     assert "topk" in r.stdout
     assert "import error: torch blocked" in r.stdout
+    assert "precompiled" in r.stdout
 
 
 def test_structs_match_the_c_header():
@@ -88,6 +94,10 @@ def test_errors_map_to_python_exceptions():
         nsajit.precompile("attention")
     with pytest.raises(ValueError, match="arch"):
         nsajit.kernel_name("topk", arch="sm_x")
+    with pytest.raises(TypeError, match="precompile: unknown spec field 'threds': expected one of h_q, topk"):
+        nsajit.precompile("topk", threds=512)
+    with pytest.raises(TypeError, match="kernel_name: unknown spec field 'archh'"):
+        nsajit.kernel_name("topk", archh="sm_90a")
     with pytest.raises(nsajit.InvalidArgument, match="h_q"):
         nsajit.sparse_mla_num_splits(1, 12, 2048, 4)
     assert nsajit.sparse_mla_num_splits(1, 16, 2048, 4) == 4
@@ -115,7 +125,8 @@ def test_library_lookup_honours_nsajit_library():
     code = "import nsajit; nsajit.library()"
     env = dict(os.environ, NSAJIT_LIBRARY="/nonexistent/libnsajit.so")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert r.returncode != 0 and "/nonexistent/libnsajit.so" in r.stderr and "NSAJIT_LIBRARY" in r.stderr
+    assert r.returncode != 0 and "cannot load NSAJIT_LIBRARY = '/nonexistent/libnsajit.so'" in r.stderr
+    assert "set NSAJIT_LIBRARY" not in r.stderr  # it is set: the advice is to fix or unset it
 
 
 def test_leading_strides_that_overlap_rows_are_refused_never_sent_as_the_default():
