@@ -29,3 +29,19 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cpp_decode_step failed (${rc}):\n${out}\n${err}")
 endif()
 message(STATUS "cpp_decode_step: ${out}")
+
+# --precompile puts the step's kernels into the cache, and exits 1 when an entry cannot be written.
+execute_process(COMMAND ${CMAKE_COMMAND} -E env "NSAJIT_CACHE_DIR=${WORK_DIR}/example-cache"
+                        "${WORK_DIR}/example/cpp_decode_step" --precompile
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(REGEX MATCHALL "precompiled [^\n]*" lines "${out}")
+list(LENGTH lines n)
+if(NOT rc EQUAL 0 OR NOT n EQUAL 4 OR out MATCHES "could not be written")
+  message(FATAL_ERROR "cpp_decode_step --precompile: exit ${rc}, ${n} kernels:\n${out}\n${err}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -E env "NSAJIT_CACHE_DIR=/proc/nsajit-no-cache"
+                        "${WORK_DIR}/example/cpp_decode_step" --precompile
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 1 OR NOT out MATCHES "its cache entry could not be written")
+  message(FATAL_ERROR "cpp_decode_step --precompile into an unwritable cache: exit ${rc}, expected 1:\n${out}\n${err}")
+endif()

@@ -1,7 +1,9 @@
 // One DeepSeek-V3.2 decode step of DSA on nsajit's C++ API, as a serving engine would run it:
 // write the new tokens into the FP8 KV cache, pick each request's top-k tokens from the indexer
 // scores straight into cache slots (fused top-k + page-table transform), then sparse MLA decode
-// with split-KV. Without a GPU it says so and exits 0 (`--precompile` fills the kernel cache).
+// with split-KV. Without a GPU it says so and exits 0. `--precompile` puts the step's kernels on their
+// default tiles into the disk cache (exit 1 if one could not be written); a tuning database may pick
+// other variants per shape, which `nsajit precompile` (the fleet tool) enumerates too.
 #include <cuda.h>
 #include <dlfcn.h>
 
@@ -72,14 +74,20 @@ int main(int argc, char** argv) {
   const int b = 4, h_q = 16, topk = 2048, page_size = 64, max_len = 8192, pages_per_req = max_len / page_size;
   const float sm_scale = 0.13524f;
   if (argc > 1 && std::strcmp(argv[1], "--precompile") == 0) {
-    for (nsajit::KernelSpec s : {nsajit::KernelSpec{.family = nsajit::Family::topk, .topk = topk, .page_size = page_size,
+    int status = 0;
+    for (nsajit::KernelSpec s : {nsajit::KernelSpec{.family = nsajit::Family::fp8_kv_quantize, .page_size = page_size},
+                                 nsajit::KernelSpec{.family = nsajit::Family::topk, .topk = topk, .page_size = page_size,
                                                     .fused_transform = true},
                                  nsajit::KernelSpec{.family = nsajit::Family::sparse_mla_decode, .h_q = h_q,
-                                                    .topk = topk, .kv_dtype = nsajit::KvDtype::fp8_e4m3}}) {
+                                                    .topk = topk, .kv_dtype = nsajit::KvDtype::fp8_e4m3},
+                                 nsajit::KernelSpec{.family = nsajit::Family::sparse_mla_combine}}) {
       const nsajit::KernelRecord r = nsajit::precompile(s);
-      std::printf("precompiled %s (%s)\n", r.name.c_str(), r.source == nsajit::CubinSource::compiled ? "compiled" : "cached");
+      std::printf("precompiled %s (%s)%s\n", r.name.c_str(),
+                  r.source == nsajit::CubinSource::compiled ? "compiled" : "cached",
+                  r.on_disk ? "" : ", but its cache entry could not be written");
+      if (!r.on_disk) status = 1;
     }
-    return 0;
+    return status;
   }
   if (!cuda.load()) {
     std::printf("no GPU: nothing to run (nsajit %s; --precompile fills %s)\n", nsajit::version().c_str(),
