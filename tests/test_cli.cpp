@@ -204,6 +204,12 @@ TEST_CASE("nsajit CLI: config files are strict (trailing text, duplicate keys) a
     CHECK(has(r, "duplicate key \"a\""));
   }
   {
+    const ConfigFile f("{\n  \"tp\": 1,\n  \"page_sise\": 64\n}\n");
+    const Result r = run_tool({"precompile", "--config", f.path});
+    CHECK(r.code == 2);
+    CHECK(has(r, f.path + ": line 3: unknown key \"page_sise\" (expected one of name, num_attention_heads"));
+  }
+  {
     const ConfigFile f(R"({"tp": 3})");
     const Result r = run_tool({"precompile", "--config", f.path});
     CHECK(r.code == 2);

@@ -24,7 +24,9 @@ const char* const kFooter =
     "Exit codes: 0 ok; 1 a check, kernel, compile or cache write failed; 2 bad usage or input (flags, config "
     "file, arch); 3 no GPU where one is required (bench, autotune, run --require-gpu).\n"
     "Environment: NSAJIT_CACHE_DIR (cache directory), NSAJIT_CACHE_LOCK_TIMEOUT (seconds, default 120), "
-    "NSAJIT_PDL (0 or 1), NSAJIT_TUNING_DB (tuning database file or none); see the README.";
+    "NSAJIT_CACHE_MAX_BYTES (e.g. 2G: evict least recently used entries past it), NSAJIT_NO_JIT (1: never compile; "
+    "a kernel missing from the cache is an error), NSAJIT_PDL (0 or 1), NSAJIT_TUNING_DB (tuning database file or "
+    "none); see the README.";
 
 // nsajit, NVRTC and CUDA driver versions (the driver's "not available" without libcuda).
 std::string versions() {

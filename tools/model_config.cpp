@@ -2,6 +2,7 @@
 #include "tools/model_config.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -71,7 +72,14 @@ ModelConfig load_model_config(const std::string& path) {
   for (const auto& [key, value] : j.items()) {
     bool ok = false;
     for (const char* k : known) ok = ok || key == k;
-    if (!ok) throw InvalidArgument(fmt::format("--config {}: unknown key \"{}\"", path, key));
+    if (!ok) {
+      // The config is one flat object: the key's first appearance as `"key":` is where it is written.
+      const std::size_t at = text.find(dump_json(key));
+      const std::string line =
+          at == std::string::npos ? "" : fmt::format("line {}: ", 1 + std::count(text.begin(), text.begin() + at, '\n'));
+      throw InvalidArgument(fmt::format("--config {}: {}unknown key \"{}\" (expected one of {})", path, line, key,
+                                        fmt::join(known, ", ")));
+    }
   }
   ModelConfig c;
   c.name = path;  // a config without "name" is labelled by its file, not as the built-in default

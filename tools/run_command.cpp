@@ -106,8 +106,8 @@ int run_command(const RunOptions& options) {
                to_string(arch));
     const int code = precompile_command(options);
     fmt::print("nsajit run: NOTHING WAS CHECKED: there is no GPU, so no kernel ran; the kernels were only "
-               "compiled{} (use --require-gpu to make this exit {})\n",
-               code == kExitOk ? " into the cache" : "", int(kExitNoGpu));
+               "{} (use --require-gpu to make this exit {})\n",
+               code == kExitOk ? "put into the cache (compiled or found there)" : "compiled", int(kExitNoGpu));
     return code;
   }
   print_config(options.config);
