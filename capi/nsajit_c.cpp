@@ -3,6 +3,7 @@
 #include "nsajit/nsajit.h"
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cstddef>
 #include <cstring>
@@ -409,13 +410,37 @@ nsajit_kernel_spec nsajit_kernel_spec_defaults(void) {
   });
 }
 
+void check_record_out(const nsajit_kernel_record* record_out, const char* fn) {
+  if (record_out != nullptr && record_out->struct_size < sizeof(nsajit_kernel_record))
+    bad(fn, "record_out->struct_size", static_cast<long long>(record_out->struct_size),
+        ">= " + std::to_string(sizeof(nsajit_kernel_record)));
+}
+
 nsajit_status nsajit_precompile(const nsajit_kernel_spec* spec, nsajit_kernel_record* record_out) {
   return guarded([&] {
     constexpr const char* fn = "nsajit_precompile";
-    if (record_out != nullptr && record_out->struct_size < sizeof(nsajit_kernel_record))
-      bad(fn, "record_out->struct_size", static_cast<long long>(record_out->struct_size),
-          ">= " + std::to_string(sizeof(nsajit_kernel_record)));
+    check_record_out(record_out, fn);
     const nsajit::KernelRecord r = nsajit::precompile(spec_of(spec, fn));
+    if (record_out != nullptr) fill_record(r, record_out, fn);
+  });
+}
+
+nsajit_status nsajit_precompile_text(const char* spec_text, nsajit_kernel_record* record_out) {
+  return guarded([&] {
+    constexpr const char* fn = "nsajit_precompile_text";
+    constexpr std::size_t kMaxText = 4096;
+    if (spec_text == nullptr) nsajit::detail::throw_bad_argument(fn, "spec_text", "null", "a NUL-terminated spec text");
+    const std::size_t length = strnlen(spec_text, kMaxText);
+    if (length == kMaxText)
+      nsajit::detail::throw_bad_argument(fn, "spec_text", "a text of 4096 bytes or more", "fewer than 4096 bytes");
+    check_record_out(record_out, fn);
+    const std::string text(spec_text, length);
+    // A readable name always ends in its arch; canonical text without arch= targets this device.
+    bool names_arch = text.find('=') == std::string::npos;
+    for (std::size_t at = text.find("arch="); at != std::string::npos && !names_arch; at = text.find("arch=", at + 1))
+      names_arch = at == 0 || std::isspace(static_cast<unsigned char>(text[at - 1]));
+    const nsajit::KernelRecord r = nsajit::precompile(
+        nsajit::parse_spec_text(text, names_arch ? nsajit::Arch{} : nsajit::current_device_arch()));
     if (record_out != nullptr) fill_record(r, record_out, fn);
   });
 }

@@ -166,10 +166,14 @@ LaunchStreamScope::~LaunchStreamScope() {
 
 std::string cache_dir() { return state().cache.dir(); }
 
-KernelSpec spec_for_current_device(KernelSpec spec) {
+Arch current_device_arch() {
   const driver::ContextInfo& device = driver::current_context_info();
   const int sm = device.major * 10 + device.minor;
-  spec.arch = Arch{sm, arch_suffix_for(sm)};
+  return Arch{sm, arch_suffix_for(sm)};
+}
+
+KernelSpec spec_for_current_device(KernelSpec spec) {
+  spec.arch = current_device_arch();
   spec = with_default_tile(spec);
   validate(spec);
   return spec;

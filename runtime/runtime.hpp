@@ -32,6 +32,9 @@ struct LoadedKernel {
   CUfunction function = nullptr;
 };
 
+// The current device's arch (sm_90a for compute capability 9.0). Needs a GPU.
+Arch current_device_arch();
+
 // The spec for `family`-specific fields with the current device's arch and default tile,
 // validated. Used by the public launch functions.
 KernelSpec spec_for_current_device(KernelSpec spec);

@@ -33,7 +33,6 @@
 #include "tools/fleet_specs.hpp"
 #include "tools/model_config.hpp"
 #include "tools/tuning_config.hpp"
-#include "tools/spec_text.hpp"
 
 using namespace nsajit;
 using namespace nsajit::test;  // contains, error_of, run_cli (tests/cli_helpers.hpp)
@@ -113,24 +112,24 @@ TEST_CASE("spec text: readable names and canonical text parse back to the same s
       specs.push_back(with_default_tile({.family = Family::sparse_mla, .h_q = h_q, .kv_dtype = kv, .precise = true}));
   for (const KernelSpec& s : specs) {
     INFO(canonical_text(s));
-    CHECK(tools::parse_spec_text(readable_name(s)) == s);
-    CHECK(tools::parse_spec_text(canonical_text(s)) == s);
+    CHECK(parse_spec_text(readable_name(s)) == s);
+    CHECK(parse_spec_text(canonical_text(s)) == s);
   }
   // Canonical text may leave fields at their defaults; the arch comes from the caller then.
-  CHECK(tools::parse_spec_text("family=topk topk=1024", Arch{100, 'a'}) ==
+  CHECK(parse_spec_text("family=topk topk=1024", Arch{100, 'a'}) ==
         with_default_tile({.family = Family::topk, .topk = 1024, .arch = {100, 'a'}}));
 }
 
 TEST_CASE("spec text: bad input names the part and what is expected") {
-  CHECK(contains(error_of([] { tools::parse_spec_text("toppk.topk2048.sm_90a"); }), "\"toppk\": expected a family"));
-  CHECK(contains(error_of([] { tools::parse_spec_text("topk.topk2048.sm_70"); }), "\"sm_70\": expected an arch"));
-  CHECK(contains(error_of([] { tools::parse_spec_text("topk.topk2048.blue.sm_90a"); }), "\"blue\""));
-  CHECK(contains(error_of([] { tools::parse_spec_text("family=topk colour=3"); }), "\"colour\""));
-  CHECK(contains(error_of([] { tools::parse_spec_text("family=topk topk=2x"); }), "expected an integer"));
+  CHECK(contains(error_of([] { parse_spec_text("toppk.topk2048.sm_90a"); }), "\"toppk\": expected a family"));
+  CHECK(contains(error_of([] { parse_spec_text("topk.topk2048.sm_70"); }), "\"sm_70\": expected an arch"));
+  CHECK(contains(error_of([] { parse_spec_text("topk.topk2048.blue.sm_90a"); }), "\"blue\""));
+  CHECK(contains(error_of([] { parse_spec_text("family=topk colour=3"); }), "\"colour\""));
+  CHECK(contains(error_of([] { parse_spec_text("family=topk topk=2x"); }), "expected an integer"));
   // Validation of the parsed spec: the field and value.
-  CHECK(contains(error_of([] { tools::parse_spec_text("topk.topk100.sm_90a"); }), "topk = 100"));
+  CHECK(contains(error_of([] { parse_spec_text("topk.topk100.sm_90a"); }), "topk = 100"));
   // A name nsajit would not write (the default tile spelled out) is refused with the right one.
-  const std::string e = error_of([] { tools::parse_spec_text("topk.topk2048.t512.sm_90a"); });
+  const std::string e = error_of([] { parse_spec_text("topk.topk2048.t512.sm_90a"); });
   CHECK(contains(e, "topk.topk2048.sm_90a"));
 }
 

@@ -11,7 +11,6 @@
 #include "runtime/driver.hpp"
 #include "runtime/json_text.hpp"
 #include "runtime/tuning_db.hpp"
-#include "tools/spec_text.hpp"
 #include "tools/subcommands.hpp"
 
 namespace nsajit::tools {

@@ -22,7 +22,6 @@
 #include "tools/commands.hpp"
 #include "tools/fleet_specs.hpp"
 #include "tools/progress.hpp"
-#include "tools/spec_text.hpp"
 #include "tools/subcommands.hpp"
 #include "tools/tuning_config.hpp"
 

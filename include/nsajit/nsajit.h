@@ -287,6 +287,13 @@ typedef struct nsajit_kernel_record {
 /* Puts the spec's cubin into the disk cache (compiling if needed; no GPU needed when arch_sm is
  * given). record_out may be NULL; else its struct_size must be set. */
 NSAJIT_API nsajit_status nsajit_precompile(const nsajit_kernel_spec* spec, nsajit_kernel_record* record_out);
+/* As nsajit_precompile, for a spec given as text (NUL-terminated, < 4096 bytes): its readable name
+ * ("sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.seesaw.sm_90a", as nsajit_kernel_name and
+ * `nsajit precompile --manifest` write it) or canonical text ("family=sparse_mla h_q=64
+ * kernel=wgmma schedule=seesaw": any fields in any order, the rest at their defaults; without arch=
+ * the current device's, which needs a GPU). It reaches every tile field, including those
+ * nsajit_kernel_spec lacks (sparse MLA's kernel, producer_warps and schedule). */
+NSAJIT_API nsajit_status nsajit_precompile_text(const char* spec_text, nsajit_kernel_record* record_out);
 
 /* Copies a NUL-terminated text into buffer (capacity bytes). *needed_out (may be NULL) gets the
  * bytes needed including the NUL; a small buffer gives NSAJIT_ERROR_BUFFER_TOO_SMALL. buffer may be

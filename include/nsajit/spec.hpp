@@ -130,6 +130,13 @@ void validate(const KernelSpec& spec);
 //  kernel=mma_sync producer_warps=2 algorithm=exact_sweeps arch=sm_90a".
 std::string canonical_text(const KernelSpec& spec);
 
+// A spec from either form nsajit prints: canonical text ("family=topk topk=2048 ... arch=sm_90a";
+// any subset of its fields in any order, the rest at their defaults, arch default_arch when absent)
+// or a readable name ("sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_90a", which must name
+// the spec exactly). Returns it with its default tile filled, validated. Throws InvalidArgument
+// naming the text, the part that is wrong and what was expected.
+KernelSpec parse_spec_text(const std::string& text, Arch default_arch = Arch{});
+
 // Stable readable name with only the fields the family uses, e.g.
 // "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_90a" (".precise" before the arch when set),
 // "index_transform.decode.ps64.topk2048.sm_90a", "topk.topk2048.scores_bf16.sm_90a",

@@ -20,7 +20,7 @@ from ._tensors import int_arg, launch_on, ptr, tensor, torch
 __all__ = [
     "abi_version", "version", "library_path", "cache_dir", "nvrtc_version", "topk", "index_transform",
     "sparse_mla", "sparse_mla_num_splits", "sparse_mla_workspace_bytes", "fp8_kv_quantize", "fp8_kv_gather",
-    "precompile", "kernel_name", "generate_source", "jit_records", "KernelRecord", "NsajitError",
+    "precompile", "precompile_text", "kernel_name", "generate_source", "jit_records", "KernelRecord", "NsajitError",
     "InvalidArgument", "CudaError", "CompileError", "CaptureError", "NotPrecompiledError",
 ]
 
@@ -426,6 +426,20 @@ def precompile(family, **spec):
             raise CudaError(f"{e} (to compile without a GPU, pass arch=, e.g. arch='sm_90a')") from None
     else:
         _lib.check(lib.nsajit_precompile(ctypes.byref(s), ctypes.byref(r)))
+    return _record(r)
+
+
+def precompile_text(text):
+    """Puts one kernel's cubin into the disk cache, the spec given as text (nsajit_precompile_text):
+    its readable name ('sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.seesaw.sm_90a', as
+    kernel_name, jit_records and `nsajit precompile --manifest` write it) or canonical text
+    ('family=sparse_mla h_q=64 kernel=wgmma schedule=seesaw'; without arch= the current device's,
+    which needs a GPU). Reaches every tile field, including sparse MLA's kernel, producer_warps and
+    schedule. Returns a KernelRecord."""
+    if not isinstance(text, str):
+        raise TypeError(f"nsajit: argument text has type {type(text).__name__}: expected a str")
+    r = _lib.KernelRecord()
+    _lib.check(library().nsajit_precompile_text(text.encode(), ctypes.byref(r)))
     return _record(r)
 
 

@@ -157,6 +157,7 @@ _SIGNATURES = [
     ("nsajit_fp8_kv_gather", ctypes.c_int, [ctypes.POINTER(Fp8KvGatherArgs), ctypes.c_void_p]),
     ("nsajit_kernel_spec_defaults", KernelSpec, []),
     ("nsajit_precompile", ctypes.c_int, [ctypes.POINTER(KernelSpec), ctypes.POINTER(KernelRecord)]),
+    ("nsajit_precompile_text", ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(KernelRecord)]),
     ("nsajit_cache_dir", ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     ("nsajit_nvrtc_version", ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     ("nsajit_generate_source", ctypes.c_int,

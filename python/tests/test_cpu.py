@@ -114,6 +114,13 @@ def test_names_sources_records():
         nsajit.kernel_name("topk", topk_algorithm="lists", arch="sm_90a")
     with pytest.raises(nsajit.InvalidArgument, match="threads"):  # dense_registers runs 256 threads only
         nsajit.kernel_name("topk", threads=512, topk_algorithm="dense_registers", arch="sm_90a")
+    seesaw = "sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.seesaw.sm_90a"
+    assert nsajit.precompile_text(seesaw).name == seesaw
+    assert nsajit.precompile_text("family=sparse_mla h_q=64 kernel=wgmma schedule=seesaw arch=sm_90a").name == seesaw
+    with pytest.raises(nsajit.InvalidArgument, match="bogus"):
+        nsajit.precompile_text("sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.bogus.sm_90a")
+    with pytest.raises(TypeError, match="text has type bytes"):
+        nsajit.precompile_text(b"topk.topk2048.sm_90a")
     src = nsajit.generate_source("index_transform", topk=2048, page_size=64, arch="sm_90a")
     assert len(src) > 1000
     assert isinstance(nsajit.jit_records(), list)

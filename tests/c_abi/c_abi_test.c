@@ -277,6 +277,23 @@ int main(void) {
   record.struct_size = 4;
   EXPECT(nsajit_precompile(&spec, &record), NSAJIT_ERROR_INVALID_ARGUMENT, "record_out->struct_size = 4", NULL,
          NULL);
+  /* A spec as text reaches the variant fields nsajit_kernel_spec lacks (sparse MLA's schedule). */
+  EXPECT(nsajit_precompile_text(NULL, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "spec_text", "null", NULL);
+  EXPECT(nsajit_precompile_text("sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.bogus.sm_90a", NULL),
+         NSAJIT_ERROR_INVALID_ARGUMENT, "bogus", NULL, NULL);
+  EXPECT(nsajit_precompile_text("family=topk colour=3 arch=sm_90a", NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "colour",
+         NULL, NULL);
+  EXPECT(nsajit_precompile_text("family=topk topk=2048 arch=sm_90a", &record), NSAJIT_ERROR_INVALID_ARGUMENT,
+         "record_out->struct_size = 4", NULL, NULL);
+  record.struct_size = sizeof record;
+  EXPECT(nsajit_precompile_text("sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.seesaw.sm_90a", &record), NSAJIT_OK,
+         NULL, NULL, NULL);
+  CHECK(strcmp(record.name, "sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.seesaw.sm_90a") == 0);
+  CHECK(record.on_disk == 1 && record.cubin_bytes > 0);
+  EXPECT(nsajit_precompile_text("family=sparse_mla h_q=64 kernel=wgmma schedule=seesaw arch=sm_90a", &record),
+         NSAJIT_OK, NULL, NULL, NULL);
+  CHECK(strcmp(record.name, "sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.seesaw.sm_90a") == 0);
+  CHECK(record.source != NSAJIT_SOURCE_COMPILED);
   EXPECT(nsajit_cache_dir(NULL, 0, &needed), NSAJIT_ERROR_BUFFER_TOO_SMALL, NULL, NULL, NULL);
   CHECK(needed > 1);
   EXPECT(nsajit_cache_dir(text, sizeof text, &needed), NSAJIT_OK, NULL, NULL, NULL);

@@ -32,7 +32,6 @@
 #include "reference/sparse_mla.hpp"
 #include "runtime/device_buffer.hpp"
 #include "tools/bench/bench_common.hpp"
-#include "tools/spec_text.hpp"
 
 namespace nsajit::tools::bench {
 namespace {
@@ -151,7 +150,7 @@ int bench_sparse_mla(const BenchOptions& options) {
     // the KV dtype as the case's). The default: the product's choice (heuristics, tuning database).
     TileConfig forced{};
     if (!options.tile.empty()) try {
-      forced = tools::parse_spec_text("family=sparse_mla h_q=" + std::to_string(sh.h_q) + " topk=" +
+      forced = parse_spec_text("family=sparse_mla h_q=" + std::to_string(sh.h_q) + " topk=" +
                                       std::to_string(kTopk) + (sh.fp8 && !sh.gather ? " kv_dtype=fp8 page_size=" + std::to_string(kPageSize) + " " : std::string(" ")) + options.tile)
                    .tile;
     } catch (const InvalidArgument& e) {

@@ -1,5 +1,5 @@
 // spec_text.cpp — canonical text and readable names back to specs.
-#include "tools/spec_text.hpp"
+#include "nsajit/spec.hpp"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include "generator/family.hpp"
 #include "nsajit/errors.hpp"
 
-namespace nsajit::tools {
+namespace nsajit {
 namespace {
 
 [[noreturn]] void bad(const std::string& text, std::string_view part, std::string_view expected) {
@@ -204,4 +204,4 @@ KernelSpec parse_spec_text(const std::string& text, Arch default_arch) {
   return spec;
 }
 
-}  // namespace nsajit::tools
+}  // namespace nsajit
