@@ -142,6 +142,39 @@ TEST_CASE("nsajit CLI: cache prune --older-than takes a finite number of days; n
   CHECK_FALSE(std::filesystem::exists(entry));
 }
 
+// A cache entry file name: <readable name>.<32 hex digits>.cubin (its content is not checked here).
+std::string entry_path(const std::string& dir, const std::string& name = "topk.k") {
+  return dir + "/" + name + ".0123456789abcdef0123456789abcdef.cubin";
+}
+
+TEST_CASE("nsajit CLI: cache's --dir and --version are accepted after its subcommand too") {
+  const nsajit::test::TempDir dir("cli-dir-after");
+  std::ofstream(entry_path(dir.path())) << "x";
+  for (const std::string sub : {"list", "stats"}) {
+    const Result before = run_tool({"cache", "--dir", dir.path(), sub});
+    const Result after = run_tool({"cache", sub, "--dir", dir.path()});
+    INFO(sub << ":\n" << after.output);
+    CHECK(after.code == 0);
+    CHECK(has(after, dir.path()));
+    CHECK(after.output == before.output);
+  }
+  CHECK(run_tool({"cache", "list", "--json", "--dir=" + dir.path()}).output ==
+        run_tool({"cache", "--dir", dir.path(), "list", "--json"}).output);
+  const Result verify = run_tool({"cache", "verify", "--dir", dir.path()});
+  CHECK(verify.code == 1);  // the entry is corrupt: verify read the directory given
+  CHECK(has(verify, "corrupt: " + entry_path(dir.path())));
+  const Result prune = run_tool({"cache", "prune", "--older-than", "0", "--dir", dir.path()});
+  CHECK(prune.code == 0);
+  CHECK_FALSE(std::filesystem::exists(entry_path(dir.path())));
+  for (const char* sub : {"list", "stats", "verify", "prune", "clear"}) {
+    const Result r = run_tool({"cache", sub, "--version"});
+    INFO(sub << ":\n" << r.output);
+    CHECK(r.code == 0);
+    CHECK(has(r, "nsajit 0."));
+    CHECK(has(r, "NVRTC 1"));
+  }
+}
+
 TEST_CASE("nsajit CLI: help, --help and --version of every subcommand exit 0") {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"help"}, {"--help"}, {"help", "run"}, {"run", "--help"}, {"precompile", "--help"}, {"bench", "--help"}}) {

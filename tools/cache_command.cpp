@@ -169,7 +169,8 @@ Subcommand add_cache_command(CLI::App& app) {
   auto o = std::make_shared<CacheOptions>();
   CLI::App* cmd = app.add_subcommand("cache", "inspect and maintain the kernel cache (safe while other processes use it)");
   cmd->require_subcommand(1);
-  cmd->add_option("--dir", o->dir, "cache directory (default: NSAJIT_CACHE_DIR, else the user's cache)");
+  cmd->add_option("--dir", o->dir,
+                  "cache directory, before or after the subcommand (default: NSAJIT_CACHE_DIR, else the user's cache)");
   CLI::App* list = cmd->add_subcommand("list", "list the entries: kernel, key, size, last use");
   list->add_flag("--json", o->json, "print JSON");
   CLI::App* stats = cmd->add_subcommand("stats", "entry count and size, per family; lock and temporary files");
@@ -183,6 +184,8 @@ Subcommand add_cache_command(CLI::App& app) {
       ->check(finite_days());
   prune->add_flag("--stale", o->stale, "evict entries of another nsajit or NVRTC version");
   CLI::App* clear = cmd->add_subcommand("clear", "remove every entry and orphan file (entries being built are kept)");
+  // cache's own options (--dir, --version) are accepted after the subcommand too.
+  for (CLI::App* sub : {list, stats, verify, prune, clear}) sub->fallthrough();
   return {cmd, [o, list, stats, verify, prune, clear] {
             if (o->dir.empty()) o->dir = cache_dir();
             if (list->parsed()) return list_command(*o);
