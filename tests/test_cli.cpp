@@ -175,6 +175,27 @@ TEST_CASE("nsajit CLI: cache's --dir and --version are accepted after its subcom
   }
 }
 
+TEST_CASE("nsajit CLI: cache with a missing or unknown subcommand names the subcommands expected") {
+  const nsajit::test::TempDir dir("cli-cache-sub");
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"cache", "nosuch"}, {"cache", "--dir", dir.path(), "nosuch"}}) {
+    const Result r = run_tool(args);
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK(has(r, "unknown cache subcommand \"nosuch\" (expected list, stats, verify, prune or clear"));
+  }
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"cache"}, {"cache", "--dir", dir.path()}}) {
+    const Result r = run_tool(args);
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK(has(r, "a cache subcommand is required: list, stats, verify, prune or clear"));
+  }
+  const Result r = run_tool({"cache", "list", "stats"});  // one subcommand at a time, as before
+  CHECK(r.code == 2);
+  CHECK(has(r, "stats"));
+}
+
 TEST_CASE("nsajit CLI: help, --help and --version of every subcommand exit 0") {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"help"}, {"--help"}, {"help", "run"}, {"run", "--help"}, {"precompile", "--help"}, {"bench", "--help"}}) {

@@ -163,6 +163,8 @@ CLI::Validator finite_days() {
       "DAYS");
 }
 
+const char* const kCacheSubcommands = "list, stats, verify, prune or clear";
+
 }  // namespace
 
 Subcommand add_cache_command(CLI::App& app) {
@@ -194,6 +196,15 @@ Subcommand add_cache_command(CLI::App& app) {
             if (prune->parsed()) return prune_command(*o);
             if (clear->parsed()) return clear_command(*o);
             return 2;
+          },
+          // CLI11 would only say "A subcommand is required", for a misspelt one too.
+          [cmd](const CLI::ParseError& e) -> std::string {
+            if (!cmd->parsed() || !cmd->get_subcommands().empty() || !dynamic_cast<const CLI::RequiredError*>(&e))
+              return "";
+            if (const std::vector<std::string> words = cmd->remaining(); !words.empty() && !words[0].starts_with('-'))
+              return fmt::format("unknown cache subcommand \"{}\" (expected {}; see nsajit cache --help)", words[0],
+                                 kCacheSubcommands);
+            return fmt::format("a cache subcommand is required: {} (see nsajit cache --help)", kCacheSubcommands);
           }};
 }
 

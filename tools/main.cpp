@@ -122,6 +122,9 @@ int run_cli(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    for (const Subcommand& sub : subcommands)
+      if (sub.explain)
+        if (const std::string message = sub.explain(e); !message.empty()) return error_exit(message.c_str(), kExitUsage);
     const int code = app.exit(e);  // prints help, the versions or the error
     return code == 0 ? kExitOk : kExitUsage;
   }

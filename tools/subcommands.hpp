@@ -5,12 +5,15 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
 
 namespace nsajit::tools {
 
 struct Subcommand {
   CLI::App* app = nullptr;
   std::function<int()> run;  // returns the exit code: 0 ok, 1 a check failed, 2 bad usage
+  // Optional: a clearer message than CLI11's for a parse error, or "" to keep CLI11's.
+  std::function<std::string(const CLI::ParseError&)> explain;
 };
 
 Subcommand add_precompile_command(CLI::App& app);  // tools/precompile_command.cpp
