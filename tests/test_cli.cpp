@@ -196,6 +196,21 @@ TEST_CASE("nsajit CLI: cache with a missing or unknown subcommand names the subc
   CHECK(has(r, "stats"));
 }
 
+TEST_CASE("nsajit CLI: cache commands say when the cache directory does not exist, and create nothing") {
+  const nsajit::test::TempDir dir("cli-cache-missing");
+  const std::string missing = dir.path() + "/typo";
+  for (const char* sub : {"list", "stats", "verify", "prune", "clear"}) {
+    const Result r = run_tool({"cache", "--dir", missing, sub});
+    INFO(sub << ":\n" << r.output);
+    CHECK(r.code == 0);
+    CHECK(has(r, "nsajit: warning: the cache directory " + missing + " does not exist"));
+  }
+  CHECK_FALSE(std::filesystem::exists(missing));
+  const Result r = run_tool({"cache", "--dir", dir.path(), "list"});  // an empty directory that exists
+  CHECK(r.code == 0);
+  CHECK_FALSE(has(r, "warning"));
+}
+
 TEST_CASE("nsajit CLI: help, --help and --version of every subcommand exit 0") {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"help"}, {"--help"}, {"help", "run"}, {"run", "--help"}, {"precompile", "--help"}, {"bench", "--help"}}) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -57,7 +58,16 @@ void warn_if_untrusted(const CacheOptions& o, const char* what) {
   }
 }
 
+// A missing directory is an empty cache; say so, or a mistyped --dir or NSAJIT_CACHE_DIR goes unnoticed.
+void warn_if_missing(const CacheOptions& o, const char* what) {
+  std::error_code ec;
+  if (std::filesystem::status(o.dir, ec).type() != std::filesystem::file_type::not_found) return;
+  std::fflush(stdout);
+  fmt::print(stderr, "nsajit: warning: the cache directory {} does not exist; nothing to {}\n", o.dir, what);
+}
+
 int list_command(const CacheOptions& o) {
+  warn_if_missing(o, "list");
   warn_if_untrusted(o, "listing");
   const CacheScan scan = scan_cache(o.dir);
   if (o.json) {
@@ -76,6 +86,7 @@ int list_command(const CacheOptions& o) {
 }
 
 int stats_command(const CacheOptions& o) {
+  warn_if_missing(o, "read");
   warn_if_untrusted(o, "reading");
   const CacheScan scan = scan_cache(o.dir);
   std::map<std::string, std::pair<int, std::uint64_t>> families;
@@ -115,6 +126,7 @@ int stats_command(const CacheOptions& o) {
 }
 
 int verify_command(const CacheOptions& o) {
+  warn_if_missing(o, "check");
   if (!o.fix) warn_if_untrusted(o, "checking");
   const VerifyResult r = verify_cache(o.dir, o.fix);
   for (const auto& [path, problem] : r.corrupt) fmt::print("corrupt: {} ({})\n", path, problem);
@@ -136,6 +148,7 @@ void print_prune(const PruneResult& r, const char* what) {
 }
 
 int prune_command(const CacheOptions& o) {
+  warn_if_missing(o, "prune");
   PruneOptions p;
   if (!o.max_size.empty()) p.max_bytes = parse_byte_count(o.max_size, "--max-size");
   p.older_than_days = o.older_than_days;
@@ -145,6 +158,7 @@ int prune_command(const CacheOptions& o) {
 }
 
 int clear_command(const CacheOptions& o) {
+  warn_if_missing(o, "clear");
   const PruneResult r = prune_cache(o.dir, {.everything = true});
   print_prune(r, "clear");
   return r.in_use.empty() && r.bad_lock.empty() ? 0 : 1;
