@@ -211,6 +211,30 @@ TEST_CASE("nsajit CLI: cache commands say when the cache directory does not exis
   CHECK_FALSE(has(r, "warning"));
 }
 
+TEST_CASE("nsajit CLI: cache and info counts are singular for one (1 entry, 1 lock file, 1 temporary file)") {
+  const nsajit::test::TempDir dir("cli-plural");
+  const std::string entry = entry_path(dir.path());
+  std::ofstream(entry) << "x";
+  CHECK(has(run_tool({"cache", "--dir", dir.path(), "list"}), "\n1 entry, "));
+  const Result stats = run_tool({"cache", "--dir", dir.path(), "stats"});
+  CHECK(has(stats, "entries: 1 ("));
+  CHECK(has(stats, "1 entry "));  // the per-family line
+  CHECK(has(run_tool({"cache", "--dir", dir.path(), "verify"}), "verify: 1 entry checked"));
+  CHECK(has(run_tool({"info"}, {}, dir.path()), " (1 entry, "));
+  std::ofstream(entry + ".lock") << "";
+  const std::string temp = entry + ".tmp.1.0123456789abcdef";
+  std::ofstream(temp) << "";
+  std::filesystem::last_write_time(temp, std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
+  const Result prune = run_tool({"cache", "--dir", dir.path(), "prune", "--older-than", "0"});
+  INFO(prune.output);
+  CHECK(has(prune, "prune: removed 1 entry (1 B), 1 lock file, 1 temporary file;"));
+  for (const Result& r : {stats, prune}) {
+    CHECK_FALSE(has(r, "1 entries"));
+    CHECK_FALSE(has(r, "1 lock files"));
+    CHECK_FALSE(has(r, "1 temporary files"));
+  }
+}
+
 TEST_CASE("nsajit CLI: help, --help and --version of every subcommand exit 0") {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"help"}, {"--help"}, {"help", "run"}, {"run", "--help"}, {"precompile", "--help"}, {"bench", "--help"}}) {

@@ -45,6 +45,11 @@ std::string date_of(std::int64_t t) {
   return buf;
 }
 
+// "1 entry", "2 entries".
+std::string plural(std::uint64_t n, const char* one, const char* many) {
+  return fmt::format("{} {}", n, n == 1 ? one : many);
+}
+
 std::string family_of(const std::string& name) { return name.substr(0, name.find('.')); }
 
 // Reading a directory the cache would not trust is safe (entries are read without following links
@@ -81,7 +86,7 @@ int list_command(const CacheOptions& o) {
   fmt::print("{:<60} {:<32} {:>10} {:>17}\n", "kernel", "key", "bytes", "last used (UTC)");
   for (const CacheEntryInfo& e : scan.entries)
     fmt::print("{:<60} {:<32} {:>10} {:>17}\n", e.name, e.key_prefix, e.bytes, date_of(e.last_used));
-  fmt::print("{} entries, {} in {}\n", scan.entries.size(), human_bytes(scan.entry_bytes), o.dir);
+  fmt::print("{}, {} in {}\n", plural(scan.entries.size(), "entry", "entries"), human_bytes(scan.entry_bytes), o.dir);
   return 0;
 }
 
@@ -121,7 +126,9 @@ int stats_command(const CacheOptions& o) {
              scan.other_files.size(), human_bytes(scan.total_bytes));
   if (!scan.entries.empty())
     fmt::print("last used: oldest {}, newest {} (UTC)\n", date_of(oldest), date_of(newest));
-  for (const auto& [name, f] : families) fmt::print("  {:<22} {:>5} entries {:>12}\n", name, f.first, human_bytes(f.second));
+  for (const auto& [name, f] : families)
+    fmt::print("  {:<22} {:>5} {:<7} {:>12}\n", name, f.first, f.first == 1 ? "entry" : "entries",
+               human_bytes(f.second));
   return 0;
 }
 
@@ -133,18 +140,20 @@ int verify_command(const CacheOptions& o) {
   for (const std::string& path : r.removed) fmt::print("removed: {}\n", path);
   for (const std::string& path : r.in_use) fmt::print("not removed (a process holds its lock): {}\n", path);
   for (const auto& [path, why] : r.bad_lock) fmt::print("not removed (its lock file: {}): {}\n", why, path);
-  fmt::print("verify: {} entries checked, {} corrupt{}, {} of another nsajit or NVRTC version (never hit; `nsajit "
+  fmt::print("verify: {} checked, {} corrupt{}, {} of another nsajit or NVRTC version (never hit; `nsajit "
              "cache prune --stale` removes them)\n",
-             r.checked, r.corrupt.size(), o.fix ? fmt::format(" ({} removed)", r.removed.size()) : "", r.stale);
+             plural(r.checked, "entry", "entries"), r.corrupt.size(),
+             o.fix ? fmt::format(" ({} removed)", r.removed.size()) : "", r.stale);
   return r.corrupt.empty() ? 0 : 1;
 }
 
 void print_prune(const PruneResult& r, const char* what) {
   for (const std::string& path : r.in_use) fmt::print("kept (a process holds its lock): {}\n", path);
   for (const auto& [path, why] : r.bad_lock) fmt::print("kept (its lock file: {}): {}\n", why, path);
-  fmt::print("{}: removed {} entries ({}), {} lock files, {} temporary files; {} of entries left\n", what,
-             r.removed_entries.size(), human_bytes(r.removed_bytes), r.removed_locks, r.removed_temps,
-             human_bytes(r.entry_bytes_after));
+  fmt::print("{}: removed {} ({}), {}, {}; {} of entries left\n", what,
+             plural(r.removed_entries.size(), "entry", "entries"), human_bytes(r.removed_bytes),
+             plural(r.removed_locks, "lock file", "lock files"),
+             plural(r.removed_temps, "temporary file", "temporary files"), human_bytes(r.entry_bytes_after));
 }
 
 int prune_command(const CacheOptions& o) {

@@ -70,7 +70,8 @@ int info(bool json) {
     fmt::print("device: {} ({}, {} SMs; {} device(s); driver CUDA {})\n", device["name"].get<std::string>(),
                device["arch"].get<std::string>(), device["sm_count"].get<int>(), device["devices"].get<int>(),
                device["driver_cuda_version"].get<std::string>());
-  fmt::print("cache: {} ({} entries, {:.1f} MiB; size bound {})\n", dir, scan.entries.size(),
+  fmt::print("cache: {} ({} {}, {:.1f} MiB; size bound {})\n", dir, scan.entries.size(),
+             scan.entries.size() == 1 ? "entry" : "entries",
              double(scan.entry_bytes) / double(1 << 20),
              max_bytes ? fmt::format("{} bytes (NSAJIT_CACHE_MAX_BYTES)", max_bytes) : "none");
   fmt::print("strict mode: {}{}\n", strict_mode() ? "on" : "off",
