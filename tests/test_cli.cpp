@@ -235,6 +235,22 @@ TEST_CASE("nsajit CLI: cache and info counts are singular for one (1 entry, 1 lo
   }
 }
 
+TEST_CASE("nsajit CLI: help takes a nested subcommand (help cache prune); an unknown one names those expected") {
+  Result r = run_tool({"help", "cache", "prune"});
+  CHECK(r.code == 0);
+  CHECK(has(r, "nsajit cache prune"));
+  CHECK(has(r, "--max-size"));
+  r = run_tool({"help", "cache"});
+  CHECK(r.code == 0);
+  CHECK(has(r, "nsajit cache"));
+  r = run_tool({"help", "cache", "nosuch"});
+  CHECK(r.code == 2);
+  CHECK(has(r, "help cache nosuch: no such subcommand (expected list, stats, verify, prune or clear)"));
+  r = run_tool({"help", "run", "nosuch"});
+  CHECK(r.code == 2);
+  CHECK(has(r, "help run nosuch: run has no subcommands"));
+}
+
 TEST_CASE("nsajit CLI: help, --help and --version of every subcommand exit 0") {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"help"}, {"--help"}, {"help", "run"}, {"run", "--help"}, {"precompile", "--help"}, {"bench", "--help"}}) {

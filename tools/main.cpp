@@ -2,10 +2,12 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "compiler/nvrtc_compiler.hpp"
 #include "nsajit/errors.hpp"
@@ -100,10 +102,12 @@ int run_cli(int argc, char** argv) {
                     "recorded anchor figures merged by case name (anchor_us, vs_anchor); \"\" for none")
       ->capture_default_str();
 
-  std::string help_topic;
-  CLI::App* help = app.add_subcommand("help", "print this help, or a subcommand's: nsajit help run");
+  std::vector<std::string> help_topic;
+  CLI::App* help =
+      app.add_subcommand("help", "print this help, or a subcommand's: nsajit help run, nsajit help cache prune");
   add_common(help);
-  help->add_option("subcommand", help_topic, "run | precompile | autotune | cache | gen | info | bench | help");
+  help->add_option("subcommand", help_topic,
+                   "run | precompile | autotune | cache | gen | info | bench | help, then any subcommand of it");
 
   auto find_subcommand = [&](const std::string& name) -> CLI::App* {
     const auto found = app.get_subcommands([&](CLI::App* s) { return s->get_name() == name; });
@@ -135,14 +139,31 @@ int run_cli(int argc, char** argv) {
       std::fputs(app.get_formatter()->make_help(&app, "nsajit", CLI::AppFormatMode::Normal).c_str(), stdout);
       return kExitOk;
     }
-    const CLI::App* topic = find_subcommand(help_topic);
+    const CLI::App* topic = find_subcommand(help_topic[0]);
     if (!topic)
       return error_exit(fmt::format("help {}: no such subcommand (expected run, precompile, autotune, cache, gen, info, "
                                     "bench or help)",
-                                    help_topic)
+                                    help_topic[0])
                             .c_str(),
                         kExitUsage);
-    std::fputs(topic->help("nsajit").c_str(), stdout);
+    std::string prefix = "nsajit";
+    for (std::size_t i = 1; i < help_topic.size(); ++i) {
+      const std::string asked = fmt::format("help {}", fmt::join(help_topic.begin(), help_topic.begin() + i + 1, " "));
+      const std::vector<const CLI::App*> subs = topic->get_subcommands([](const CLI::App*) { return true; });
+      if (subs.empty())
+        return error_exit(fmt::format("{}: {} has no subcommands", asked, topic->get_name()).c_str(), kExitUsage);
+      const auto found =
+          std::find_if(subs.begin(), subs.end(), [&](const CLI::App* s) { return s->get_name() == help_topic[i]; });
+      if (found == subs.end()) {
+        std::string expected;
+        for (std::size_t j = 0; j < subs.size(); ++j)
+          expected += (j == 0 ? "" : j + 1 == subs.size() ? " or " : ", ") + subs[j]->get_name();
+        return error_exit(fmt::format("{}: no such subcommand (expected {})", asked, expected).c_str(), kExitUsage);
+      }
+      prefix += " " + topic->get_name();
+      topic = *found;
+    }
+    std::fputs(topic->help(prefix).c_str(), stdout);
     return kExitOk;
   }
   for (const Subcommand& sub : subcommands)
