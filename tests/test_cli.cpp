@@ -251,6 +251,27 @@ TEST_CASE("nsajit CLI: help takes a nested subcommand (help cache prune); an unk
   CHECK(has(r, "help run nosuch: run has no subcommands"));
 }
 
+TEST_CASE("nsajit CLI: cache prune --max-size takes a byte count; a bad one is reported like --older-than's") {
+  const nsajit::test::TempDir dir("cli-max-size");
+  const std::string entry = entry_path(dir.path());
+  std::ofstream(entry) << "x";
+  for (const char* bad : {"2X", "-1", "1.5G", "2GB", "99999999999999999999", ""}) {
+    const Result r = run_tool({"cache", "--dir", dir.path(), "prune", "--max-size", bad});
+    CAPTURE(bad);
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK(has(r, "--max-size: \"" + std::string(bad) + "\": expected a byte count"));
+    CHECK(has(r, "Run with --help"));
+  }
+  CHECK(std::filesystem::exists(entry));
+  Result r = run_tool({"cache", "--dir", dir.path(), "prune", "--max-size", "1K"});
+  CHECK(r.code == 0);
+  CHECK(std::filesystem::exists(entry));
+  r = run_tool({"cache", "--dir", dir.path(), "prune", "--max-size", "0"});  // 0: no bound, as before
+  CHECK(r.code == 0);
+  CHECK(std::filesystem::exists(entry));
+}
+
 TEST_CASE("nsajit CLI: help, --help and --version of every subcommand exit 0") {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"help"}, {"--help"}, {"help", "run"}, {"run", "--help"}, {"precompile", "--help"}, {"bench", "--help"}}) {

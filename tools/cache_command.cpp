@@ -186,6 +186,22 @@ CLI::Validator finite_days() {
       "DAYS");
 }
 
+// --max-size: checked while parsing, so that its error reads like --older-than's.
+CLI::Validator byte_count() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          parse_byte_count(text, "--max-size");
+          return "";
+        } catch (const InvalidArgument&) {
+          return fmt::format("\"{}\": expected a byte count, optionally with a K, M, G or T suffix (powers of 1024, "
+                             "e.g. 2G)",
+                             text);
+        }
+      },
+      "SIZE");
+}
+
 const char* const kCacheSubcommands = "list, stats, verify, prune or clear";
 
 }  // namespace
@@ -204,7 +220,8 @@ Subcommand add_cache_command(CLI::App& app) {
   verify->add_flag("--fix", o->fix, "also remove the corrupt entries");
   CLI::App* prune = cmd->add_subcommand(
       "prune", "evict least recently used entries and orphan lock and temporary files (entries being built are kept)");
-  prune->add_option("--max-size", o->max_size, "evict until the entries take at most this, e.g. 2G");
+  prune->add_option("--max-size", o->max_size, "evict until the entries take at most this, e.g. 2G")
+      ->check(byte_count());
   prune->add_option("--older-than", o->older_than_days, "evict entries not used for this many days")
       ->check(finite_days());
   prune->add_flag("--stale", o->stale, "evict entries of another nsajit or NVRTC version");
