@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -193,10 +194,9 @@ CLI::Validator byte_count() {
         try {
           parse_byte_count(text, "--max-size");
           return "";
-        } catch (const InvalidArgument&) {
-          return fmt::format("\"{}\": expected a byte count, optionally with a K, M, G or T suffix (powers of 1024, "
-                             "e.g. 2G)",
-                             text);
+        } catch (const InvalidArgument& e) {  // parse_byte_count's message from the quoted text on
+          const std::string message = e.what();
+          return message.substr(std::min(message.find('"'), message.size()));
         }
       },
       "SIZE");
