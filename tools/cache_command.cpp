@@ -1,8 +1,8 @@
 // cache_command.cpp — `nsajit cache list | stats | verify [--fix] | prune | clear`.
 #include <fmt/format.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
