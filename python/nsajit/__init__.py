@@ -415,18 +415,22 @@ def precompile(family, **spec):
     arch ('sm_90a'; None = the current device). Returns a KernelRecord."""
     s = _spec_of("precompile", family, spec)
     r = _lib.KernelRecord()
-    lib = library()
-    if s.arch_sm == 0 and _torch_importable():  # torch's current device
-        with launch_on(torch().cuda.current_device()):
-            _lib.check(lib.nsajit_precompile(ctypes.byref(s), ctypes.byref(r)))
-    elif s.arch_sm == 0:  # the C ABI's current device
-        try:
-            _lib.check(lib.nsajit_precompile(ctypes.byref(s), ctypes.byref(r)))
-        except CudaError as e:
-            raise CudaError(f"{e} (to compile without a GPU, pass arch=, e.g. arch='sm_90a')") from None
-    else:
-        _lib.check(lib.nsajit_precompile(ctypes.byref(s), ctypes.byref(r)))
+    _precompile_call(lambda: library().nsajit_precompile(ctypes.byref(s), ctypes.byref(r)), s.arch_sm == 0)
     return _record(r)
+
+
+def _precompile_call(call, on_current_device):
+    """Runs a C ABI precompile; without an arch on torch's current device (the C ABI's without torch)."""
+    if on_current_device and _torch_importable():
+        with launch_on(torch().cuda.current_device()):
+            _lib.check(call())
+    elif on_current_device:
+        try:
+            _lib.check(call())
+        except CudaError as e:
+            raise CudaError(f"{e} (to compile without a GPU, name the arch: arch='sm_90a', or arch=sm_90a in spec text)") from None
+    else:
+        _lib.check(call())
 
 
 def precompile_text(text):
@@ -439,7 +443,8 @@ def precompile_text(text):
     if not isinstance(text, str):
         raise TypeError(f"nsajit: argument text has type {type(text).__name__}: expected a str")
     r = _lib.KernelRecord()
-    _lib.check(library().nsajit_precompile_text(text.encode(), ctypes.byref(r)))
+    canonical_without_arch = "=" in text and not any(t.startswith("arch=") for t in text.split())
+    _precompile_call(lambda: library().nsajit_precompile_text(text.encode(), ctypes.byref(r)), canonical_without_arch)
     return _record(r)
 
 
