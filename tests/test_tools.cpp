@@ -628,6 +628,19 @@ TEST_CASE("JSON output holds a file name or cache directory that is not UTF-8 (U
   CHECK(read_json(manifest)["cache_dir"] == dir.path() + "/c\xef\xbf\xbd");
 }
 
+TEST_CASE("precompile refuses an unwritable --manifest before compiling anything") {
+  const test::TempDir dir("manifest-early");
+  const std::string env = "NSAJIT_CACHE_DIR='" + dir.path() + "/cache'";
+  for (const std::string& bad : {dir.path() + "/no/such/dir/m.json", dir.path()}) {
+    const CliResult r = run_cli(env, "precompile -j 1 --manifest '" + bad + "' " + kCheapSpecs);
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK(contains(r.output, "--manifest " + bad + ": "));
+    CHECK_FALSE(contains(r.output, "precompile: "));  // refused before the run's first line
+    CHECK_FALSE(std::filesystem::exists(dir.path() + "/cache"));
+  }
+}
+
 TEST_CASE("precompile fails naming the bound when NSAJIT_CACHE_MAX_BYTES evicts kernels it precompiled") {
   const test::TempDir dir_tmp("bound-precompile");
   const std::string dir = dir_tmp.path() + "/cache";

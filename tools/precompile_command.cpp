@@ -162,6 +162,7 @@ int run_precompile(const PrecompileOptions& o) {
     it.name = readable_name(it.spec);
   }
 
+  if (!o.manifest.empty()) check_writable(o.manifest, "--manifest");  // before the compiling, not after
   const std::string dir = cache_dir();  // settles the cache's environment (a bad value is bad usage)
   // The tool's job is to compile: the environment's strict mode (NSAJIT_NO_JIT) does not apply;
   // --check is strict mode on purpose.

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -124,6 +125,35 @@ void compile_all(const std::vector<CompileItem*>& items, int jobs, bool quiet) {
   for (std::thread& t : threads) t.join();
 }
 
+namespace {
+// A new file of a random name beside `path` (rename is atomic within a directory): O_EXCL never
+// opens a file or link someone else put there, as a predictable name would. -1 with errno set.
+int open_temp_beside(const std::string& path, std::string& temp) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  for (int attempt = 0;; ++attempt) {
+    const std::string name = fmt::format("{}.tmp.{:016x}", path, rng());
+    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      temp = name;
+      return fd;
+    }
+    if (errno != EEXIST || attempt == 100) return -1;
+  }
+}
+}  // namespace
+
+void check_writable(const std::string& path, const std::string& option) {
+  std::string temp;
+  const int fd = open_temp_beside(path, temp);
+  if (fd < 0)
+    throw InvalidArgument(fmt::format("{} {}: cannot write the file ({})", option, path, std::strerror(errno)));
+  ::close(fd);
+  ::unlink(temp.c_str());
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw InvalidArgument(fmt::format("{} {}: it is a directory; expected a file name", option, path));
+}
+
 void write_atomically(const std::string& path, const std::string& text, const std::string& option) {
   std::string temp;
   int fd = -1;
@@ -132,15 +162,8 @@ void write_atomically(const std::string& path, const std::string& text, const st
     if (!temp.empty()) ::unlink(temp.c_str());
     throw InvalidArgument(fmt::format("{} {}: cannot write the file ({}); nothing was written", option, path, why));
   };
-  // A name of our own in the same directory (rename is atomic there): O_EXCL never opens a file or
-  // link someone else put there, as a predictable name would.
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  for (int attempt = 0; fd < 0; ++attempt) {
-    const std::string name = fmt::format("{}.tmp.{:016x}", path, rng());
-    fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd >= 0) temp = name;
-    else if (errno != EEXIST || attempt == 100) fail(std::strerror(errno));
-  }
+  fd = open_temp_beside(path, temp);
+  if (fd < 0) fail(std::strerror(errno));
   std::size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);

@@ -62,4 +62,8 @@ void compile_all(const std::vector<CompileItem*>& items, int jobs, bool quiet);
 // `option` and the path on failure.
 void write_atomically(const std::string& path, const std::string& text, const std::string& option);
 
+// Throws write_atomically's InvalidArgument now if `path` could not be written (its directory
+// missing or read-only, or `path` a directory), so a long run learns it before its work.
+void check_writable(const std::string& path, const std::string& option);
+
 }  // namespace nsajit::tools
