@@ -23,6 +23,9 @@ using tuning::bad_field;
 constexpr long long kMaxTopkScores = 1LL << 30;
 constexpr long long kMaxMlaQueryHeads = 1LL << 20;
 
+// "[1, 16]" as the config writes a range.
+std::string range_text(const tuning::Range& r) { return dump_json(tuning::range_json(r)); }
+
 int positive_int(const nlohmann::json& v, const std::string& where, int max = 1 << 30) {
   const std::optional<std::int64_t> i = tuning::json_int64(v);
   if (!i || *i < 1 || *i > max) bad_field(where, v, fmt::format("an integer in [1, {}]", max));
@@ -82,11 +85,12 @@ TopkTuneBucket parse_topk_tune_bucket(const nlohmann::json& j, const std::string
   b.rows = positive_int(t["rows"], where + ".tune.rows", 1 << 20);
   b.width = positive_int(t["width"], where + ".tune.width", detail::kMaxTopkWidth);
   b.len_lo = t.contains("len_lo") ? positive_int(t["len_lo"], where + ".tune.len_lo", b.width) : b.width;
-  if (!b.bucket.rows.contains(b.rows)) bad_field(where + ".tune.rows", t["rows"], "a value inside the bucket's rows range");
+  if (!b.bucket.rows.contains(b.rows))
+    bad_field(where + ".tune.rows", t["rows"], "a value inside the bucket's rows range " + range_text(b.bucket.rows));
   if ((long long)b.rows * b.width > kMaxTopkScores)
     bad_field(where + ".tune", t, fmt::format("rows x width <= {} scores (the timed input is held in memory)", kMaxTopkScores));
   if (!b.bucket.width.contains(b.width))
-    bad_field(where + ".tune.width", t["width"], "a value inside the bucket's width range");
+    bad_field(where + ".tune.width", t["width"], "a value inside the bucket's width range " + range_text(b.bucket.width));
   if (j.contains("search"))
     b.search = parse_search(j["search"], where + ".search", detail::topk_choice_fields(), [](const auto& f, const auto& v, const auto& w) {
       detail::TopkPlanConstraints c;
@@ -158,7 +162,8 @@ std::vector<SparseMlaTuneBucket> parse_sparse_mla_tune_group(const nlohmann::jso
           bad_field(where + ".topk", j["topk"], "one topk, a multiple of 64 (the kernel's spec)");
         t.rows = positive_int(tune_rows[ri], fmt::format("{}.tune_rows[{}]", where, ri), 1 << 20);
         if (!t.bucket.rows.contains(t.rows))
-          bad_field(fmt::format("{}.tune_rows[{}]", where, ri), tune_rows[ri], "a value inside its rows range");
+          bad_field(fmt::format("{}.tune_rows[{}]", where, ri), tune_rows[ri],
+                    "a value inside its rows range " + range_text(t.bucket.rows));
         if ((long long)t.rows * t.bucket.h_q > kMaxMlaQueryHeads)
           bad_field(fmt::format("{}.tune_rows[{}]", where, ri), tune_rows[ri],
                     fmt::format("rows x h_q <= {} (the timed queries are held in memory)", kMaxMlaQueryHeads));
