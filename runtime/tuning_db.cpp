@@ -29,7 +29,7 @@ void bad_field(const std::string& where, const nlohmann::json& value, const std:
 }
 
 nlohmann::json parse_json_object(std::string_view text, const std::string& origin) {
-  const nlohmann::json j = parse_json_strict(text, origin, "not a complete JSON document (truncated?)");
+  const nlohmann::json j = parse_json_strict(text, origin, "not valid JSON");
   if (!j.is_object()) throw InvalidArgument(fmt::format("{}: expected a JSON object", origin));
   return j;
 }

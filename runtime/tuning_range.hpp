@@ -30,7 +30,7 @@ std::optional<std::int64_t> json_int64(const nlohmann::json& value);
 // "<where>: <field> = <value>: expected <expected>" as an InvalidArgument.
 [[noreturn]] void bad_field(const std::string& where, const nlohmann::json& value, const std::string& expected);
 // The JSON object of a database or config file's text, parsed strictly (parse_json_strict: no
-// key twice); InvalidArgument "<origin>: not a complete JSON document (truncated?): ...",
+// key twice); InvalidArgument "<origin>: not valid JSON: <the parser's message, e.g. unexpected end of input>",
 // "<origin>: line <n>: duplicate key ..." or "<origin>: expected a JSON object".
 nlohmann::json parse_json_object(std::string_view text, const std::string& origin);
 // Throws bad_field for a key of `j` not in `known` (j must be an object; where names it).

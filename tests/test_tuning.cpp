@@ -171,7 +171,7 @@ TEST_CASE("tune config: a valid config expands its bucket groups; bad input name
     for (const std::string& part : b.expected) CHECK(contains(e, part));
   }
   CHECK(contains(error_of([] { tools::parse_tune_config("{\"schema\": 1, \"topk\": {", "t.json"); }),
-                 "t.json: not a complete JSON document"));
+                 "t.json: not valid JSON"));
 }
 
 TEST_CASE("tuning database: parse errors name the file and field; a round trip keeps every entry") {
@@ -198,7 +198,7 @@ TEST_CASE("tuning database: parse errors name the file and field; a round trip k
     const std::size_t cut = 1 + rng() % (text.size() - 2);
     const std::string e = error_of([&] { tuning::parse_tuning_db(text.substr(0, cut), "db.json"); });
     CAPTURE(cut);
-    CHECK(contains(e, "db.json: not a complete JSON document"));
+    CHECK(contains(e, "db.json: not valid JSON"));
   }
   struct Bad {
     const char* pointer;
@@ -629,7 +629,7 @@ TEST_CASE("nsajit autotune: bad configs exit 2 naming file and field and write n
   write_file(dir.path() + "/trunc.json", small_config().dump().substr(0, 100));
   r = run_cli("", "autotune --config " + dir.path() + "/trunc.json --db " + db);
   CHECK(r.code == 2);
-  CHECK(contains(r.output, "trunc.json: not a complete JSON document"));
+  CHECK(contains(r.output, "trunc.json: not valid JSON"));
   CHECK(!fs::exists(db));
   write_file(dir.path() + "/good.json", small_config().dump());
   r = run_cli("", "autotune --config " + dir.path() + "/good.json --dry-run --sm-count 132 --arch sm_90a");
@@ -709,7 +709,7 @@ TEST_CASE("NSAJIT_TUNING_DB: a truncated or other-schema database is reported on
   CAPTURE(r.output);
   CHECK(r.code == 0);
   CHECK(count_of(r.output, "nsajit: tuning database") == 1);
-  CHECK(contains(r.output, "trunc.json (NSAJIT_TUNING_DB): not a complete JSON document"));
+  CHECK(contains(r.output, "trunc.json (NSAJIT_TUNING_DB): not valid JSON"));
   CHECK(contains(r.output, "tuning database: none ("));
   nlohmann::json other = j;
   other["schema"] = 7;
