@@ -439,8 +439,10 @@ nsajit_status nsajit_precompile_text(const char* spec_text, nsajit_kernel_record
     bool names_arch = text.find('=') == std::string::npos;
     for (std::size_t at = text.find("arch="); at != std::string::npos && !names_arch; at = text.find("arch=", at + 1))
       names_arch = at == 0 || std::isspace(static_cast<unsigned char>(text[at - 1]));
-    const nsajit::KernelRecord r = nsajit::precompile(
-        nsajit::parse_spec_text(text, names_arch ? nsajit::Arch{} : nsajit::current_device_arch()));
+    // Parsed for sm_90a first, so a bad field is named before a missing GPU is.
+    nsajit::KernelSpec spec = nsajit::parse_spec_text(text);
+    if (!names_arch) spec = nsajit::parse_spec_text(text, nsajit::current_device_arch());
+    const nsajit::KernelRecord r = nsajit::precompile(spec);
     if (record_out != nullptr) fill_record(r, record_out, fn);
   });
 }

@@ -125,6 +125,8 @@ void validate(const KernelSpec& spec) {
   unused(uses_score_dtype, "score_dtype", int(spec.score_dtype), int(defaults.score_dtype));
   if (spec.score_dtype != ScoreDtype::fp32 && spec.score_dtype != ScoreDtype::bf16)
     throw_bad_field(spec, "score_dtype", int(spec.score_dtype), "fp32 (0) or bf16 (1)");
+  if (spec.tile.producer_warps < -1 || spec.tile.producer_warps > 24)  // before threads, which follows from it
+    throw_bad_field(spec, "producer_warps", spec.tile.producer_warps, "-1 (default) or a count in [0, 24]");
   if (spec.tile.threads <= 0 || spec.tile.threads > 1024 || spec.tile.threads % 32 != 0)
     throw_bad_field(spec, "threads", spec.tile.threads, "a multiple of 32 in [32, 1024]");
   if (spec.arch.sm < 90 || spec.arch.sm > 199)

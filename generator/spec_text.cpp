@@ -51,6 +51,12 @@ int parse_int(const std::string& text, std::string_view part, std::string_view d
   return v;
 }
 
+bool parse_flag(const std::string& text, std::string_view part, std::string_view digits) {
+  const int v = parse_int(text, part, digits);
+  if (v != 0 && v != 1) bad(text, part, "0 or 1");
+  return v == 1;
+}
+
 IndexMode parse_mode(const std::string& text, std::string_view v) {
   for (IndexMode m : {IndexMode::decode, IndexMode::prefill, IndexMode::ragged})
     if (to_string(m) == v) return m;
@@ -121,9 +127,9 @@ KernelSpec parse_canonical(const std::string& text, Arch default_arch) {
     else if (key == "mode") s.mode = parse_mode(text, v);
     else if (key == "kv_dtype") s.kv_dtype = parse_kv(text, v);
     else if (key == "next_n") s.next_n = parse_int(text, field, v);
-    else if (key == "fused_transform") s.fused_transform = parse_int(text, field, v) != 0;
-    else if (key == "sorted") s.sorted = parse_int(text, field, v) != 0;
-    else if (key == "precise") s.precise = parse_int(text, field, v) != 0;
+    else if (key == "fused_transform") s.fused_transform = parse_flag(text, field, v);
+    else if (key == "sorted") s.sorted = parse_flag(text, field, v);
+    else if (key == "precise") s.precise = parse_flag(text, field, v);
     else if (key == "score_dtype") s.score_dtype = parse_score_dtype(text, v);
     else if (key == "threads") s.tile.threads = parse_int(text, field, v);
     else if (key == "block_tokens") s.tile.block_tokens = parse_int(text, field, v);

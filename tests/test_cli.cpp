@@ -334,7 +334,7 @@ TEST_CASE("nsajit CLI: config files are strict (trailing text, duplicate keys) a
     CHECK(has(r, "duplicate key \"a\""));
   }
   {
-    const ConfigFile f("{\n  \"tp\": 1,\n  \"page_sise\": 64\n}\n");
+    const ConfigFile f("{\n  \"name\": \"page_sise\",\n  \"page_sise\": 64\n}\n");  // a value spelled like it first
     const Result r = run_tool({"precompile", "--config", f.path});
     CHECK(r.code == 2);
     CHECK(has(r, f.path + ": line 3: unknown key \"page_sise\" (expected one of name, num_attention_heads"));

@@ -73,8 +73,14 @@ ModelConfig load_model_config(const std::string& path) {
     bool ok = false;
     for (const char* k : known) ok = ok || key == k;
     if (!ok) {
-      // The config is one flat object: the key's first appearance as `"key":` is where it is written.
-      const std::size_t at = text.find(dump_json(key));
+      // The config is one flat object: the key is written where `"key"` is followed by a colon.
+      const std::string quoted = dump_json(key);
+      std::size_t at = text.find(quoted);
+      while (at != std::string::npos) {
+        const std::size_t next = text.find_first_not_of(" \t\r\n", at + quoted.size());
+        if (next != std::string::npos && text[next] == ':') break;
+        at = text.find(quoted, at + 1);
+      }
       const std::string line =
           at == std::string::npos ? "" : fmt::format("line {}: ", 1 + std::count(text.begin(), text.begin() + at, '\n'));
       throw InvalidArgument(fmt::format("--config {}: {}unknown key \"{}\" (expected one of {})", path, line, key,

@@ -2,6 +2,8 @@
 // the kernel variant (spec tile) and the split-KV count. No driver call, no global state.
 #pragma once
 
+#include <algorithm>
+
 #include "nsajit/spec.hpp"
 #include "templates/kernel_params.h"
 
@@ -25,7 +27,10 @@ inline int default_heads_per_cta(int h_q) { return h_q < 64 ? (h_q > 0 ? h_q : 6
 void fill_default_tile(KernelSpec& spec);
 
 // Threads per CTA of a variant: 8 MMA warps (mma_sync) or 2 MMA warpgroups (wgmma), plus producers.
-inline int threads_of(int producer_warps) { return 256 + 32 * producer_warps; }
+// (In 64 bits, clamped: an absurd producer_warps from spec text must not overflow before validate names it.)
+inline int threads_of(int producer_warps) {
+  return int(std::clamp(256LL + 32LL * producer_warps, 0LL, 1LL << 30));
+}
 
 // Split count with no forced count: 1 when rows x head groups CTAs already keep >= 3/4 of the
 // sm_count SMs busy, else enough splits to fill them, keeping >= 2 tiles per split, <= kMaxSplits.

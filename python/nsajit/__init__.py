@@ -10,6 +10,7 @@ Drop-in modules with the signatures of the functions they replace: nsajit.compat
 nsajit.compat.sglang_nsa, nsajit.compat.flash_mla. Semantics: docs/nsa-semantics.md.
 """
 import ctypes
+import re
 from collections import namedtuple
 
 from . import _lib
@@ -384,10 +385,9 @@ def _spec(family, h_q=0, topk=2048, page_size=1, mode="decode", kv_dtype="bf16",
 _SPEC_FIELDS = _spec.__code__.co_varnames[1:_spec.__code__.co_argcount]
 
 
-def _torch_importable():
+def _torch_has_gpu():
     try:
-        torch()
-        return True
+        return bool(torch().cuda.is_available())
     except ImportError:
         return False
 
@@ -421,7 +421,7 @@ def precompile(family, **spec):
 
 def _precompile_call(call, on_current_device):
     """Runs a C ABI precompile; without an arch on torch's current device (the C ABI's without torch)."""
-    if on_current_device and _torch_importable():
+    if on_current_device and _torch_has_gpu():
         with launch_on(torch().cuda.current_device()):
             _lib.check(call())
     elif on_current_device:
@@ -442,8 +442,11 @@ def precompile_text(text):
     schedule. Returns a KernelRecord."""
     if not isinstance(text, str):
         raise TypeError(f"nsajit: argument text has type {type(text).__name__}: expected a str")
+    if "\0" in text:
+        raise ValueError(f"nsajit: argument text = {text!r}: expected no NUL character")
     r = _lib.KernelRecord()
-    canonical_without_arch = "=" in text and not any(t.startswith("arch=") for t in text.split())
+    fields = re.split(r"[ \t\n\v\f\r]+", text)  # the C parser's whitespace
+    canonical_without_arch = "=" in text and not any(t.startswith("arch=") for t in fields)
     _precompile_call(lambda: library().nsajit_precompile_text(text.encode(), ctypes.byref(r)), canonical_without_arch)
     return _record(r)
 

@@ -222,18 +222,20 @@ def library():
         for path in [explicit] if explicit else _candidates():
             try:
                 lib = ctypes.CDLL(path)
-            except OSError as e:
-                tried.append(f"{path}: {e}")
+                bound = _bind(lib)
+            except (OSError, AttributeError) as e:  # AttributeError: a library without nsajit's symbols
+                tried.append((path, e))
                 continue
-            _lib = _bind(lib)
+            _lib = bound
             _lib_path = path
             return _lib
         if explicit:
-            raise ImportError(f"nsajit: cannot load NSAJIT_LIBRARY = {explicit!r}: {tried[0].split(': ', 1)[1]} "
+            raise ImportError(f"nsajit: cannot load NSAJIT_LIBRARY = {explicit!r}: {tried[0][1]} "
                               "(expected the path of libnsajit.so; unset it to search the usual places)")
         raise ImportError(
             "nsajit: libnsajit.so not found (set NSAJIT_LIBRARY to its path, or build the source tree "
-            "with CMake, or install it with cmake --install). Tried:\n  " + "\n  ".join(tried))
+            "with CMake, or install it with cmake --install). Tried:\n  " +
+            "\n  ".join(f"{path}: {e}" for path, e in tried))
 
 
 def library_path():

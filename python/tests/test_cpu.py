@@ -121,6 +121,10 @@ def test_names_sources_records():
         nsajit.precompile_text("sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.bogus.sm_90a")
     with pytest.raises(TypeError, match="text has type bytes"):
         nsajit.precompile_text(b"topk.topk2048.sm_90a")
+    with pytest.raises(ValueError, match="no NUL"):  # ctypes would cut the text at the NUL
+        nsajit.precompile_text("topk.topk2048.sm_90a\0garbage")
+    with pytest.raises(nsajit.InvalidArgument, match="threds"):  # named before any device is asked for
+        nsajit.precompile_text("family=topk threds=512")
     src = nsajit.generate_source("index_transform", topk=2048, page_size=64, arch="sm_90a")
     assert len(src) > 1000
     assert isinstance(nsajit.jit_records(), list)
@@ -134,6 +138,12 @@ def test_library_lookup_honours_nsajit_library():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.returncode != 0 and "cannot load NSAJIT_LIBRARY = '/nonexistent/libnsajit.so'" in r.stderr
     assert "set NSAJIT_LIBRARY" not in r.stderr  # it is set: the advice is to fix or unset it
+    libc = next((p for p in ("/lib/x86_64-linux-gnu/libc.so.6", "/lib64/libc.so.6") if os.path.exists(p)), None)
+    if libc:  # a real library without nsajit's symbols: an ImportError naming it, not an AttributeError
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=dict(os.environ, NSAJIT_LIBRARY=libc))
+        assert r.returncode != 0 and f"cannot load NSAJIT_LIBRARY = '{libc}'" in r.stderr, r.stderr
+        assert "nsajit_abi_version" in r.stderr
 
 
 def test_leading_strides_that_overlap_rows_are_refused_never_sent_as_the_default():

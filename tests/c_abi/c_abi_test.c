@@ -283,6 +283,19 @@ int main(void) {
          NSAJIT_ERROR_INVALID_ARGUMENT, "bogus", NULL, NULL);
   EXPECT(nsajit_precompile_text("family=topk colour=3 arch=sm_90a", NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "colour",
          NULL, NULL);
+  /* Without arch= the current device is asked only once the text parses: a bad field is named first. */
+  EXPECT(nsajit_precompile_text("family=topk threds=512", NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "threds", NULL, NULL);
+  EXPECT(nsajit_precompile_text("family=sparse_mla h_q=64 kernel=mma_sync producer_warps=67108856", NULL),
+         NSAJIT_ERROR_INVALID_ARGUMENT, "producer_warps = 67108856", "[0, 24]", NULL);
+  EXPECT(nsajit_precompile_text("family=topk sorted=7 arch=sm_90a", NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "sorted=7",
+         "0 or 1", NULL);
+  {
+    char text_4096[4097];
+    memset(text_4096, 'x', 4096);
+    text_4096[4096] = '\0';
+    EXPECT(nsajit_precompile_text(text_4096, NULL), NSAJIT_ERROR_INVALID_ARGUMENT, "spec_text", "fewer than 4096 bytes",
+           NULL);
+  }
   EXPECT(nsajit_precompile_text("family=topk topk=2048 arch=sm_90a", &record), NSAJIT_ERROR_INVALID_ARGUMENT,
          "record_out->struct_size = 4", NULL, NULL);
   record.struct_size = sizeof record;
