@@ -10,7 +10,6 @@ Drop-in modules with the signatures of the functions they replace: nsajit.compat
 nsajit.compat.sglang_nsa, nsajit.compat.flash_mla. Semantics: docs/nsa-semantics.md.
 """
 import ctypes
-import re
 from collections import namedtuple
 
 from . import _lib
@@ -420,7 +419,7 @@ def precompile(family, **spec):
 
 
 def _precompile_call(call, on_current_device):
-    """Runs a C ABI precompile; without an arch on torch's current device (the C ABI's without torch)."""
+    """Runs a C ABI precompile that may need a device: torch's current one when torch sees a GPU, else the C ABI's."""
     if on_current_device and _torch_has_gpu():
         with launch_on(torch().cuda.current_device()):
             _lib.check(call())
@@ -445,9 +444,8 @@ def precompile_text(text):
     if "\0" in text:
         raise ValueError(f"nsajit: argument text = {text!r}: expected no NUL character")
     r = _lib.KernelRecord()
-    fields = re.split(r"[ \t\n\v\f\r]+", text)  # the C parser's whitespace
-    canonical_without_arch = "=" in text and not any(t.startswith("arch=") for t in fields)
-    _precompile_call(lambda: library().nsajit_precompile_text(text.encode(), ctypes.byref(r)), canonical_without_arch)
+    # Whether the text names an arch is the C ABI's to decide: on torch's device either way.
+    _precompile_call(lambda: library().nsajit_precompile_text(text.encode(), ctypes.byref(r)), True)
     return _record(r)
 
 
