@@ -142,6 +142,27 @@ TEST_CASE("nsajit CLI: cache prune --older-than takes a finite number of days; n
   CHECK_FALSE(std::filesystem::exists(entry));
 }
 
+TEST_CASE("nsajit CLI: integer options name what they expect for a non-number; an empty --manifest is bad usage") {
+  struct Bad {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Bad> cases = {
+      {{"run", "--tp", "abc"}, "--tp: expected an integer in [1, 1024], got 'abc'"},
+      {{"run", "--tp", "0"}, "--tp: expected an integer in [1, 1024], got '0'"},
+      {{"precompile", "--tp", "2,x"}, "--tp: expected an integer in [1, 1024], got 'x'"},
+      {{"precompile", "--jobs", "1.5"}, "--jobs: expected an integer in [1, 256], got '1.5'"},
+      {{"bench", "topk", "--iters", "0"}, "--iters: expected an integer in [1, 100000], got '0'"},
+      {{"precompile", "--manifest", ""}, "--manifest: expected a file path, got ''"},
+  };
+  for (const Bad& bad : cases) {
+    const Result r = run_tool(bad.args);
+    CAPTURE(bad.message);
+    CHECK(r.code == 2);
+    CHECK(has(r, bad.message));
+  }
+}
+
 // A cache entry file name: <readable name>.<32 hex digits>.cubin (its content is not checked here).
 std::string entry_path(const std::string& dir, const std::string& name = "topk.k") {
   return dir + "/" + name + ".0123456789abcdef0123456789abcdef.cubin";
