@@ -77,9 +77,9 @@ struct RandomCache {
         paths(store_random_entries(cache, tag, n, bytes, extra, rng)) {}
 };
 
-void set_times(const std::string& path, std::int64_t seconds_ago) {
+void set_times(const std::string& path, std::int64_t seconds_ago, long nanoseconds = 0) {
   const std::time_t t = std::time(nullptr) - seconds_ago;
-  const timespec times[2] = {{t, 0}, {t, 0}};
+  const timespec times[2] = {{t, nanoseconds}, {t, nanoseconds}};
   REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
 }
 
@@ -354,6 +354,21 @@ TEST_CASE("cache verify names a flipped byte and a truncated entry; --fix remove
   CHECK(fs::exists(paths[2]));
   CHECK(fs::exists(paths[3]));
   CHECK(verify_cache(dir, false).corrupt.empty());
+}
+
+TEST_CASE("cache prune: entries used within the same second go least recently used first") {
+  RandomCache fx("prune-ns", "k", 4, 4096, 0);
+  const std::vector<std::string>& paths = fx.paths;
+  // One second for all four, used in the order k2, k0, k3, k1 (hundreds of milliseconds apart).
+  const long order_ns[4] = {200000000, 800000000, 100000000, 500000000};
+  for (int i = 0; i < 4; ++i) set_times(paths[i], 60, order_ns[i]);
+  const std::uint64_t entry_size = fs::file_size(paths[0]);
+  const PruneResult r = prune_cache(fx.dir, {.max_bytes = 2 * entry_size});
+  CHECK_FALSE(fs::exists(paths[2]));
+  CHECK_FALSE(fs::exists(paths[0]));
+  CHECK(fs::exists(paths[3]));
+  CHECK(fs::exists(paths[1]));
+  CHECK(r.removed_entries.size() == 2);
 }
 
 TEST_CASE("cache prune: least recently used first, entries being built kept, orphan files removed") {
