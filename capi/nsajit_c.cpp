@@ -435,13 +435,8 @@ nsajit_status nsajit_precompile_text(const char* spec_text, nsajit_kernel_record
       nsajit::detail::throw_bad_argument(fn, "spec_text", "a text of 4096 bytes or more", "fewer than 4096 bytes");
     check_record_out(record_out, fn);
     const std::string text(spec_text, length);
-    // A readable name always ends in its arch; canonical text without arch= targets this device.
-    bool names_arch = text.find('=') == std::string::npos;
-    for (std::size_t at = text.find("arch="); at != std::string::npos && !names_arch; at = text.find("arch=", at + 1))
-      names_arch = at == 0 || std::isspace(static_cast<unsigned char>(text[at - 1]));
-    // Parsed for sm_90a first, so a bad field is named before a missing GPU is.
-    nsajit::KernelSpec spec = nsajit::parse_spec_text(text);
-    if (!names_arch) spec = nsajit::parse_spec_text(text, nsajit::current_device_arch());
+    // Canonical text without arch= targets this device (asked only then: a bad field is named first).
+    const nsajit::KernelSpec spec = nsajit::parse_spec_text(text, [] { return nsajit::current_device_arch(); });
     const nsajit::KernelRecord r = nsajit::precompile(spec);
     if (record_out != nullptr) fill_record(r, record_out, fn);
   });

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <functional>
 #include <sstream>
 #include <string_view>
 #include <vector>
@@ -110,9 +111,8 @@ Arch parse_arch_part(const std::string& text, std::string_view v) {
   }
 }
 
-KernelSpec parse_canonical(const std::string& text, Arch default_arch) {
+KernelSpec parse_canonical(const std::string& text, bool& names_arch) {
   KernelSpec s;
-  s.arch = default_arch;
   bool has_family = false;
   std::istringstream in(text);
   for (std::string field; in >> field;) {
@@ -138,7 +138,7 @@ KernelSpec parse_canonical(const std::string& text, Arch default_arch) {
     else if (key == "producer_warps") s.tile.producer_warps = parse_int(text, field, v);
     else if (key == "algorithm") s.tile.algorithm = parse_algorithm(text, v);
     else if (key == "schedule") s.tile.schedule = parse_schedule(text, v);
-    else if (key == "arch") s.arch = parse_arch_part(text, v);
+    else if (key == "arch") s.arch = parse_arch_part(text, v), names_arch = true;
     else
       bad(text, key,
           "a field of the canonical text: family, h_q, topk, page_size, mode, kv_dtype, next_n, fused_transform, "
@@ -201,13 +201,23 @@ KernelSpec parse_readable(const std::string& text) {
 
 }  // namespace
 
-KernelSpec parse_spec_text(const std::string& text, Arch default_arch) {
+KernelSpec parse_spec_text(const std::string& text, const std::function<Arch()>& default_arch) {
   const bool canonical = text.find('=') != std::string::npos;
-  KernelSpec spec = with_default_tile(canonical ? parse_canonical(text, default_arch) : parse_readable(text));
+  bool names_arch = !canonical;  // a readable name always ends in its arch
+  KernelSpec spec = canonical ? parse_canonical(text, names_arch) : parse_readable(text);
+  KernelSpec checked = with_default_tile(spec);
+  validate(checked);  // for the arch named, else sm_90a: a bad field is named before default_arch runs
+  if (!canonical && readable_name(checked) != text)
+    bad(text, text, fmt::format("a readable name as nsajit writes it (this spec's is {})", readable_name(checked)));
+  if (names_arch) return checked;
+  spec.arch = default_arch();
+  spec = with_default_tile(spec);
   validate(spec);
-  if (!canonical && readable_name(spec) != text)
-    bad(text, text, fmt::format("a readable name as nsajit writes it (this spec's is {})", readable_name(spec)));
   return spec;
+}
+
+KernelSpec parse_spec_text(const std::string& text, Arch default_arch) {
+  return parse_spec_text(text, [&] { return default_arch; });
 }
 
 }  // namespace nsajit

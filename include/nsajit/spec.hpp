@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -136,6 +137,9 @@ std::string canonical_text(const KernelSpec& spec);
 // the spec exactly). Returns it with its default tile filled, validated. Throws InvalidArgument
 // naming the text, the part that is wrong and what was expected.
 KernelSpec parse_spec_text(const std::string& text, Arch default_arch = Arch{});
+// The same, with default_arch called only when the text names no arch (e.g. to ask the current
+// device), after the fields were read and checked for sm_90a, so that a bad field is named first.
+KernelSpec parse_spec_text(const std::string& text, const std::function<Arch()>& default_arch);
 
 // Stable readable name with only the fields the family uses, e.g.
 // "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_90a" (".precise" before the arch when set),
