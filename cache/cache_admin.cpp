@@ -13,7 +13,9 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 #include <optional>
+#include <tuple>
 
 #include "cache/cubin_cache.hpp"
 #include "cache/sha256.hpp"
@@ -101,15 +103,22 @@ struct FileStat {
   dev_t dev = 0;
   ino_t ino = 0;
   std::uint64_t size = 0;
-  std::int64_t atime_ns = 0, mtime_ns = 0;  // since the epoch
+  std::int64_t atime = 0, mtime = 0;        // seconds since the epoch
+  std::int64_t atime_ns = 0, mtime_ns = 0;  // nanoseconds, saturated outside 1678..2262
 };
 
-std::int64_t nanoseconds(const timespec& t) { return std::int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; }
+std::int64_t nanoseconds(const timespec& t) {
+  constexpr std::int64_t kLimit = std::numeric_limits<std::int64_t>::max() / 1000000000 - 1;
+  if (t.tv_sec > kLimit) return std::numeric_limits<std::int64_t>::max();
+  if (t.tv_sec < -kLimit) return std::numeric_limits<std::int64_t>::min();
+  return std::int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
 
 std::optional<FileStat> stat_file(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-  return FileStat{st.st_dev, st.st_ino, std::uint64_t(st.st_size), nanoseconds(st.st_atim), nanoseconds(st.st_mtim)};
+  return FileStat{st.st_dev,           st.st_ino,           std::uint64_t(st.st_size), std::int64_t(st.st_atime),
+                  std::int64_t(st.st_mtime), nanoseconds(st.st_atim), nanoseconds(st.st_mtim)};
 }
 
 // Removes `path` if it still is the file `expected` describes (another process may have
@@ -146,13 +155,13 @@ void remove_orphans(const CacheScan& scan, PruneResult& result) {
   for (const std::string& lock : scan.lock_files) {
     const std::string entry = lock.substr(0, lock.size() - std::string_view(".lock").size());
     const std::optional<FileStat> st = stat_file(lock);
-    if (!st || now - st->mtime_ns / 1000000000 < kOrphanLockSeconds || stat_file(entry)) continue;
+    if (!st || now - st->mtime < kOrphanLockSeconds || stat_file(entry)) continue;
     TryLock held(lock);
     if (held.held() && !stat_file(entry) && ::unlink(lock.c_str()) == 0) ++result.removed_locks;
   }
   for (const std::string& temp : scan.temp_files) {
     const std::optional<FileStat> st = stat_file(temp);
-    if (st && now - st->mtime_ns / 1000000000 >= kOrphanTempSeconds && ::unlink(temp.c_str()) == 0) ++result.removed_temps;
+    if (st && now - st->mtime >= kOrphanTempSeconds && ::unlink(temp.c_str()) == 0) ++result.removed_temps;
   }
 }
 
@@ -176,8 +185,8 @@ CacheScan scan_cache(const std::string& dir) {
     scan.total_bytes += st->size;
     std::string name, key;
     if (split_entry_name(file, name, key)) {
-      const std::int64_t used_ns = std::max(st->atime_ns, st->mtime_ns);
-      scan.entries.push_back({path, name, key, st->size, used_ns / 1000000000, used_ns});
+      scan.entries.push_back(
+          {path, name, key, st->size, std::max(st->atime, st->mtime), std::max(st->atime_ns, st->mtime_ns)});
       scan.entry_bytes += st->size;
     } else if (file.ends_with(".cubin.lock")) {
       scan.lock_files.push_back(path);
@@ -226,7 +235,9 @@ PruneResult prune_cache(const std::string& dir, const PruneOptions& options) {
   CacheScan scan = scan_cache(dir);
   std::vector<CacheEntryInfo> entries = scan.entries;
   std::sort(entries.begin(), entries.end(),
-            [](const CacheEntryInfo& a, const CacheEntryInfo& b) { return a.last_used_ns < b.last_used_ns; });
+            [](const CacheEntryInfo& a, const CacheEntryInfo& b) {
+              return std::tie(a.last_used_ns, a.path) < std::tie(b.last_used_ns, b.path);  // ties: one order always
+            });
   std::uint64_t bytes = scan.entry_bytes;
   const std::int64_t now = now_seconds();
   for (const CacheEntryInfo& entry : entries) {

@@ -23,7 +23,7 @@ struct CacheEntryInfo {
   std::string key_prefix;     // the 32 hex digits of the key in the file name
   std::uint64_t bytes = 0;    // file size (header + cubin)
   std::int64_t last_used = 0; // seconds since the epoch: max(atime, mtime)
-  std::int64_t last_used_ns = 0;  // the same in nanoseconds: the eviction order (entries used within a second)
+  std::int64_t last_used_ns = 0;  // the same in nanoseconds (saturated past 2262): the eviction order
 };
 
 struct CacheScan {

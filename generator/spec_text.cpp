@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <exception>
 #include <functional>
 #include <sstream>
 #include <string_view>
@@ -199,25 +200,45 @@ KernelSpec parse_readable(const std::string& text) {
   return s;
 }
 
+// The spec with its default tile, validated; a readable name must be the spec's own name.
+KernelSpec finish(const std::string& text, bool canonical, KernelSpec spec) {
+  spec = with_default_tile(spec);
+  validate(spec);
+  if (!canonical && readable_name(spec) != text)
+    bad(text, text, fmt::format("a readable name as nsajit writes it (this spec's is {})", readable_name(spec)));
+  return spec;
+}
+
 }  // namespace
 
 KernelSpec parse_spec_text(const std::string& text, const std::function<Arch()>& default_arch) {
   const bool canonical = text.find('=') != std::string::npos;
   bool names_arch = !canonical;  // a readable name always ends in its arch
   KernelSpec spec = canonical ? parse_canonical(text, names_arch) : parse_readable(text);
-  KernelSpec checked = with_default_tile(spec);
-  validate(checked);  // for the arch named, else sm_90a: a bad field is named before default_arch runs
-  if (!canonical && readable_name(checked) != text)
-    bad(text, text, fmt::format("a readable name as nsajit writes it (this spec's is {})", readable_name(checked)));
-  if (names_arch) return checked;
-  spec.arch = default_arch();
-  spec = with_default_tile(spec);
-  validate(spec);
-  return spec;
+  if (names_arch) return finish(text, canonical, spec);
+  // Checked for sm_90a too, so that a bad field is named where default_arch cannot answer (no GPU);
+  // that check's verdict is not the arch's own (e.g. kernel defaults differ), so it is kept aside.
+  std::exception_ptr sm90a_error;
+  try {
+    finish(text, canonical, spec);
+  } catch (const InvalidArgument&) {
+    sm90a_error = std::current_exception();
+  }
+  try {
+    spec.arch = default_arch();
+  } catch (...) {
+    if (sm90a_error) std::rethrow_exception(sm90a_error);
+    throw;
+  }
+  return finish(text, canonical, spec);
 }
 
 KernelSpec parse_spec_text(const std::string& text, Arch default_arch) {
-  return parse_spec_text(text, [&] { return default_arch; });
+  const bool canonical = text.find('=') != std::string::npos;
+  bool names_arch = !canonical;
+  KernelSpec spec = canonical ? parse_canonical(text, names_arch) : parse_readable(text);
+  if (!names_arch) spec.arch = default_arch;
+  return finish(text, canonical, spec);
 }
 
 }  // namespace nsajit

@@ -161,6 +161,13 @@ TEST_CASE("nsajit CLI: integer options name what they expect for a non-number; a
     CHECK(r.code == 2);
     CHECK(has(r, bad.message));
   }
+  // Decimal always (CLI11 alone reads 0100 as octal 64), with a '+' or blanks allowed.
+  for (const char* tp : {"0100", "+100", " 100 "}) {
+    const Result r = run_tool({"run", "--tp", tp});
+    CAPTURE(tp);
+    CHECK(r.code == 2);
+    CHECK(has(r, "tp = 100 (from the flag --tp)"));
+  }
 }
 
 // A cache entry file name: <readable name>.<32 hex digits>.cubin (its content is not checked here).

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -77,9 +78,9 @@ struct RandomCache {
         paths(store_random_entries(cache, tag, n, bytes, extra, rng)) {}
 };
 
-void set_times(const std::string& path, std::int64_t seconds_ago, long nanoseconds = 0) {
+void set_times(const std::string& path, std::int64_t seconds_ago) {
   const std::time_t t = std::time(nullptr) - seconds_ago;
-  const timespec times[2] = {{t, nanoseconds}, {t, nanoseconds}};
+  const timespec times[2] = {{t, 0}, {t, 0}};
   REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
 }
 
@@ -131,6 +132,24 @@ TEST_CASE("spec text: bad input names the part and what is expected") {
   // A name nsajit would not write (the default tile spelled out) is refused with the right one.
   const std::string e = error_of([] { parse_spec_text("topk.topk2048.t512.sm_90a"); });
   CHECK(contains(e, "topk.topk2048.sm_90a"));
+}
+
+TEST_CASE("spec text: a lazy default arch is asked only when the text names none, after its fields") {
+  int asked = 0;
+  const std::function<Arch()> sm100a = [&] { return ++asked, Arch{100, 'a'}; };
+  const std::function<Arch()> no_gpu = [&]() -> Arch { ++asked; throw Error("no GPU here"); };
+  CHECK(parse_spec_text("topk.topk2048.sm_90a", sm100a).arch == Arch{90, 'a'});
+  CHECK(parse_spec_text("family=topk arch=sm_90a", sm100a).arch == Arch{90, 'a'});
+  CHECK(asked == 0);
+  // sm_100a's own defaults (mma_sync, no wgmma), not sm_90a's: producer_warps=0 is wrong only for wgmma.
+  const KernelSpec s = parse_spec_text("family=sparse_mla h_q=64 producer_warps=0", sm100a);
+  CHECK(asked == 1);
+  CHECK(s == parse_spec_text("family=sparse_mla h_q=64 producer_warps=0", Arch{100, 'a'}));
+  CHECK(s.arch == Arch{100, 'a'});
+  // Without an answer (no GPU), a misspelled or bad field is named, not the missing GPU.
+  CHECK(contains(error_of([&] { parse_spec_text("family=topk threds=512", no_gpu); }), "\"threds\""));
+  CHECK(contains(error_of([&] { parse_spec_text("family=topk topk=100", no_gpu); }), "topk = 100"));
+  CHECK(contains(error_of([&] { parse_spec_text("family=topk topk=2048", no_gpu); }), "no GPU here"));
 }
 
 TEST_CASE("fleet enumeration: every family, KV dtype, tp, arch and MTP depth, each spec once") {
@@ -360,8 +379,18 @@ TEST_CASE("cache prune: entries used within the same second go least recently us
   RandomCache fx("prune-ns", "k", 4, 4096, 0);
   const std::vector<std::string>& paths = fx.paths;
   // One second for all four, used in the order k2, k0, k3, k1 (hundreds of milliseconds apart).
+  const std::time_t second = std::time(nullptr) - 60;
   const long order_ns[4] = {200000000, 800000000, 100000000, 500000000};
-  for (int i = 0; i < 4; ++i) set_times(paths[i], 60, order_ns[i]);
+  for (int i = 0; i < 4; ++i) {
+    const timespec times[2] = {{second, order_ns[i]}, {second, order_ns[i]}};
+    REQUIRE(::utimensat(AT_FDCWD, paths[i].c_str(), times, 0) == 0);
+    struct stat st {};
+    REQUIRE(::stat(paths[i].c_str(), &st) == 0);
+    if (st.st_mtim.tv_nsec != order_ns[i]) {
+      MESSAGE("skipped: this filesystem keeps whole-second times");
+      return;
+    }
+  }
   const std::uint64_t entry_size = fs::file_size(paths[0]);
   const PruneResult r = prune_cache(fx.dir, {.max_bytes = 2 * entry_size});
   CHECK_FALSE(fs::exists(paths[2]));
@@ -369,6 +398,24 @@ TEST_CASE("cache prune: entries used within the same second go least recently us
   CHECK(fs::exists(paths[3]));
   CHECK(fs::exists(paths[1]));
   CHECK(r.removed_entries.size() == 2);
+}
+
+TEST_CASE("cache scan: a last use past 2262 (beyond nanoseconds in 64 bits) keeps its date and sorts last") {
+  RandomCache fx("scan-2300", "k", 2, 4096, 0);
+  const std::time_t year_2300 = 10413792000;  // 2300-01-01 UTC
+  const timespec times[2] = {{year_2300, 0}, {year_2300, 0}};
+  if (::utimensat(AT_FDCWD, fx.paths[0].c_str(), times, 0) != 0) {
+    MESSAGE("skipped: this filesystem cannot store the year 2300");
+    return;
+  }
+  const CacheScan scan = scan_cache(fx.dir);
+  REQUIRE(scan.entries.size() == 2);
+  for (const CacheEntryInfo& e : scan.entries)
+    if (e.path == fx.paths[0]) CHECK(e.last_used == year_2300);
+  const std::uint64_t entry_size = fs::file_size(fx.paths[0]);
+  prune_cache(fx.dir, {.max_bytes = entry_size});  // the other entry is the least recently used
+  CHECK(fs::exists(fx.paths[0]));
+  CHECK_FALSE(fs::exists(fx.paths[1]));
 }
 
 TEST_CASE("cache prune: least recently used first, entries being built kept, orphan files removed") {

@@ -552,9 +552,9 @@ Subcommand add_autotune_command(CLI::App& app) {
   cmd->add_option("--config", o->config, "the search space, e.g. tune/h200.json")->required()->check(CLI::ExistingFile);
   cmd->add_option("--db", o->db, "the database to write (atomically)")->capture_default_str();
   cmd->add_flag("--dry-run", o->dry_run, "list each bucket's candidates and dropped points; no GPU needed");
-  cmd->add_option("--jobs,-j", o->jobs, "compile threads (default: the hardware threads)")->check(integer_in(1, 256));
+  cmd->add_option("--jobs,-j", o->jobs, "compile threads (default: the hardware threads)")->transform(integer_in(1, 256));
   cmd->add_option("--sm-count", o->sm_count, "--dry-run without a GPU: the SM count (default 132, the H200)")
-      ->check(integer_in(1, 1024));
+      ->transform(integer_in(1, 1024));
   cmd->add_option("--arch", o->arch, "--dry-run without a GPU: the arch (default sm_90a)");
   cmd->add_flag("--quiet,-q", o->quiet, "print nothing but errors");
   return {cmd, [o] { return run_autotune(*o); }};

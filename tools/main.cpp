@@ -70,7 +70,7 @@ int run_cli(int argc, char** argv) {
     cmd->add_option("--config", config_path, "JSON model config (default: built-in DeepSeek-V3.2)")
         ->check(CLI::ExistingFile);
     cmd->add_option("--tp", tp, "attention tensor parallelism (h_q = num_attention_heads / tp)")
-        ->check(integer_in(1, 1024));
+        ->transform(integer_in(1, 1024));
     cmd->add_option("--arch", arch, "target arch without a GPU, e.g. sm_90a (default sm_90a; with a GPU, the GPU's)");
   };
   CLI::App* run = app.add_subcommand("run", "run a DeepSeek-V3.2 decode step through the JIT and check it "
@@ -91,7 +91,7 @@ int run_cli(int argc, char** argv) {
       ->required()
       ->check(CLI::IsMember({"topk", "sparse-mla", "jit"}));
   bench->add_option("--out", bench_options.out, "results file (default: bench/results/<family>-<date>-<commit>.json)");
-  bench->add_option("--iters", bench_options.iters, "timed launches per case (median reported)")->check(integer_in(1, 100000));
+  bench->add_option("--iters", bench_options.iters, "timed launches per case (median reported)")->transform(integer_in(1, 100000));
   bench->add_option("--only", bench_options.only, "run only the cases whose name contains this text");
   bench->add_option("--baseline-script", bench_options.baseline_script, "python3 script timing the PyTorch baseline");
   bench->add_option("--tile", bench_options.tile,

@@ -223,7 +223,7 @@ Subcommand add_precompile_command(CLI::App& app) {
       ->excludes(model);
   cmd->add_option("--tp", o->tps, "attention tensor parallelism degrees, e.g. 1,2,4,8 (default: the config's)")
       ->delimiter(',')
-      ->check(integer_in(1, 1024));
+      ->transform(integer_in(1, 1024));
   cmd->add_option("--arch", o->archs, "target archs, e.g. sm_90a,sm_100a (default: sm_90a)")->delimiter(',');
   cmd->add_option("--next-n", o->next_ns, "MTP query tokens per request, e.g. 1,2,4 (default: 1)")->delimiter(',');
   cmd->add_flag("--sorted", o->sorted, "also the sorted top-k forms");
@@ -235,10 +235,9 @@ Subcommand add_precompile_command(CLI::App& app) {
   cmd->add_option("--spec", o->specs,
                   "precompile just this kernel: canonical text or readable name (repeatable; replaces the "
                   "enumeration; canonical text without arch= takes the first --arch)");
-  cmd->add_option("--jobs,-j", o->jobs, "compile threads (default: the hardware threads)")->check(integer_in(1, 256));
+  cmd->add_option("--jobs,-j", o->jobs, "compile threads (default: the hardware threads)")->transform(integer_in(1, 256));
   cmd->add_option("--manifest", o->manifest, "write a JSON manifest of every kernel here")
-      ->check(CLI::Validator([](std::string& path) { return path.empty() ? "expected a file path, got ''" : ""; },
-                             "FILE"));
+      ->check(CLI::Validator([](std::string& path) { return path.empty() ? "expected a file path, got ''" : ""; }, ""));
   cmd->add_flag("--quiet,-q", o->quiet, "print nothing but errors");
   cmd->add_flag("--check", o->check,
                 "compile nothing: exit 1 naming the kernels the cache lacks (strict mode, as NSAJIT_NO_JIT=1)");

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <functional>
 #include <string>
+#include <string_view>
 
 namespace nsajit::tools {
 
@@ -18,16 +19,22 @@ struct Subcommand {
   std::function<std::string(const CLI::ParseError&)> explain;
 };
 
-// An integer option's check: "abc" reads "expected an integer in [1, 1024], got 'abc'" (CLI::Range
-// says "not in range" of anything that is not a number).
+// An integer option's reader (a transform: it writes the value back in decimal, so that CLI11 does
+// not read "010" as octal): "abc" reads "expected an integer in [1, 1024], got 'abc'" (CLI::Range
+// says "not in range" of anything that is not a number). Blanks and a leading '+' are allowed.
 inline CLI::Validator integer_in(long long lo, long long hi) {
   return CLI::Validator(
       [lo, hi](std::string& text) -> std::string {
+        const std::size_t first = text.find_first_not_of(" \t");
+        const std::size_t last = text.find_last_not_of(" \t");
+        std::string_view digits = first == std::string::npos ? "" : std::string_view(text).substr(first, last - first + 1);
+        if (digits.size() > 1 && digits[0] == '+' && digits[1] != '-') digits.remove_prefix(1);
         long long value = 0;
-        const char* end = text.data() + text.size();
-        const auto [stop, ec] = std::from_chars(text.data(), end, value);
-        if (ec != std::errc{} || stop != end || value < lo || value > hi)
+        const char* end = digits.data() + digits.size();
+        const auto [stop, ec] = std::from_chars(digits.data(), end, value);
+        if (digits.empty() || ec != std::errc{} || stop != end || value < lo || value > hi)
           return fmt::format("expected an integer in [{}, {}], got '{}'", lo, hi, text);
+        text = std::to_string(value);
         return "";
       },
       fmt::format("INT in [{} - {}]", lo, hi));

@@ -138,7 +138,8 @@ std::string canonical_text(const KernelSpec& spec);
 // naming the text, the part that is wrong and what was expected.
 KernelSpec parse_spec_text(const std::string& text, Arch default_arch = Arch{});
 // The same, with default_arch called only when the text names no arch (e.g. to ask the current
-// device), after the fields were read and checked for sm_90a, so that a bad field is named first.
+// device). The fields are read and checked first; if default_arch throws, a field that is bad for
+// sm_90a is named instead of its error (a misspelling is reported even without a GPU).
 KernelSpec parse_spec_text(const std::string& text, const std::function<Arch()>& default_arch);
 
 // Stable readable name with only the fields the family uses, e.g.
