@@ -1,5 +1,6 @@
 // bench_common.cpp — timing, floors, the python baseline subprocess and the results file.
 #include "tools/bench/bench_common.hpp"
+#include "tools/bench/gpu_clock.hpp"
 
 #include <fmt/format.h>
 
@@ -74,8 +75,9 @@ Timing time_us(const std::function<void()>& launch, const TimingOptions& options
   NSAJIT_CU(cuEventCreate, &start, CU_EVENT_DEFAULT);
   NSAJIT_CU(cuEventCreate, &stop, CU_EVENT_DEFAULT);
   for (int i = 0; i < options.warmup; ++i) launch();
-  std::vector<double> times;
+  std::vector<double> times, clocks;
   times.reserve(std::size_t(options.iters));
+  int limited = 0;
   for (int i = 0; i < options.iters; ++i) {
     if (options.flush_l2) flush.poison(std::uint8_t(i));
     if (options.after_flush) options.after_flush();
@@ -86,11 +88,27 @@ Timing time_us(const std::function<void()>& launch, const TimingOptions& options
     float ms = 0;
     NSAJIT_CU(cuEventElapsedTime, &ms, start, stop);
     times.push_back(double(ms) * 1e3);
+    if (const std::optional<ClockSample> c = sample_gpu_clock()) {  // between launches: not timed
+      clocks.push_back(c->sm_mhz);
+      limited += c->limited;
+    }
   }
   driver::api().cuEventDestroy(start);
   driver::api().cuEventDestroy(stop);
   std::sort(times.begin(), times.end());
-  return {.min_us = times.front(), .median_us = times[times.size() / 2], .max_us = times.back()};
+  Timing t{.min_us = times.front(), .median_us = times[times.size() / 2], .max_us = times.back()};
+  if (!clocks.empty()) {
+    std::sort(clocks.begin(), clocks.end());
+    t.sm_clock_mhz = clocks[clocks.size() / 2];
+    t.clock_limited = double(limited) / double(clocks.size());
+  }
+  return t;
+}
+
+void add_clock_params(nlohmann::json& params, const Timing& timing, const std::string& prefix) {
+  if (!timing.sm_clock_mhz) return;
+  params[prefix + "sm_clock_mhz"] = *timing.sm_clock_mhz;
+  params[prefix + "clock_limited"] = *timing.clock_limited;
 }
 
 void write_blob(const std::string& dir, const std::string& name, const void* data, std::size_t bytes) {

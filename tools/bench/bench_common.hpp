@@ -83,11 +83,17 @@ struct TimingOptions {
 // Microseconds of `launch` (which enqueues work on the default stream) over the timed launches.
 struct Timing {
   double min_us = 0, median_us = 0, max_us = 0;
+  // The SM clock after each timed launch (median, MHz) and the fraction of launches after which
+  // a power or thermal limit held it down (gpu_clock.hpp); nullopt without NVML.
+  std::optional<double> sm_clock_mhz, clock_limited;
 };
 Timing time_us(const std::function<void()>& launch, const TimingOptions& options = {});
 inline double median_us(const std::function<void()>& launch, const TimingOptions& options = {}) {
   return time_us(launch, options).median_us;
 }
+
+// Adds the timing's clock state to a case's params as <prefix>sm_clock_mhz and <prefix>clock_limited.
+void add_clock_params(nlohmann::json& params, const Timing& timing, const std::string& prefix = "");
 
 struct Case {
   std::string name;            // e.g. "1x131072", "decode h128 b64 n1 bf16"

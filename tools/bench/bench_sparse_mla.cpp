@@ -171,7 +171,8 @@ int bench_sparse_mla(const BenchOptions& options) {
       else detail::sparse_mla_decode(args, forced);
     };
     // Batch-invariant first (also the checked output of row 0 / last), then with the workspace.
-    const double invariant_us = median_us([&] { sparse_mla_decode(a); }, timing);
+    const Timing invariant = time_us([&] { sparse_mla_decode(a); }, timing);
+    const double invariant_us = invariant.median_us;
     SparseMlaDecodeArgs split_args = a;
     split_args.workspace = d_ws.get();
     split_args.workspace_bytes = d_ws.bytes();
@@ -225,6 +226,8 @@ int bench_sparse_mla(const BenchOptions& options) {
       c.params["gather_bytes"] = gather_bytes;
       c.anchor_case = Shape{true, sh.b, 1, sh.h_q, false, sh.s_kv}.name();  // FlashMLA's bf16 prefill
     }
+    add_clock_params(c.params, invariant, "batch_invariant_");
+    add_clock_params(c.params, timed);
     c.nsajit_us = us;
     c.nsajit_min_us = timed.min_us;
     c.nsajit_max_us = timed.max_us;

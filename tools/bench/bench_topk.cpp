@@ -210,6 +210,7 @@ int bench_topk(const BenchOptions& options) {
       c.check = check;
 
       const Timing timed = time_us([&] { nsajit::topk(args); }, timing);
+      add_clock_params(c.params, timed);
       c.nsajit_us = timed.median_us;
       c.nsajit_min_us = timed.min_us;
       c.nsajit_max_us = timed.max_us;

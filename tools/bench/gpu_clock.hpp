@@ -1,0 +1,20 @@
+// gpu_clock.hpp — the SM clock and its limiters (power cap, thermal) read through NVML, which the
+// driver ships (libnvidia-ml.so.1, dlopened; no build dependency). The bench records them beside
+// each timing: a compute-bound kernel at the 700 W cap runs 10-20 % below its idle-card clock, so a
+// figure means little without the state it was taken in (docs/notes/sparse_mla.md, "How much of a
+// prefill figure is the card's power state").
+#pragma once
+
+#include <optional>
+
+namespace nsajit::tools::bench {
+
+struct ClockSample {
+  unsigned sm_mhz = 0;
+  bool limited = false;  // a power cap, power brake or thermal slowdown is holding the clocks down
+};
+
+// The current CUDA context's device, sampled now; nullopt where NVML or the device is not there.
+std::optional<ClockSample> sample_gpu_clock();
+
+}  // namespace nsajit::tools::bench
