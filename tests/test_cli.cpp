@@ -142,7 +142,7 @@ TEST_CASE("nsajit CLI: cache prune --older-than takes a finite number of days; n
   CHECK_FALSE(std::filesystem::exists(entry));
 }
 
-TEST_CASE("nsajit CLI: integer options name what they expect for a non-number; an empty --manifest is bad usage") {
+TEST_CASE("nsajit CLI: integer options name what they expect for a non-number; unknown options the nearest; an empty --manifest is bad usage") {
   struct Bad {
     std::vector<std::string> args;
     std::string message;
@@ -156,6 +156,21 @@ TEST_CASE("nsajit CLI: integer options name what they expect for a non-number; a
       {{"precompile", "--manifest", ""}, "--manifest: expected a file path, got ''"},
   };
   for (const Bad& bad : cases) {
+    const Result r = run_tool(bad.args);
+    CAPTURE(bad.message);
+    CHECK(r.code == 2);
+    CHECK(has(r, bad.message));
+  }
+  // Unknown options name the subcommand and the nearest known option; a stray argument is named.
+  const std::vector<Bad> unknown = {
+      {{"run", "--tpp", "8"}, "run: unknown option --tpp (did you mean --tp?); see nsajit run --help"},
+      {{"precompile", "--sortd"}, "precompile: unknown option --sortd (did you mean --sorted?)"},
+      {{"cache", "list", "--dri", "/tmp"}, "cache list: unknown option --dri (did you mean --dir?)"},
+      {{"cache", "prune", "--older", "3"}, "cache prune: unknown option --older (did you mean --older-than?)"},
+      {{"gen", "family=topk", "--zzzzzz"}, "gen: unknown option --zzzzzz; see nsajit gen --help"},
+      {{"run", "8"}, "run: unexpected argument 8; see nsajit run --help"},
+  };
+  for (const Bad& bad : unknown) {
     const Result r = run_tool(bad.args);
     CAPTURE(bad.message);
     CHECK(r.code == 2);

@@ -51,6 +51,54 @@ int error_exit(const char* what, int code) {
   return code;
 }
 
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// CLI11 says only "The following arguments were not expected: 8 --tpp": name the subcommand, the
+// unknown option and the nearest known one (a long name at most two edits away, or that it begins).
+std::string explain_extras(const CLI::App& app) {
+  std::vector<const CLI::App*> chain = {&app};
+  for (auto parsed = app.get_subcommands(); !parsed.empty(); parsed = parsed.front()->get_subcommands())
+    chain.push_back(parsed.front());
+  std::string path;
+  for (std::size_t i = 1; i < chain.size(); ++i) path += (i > 1 ? " " : "") + chain[i]->get_name();
+  std::vector<std::string> extras;
+  for (const CLI::App* level : chain)
+    for (const std::string& arg : level->remaining()) extras.push_back(arg);
+  if (extras.empty()) return "";
+  const std::string where = path.empty() ? "nsajit" : path;
+  const std::string help = path.empty() ? "nsajit --help" : "nsajit " + path + " --help";
+  for (const std::string& arg : extras) {
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    const std::string name = arg.substr(0, arg.find('='));
+    std::string nearest;
+    std::size_t best = 3;
+    for (const CLI::App* level : chain)
+      for (const CLI::Option* option : level->get_options())
+        for (const std::string& known : option->get_lnames()) {
+          const std::string candidate = "--" + known;
+          const bool prefix = name.size() >= 5 && candidate.rfind(name, 0) == 0;  // "--older" for --older-than
+          if (const std::size_t d = prefix ? 1 : edit_distance(name, candidate); d < best) best = d, nearest = candidate;
+        }
+    return fmt::format("{}: unknown option {}{}; see {}", where, name,
+                       nearest.empty() ? "" : fmt::format(" (did you mean {}?)", nearest), help);
+  }
+  return fmt::format("{}: unexpected argument{} {}; see {}", where, extras.size() > 1 ? "s" : "",
+                     fmt::join(extras, " "), help);
+}
+
 int run_cli(int argc, char** argv) {
   CLI::App app{"nsajit — JIT-generated DeepSeek Sparse Attention kernels (top-k, index transform, sparse MLA)"};
   app.require_subcommand(1);
@@ -126,6 +174,8 @@ int run_cli(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr)
+      if (const std::string message = explain_extras(app); !message.empty()) return error_exit(message.c_str(), kExitUsage);
     for (const Subcommand& sub : subcommands)
       if (sub.explain)
         if (const std::string message = sub.explain(e); !message.empty()) return error_exit(message.c_str(), kExitUsage);
