@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 
 #include <charconv>
-#include <exception>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <vector>
@@ -218,17 +218,18 @@ KernelSpec parse_spec_text(const std::string& text, const std::function<Arch()>&
   if (names_arch) return finish(text, canonical, spec);
   // Checked for sm_90a too, so that a bad field is named where default_arch cannot answer (no GPU);
   // that check's verdict is not the arch's own (e.g. kernel defaults differ), so it is kept aside.
-  std::exception_ptr sm90a_error;
+  std::optional<std::string> sm90a_error;
   try {
     finish(text, canonical, spec);
-  } catch (const InvalidArgument&) {
-    sm90a_error = std::current_exception();
+  } catch (const InvalidArgument& e) {
+    sm90a_error = e.what();
   }
   try {
     spec.arch = default_arch();
-  } catch (...) {
-    if (sm90a_error) std::rethrow_exception(sm90a_error);
-    throw;
+  } catch (const std::exception& e) {
+    if (!sm90a_error) throw;
+    throw InvalidArgument(fmt::format("{} (checked for sm_90a, as the text names no arch and none could be had: {})",
+                                      *sm90a_error, e.what()));
   }
   return finish(text, canonical, spec);
 }

@@ -263,6 +263,13 @@ TEST_CASE("C ABI gpu: precompile_text without arch= takes the current device's")
   CHECK_MESSAGE(nsajit_precompile_text("family=topk topk=2048", &record) == NSAJIT_OK, nsajit_last_error());
   CHECK(std::string(record.name) == "topk.topk2048." + arch);
   CHECK(record.cubin_bytes > 0);
+  // Sparse MLA's default kernel depends on the arch (wgmma on sm_90a only): the device's is filled.
+  record = nsajit_kernel_record{};
+  record.struct_size = sizeof record;
+  CHECK_MESSAGE(nsajit_precompile_text("family=sparse_mla h_q=64", &record) == NSAJIT_OK, nsajit_last_error());
+  const std::string name = record.name;
+  const bool ends_in_arch = name.size() > arch.size() && name.compare(name.size() - arch.size(), arch.size(), arch) == 0;
+  CHECK_MESSAGE(ends_in_arch, name);
   // A text that names an arch keeps it, whatever the device (sm_100a compiles without one).
   record = nsajit_kernel_record{};
   record.struct_size = sizeof record;

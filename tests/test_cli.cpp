@@ -127,7 +127,7 @@ TEST_CASE("nsajit CLI: cache prune --older-than takes a finite number of days; n
   const nsajit::test::TempDir dir("cli-older");
   const std::string entry = dir.path() + "/k.0123456789abcdef0123456789abcdef.cubin";
   std::ofstream(entry) << "x";
-  for (const char* bad : {"nan", "NaN", "inf", "-inf", "-1", "1e400", "3days", ""}) {
+  for (const char* bad : {"nan", "NaN", "inf", "-inf", "-1", "1e400", "3days", "0x10", ""}) {
     const Result r = run_tool({"cache", "--dir", dir.path(), "prune", "--older-than", bad});
     CAPTURE(bad);
     CHECK(r.code == 2);
@@ -154,6 +154,7 @@ TEST_CASE("nsajit CLI: integer options name what they expect for a non-number; u
       {{"precompile", "--jobs", "1.5"}, "--jobs: expected an integer in [1, 256], got '1.5'"},
       {{"bench", "topk", "--iters", "0"}, "--iters: expected an integer in [1, 100000], got '0'"},
       {{"precompile", "--manifest", ""}, "--manifest: expected a file path, got ''"},
+      {{"precompile", "--next-n", "09"}, "--next-n: expected an integer in [1, 8], got '09'"},
   };
   for (const Bad& bad : cases) {
     const Result r = run_tool(bad.args);

@@ -180,7 +180,8 @@ CLI::Validator finite_days() {
       [](std::string& text) -> std::string {
         char* end = nullptr;
         const double days = std::strtod(text.c_str(), &end);
-        if (text.empty() || *end != '\0' || !std::isfinite(days) || days < 0)
+        const bool hex = text.find_first_of("xX") != std::string::npos;  // strtod reads "0x10" as 16
+        if (text.empty() || *end != '\0' || hex || !std::isfinite(days) || days < 0)
           return fmt::format("\"{}\": expected a finite number of days >= 0, e.g. 30 or 0.5", text);
         return "";
       },

@@ -225,7 +225,9 @@ Subcommand add_precompile_command(CLI::App& app) {
       ->delimiter(',')
       ->transform(integer_in(1, 1024));
   cmd->add_option("--arch", o->archs, "target archs, e.g. sm_90a,sm_100a (default: sm_90a)")->delimiter(',');
-  cmd->add_option("--next-n", o->next_ns, "MTP query tokens per request, e.g. 1,2,4 (default: 1)")->delimiter(',');
+  cmd->add_option("--next-n", o->next_ns, "MTP query tokens per request, e.g. 1,2,4 (default: 1)")
+      ->delimiter(',')
+      ->transform(integer_in(1, 8));
   cmd->add_flag("--sorted", o->sorted, "also the sorted top-k forms");
   cmd->add_option("--tuning-db", o->tuning_dbs,
                   "also every kernel this tuning database chooses (repeatable; default: $NSAJIT_TUNING_DB; the "

@@ -139,7 +139,8 @@ std::string canonical_text(const KernelSpec& spec);
 KernelSpec parse_spec_text(const std::string& text, Arch default_arch = Arch{});
 // The same, with default_arch called only when the text names no arch (e.g. to ask the current
 // device). The fields are read and checked first; if default_arch throws, a field that is bad for
-// sm_90a is named instead of its error (a misspelling is reported even without a GPU).
+// sm_90a is named (saying so, with default_arch's error) instead of that error alone, so that a
+// misspelling is reported even without a GPU.
 KernelSpec parse_spec_text(const std::string& text, const std::function<Arch()>& default_arch);
 
 // Stable readable name with only the fields the family uses, e.g.

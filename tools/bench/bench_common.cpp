@@ -74,6 +74,7 @@ Timing time_us(const std::function<void()>& launch, const TimingOptions& options
   CUevent start = nullptr, stop = nullptr;
   NSAJIT_CU(cuEventCreate, &start, CU_EVENT_DEFAULT);
   NSAJIT_CU(cuEventCreate, &stop, CU_EVENT_DEFAULT);
+  if (options.sample_clock) sample_gpu_clock();
   for (int i = 0; i < options.warmup; ++i) launch();
   std::vector<double> times, clocks;
   times.reserve(std::size_t(options.iters));
@@ -88,7 +89,7 @@ Timing time_us(const std::function<void()>& launch, const TimingOptions& options
     float ms = 0;
     NSAJIT_CU(cuEventElapsedTime, &ms, start, stop);
     times.push_back(double(ms) * 1e3);
-    if (const std::optional<ClockSample> c = sample_gpu_clock()) {  // between launches: not timed
+    if (const std::optional<ClockSample> c = options.sample_clock ? sample_gpu_clock() : std::nullopt) {
       clocks.push_back(c->sm_mhz);
       limited += c->limited;
     }

@@ -78,6 +78,9 @@ struct TimingOptions {
   // Diagnostics only: enqueued after the flush and before the start event of each timed launch
   // (e.g. a decoy launch that brings the kernel's code back into L2).
   std::function<void()> after_flush;
+  // Read the SM clock after each timed launch (Timing::sm_clock_mhz): for the figures a results
+  // file records; NVML starts before the warm-up, so its start-up is not a gap between launches.
+  bool sample_clock = false;
 };
 
 // Microseconds of `launch` (which enqueues work on the default stream) over the timed launches.

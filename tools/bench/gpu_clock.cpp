@@ -4,6 +4,8 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "runtime/driver.hpp"
@@ -44,28 +46,34 @@ const Nvml& nvml() {
   return api;
 }
 
-// NVML names a device by its PCI address; CUDA's ordinal may differ from NVML's index.
+// NVML names a device by its PCI address; CUDA's ordinal may differ from NVML's index. Found
+// handles are kept per CUDA device (a failure is asked again next time).
 std::optional<NvmlDevice> current_device() {
   const Nvml& n = nvml();
   if (!n.ok) return std::nullopt;
   const auto& cu = driver::api();
   CUdevice device = 0;
+  if (cu.cuCtxGetDevice(&device) != CUDA_SUCCESS) return std::nullopt;
+  static std::mutex mutex;
+  static std::map<CUdevice, NvmlDevice> found;
+  const std::lock_guard lock(mutex);
+  if (const auto it = found.find(device); it != found.end()) return it->second;
   int domain = 0, bus = 0, slot = 0;
-  if (cu.cuCtxGetDevice(&device) != CUDA_SUCCESS ||
-      cu.cuDeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, device) != CUDA_SUCCESS ||
+  if (cu.cuDeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, device) != CUDA_SUCCESS ||
       cu.cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, device) != CUDA_SUCCESS ||
       cu.cuDeviceGetAttribute(&slot, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, device) != CUDA_SUCCESS)
     return std::nullopt;
-  const std::string address = fmt::format("{:08x}:{:02x}:{:02x}.0", domain, bus, slot);
+  const std::string address = fmt::format("{:08x}:{:02x}:{:02x}.0", unsigned(domain), unsigned(bus), unsigned(slot));
   NvmlDevice handle = nullptr;
   if (n.device_by_pci_bus_id(address.c_str(), &handle) != kNvmlSuccess) return std::nullopt;
+  found.emplace(device, handle);
   return handle;
 }
 
 }  // namespace
 
 std::optional<ClockSample> sample_gpu_clock() {
-  static const std::optional<NvmlDevice> device = current_device();  // the bench runs on one device
+  const std::optional<NvmlDevice> device = current_device();
   if (!device) return std::nullopt;
   const Nvml& n = nvml();
   ClockSample s;

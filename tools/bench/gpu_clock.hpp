@@ -1,8 +1,8 @@
 // gpu_clock.hpp — the SM clock and its limiters (power cap, thermal) read through NVML, which the
 // driver ships (libnvidia-ml.so.1, dlopened; no build dependency). The bench records them beside
-// each timing: a compute-bound kernel at the 700 W cap runs 10-20 % below its idle-card clock, so a
-// figure means little without the state it was taken in (docs/notes/sparse_mla.md, "How much of a
-// prefill figure is the card's power state").
+// each timing: a compute-bound kernel at an H100 / H200 SXM's 700 W cap runs 10-20 % below its
+// idle-card clock, so a figure means little without the state it was taken in
+// (docs/notes/sparse_mla.md, "How much of a prefill figure is the card's power state").
 #pragma once
 
 #include <optional>
@@ -15,6 +15,7 @@ struct ClockSample {
 };
 
 // The current CUDA context's device, sampled now; nullopt where NVML or the device is not there.
+// The first call starts NVML (dlopen, init: can take a while), so call it once before timing.
 std::optional<ClockSample> sample_gpu_clock();
 
 }  // namespace nsajit::tools::bench
