@@ -222,16 +222,20 @@ std::string write_results(const RunInfo& info, const std::vector<Case>& cases, c
     std::filesystem::create_directories(parent);
   std::ofstream(path) << dump_json(j, 1) << "\n";
 
-  fmt::print("\n{:<42} {:>10} {:>11} {:>8} {:>10} {:>9} {:>9} {:>8} {:>9}  {}\n", "case", "nsajit us", "baseline us",
-             "speedup", "anchor us", "vs anchor", "floor us", "TFLOP/s", "GB/s", "check");
+  fmt::print("\n{:<42} {:>10} {:>11} {:>8} {:>10} {:>9} {:>9} {:>8} {:>9} {:>10}  {}\n", "case", "nsajit us",
+             "baseline us", "speedup", "anchor us", "vs anchor", "floor us", "TFLOP/s", "GB/s", "MHz (cap)", "check");
   for (const Case& c : cases) {
     const Anchor* anchor = find_anchor(anchors, c.name, c.anchor_case);
-    fmt::print("{:<42} {:>10.1f} {:>11} {:>8} {:>10} {:>9} {:>9.1f} {:>8} {:>9.0f}  {}\n", c.name, c.nsajit_us,
+    const bool clocked = c.params.contains("sm_clock_mhz");  // the SM clock and how often a limit held it
+    const std::string clock = clocked ? fmt::format("{:.0f} ({:.0f}%)", c.params["sm_clock_mhz"].get<double>(),
+                                                    100 * c.params["clock_limited"].get<double>())
+                                      : "-";
+    fmt::print("{:<42} {:>10.1f} {:>11} {:>8} {:>10} {:>9} {:>9.1f} {:>8} {:>9.0f} {:>10}  {}\n", c.name, c.nsajit_us,
                c.baseline_us ? fmt::format("{:.1f}", *c.baseline_us) : "-",
                c.baseline_us ? fmt::format("{:.2f}x", *c.baseline_us / c.nsajit_us) : "-",
                anchor ? fmt::format("{:.1f}", anchor->us) : "-",
                anchor ? fmt::format("{:.3f}", anchor->us / c.nsajit_us) : "-", c.floor_us,
-               c.tflops ? fmt::format("{:.1f}", *c.tflops) : "-", c.gbps, c.check);
+               c.tflops ? fmt::format("{:.1f}", *c.tflops) : "-", c.gbps, clock, c.check);
   }
   fmt::print("results: {}\n", path);
   return path;
