@@ -153,6 +153,7 @@ TEST_CASE("nsajit CLI: integer options name what they expect for a non-number; u
       {{"precompile", "--tp", "2,x"}, "--tp: expected an integer in [1, 1024], got 'x'"},
       {{"precompile", "--jobs", "1.5"}, "--jobs: expected an integer in [1, 256], got '1.5'"},
       {{"bench", "topk", "--iters", "0"}, "--iters: expected an integer in [1, 100000], got '0'"},
+      {{"bench", "topk", "--soak-ms", "-5"}, "--soak-ms: expected an integer in [0, 600000], got '-5'"},
       {{"precompile", "--manifest", ""}, "--manifest: expected a file path, got ''"},
       {{"precompile", "--next-n", "09"}, "--next-n: expected an integer in [1, 8], got '09'"},
   };

@@ -140,6 +140,10 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::IsMember({"topk", "sparse-mla", "jit"}));
   bench->add_option("--out", bench_options.out, "results file (default: bench/results/<family>-<date>-<commit>.json)");
   bench->add_option("--iters", bench_options.iters, "timed launches per case (median reported)")->transform(integer_in(1, 100000));
+  bench->add_option("--soak-ms", bench_options.soak_ms,
+                    "before each recorded timing, launch the case untimed for this long, so that it is timed in the "
+                    "card's steady state (at the power cap for compute-bound kernels) whatever ran before (default 0)")
+      ->transform(integer_in(0, 600000));
   bench->add_option("--only", bench_options.only, "run only the cases whose name contains this text");
   bench->add_option("--baseline-script", bench_options.baseline_script, "python3 script timing the PyTorch baseline");
   bench->add_option("--tile", bench_options.tile,

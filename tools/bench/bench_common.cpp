@@ -75,6 +75,11 @@ Timing time_us(const std::function<void()>& launch, const TimingOptions& options
   NSAJIT_CU(cuEventCreate, &start, CU_EVENT_DEFAULT);
   NSAJIT_CU(cuEventCreate, &stop, CU_EVENT_DEFAULT);
   if (options.sample_clock) sample_gpu_clock();
+  const auto soak_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.soak_ms);
+  while (options.soak_ms > 0 && std::chrono::steady_clock::now() < soak_end) {
+    for (int i = 0; i < 8; ++i) launch();  // a few launches queued at a time: the GPU never idles
+    NSAJIT_CU(cuCtxSynchronize);
+  }
   for (int i = 0; i < options.warmup; ++i) launch();
   std::vector<double> times, clocks;
   times.reserve(std::size_t(options.iters));

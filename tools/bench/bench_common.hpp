@@ -74,6 +74,9 @@ double floor_us(double bytes, double flops);
 struct TimingOptions {
   int warmup = 5;
   int iters = 50;
+  // Untimed launches for at least this long before the warm-up, so that the timed ones find the
+  // card in its steady state (a compute-bound kernel at the power cap), whatever ran before.
+  int soak_ms = 0;
   bool flush_l2 = true;
   // Diagnostics only: enqueued after the flush and before the start event of each timed launch
   // (e.g. a decoy launch that brings the kernel's code back into L2).
@@ -142,6 +145,7 @@ struct BenchOptions {
   std::string baseline_script = "bench/torch_baseline.py";  // "" = no baseline
   std::string work_dir = "/tmp/nsajit-bench";  // baseline inputs are written here
   int iters = 50;
+  int soak_ms = 0;            // TimingOptions::soak_ms of every recorded timing
   std::string only;           // run only cases whose name contains this ("" = all)
   std::string anchors = default_anchors_path();  // "" = no anchors merged
   // sparse-mla only: tile fields in canonical text ("kernel=wgmma schedule=seesaw ..."), "" = the

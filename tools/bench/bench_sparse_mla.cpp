@@ -110,7 +110,8 @@ int bench_sparse_mla(const BenchOptions& options) {
 
   std::vector<Case> cases;
   int failures = 0;
-  const TimingOptions timing{.warmup = 5, .iters = options.iters, .flush_l2 = true, .sample_clock = true};
+  const TimingOptions timing{
+      .warmup = 5, .iters = options.iters, .soak_ms = options.soak_ms, .flush_l2 = true, .sample_clock = true};
   for (const Shape& sh : shapes) {
     const int rows = sh.rows();
     const std::uint64_t seed = std::uint64_t(rows) * 1000 + sh.h_q + (sh.s_kv == kSlots ? 0 : std::uint64_t(sh.s_kv) << 20);

@@ -211,6 +211,7 @@ int bench_topk(const BenchOptions& options) {
 
       TimingOptions recorded = timing;
       recorded.sample_clock = true;
+      recorded.soak_ms = options.soak_ms;
       const Timing timed = time_us([&] { nsajit::topk(args); }, recorded);
       add_clock_params(c.params, timed);
       c.nsajit_us = timed.median_us;
