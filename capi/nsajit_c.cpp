@@ -3,7 +3,6 @@
 #include "nsajit/nsajit.h"
 
 #include <algorithm>
-#include <cctype>
 #include <climits>
 #include <cstddef>
 #include <cstring>
