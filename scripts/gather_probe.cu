@@ -27,8 +27,8 @@
 
 constexpr int kDim = 576, kRowBytes = 1152, kTileRows = 64, kTopk = 2048, kTiles = kTopk / kTileRows;
 constexpr long long kSlots = 262144;
-constexpr int kSub = 8192, kSwzTile = 9 * kSub, kPadRow = 1168, kPadTile = kTileRows * kPadRow;
-constexpr int kBufBytes = kPadTile;  // >= kSwzTile
+constexpr int kSub = 8192, kPadRow = 1168, kPadTile = kTileRows * kPadRow;
+constexpr int kBufBytes = kPadTile;  // >= the 9 swizzled subtiles (73,728 bytes)
 enum Mode { kCpAsync = 0, kBulk = 1, kTma = 2 };
 
 __device__ __forceinline__ uint32_t smem(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
