@@ -35,6 +35,19 @@ NSAJIT_DEVICE void cp_async_16_zfill(uint32_t saddr, const void* gmem, uint32_t 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(saddr), "l"(gmem), "r"(src_bytes)
                : "memory");
 }
+// An L2 policy for data read or written once (q, out): its lines are the first evicted, so that
+// they do not push out the KV pool's (FlashMLA loads q the same way).
+NSAJIT_DEVICE uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+// cp_async_16_zfill under an L2 cache policy.
+NSAJIT_DEVICE void cp_async_16_zfill_hint(uint32_t saddr, const void* gmem, uint32_t src_bytes, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(saddr), "l"(gmem), "r"(src_bytes),
+               "l"(policy)
+               : "memory");
+}
 // Asks L2 for the 128-byte line holding `gmem` (per thread; no completion).
 NSAJIT_DEVICE void prefetch_l2_line(const void* gmem) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(gmem));
@@ -234,7 +247,8 @@ constexpr uint32_t kStagePitch = 2u * kDimV + 16u;  // bytes a staged head row: 
 static_assert(64u * kStagePitch <= TILE, "the staged O fits the Q tile");
 
 NSAJIT_DEVICE void bulk_store_wait_read(void* gmem, uint32_t saddr, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gmem), "r"(saddr), "r"(bytes)
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(gmem), "r"(saddr),
+               "r"(bytes), "l"(l2_evict_first_policy())
                : "memory");
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
   asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the staging may be released after
