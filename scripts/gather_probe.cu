@@ -63,8 +63,8 @@ __global__ void __launch_bounds__(160, 1) gather(const uint16_t* pool, const int
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  if (warp < 4) {  // producers
-    for (int t = 0; t < kTiles; ++t) {
+  if (warp < 4) {  // producers (bulk and tma: warp 0 alone)
+    for (int t = 0; t < kTiles && (MODE == kCpAsync || warp == 0); ++t) {
       const int s = t & 1;
       if (t >= 2) mbar_wait(smem(&bars[2 + s]), uint32_t(((t >> 1) - 1) & 1));
       const uint32_t dst = smem(buf + s * kBufBytes), full = smem(&bars[s]);
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(160, 1) gather(const uint16_t* pool, const int
                          "l"(src + k * 64) : "memory");
         }
         asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(full) : "memory");
-      } else if (warp == 0) {
+      } else {
         if (lane == 0) mbar_expect(full, uint32_t(kTileRows * kRowBytes));
         __syncwarp();
         for (int h = 0; h < 2; ++h) {

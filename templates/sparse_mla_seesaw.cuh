@@ -131,13 +131,13 @@ NSAJIT_DEVICE void producer(const SparseMlaDecodeParams& p, uint32_t s_base, int
   // q: chunk ch of rows grp + 16 i of each of the nine subtiles; tracked by the first pair's
   // full arrivals (cp.async.mbarrier.arrive covers every earlier cp.async of the thread).
   const bf16_t* q_g = p.q + (row * H_Q + head0) * kDimQK;
-  const uint64_t once = l2_evict_first_policy();
+  const uint64_t q_policy = l2_evict_first_policy();
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int r = grp + 16 * i;
 #pragma unroll
     for (int s = 0; s < 9; ++s)
-      cp_async_16_zfill_hint(s_base + OFF_Q + s * SUB + swz(r, ch), q_g + r * kDimQK + s * 64 + ch * 8, 16u, once);
+      cp_async_16_zfill_hint(s_base + OFF_Q + s * SUB + swz(r, ch), q_g + r * kDimQK + s * 64 + ch * 8, 16u, q_policy);
   }
   // Every index entry pair 0 needs, loaded before anything waits for one (after a launch they come
   // from DRAM; one after another they would put round trips before the first copies). Raw entries,

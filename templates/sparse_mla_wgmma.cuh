@@ -181,14 +181,14 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       constexpr int QSTEP = PRODUCERS / 8;
       const int grp = pt >> 3, ch = pt & 7;
       const bf16_t* q_g = p.q + (row * H_Q + head0) * kDimQK;
-      const uint64_t once = l2_evict_first_policy();
+      const uint64_t q_policy = l2_evict_first_policy();
 #pragma unroll
       for (int i = 0; i < 64 / QSTEP; ++i) {
         const int r = grp + QSTEP * i;
 #pragma unroll
         for (int s = 0; s < 9; ++s)  // rows past HEADS_PER_CTA: zero-filled
           cp_async_16_zfill_hint(s_q + s * SUB + swz(r, ch), r < HEADS_PER_CTA ? q_g + r * kDimQK + s * 64 + ch * 8 : q_g,
-                                 r < HEADS_PER_CTA ? 16u : 0u, once);
+                                 r < HEADS_PER_CTA ? 16u : 0u, q_policy);
       }
     }
     auto prefetch_raw = [&](int tile) { return tile < tile_end ? load_index_raw(idx_row, tile * TILE_TOKENS + (pt >> THREADS_PER_TOKEN_LOG2), n) : -1; };

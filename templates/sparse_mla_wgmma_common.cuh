@@ -35,8 +35,8 @@ NSAJIT_DEVICE void cp_async_16_zfill(uint32_t saddr, const void* gmem, uint32_t 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(saddr), "l"(gmem), "r"(src_bytes)
                : "memory");
 }
-// An L2 policy for data read or written once (q, out): its lines are the first evicted, so that
-// they do not push out the KV pool's (FlashMLA loads q the same way).
+// An L2 policy for data that crosses L2 once (q; a prefill-sized out): its lines are evicted
+// first, so they do not push out the KV pool's (FlashMLA loads q under the same policy).
 NSAJIT_DEVICE uint64_t l2_evict_first_policy() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
@@ -246,10 +246,21 @@ constexpr int BAR_STAGED_O = 13;                  // + warpgroup: named barriers
 constexpr uint32_t kStagePitch = 2u * kDimV + 16u;  // bytes a staged head row: +16 puts a stmatrix block's 8 rows in distinct 16-byte bank groups
 static_assert(64u * kStagePitch <= TILE, "the staged O fits the Q tile");
 
-NSAJIT_DEVICE void bulk_store_wait_read(void* gmem, uint32_t saddr, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(gmem), "r"(saddr),
-               "r"(bytes), "l"(l2_evict_first_policy())
-               : "memory");
+// out larger than this (bytes) is stored under evict_first: it cannot stay in L2 for the next
+// kernel anyway (prefill: 268 MB at h64, s_q 4096), while a decode batch's may (16.8 MB at h128,
+// 128 rows), so that one keeps the default policy.
+constexpr long long kOutStreamBytes = 32ll << 20;
+
+// One bulk store of `bytes` from shared memory, evict_first when `streamed`; waits until the
+// staging has been read.
+NSAJIT_DEVICE void bulk_store_wait_read(void* gmem, uint32_t saddr, uint32_t bytes, bool streamed) {
+  if (streamed)
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(gmem), "r"(saddr),
+                 "r"(bytes), "l"(l2_evict_first_policy())
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gmem), "r"(saddr), "r"(bytes)
+                 : "memory");
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
   asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the staging may be released after
 }
@@ -273,7 +284,8 @@ NSAJIT_DEVICE void store_o_staged(const SparseMlaDecodeParams& p, const float (&
   fence_proxy_async();  // stmatrix (generic proxy) -> the bulk copies' reads (async proxy)
   bar_sync(BAR_STAGED_O + w, 128);
   if (ct < HEADS_PER_CTA)  // padding rows (fewer heads a CTA) are not written
-    bulk_store_wait_read(p.out + (row * H_Q + head0 + ct) * kDimV + 256 * w, s_stage + uint32_t(ct) * kStagePitch + 512u * uint32_t(w), 512u);
+    bulk_store_wait_read(p.out + (row * H_Q + head0 + ct) * kDimV + 256 * w, s_stage + uint32_t(ct) * kStagePitch + 512u * uint32_t(w), 512u,
+                         (long long)p.rows * H_Q * kDimV * 2 > kOutStreamBytes);
 }
 
 }  // namespace mla
