@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <sstream>
 #include <string_view>
@@ -59,34 +60,29 @@ bool parse_flag(const std::string& text, std::string_view part, std::string_view
   return v == 1;
 }
 
+// The value of `values` whose name (to_string) is v.
+template <class Enum>
+Enum parse_enum(const std::string& text, std::string_view v, std::initializer_list<Enum> values,
+                std::string_view expected) {
+  for (Enum e : values)
+    if (to_string(e) == v) return e;
+  bad(text, v, expected);
+}
+
 IndexMode parse_mode(const std::string& text, std::string_view v) {
-  for (IndexMode m : {IndexMode::decode, IndexMode::prefill, IndexMode::ragged})
-    if (to_string(m) == v) return m;
-  bad(text, v, "decode, prefill or ragged");
+  return parse_enum(text, v, {IndexMode::decode, IndexMode::prefill, IndexMode::ragged}, "decode, prefill or ragged");
 }
-
 KvDtype parse_kv(const std::string& text, std::string_view v) {
-  for (KvDtype d : {KvDtype::bf16, KvDtype::fp8_e4m3})
-    if (to_string(d) == v) return d;
-  bad(text, v, "bf16 or fp8");
+  return parse_enum(text, v, {KvDtype::bf16, KvDtype::fp8_e4m3}, "bf16 or fp8");
 }
-
 ScoreDtype parse_score_dtype(const std::string& text, std::string_view v) {
-  for (ScoreDtype d : {ScoreDtype::fp32, ScoreDtype::bf16})
-    if (to_string(d) == v) return d;
-  bad(text, v, "fp32 or bf16");
+  return parse_enum(text, v, {ScoreDtype::fp32, ScoreDtype::bf16}, "fp32 or bf16");
 }
-
 MlaKernel parse_kernel(const std::string& text, std::string_view v) {
-  for (MlaKernel k : {MlaKernel::automatic, MlaKernel::mma_sync, MlaKernel::wgmma})
-    if (to_string(k) == v) return k;
-  bad(text, v, "automatic, mma_sync or wgmma");
+  return parse_enum(text, v, {MlaKernel::automatic, MlaKernel::mma_sync, MlaKernel::wgmma}, "automatic, mma_sync or wgmma");
 }
-
 MlaSchedule parse_schedule(const std::string& text, std::string_view v) {
-  for (MlaSchedule k : {MlaSchedule::single, MlaSchedule::seesaw})
-    if (to_string(k) == v) return k;
-  bad(text, v, "single or seesaw");
+  return parse_enum(text, v, {MlaSchedule::single, MlaSchedule::seesaw}, "single or seesaw");
 }
 
 TopkAlgorithm parse_algorithm(const std::string& text, std::string_view v) {
@@ -209,12 +205,23 @@ KernelSpec finish(const std::string& text, bool canonical, KernelSpec spec) {
   return spec;
 }
 
+struct ParsedText {
+  KernelSpec spec;
+  bool canonical;   // canonical text (key=value fields), else a readable name
+  bool names_arch;  // the text gave the arch (a readable name always ends in it)
+};
+
+ParsedText parse_fields(const std::string& text) {
+  const bool canonical = text.find('=') != std::string::npos;
+  bool names_arch = !canonical;
+  KernelSpec spec = canonical ? parse_canonical(text, names_arch) : parse_readable(text);
+  return {spec, canonical, names_arch};
+}
+
 }  // namespace
 
 KernelSpec parse_spec_text(const std::string& text, const std::function<Arch()>& default_arch) {
-  const bool canonical = text.find('=') != std::string::npos;
-  bool names_arch = !canonical;  // a readable name always ends in its arch
-  KernelSpec spec = canonical ? parse_canonical(text, names_arch) : parse_readable(text);
+  auto [spec, canonical, names_arch] = parse_fields(text);
   if (names_arch) return finish(text, canonical, spec);
   // Checked for sm_90a too, so that a bad field is named where default_arch cannot answer (no GPU);
   // that check's verdict is not the arch's own (e.g. kernel defaults differ), so it is kept aside.
@@ -235,9 +242,7 @@ KernelSpec parse_spec_text(const std::string& text, const std::function<Arch()>&
 }
 
 KernelSpec parse_spec_text(const std::string& text, Arch default_arch) {
-  const bool canonical = text.find('=') != std::string::npos;
-  bool names_arch = !canonical;
-  KernelSpec spec = canonical ? parse_canonical(text, names_arch) : parse_readable(text);
+  auto [spec, canonical, names_arch] = parse_fields(text);
   if (!names_arch) spec.arch = default_arch;
   return finish(text, canonical, spec);
 }

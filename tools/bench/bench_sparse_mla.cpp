@@ -151,8 +151,10 @@ int bench_sparse_mla(const BenchOptions& options) {
     // the KV dtype as the case's). The default: the product's choice (heuristics, tuning database).
     TileConfig forced{};
     if (!options.tile.empty()) try {
-      forced = parse_spec_text("family=sparse_mla h_q=" + std::to_string(sh.h_q) + " topk=" +
-                                      std::to_string(kTopk) + (sh.fp8 && !sh.gather ? " kv_dtype=fp8 page_size=" + std::to_string(kPageSize) + " " : std::string(" ")) + options.tile)
+      const std::string kv =
+          sh.fp8 && !sh.gather ? " kv_dtype=fp8 page_size=" + std::to_string(kPageSize) + " " : std::string(" ");
+      forced = parse_spec_text("family=sparse_mla h_q=" + std::to_string(sh.h_q) + " topk=" + std::to_string(kTopk) + kv +
+                               options.tile)
                    .tile;
     } catch (const InvalidArgument& e) {
       // A case the variant does not support (e.g. FP8 KV for the seesaw) is skipped, not failed.
