@@ -192,3 +192,42 @@ TEST_CASE("the seesaw schedule: a named field, its combinations checked, its own
   CHECK(!has(render_source(single), "BAR_P1_READY"));
   CHECK(traits(Family::sparse_mla).max_dynamic_smem(single) == sparse_mla_wgmma_smem_bytes());
 }
+
+TEST_CASE("the cluster combine: a named field, its combinations checked, its own kernel") {
+  auto cluster = [](int h_q, int heads_per_cta, KvDtype kv = KvDtype::bf16) {
+    KernelSpec s = sparse(h_q);
+    s.kv_dtype = kv;
+    s.tile = {.heads_per_cta = heads_per_cta, .kernel = MlaKernel::mma_sync, .combine = MlaCombine::cluster};
+    return with_default_tile(s);
+  };
+  auto has = [](const std::string& m, const char* what) { return m.find(what) != std::string::npos; };
+  CHECK(to_string(MlaCombine::kernel) == "kernel");
+  CHECK(to_string(MlaCombine::cluster) == "cluster");
+  CHECK(readable_name(cluster(64, 16)) == "sparse_mla.h64.topk2048.kv_bf16.mma_sync.hpc16.pw2.cluster_combine.sm_90a");
+  KernelSpec plain = cluster(64, 16);
+  plain.tile.combine = MlaCombine::kernel;
+  CHECK(readable_name(plain) == "sparse_mla.h64.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_90a");
+  CHECK(has(canonical_text(cluster(64, 16)), "combine=cluster"));
+  CHECK(has(canonical_text(plain), "combine=kernel"));
+  CHECK(KernelSpecHash{}(cluster(64, 16)) != KernelSpecHash{}(plain));
+  CHECK(with_default_tile(sparse(16)).tile.combine == MlaCombine::kernel);  // not a spec's default
+  // Both printed forms read back to the spec.
+  CHECK(parse_spec_text(readable_name(cluster(128, 32, KvDtype::fp8_e4m3))) == cluster(128, 32, KvDtype::fp8_e4m3));
+  CHECK(parse_spec_text(canonical_text(cluster(16, 16))) == cluster(16, 16));
+  CHECK(has(render_source(cluster(16, 16)), "#define NSAJIT_CLUSTER_COMBINE 1"));
+  CHECK(has(render_source(plain), "#define NSAJIT_CLUSTER_COMBINE 0"));
+  for (int heads : {8, 16, 32}) {
+    CHECK(validation_error(cluster(64, heads)) == "");
+    CHECK(validation_error(cluster(64, heads, KvDtype::fp8_e4m3)) == "");
+  }
+
+  // Unsupported combinations name the field, its value and what is allowed.
+  CHECK(has(validation_error(cluster(64, 64)), "field heads_per_cta = 64: expected <= 32 for combine cluster"));
+  KernelSpec wgmma = sparse(64);
+  wgmma.tile = {.kernel = MlaKernel::wgmma, .combine = MlaCombine::cluster};
+  CHECK(has(validation_error(with_default_tile(wgmma)), "field combine = cluster: expected kernel for kernel wgmma"));
+  CHECK(has(validation_error({.family = Family::topk, .tile = {.combine = MlaCombine::cluster}}),
+            "field combine = 1: expected 0 (the topk family does not use it)"));
+  CHECK_THROWS_WITH_AS(parse_spec_text("family=sparse_mla h_q=16 combine=tree"), doctest::Contains("kernel or cluster"),
+                       InvalidArgument);
+}
