@@ -208,7 +208,6 @@ NSAJIT_DEVICE void ldsm_x4_t(uint32_t a, uint32_t& r0, uint32_t& r1, uint32_t& r
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                : "r"(a));
 }
-// c += a . b (16x8x16, bf16 inputs, fp32 accumulate).
 NSAJIT_DEVICE uint32_t cluster_rank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
@@ -224,6 +223,12 @@ NSAJIT_DEVICE uint32_t cluster_size() {
 NSAJIT_DEVICE void cluster_sync() {
   __syncwarp();
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// The same without ordering memory (no fence before the arrive): for a barrier that only keeps
+// shared memory alive until every peer has read it (the reads' values are used before it).
+NSAJIT_DEVICE void cluster_sync_relaxed() {
+  __syncwarp();
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
 }
 // Peer `rank`'s copy of shared-memory address `local`.
 NSAJIT_DEVICE uint32_t peer_addr(uint32_t local, uint32_t rank) {
@@ -247,10 +252,11 @@ NSAJIT_DEVICE float4 ld_peer_f32x4(uint32_t addr) {
 
 // Cluster combine, run by the MMA threads of every CTA of the cluster once each split's partial is
 // in its shared memory: CTA `split` merges outputs (head, 4 dims) [split * I / S, (split + 1) * I /
-// S) of the I = HEADS_PER_CTA * 128, with the combine kernel's arithmetic
+// S) of the I = HEADS_PER_CTA * 128, with the combine kernel's formulas
 // (templates/sparse_mla_combine.cuh): L = log2 sum_s 2^lse_s, out = sum_s 2^(lse_s - L) o_s, the
 // sink's factor, lse = L ln 2, max_logits = max_s m_s ln 2; no valid token in any split: out 0,
-// lse +inf, max_logits -inf. Splits are summed in ascending order (deterministic).
+// lse +inf, max_logits -inf. Both sums run over the splits in ascending order (deterministic; the
+// combine kernel sums L's terms by a shuffle tree, so the two may differ in the last bit).
 NSAJIT_DEVICE void cluster_merge(const SparseMlaDecodeParams& p, uint32_t s_base, long long row, int head0, int split,
                                  int num_splits, int tid) {
   constexpr int kMaxPeers = 16;  // the non-portable cluster limit (families/sparse_mla/heuristics.hpp)
@@ -313,6 +319,7 @@ NSAJIT_DEVICE void cluster_merge(const SparseMlaDecodeParams& p, uint32_t s_base
   }
 }
 
+// c += a . b (16x8x16, bf16 inputs, fp32 accumulate).
 NSAJIT_DEVICE void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -368,8 +375,8 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   auto producers_leave = [&] {
     if constexpr (CLUSTER_COMBINE) {
       if (num_splits > 1) {
-        cluster_sync();
-        cluster_sync();
+        cluster_sync_relaxed();
+        cluster_sync_relaxed();
       }
     }
   };
@@ -913,7 +920,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     if (partial) {
       cluster_sync();  // every split's partial is in its shared memory
       cluster_merge(p, s_base, row, head0, split, num_splits, tid);
-      cluster_sync();  // no CTA leaves while a peer still reads its partial
+      cluster_sync_relaxed();  // no CTA leaves while a peer still reads its partial
     }
   }
 }

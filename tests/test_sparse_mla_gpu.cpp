@@ -850,7 +850,7 @@ TEST_CASE("sparse_mla gpu: split-KV partial results are combined for every split
 // The cluster combine (tile.combine cluster): a row and head group's splits run as one cluster and
 // merge through distributed shared memory in the split kernel, for every mma.sync producer layout
 // and head count it takes; 3 and 5 splits give uneven shares of the outputs, 16 the non-portable
-// cluster. Rows with mostly empty splits, no valid entry, a short topk_length; sinks (+inf, -inf,
+// cluster, 1 a launch without a cluster. Rows with mostly empty splits, no valid entry, a short topk_length; sinks (+inf, -inf,
 // finite); the same bits on a second launch.
 TEST_CASE("sparse_mla gpu: the cluster combine: 2..16 splits, bf16 and FP8, empty splits, topk_length, attn_sink") {
   NSAJIT_REQUIRE_GPU();
@@ -861,7 +861,7 @@ TEST_CASE("sparse_mla gpu: the cluster combine: 2..16 splits, bf16 and FP8, empt
   const float inf = std::numeric_limits<float>::infinity();
   for (const Variant v : {Variant{false, 16, 2, 64}, Variant{false, 32, 2, 32}, Variant{false, 8, 0, 8},
                           Variant{true, 16, 8, 16}, Variant{true, 32, 0, 64}}) {
-    for (const int splits : {2, 3, 5, 8, 16}) {
+    for (const int splits : {1, 2, 3, 5, 8, 16}) {  // 1: no cluster (the kernel reads a cluster of one)
       Mode m{.fp8 = v.fp8, .page_size = v.fp8 ? 64 : 1, .splits = splits};
       m.tile = {.heads_per_cta = v.heads_per_cta, .kernel = nsajit::MlaKernel::mma_sync,
                 .producer_warps = v.producer_warps, .combine = nsajit::MlaCombine::cluster};

@@ -245,10 +245,17 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
   }
   g.block = unsigned(spec.tile.threads);
   g.dynamic_smem = traits(spec.family).max_dynamic_smem(spec);
-  // Also sets a cluster above 8 CTAs' opt-in, which the launch needs.
-  if (cluster_combine && resident_ctas(k, g) == 0)
-    bad("num_splits", std::to_string(splits),
-        "a cluster this device can run (tile.combine cluster: one cluster of num_splits CTAs a row and head group)");
+  // Also sets a cluster above 8 CTAs' opt-in, which the launch needs. A cluster the device cannot
+  // hold (fewer SMs a GPC, a MIG slice): a forced count is an error, any other takes the combine kernel.
+  if (cluster_combine && resident_ctas(k, g) == 0) {
+    if (a.num_splits > 1)
+      bad("num_splits", std::to_string(a.num_splits),
+          "a cluster this device can run (tile.combine cluster: one cluster of num_splits CTAs a row and head group)");
+    SparseMlaLaunchPlan fallback = plan;
+    fallback.spec.tile.combine = MlaCombine::kernel;
+    launch_sparse_mla(a, fallback, stream);
+    return;
+  }
   launch(k, g, &p, stream);
 
   if (splits > 1 && !cluster_combine) {
