@@ -151,8 +151,8 @@ int bench_sparse_mla(const BenchOptions& options) {
     // the KV dtype as the case's). The default: the product's choice (heuristics, tuning database).
     TileConfig forced{};
     if (!options.tile.empty()) try {
-      const std::string kv =
-          sh.fp8 && !sh.gather ? " kv_dtype=fp8 page_size=" + std::to_string(kPageSize) + " " : std::string(" ");
+      // (The kernel spec has no page size: the pool's is a launch argument.)
+      const std::string kv = sh.fp8 && !sh.gather ? " kv_dtype=fp8 " : std::string(" ");
       forced = parse_spec_text("family=sparse_mla h_q=" + std::to_string(sh.h_q) + " topk=" + std::to_string(kTopk) + kv +
                                options.tile)
                    .tile;
