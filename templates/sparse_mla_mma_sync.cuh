@@ -51,8 +51,7 @@
 // The math runs in base 2 (scores pre-multiplied by sm_scale * log2 e).
 //
 // Constants (FamilyTraits::constants): NSAJIT_H_Q, NSAJIT_TOPK, NSAJIT_HEADS_PER_CTA,
-// NSAJIT_KV_FP8 (0/1), NSAJIT_PRECISE (0/1: P as bf16 hi + lo), NSAJIT_CLUSTER_COMBINE (0/1: splits merged
-// in a cluster, above), NSAJIT_THREADS (256; 320 or 512 with producer warps),
+// NSAJIT_KV_FP8 (0/1), NSAJIT_PRECISE (0/1: P as bf16 hi + lo), NSAJIT_THREADS (256; 320 or 512 with producer warps),
 // NSAJIT_BLOCK_TOKENS (64), NSAJIT_DYNAMIC_SMEM (the host's byte count; checked below against
 // this file's layout). Spec tile.kernel = mma_sync; tile.kernel = wgmma renders
 // templates/sparse_mla_wgmma.cuh instead.
@@ -71,10 +70,6 @@ constexpr int TOPK = NSAJIT_TOPK;
 constexpr int HEADS_PER_CTA = NSAJIT_HEADS_PER_CTA;  // real heads of one CTA
 constexpr bool FP8 = NSAJIT_KV_FP8 != 0;
 constexpr bool PRECISE = NSAJIT_PRECISE != 0;  // P = P_hi + P_lo (two PV MMAs) instead of bf16 P
-// Split-KV merged inside the kernel: a row and head group's splits are one cluster (grid x = row *
-// splits + split), each CTA's partial O stays in its shared memory, and CTA s of the cluster merges
-// the s-th share of the outputs from every peer (distributed shared memory), as the combine kernel would.
-constexpr bool CLUSTER_COMBINE = NSAJIT_CLUSTER_COMBINE != 0;
 constexpr int THREADS = NSAJIT_THREADS;
 // Producer warps beside the 8 MMA warps: 2 for bf16 (320 threads: they issue the bulk copies), 8
 // for FP8 (512 threads: they copy and dequantize).
@@ -148,16 +143,6 @@ constexpr unsigned SMEM_BYTES = OFF_MBAR + (FP8 ? (PRODUCERS ? 96u : 8u * NSTAGE
 // The plan the host launches with (templates/kernel_params.h).
 static_assert(SMEM_BYTES == sparse_mla_mma_sync_smem_bytes(TILE_TOKENS, HEADS_PER_CTA, THREADS, FP8), "the layout must match the plan");
 static_assert(SMEM_BYTES == NSAJIT_DYNAMIC_SMEM, "host and kernel disagree on shared memory size");
-// Cluster combine: a split's normalised partial O [HEADS_PER_CTA][PART_STRIDE] fp32 and its base-2
-// lse and max per head, over the KV tiles, staging and q, which no one reads after the last tile
-// (rows 2,080 bytes apart: a warp's 8 fragment rows do not share a bank). With BULK it starts after
-// buffer 0's rows 0 and 1 and ends inside buffer 0, so no mbarrier (in those rows' padding) is overwritten.
-constexpr unsigned PART_STRIDE = kDimV + 8;
-constexpr unsigned OFF_PART = BULK ? 2 * KV_ROW : 0;
-constexpr unsigned OFF_PART_LSE = OFF_PART + HEADS_PER_CTA * PART_STRIDE * 4;
-constexpr unsigned OFF_PART_MAX = OFF_PART_LSE + HEADS_PER_CTA * 4;
-static_assert(!CLUSTER_COMBINE || OFF_PART_MAX + HEADS_PER_CTA * 4 <= (BULK ? TILE_BYTES : OFF_P),
-              "the partial O must fit where the KV tiles and q were");
 
 struct alignas(8) f32x2 {
   float x, y;
@@ -208,117 +193,6 @@ NSAJIT_DEVICE void ldsm_x4_t(uint32_t a, uint32_t& r0, uint32_t& r1, uint32_t& r
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                : "r"(a));
 }
-NSAJIT_DEVICE uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-NSAJIT_DEVICE uint32_t cluster_size() {
-  uint32_t n;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
-  return n;
-}
-// Every thread of the cluster; release / acquire: the shared-memory writes before it are visible
-// to every peer after it.
-NSAJIT_DEVICE void cluster_sync() {
-  __syncwarp();
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// The same without ordering memory (no fence before the arrive): for a barrier that only keeps
-// shared memory alive until every peer has read it (the reads' values are used before it).
-NSAJIT_DEVICE void cluster_sync_relaxed() {
-  __syncwarp();
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
-}
-// Peer `rank`'s copy of shared-memory address `local`.
-NSAJIT_DEVICE uint32_t peer_addr(uint32_t local, uint32_t rank) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  return remote;
-}
-NSAJIT_DEVICE float ld_peer_f32(uint32_t addr) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-  return v;
-}
-NSAJIT_DEVICE float4 ld_peer_f32x4(uint32_t addr) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
-}
-
-// Cluster combine, run by the MMA threads of every CTA of the cluster once each split's partial is
-// in its shared memory: CTA `split` merges outputs (head, 4 dims) [split * I / S, (split + 1) * I /
-// S) of the I = HEADS_PER_CTA * 128, with the combine kernel's formulas
-// (templates/sparse_mla_combine.cuh): L = log2 sum_s 2^lse_s, out = sum_s 2^(lse_s - L) o_s, the
-// sink's factor, lse = L ln 2, max_logits = max_s m_s ln 2; no valid token in any split: out 0,
-// lse +inf, max_logits -inf. Both sums run over the splits in ascending order (deterministic; the
-// combine kernel sums L's terms by a shuffle tree, so the two may differ in the last bit).
-NSAJIT_DEVICE void cluster_merge(const SparseMlaDecodeParams& p, uint32_t s_base, long long row, int head0, int split,
-                                 int num_splits, int tid) {
-  constexpr int kMaxPeers = 16;  // the non-portable cluster limit (families/sparse_mla/heuristics.hpp)
-  constexpr int ITEMS = HEADS_PER_CTA * (kDimV / 4);
-  const int begin = int((long long)ITEMS * split / num_splits);
-  const int end = int((long long)ITEMS * (split + 1) / num_splits);
-  for (int i = begin + tid; i < end; i += CTHREADS) {
-    const int hl = i / (kDimV / 4), d = (i % (kDimV / 4)) * 4;
-    const uint32_t lse_at = s_base + OFF_PART_LSE + 4u * hl;
-    const uint32_t max_at = s_base + OFF_PART_MAX + 4u * hl;
-    const uint32_t part_at = s_base + OFF_PART + 4u * (hl * PART_STRIDE + d);
-    float lse_s[kMaxPeers], max_s[kMaxPeers];
-    float4 v[kMaxPeers];
-#pragma unroll
-    for (int s = 0; s < kMaxPeers; ++s) {  // every load issued before the first is used
-      if (s < num_splits) {
-        lse_s[s] = ld_peer_f32(peer_addr(lse_at, s));
-        max_s[s] = ld_peer_f32(peer_addr(max_at, s));
-        v[s] = ld_peer_f32x4(peer_addr(part_at, s));
-      }
-    }
-    float lmax = neg_inf(), mmax = neg_inf();
-#pragma unroll
-    for (int s = 0; s < kMaxPeers; ++s)
-      if (s < num_splits) lmax = fmaxf(lmax, lse_s[s]), mmax = fmaxf(mmax, max_s[s]);
-    const long long head = row * H_Q + head0 + hl;
-    unsigned short* out = p.out + head * kDimV + d;
-    if (lmax == neg_inf()) {  // no valid token in any split
-      *reinterpret_cast<uint2*>(out) = make_uint2(0u, 0u);
-      if (d == 0) {
-        p.lse[head] = pos_inf();
-        if (p.max_logits != nullptr) p.max_logits[head] = neg_inf();
-      }
-      continue;
-    }
-    float sum = 0.f;
-#pragma unroll
-    for (int s = 0; s < kMaxPeers; ++s)
-      if (s < num_splits) sum += exp2f(lse_s[s] - lmax);
-    const float total = lmax + log2f(sum);
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int s = 0; s < kMaxPeers; ++s) {
-      const float w = s < num_splits ? exp2f(lse_s[s] - total) : 0.f;
-      if (w == 0.f) continue;  // an empty split: its partial is not used
-      acc.x += w * v[s].x;
-      acc.y += w * v[s].y;
-      acc.z += w * v[s].z;
-      acc.w += w * v[s].w;
-    }
-    if (p.attn_sink != nullptr) {  // FlashMLA's sink: out / (1 + exp(sink - lse)); lse itself unchanged
-      const float f = mla_output_scale(1.f, total, p.attn_sink + head0 + hl);
-      acc.x *= f, acc.y *= f, acc.z *= f, acc.w *= f;
-    }
-    *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16x2_rn(acc.x, acc.y), pack_bf16x2_rn(acc.z, acc.w));
-    if (d == 0) {
-      p.lse[head] = total * 0.6931471805599453f;
-      if (p.max_logits != nullptr) p.max_logits[head] = mmax * 0.6931471805599453f;
-    }
-  }
-}
-
 // c += a . b (16x8x16, bf16 inputs, fp32 accumulate).
 NSAJIT_DEVICE void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm(
@@ -367,19 +241,10 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   const int t4 = lane & 3;  // fragment column pair
   const int mg = warp % HEAD_GROUPS;
   const int cs = warp / HEAD_GROUPS;
-  const int num_splits = CLUSTER_COMBINE ? int(cluster_size()) : int(gridDim.z);
-  const long long row = CLUSTER_COMBINE ? blockIdx.x / unsigned(num_splits) : blockIdx.x;
+  const long long row = blockIdx.x;
   const int head0 = blockIdx.y * HEADS_PER_CTA;
-  const int split = CLUSTER_COMBINE ? int(cluster_rank()) : int(blockIdx.z);
-  // Cluster combine: the producer warps join the MMA warps' two cluster barriers of the epilogue.
-  auto producers_leave = [&] {
-    if constexpr (CLUSTER_COMBINE) {
-      if (num_splits > 1) {
-        cluster_sync_relaxed();
-        cluster_sync_relaxed();
-      }
-    }
-  };
+  const int split = blockIdx.z;
+  const int num_splits = gridDim.z;
 
   // ---- tile range of this split
   int n = TOPK;
@@ -549,7 +414,6 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         mbar_arrive_plain(mbar(b));  // this thread's part of the tile and its flag, to the MMA warps
         src = src_next;
       }
-      producers_leave();
       return;
     }
   }
@@ -578,7 +442,6 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
           mbar_arrive_tx(mbar(b), 0u);  // releases the zeros and the flag to the MMA warps
         }
       }
-      producers_leave();
       return;
     }
   }
@@ -892,15 +755,6 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
           p.lse[head] = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : pos_inf();
           if (p.max_logits != nullptr) p.max_logits[head] = l > 0.f ? m * 0.6931471805599453f : neg_inf();
         }
-      } else if constexpr (CLUSTER_COMBINE) {
-        float* part = reinterpret_cast<float*>(smem + OFF_PART) + hl * PART_STRIDE + dim0 + 2 * t4;
-#pragma unroll
-        for (int nd = 0; nd < NDT; ++nd)
-          *reinterpret_cast<f32x2*>(part + nd * 8) = f32x2{o[mt][nd][2 * h] * inv_l, o[mt][nd][2 * h + 1] * inv_l};
-        if (cs == 0 && t4 == 0) {
-          reinterpret_cast<float*>(smem + OFF_PART_LSE)[hl] = l > 0.f ? m_run[mt][h] + log2f(l) : neg_inf();
-          reinterpret_cast<float*>(smem + OFF_PART_MAX)[hl] = l > 0.f ? m_run[mt][h] : neg_inf();
-        }
       } else {
         // Workspace: o_part fp32 [splits][rows][H_Q][512] (normalised by this split's l),
         // lse_part / max_part fp32 [splits][rows][H_Q] in base 2 (-inf: no valid token).
@@ -914,13 +768,6 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
           p.max_part[ph] = l > 0.f ? m_run[mt][h] : neg_inf();
         }
       }
-    }
-  }
-  if constexpr (CLUSTER_COMBINE) {
-    if (partial) {
-      cluster_sync();  // every split's partial is in its shared memory
-      cluster_merge(p, s_base, row, head0, split, num_splits, tid);
-      cluster_sync_relaxed();  // no CTA leaves while a peer still reads its partial
     }
   }
 }

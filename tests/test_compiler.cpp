@@ -3,7 +3,6 @@
 
 #include <regex>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "compiler/nvrtc_compiler.hpp"
@@ -108,18 +107,6 @@ TEST_CASE("tight-register kernels compile without serialised wgmma, spills or st
     spec.family = Family::sparse_mla_decode;
     spec.h_q = h_q;
     spec.kv_dtype = KvDtype::fp8_e4m3;
-    specs.push_back(spec);
-  }
-  // The cluster combine's merge (16 peers' partials in flight a thread) in the mma.sync kernels:
-  // bf16 with 2 producer warps (16 and 32 heads per CTA), FP8 with 8 (128 registers a thread) and without.
-  for (const auto& [kv, heads, producers] : {std::tuple{KvDtype::bf16, 16, 2}, std::tuple{KvDtype::bf16, 32, 2},
-                                             std::tuple{KvDtype::fp8_e4m3, 16, 8}, std::tuple{KvDtype::fp8_e4m3, 32, 0}}) {
-    KernelSpec spec;
-    spec.family = Family::sparse_mla;
-    spec.h_q = 64;
-    spec.kv_dtype = kv;
-    spec.tile = {.threads = 256 + 32 * producers, .block_tokens = 64, .heads_per_cta = heads, .kernel = MlaKernel::mma_sync,
-                 .producer_warps = producers, .combine = MlaCombine::cluster};
     specs.push_back(spec);
   }
   for (const int threads : {256, 512, 1024})

@@ -847,45 +847,6 @@ TEST_CASE("sparse_mla gpu: split-KV partial results are combined for every split
   }
 }
 
-// The cluster combine (tile.combine cluster): a row and head group's splits run as one cluster and
-// merge through distributed shared memory in the split kernel, for every mma.sync producer layout
-// and head count it takes; 3 and 5 splits give uneven shares of the outputs, 16 the non-portable
-// cluster, 1 a launch without a cluster. Rows with mostly empty splits, no valid entry, a short topk_length; sinks (+inf, -inf,
-// finite); the same bits on a second launch.
-TEST_CASE("sparse_mla gpu: the cluster combine: 2..16 splits, bf16 and FP8, empty splits, topk_length, attn_sink") {
-  NSAJIT_REQUIRE_GPU();
-  struct Variant {
-    bool fp8;
-    int heads_per_cta, producer_warps, h_q;
-  };
-  const float inf = std::numeric_limits<float>::infinity();
-  for (const Variant v : {Variant{false, 16, 2, 64}, Variant{false, 32, 2, 32}, Variant{false, 8, 0, 8},
-                          Variant{true, 16, 8, 16}, Variant{true, 32, 0, 64}}) {
-    for (const int splits : {1, 2, 3, 5, 8, 16}) {  // 1: no cluster (the kernel reads a cluster of one)
-      Mode m{.fp8 = v.fp8, .page_size = v.fp8 ? 64 : 1, .splits = splits};
-      m.tile = {.heads_per_cta = v.heads_per_cta, .kernel = nsajit::MlaKernel::mma_sync,
-                .producer_warps = v.producer_warps, .combine = nsajit::MlaCombine::cluster};
-      Problem p = make_problem(4, v.h_q, 2048, 6000, std::uint32_t(1300 + 17 * splits + v.heads_per_cta + v.fp8));
-      set_range(p, 1, 0, 1500, -1);  // most splits of row 1 hold no valid entry
-      set_range(p, 2, 0, 2048, -1);  // row 2 holds none
-      p.topk_length = {2048, 2048, 2048, 700};  // row 3: the later splits have no tile
-      if (splits != 3) {
-        p.attn_sink.assign(std::size_t(v.h_q), std::log(2048.f) + 1.f);
-        p.attn_sink[0] = inf;
-        p.attn_sink[1] = -inf;
-        p.attn_sink[2] = std::log(2048.f) - 2.f;
-      }
-      finalize(p, m);
-      const std::string what = std::string(v.fp8 ? "fp8" : "bf16") + " heads_per_cta " + std::to_string(v.heads_per_cta) +
-                               " producer_warps " + std::to_string(v.producer_warps) + " h_q " + std::to_string(v.h_q);
-      const Result r = check(p, what, m);
-      check_empty_row(r, p, 2);
-      const Result again = launch(p, m);
-      CHECK_MESSAGE(same_bits(r, 0, again, 0, std::size_t(p.rows) * p.h_q), what, ": a second launch changed bits");
-    }
-  }
-}
-
 // The combine of split-KV is a programmatic dependent launch (sm_90+); inside a captured graph
 // that becomes a programmatic edge. SGLang runs decode in captured graphs.
 TEST_CASE("sparse_mla gpu: a split-KV call captured into a CUDA graph matches the eager call") {

@@ -353,16 +353,6 @@ TEST_CASE("tuning database: bucket lookups are pure and take the first bucket th
   // A forced split count (> 1) passes over the seesaw (no split-KV); 0 or 1 does not.
   CHECK(tuning::find_sparse_mla_entry(seesaw, 4096, 64, 1, 2048, KvDtype::bf16, false, 4) == &seesaw[1]);
   CHECK(tuning::find_sparse_mla_entry(seesaw, 4096, 64, 1, 2048, KvDtype::bf16, false, 1) == &seesaw[0]);
-  // A cluster-combine choice serves forced split counts up to 16 (one cluster a row and head group).
-  const std::vector<tuning::SparseMlaTuningEntry> cluster = {
-      {.bucket = {.h_q = 64, .rows = {1, 1}, .topk = {64, 4096}},
-       .choice = {.tile = {.heads_per_cta = 16, .kernel = MlaKernel::mma_sync, .combine = MlaCombine::cluster},
-                  .num_splits = 16}},
-      {.bucket = {.h_q = 64, .rows = {1, 1}, .topk = {64, 4096}}, .choice = {.num_splits = 32}},
-  };
-  CHECK(tuning::find_sparse_mla_entry(cluster, 1, 64, 1, 2048, KvDtype::bf16, false) == &cluster[0]);
-  CHECK(tuning::find_sparse_mla_entry(cluster, 1, 64, 1, 2048, KvDtype::bf16, false, 16) == &cluster[0]);
-  CHECK(tuning::find_sparse_mla_entry(cluster, 1, 64, 1, 2048, KvDtype::bf16, false, 32) == &cluster[1]);
   CHECK(tuning::max_tuned_splits(mla, 4, 64, 2048) == 16);  // any KV dtype or next_n
   CHECK(tuning::max_tuned_splits(mla, 6, 64, 2048) == 16);
   CHECK(tuning::max_tuned_splits(mla, 9, 64, 2048) == 2);
@@ -437,41 +427,6 @@ TEST_CASE("autotune dry run: the heuristics' choice first, distinct candidates, 
     bool no_split = false;
     for (const tools::Dropped& d : dropped) no_split = no_split || contains(d.why, "schedule seesaw has no split-KV");
     CHECK(no_split);
-  }
-
-  {  // the cluster combine: <= 16 splits (an automatic count above is clamped, a forced one dropped), never 1
-    nlohmann::json s = small_config();
-    s["sparse_mla"]["search"] = {{"kernel", {"mma_sync"}},
-                                 {"heads_per_cta", {16}},
-                                 {"combine", {"kernel", "cluster"}},
-                                 {"num_splits", {"auto", 1, 16, 32}}};
-    const tools::TuneConfig sc = tools::parse_tune_config(s.dump(), "t.json");
-    dropped.clear();
-    int clusters = 0;
-    for (const auto& m : tools::sparse_mla_candidates(sc.sparse_mla[0], KvDtype::bf16, Arch{90, 'a'}, 132, dropped))
-      if (m.spec.tile.combine == MlaCombine::cluster) {
-        ++clusters;
-        CHECK(m.splits >= 2);
-        CHECK(m.splits <= 16);
-      }
-    CHECK(clusters >= 1);
-    bool too_many = false;
-    for (const tools::Dropped& d : dropped) too_many = too_many || contains(d.why, "combine cluster takes <= 16 splits");
-    CHECK(too_many);
-  }
-  {  // a database choice names it; more than 16 splits with it is an error naming the field
-    tuning::SparseMlaChoice choice;
-    tuning::set_sparse_mla_choice_field(choice, "combine", "cluster", "c");
-    CHECK(choice.tile.combine == MlaCombine::cluster);
-    CHECK(tuning::sparse_mla_choice_json(choice)["combine"] == "cluster");
-    CHECK(!tuning::sparse_mla_choice_json({}).contains("combine"));
-    CHECK_THROWS_WITH_AS(tuning::set_sparse_mla_choice_field(choice, "combine", "tree", "c"),
-                         doctest::Contains("\"kernel\" or \"cluster\""), InvalidArgument);
-    const nlohmann::json entry = {{"bucket", {{"h_q", 64}, {"rows", {1, 1}}, {"topk", 2048}}},
-                                  {"choice", {{"kernel", "mma_sync"}, {"heads_per_cta", 16}, {"combine", "cluster"},
-                                              {"num_splits", 32}}}};
-    CHECK_THROWS_WITH_AS(tuning::parse_sparse_mla_entry(entry, "db.sparse_mla[0]", Arch{90, 'a'}),
-                         doctest::Contains("num_splits"), InvalidArgument);
   }
 
   const std::string listing = tools::dry_run_listing(c, Arch{90, 'a'}, 132);

@@ -333,17 +333,6 @@ std::vector<SparseMlaCandidate> sparse_mla_candidates(const SparseMlaTuneBucket&
       }
       cand.splits = 1;  // its automatic count, as the launch plan takes it
     }
-    if (cand.spec.tile.combine == MlaCombine::cluster) {  // a cluster of each row and head group's splits
-      if (cand.splits > sparse_mla::kMaxClusterSplits) {
-        if (c.num_splits > 0) {
-          const std::string why = fmt::format("combine cluster takes <= {} splits", sparse_mla::kMaxClusterSplits);
-          if (dropped_seen.insert(why).second) dropped.push_back({fmt::format("num_splits {}", c.num_splits), why});
-          return;
-        }
-        cand.splits = sparse_mla::kMaxClusterSplits;  // its automatic count, as the launch plan takes it
-      }
-      if (cand.splits <= 1) return;  // without a split it is the kernel combine's spec at one split
-    }
     const long long ctas = (long long)b.rows * (h_q / cand.spec.tile.heads_per_cta);
     if (cand.splits > 1 && ctas >= sm_count && c.num_splits > 0) {
       const std::string why = fmt::format("{} CTAs already fill the {} SMs: split counts > 1 not tried", ctas, sm_count);

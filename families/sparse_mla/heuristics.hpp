@@ -10,10 +10,6 @@
 namespace nsajit::sparse_mla {
 
 inline constexpr int kMaxSplits = 64;
-// Cluster combine (MlaCombine::cluster): a row and head group's splits form one cluster (<= 16
-// CTAs, the non-portable limit), and a CTA's partial O (fp32) takes its KV tiles' shared memory.
-inline constexpr int kMaxClusterSplits = 16;
-inline constexpr int kMaxClusterCombineHeads = 32;
 inline constexpr int kBlockTokens = 64;  // KV tokens per tile (the kernels' schedules assume it)
 // The seesaw schedule's per-call limits (validation in traits.cpp, the tuning lookup's
 // choice_serves): its KV tiles go in pairs, and its P is one bf16 rounding (never precise).

@@ -175,12 +175,6 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
       bad("num_splits", std::to_string(a.num_splits), "0 or 1 with tile.schedule seesaw (no split-KV)");
     plan.num_splits = 1;
   }
-  if (plan.spec.tile.combine == MlaCombine::cluster && plan.num_splits > sparse_mla::kMaxClusterSplits) {
-    if (a.num_splits > sparse_mla::kMaxClusterSplits)
-      bad("num_splits", std::to_string(a.num_splits),
-          "<= " + std::to_string(sparse_mla::kMaxClusterSplits) + " with tile.combine cluster (one cluster a row and head group)");
-    plan.num_splits = sparse_mla::kMaxClusterSplits;
-  }
   // next_n stays 1: rows are already flattened (b * next_n), so every MTP depth shares one kernel.
   plan.spec = spec_for_current_device(plan.spec);
   // The dispatcher's schedule, unless the database's choice named one: known once the tile is filled
@@ -220,7 +214,7 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
   p.sm_scale = a.sm_scale;
   p.rows = a.rows;
   const std::size_t heads = std::size_t(a.rows) * std::size_t(a.h_q);
-  if (splits > 1 && spec.tile.combine == MlaCombine::kernel) {
+  if (splits > 1) {
     char* ws = static_cast<char*>(a.workspace);
     p.o_part = reinterpret_cast<float*>(ws);
     p.lse_part = reinterpret_cast<float*>(ws + std::size_t(splits) * heads * kMlaDimV * 4);
@@ -229,7 +223,6 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
 
   LaunchGeometry g;
   const unsigned groups = unsigned(a.h_q / spec.tile.heads_per_cta);
-  const bool cluster_combine = spec.tile.combine == MlaCombine::cluster && splits > 1;
   if (spec.tile.kernel == MlaKernel::wgmma) {  // x = row * groups + group (a row's CTAs adjacent)
     g.grid_x = unsigned(a.rows) * groups;
     g.grid_y = 1;
@@ -238,27 +231,11 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
     g.grid_y = groups;
   }
   g.grid_z = unsigned(splits);
-  if (cluster_combine) {  // x = row * splits + split: a row and head group's splits are one cluster
-    g.grid_x = unsigned(a.rows) * unsigned(splits);
-    g.grid_z = 1;
-    g.cluster_x = unsigned(splits);
-  }
   g.block = unsigned(spec.tile.threads);
   g.dynamic_smem = traits(spec.family).max_dynamic_smem(spec);
-  // Also sets a cluster above 8 CTAs' opt-in, which the launch needs. A cluster the device cannot
-  // hold (fewer SMs a GPC, a MIG slice): a forced count is an error, any other takes the combine kernel.
-  if (cluster_combine && resident_ctas(k, g) == 0) {
-    if (a.num_splits > 1)
-      bad("num_splits", std::to_string(a.num_splits),
-          "a cluster this device can run (tile.combine cluster: one cluster of num_splits CTAs a row and head group)");
-    SparseMlaLaunchPlan fallback = plan;
-    fallback.spec.tile.combine = MlaCombine::kernel;
-    launch_sparse_mla(a, fallback, stream);
-    return;
-  }
   launch(k, g, &p, stream);
 
-  if (splits > 1 && !cluster_combine) {
+  if (splits > 1) {
     KernelSpec cspec;
     cspec.family = Family::sparse_mla_combine;
     cspec = spec_for_current_device(cspec);

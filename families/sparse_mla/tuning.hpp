@@ -38,8 +38,8 @@ struct SparseMlaTuningEntry {
 };
 
 // Fields a search space or a choice may name: kernel ("mma_sync", "wgmma"), producer_warps,
-// heads_per_cta, schedule ("single", "seesaw"; unnamed: the heuristics'), combine ("kernel", the
-// default, or "cluster": <= 16 splits), num_splits (integers; "auto" leaves the heuristics' value).
+// heads_per_cta, schedule ("single", "seesaw"; unnamed: the heuristics'), num_splits (integers;
+// "auto" leaves the heuristics' value).
 const std::vector<std::string>& sparse_mla_choice_fields();
 void set_sparse_mla_choice_field(SparseMlaChoice& c, const std::string& field, const nlohmann::json& value,
                                  const std::string& where);
@@ -58,7 +58,7 @@ KernelSpec sparse_mla_spec_of(const SparseMlaChoice& c, int h_q, int topk, KvDty
 // Whether a choice's kernel takes a call of this topk, precision and forced split count (the call's
 // num_splits with a workspace, else 0): the per-call limits of validation
 // (families/sparse_mla/traits.cpp) and of the plan that a bucket's ranges do not fix (the seesaw
-// schedule: topk a multiple of 128, not precise, no split-KV; the cluster combine: <= 16 splits). Pure.
+// schedule: topk a multiple of 128, not precise, no split-KV). Pure.
 bool choice_serves(const SparseMlaChoice& c, int topk, bool precise, int forced_splits = 0);
 // The first entry whose bucket holds the shape and whose choice serves the call (choice_serves), or
 // nullptr: a call its bucket's kernel cannot take runs the heuristics' kernel. Pure.
