@@ -1,0 +1,108 @@
+// fill_probe.cu: decode b1's first tiles. How long do N CTAs (one an SM) take to bulk-copy R random
+// 1152-byte KV rows each into shared memory after an L2 flush, when groups of S CTAs copy the same
+// rows (the head groups of one split: S = 4 at h_q 64, 8 at 128, with 16 heads a CTA) or every CTA
+// its own (S = 1)? If the time grows with S at equal R, the L2's reads of the repeated rows bound
+// the fill and one load a group (multicast) would pay; if it does not, the chain is latency
+// (docs/notes/sparse_mla.md, "Twenty-fifth session").
+// Build and run on the GPU machine:
+//   nvcc -gencode arch=compute_90a,code=sm_90a -O2 -o /tmp/fill_probe scripts/fill_probe.cu
+//   /tmp/fill_probe
+// Each CTA: thread 0 stamps %globaltimer, 64 threads load their rows' indices (cold, as the
+// kernels' first index entries) and issue one cp.async.bulk of 1152 bytes a row into rows padded
+// to 1168 bytes, completing on one mbarrier; thread 0 stamps again once it has completed. Printed
+// per (N, S, R): medians over 25 launches of the slowest CTA's and of the median CTA's time, in us.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+constexpr int kRowBytes = 1152, kPadRow = 1168, kMaxRows = 128, kThreads = 64;
+constexpr long long kSlots = 262144;
+
+#define CHECK(x)                                                                            \
+  do {                                                                                      \
+    cudaError_t e = (x);                                                                    \
+    if (e != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+      return 1;                                                                             \
+    }                                                                                       \
+  } while (0)
+
+__device__ __forceinline__ unsigned long long now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// indices: [N / S groups][R]; out: [N] nanoseconds from the CTA's start to its rows' arrival.
+__global__ void __launch_bounds__(kThreads, 1) fill(const unsigned char* pool, const int* indices, int rows, int share,
+                                                    unsigned long long* out) {
+  extern __shared__ __align__(128) unsigned char buf[];
+  __shared__ __align__(8) unsigned long long bar;
+  const unsigned long long t0 = now();
+  const uint32_t b = uint32_t(__cvta_generic_to_shared(&bar));
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(b), "r"(unsigned(rows)));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  const int* idx = indices + (long long)(blockIdx.x / share) * rows;
+  for (int r = threadIdx.x; r < rows; r += kThreads) {
+    const long long slot = idx[r];
+    const uint32_t dst = uint32_t(__cvta_generic_to_shared(buf + r * kPadRow));
+    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(b), "r"(unsigned(kRowBytes)) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(pool + slot * kRowBytes), "r"(unsigned(kRowBytes)), "r"(b)
+                 : "memory");
+  }
+  if (threadIdx.x == 0) {
+    uint32_t done = 0;
+    while (!done)
+      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                   : "=r"(done) : "r"(b) : "memory");
+    out[blockIdx.x] = now() - t0;
+  }
+}
+
+int main() {
+  unsigned char* pool = nullptr;
+  unsigned char* flush = nullptr;
+  int* indices = nullptr;
+  unsigned long long* out = nullptr;
+  const size_t flush_bytes = size_t(256) << 20;
+  CHECK(cudaMalloc(&pool, size_t(kSlots) * kRowBytes));
+  CHECK(cudaMemset(pool, 1, size_t(kSlots) * kRowBytes));
+  CHECK(cudaMalloc(&flush, flush_bytes));
+  CHECK(cudaMalloc(&indices, sizeof(int) * 132 * kMaxRows));
+  CHECK(cudaMalloc(&out, sizeof(unsigned long long) * 132));
+  CHECK(cudaFuncSetAttribute(fill, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxRows * kPadRow));
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> slot(0, int(kSlots) - 1);
+  std::printf("%5s %3s %4s %12s %12s\n", "ctas", "S", "rows", "slowest us", "median us");
+  for (const int rows : {64, 128})
+    for (const int ctas : {32, 64, 128})
+      for (const int share : {1, 4, 8}) {
+        std::vector<double> slowest, median;
+        for (int launch = 0; launch < 27; ++launch) {
+          std::vector<int> h(static_cast<size_t>(ctas / share) * rows);
+          for (int& v : h) v = slot(rng);
+          CHECK(cudaMemcpy(indices, h.data(), h.size() * sizeof(int), cudaMemcpyHostToDevice));
+          CHECK(cudaMemset(flush, launch, flush_bytes));  // evicts the pool's and the indices' lines
+          fill<<<ctas, kThreads, rows * kPadRow>>>(pool, indices, rows, share, out);
+          CHECK(cudaGetLastError());
+          std::vector<unsigned long long> t(static_cast<size_t>(ctas));
+          CHECK(cudaMemcpy(t.data(), out, t.size() * sizeof(t[0]), cudaMemcpyDeviceToHost));
+          if (launch < 2) continue;  // warm-up: code and TLB set-up
+          std::sort(t.begin(), t.end());
+          slowest.push_back(t.back() / 1e3);
+          median.push_back(t[t.size() / 2] / 1e3);
+        }
+        std::sort(slowest.begin(), slowest.end());
+        std::sort(median.begin(), median.end());
+        std::printf("%5d %3d %4d %12.2f %12.2f\n", ctas, share, rows, slowest[slowest.size() / 2], median[median.size() / 2]);
+      }
+  return 0;
+}
