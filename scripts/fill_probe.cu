@@ -11,6 +11,8 @@
 // kernels' first index entries) and issue one cp.async.bulk of 1152 bytes a row into rows padded
 // to 1168 bytes, completing on one mbarrier; thread 0 stamps again once it has completed. Printed
 // per (N, S, R): medians over 25 launches of the slowest CTA's and of the median CTA's time, in us.
+// The second table fills the same rows with 16-byte cp.async from 128 threads (indices staged in
+// shared memory first): is the bulk copy, one a row, what limits one SM's fill rate?
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -67,6 +69,29 @@ __global__ void __launch_bounds__(kThreads, 1) fill(const unsigned char* pool, c
   }
 }
 
+// The same fill as 16-byte cp.async.cg from kCpThreads threads: the row indices go to shared
+// memory first (one barrier), then thread t copies chunks t, t + kCpThreads, ... of the R x 72.
+constexpr int kCpThreads = 128, kChunks = kRowBytes / 16;
+__global__ void __launch_bounds__(kCpThreads, 1) fill_cp(const unsigned char* pool, const int* indices, int rows,
+                                                        int share, unsigned long long* out) {
+  extern __shared__ __align__(128) unsigned char buf[];
+  __shared__ int slot_of[kMaxRows];
+  const unsigned long long t0 = now();
+  const int* idx = indices + (long long)(blockIdx.x / share) * rows;
+  for (int r = threadIdx.x; r < rows; r += kCpThreads) slot_of[r] = idx[r];
+  __syncthreads();
+  for (int i = threadIdx.x; i < rows * kChunks; i += kCpThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const uint32_t dst = uint32_t(__cvta_generic_to_shared(buf + r * kPadRow + c * 16));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst),
+                 "l"(pool + (long long)slot_of[r] * kRowBytes + c * 16)
+                 : "memory");
+  }
+  asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+  __syncthreads();
+  if (threadIdx.x == 0) out[blockIdx.x] = now() - t0;
+}
+
 int main() {
   unsigned char* pool = nullptr;
   unsigned char* flush = nullptr;
@@ -81,28 +106,33 @@ int main() {
   CHECK(cudaFuncSetAttribute(fill, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxRows * kPadRow));
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> slot(0, int(kSlots) - 1);
-  std::printf("%5s %3s %4s %12s %12s\n", "ctas", "S", "rows", "slowest us", "median us");
-  for (const int rows : {64, 128})
-    for (const int ctas : {32, 64, 128})
-      for (const int share : {1, 4, 8}) {
-        std::vector<double> slowest, median;
-        for (int launch = 0; launch < 27; ++launch) {
-          std::vector<int> h(static_cast<size_t>(ctas / share) * rows);
-          for (int& v : h) v = slot(rng);
-          CHECK(cudaMemcpy(indices, h.data(), h.size() * sizeof(int), cudaMemcpyHostToDevice));
-          CHECK(cudaMemset(flush, launch, flush_bytes));  // evicts the pool's and the indices' lines
-          fill<<<ctas, kThreads, rows * kPadRow>>>(pool, indices, rows, share, out);
-          CHECK(cudaGetLastError());
-          std::vector<unsigned long long> t(static_cast<size_t>(ctas));
-          CHECK(cudaMemcpy(t.data(), out, t.size() * sizeof(t[0]), cudaMemcpyDeviceToHost));
-          if (launch < 2) continue;  // warm-up: code and TLB set-up
-          std::sort(t.begin(), t.end());
-          slowest.push_back(t.back() / 1e3);
-          median.push_back(t[t.size() / 2] / 1e3);
+  CHECK(cudaFuncSetAttribute(fill_cp, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxRows * kPadRow));
+  for (const int mode : {0, 1}) {
+    std::printf("%s\n%5s %3s %4s %12s %12s\n", mode == 0 ? "bulk, one copy a row, 64 threads" : "cp.async 16 B, 128 threads",
+                "ctas", "S", "rows", "slowest us", "median us");
+    for (const int rows : {64, 128})
+      for (const int ctas : {32, 64, 128})
+        for (const int share : {1, 4, 8}) {
+          std::vector<double> slowest, median;
+          for (int launch = 0; launch < 27; ++launch) {
+            std::vector<int> h(static_cast<size_t>(ctas / share) * rows);
+            for (int& v : h) v = slot(rng);
+            CHECK(cudaMemcpy(indices, h.data(), h.size() * sizeof(int), cudaMemcpyHostToDevice));
+            CHECK(cudaMemset(flush, launch, flush_bytes));  // evicts the pool's and the indices' lines
+            if (mode == 0) fill<<<ctas, kThreads, rows * kPadRow>>>(pool, indices, rows, share, out);
+            else fill_cp<<<ctas, kCpThreads, rows * kPadRow>>>(pool, indices, rows, share, out);
+            CHECK(cudaGetLastError());
+            std::vector<unsigned long long> t(static_cast<size_t>(ctas));
+            CHECK(cudaMemcpy(t.data(), out, t.size() * sizeof(t[0]), cudaMemcpyDeviceToHost));
+            if (launch < 2) continue;  // warm-up: code and TLB set-up
+            std::sort(t.begin(), t.end());
+            slowest.push_back(t.back() / 1e3);
+            median.push_back(t[t.size() / 2] / 1e3);
+          }
+          std::sort(slowest.begin(), slowest.end());
+          std::sort(median.begin(), median.end());
+          std::printf("%5d %3d %4d %12.2f %12.2f\n", ctas, share, rows, slowest[slowest.size() / 2], median[median.size() / 2]);
         }
-        std::sort(slowest.begin(), slowest.end());
-        std::sort(median.begin(), median.end());
-        std::printf("%5d %3d %4d %12.2f %12.2f\n", ctas, share, rows, slowest[slowest.size() / 2], median[median.size() / 2]);
-      }
+  }
   return 0;
 }
