@@ -1000,6 +1000,8 @@ TEST_CASE("sparse_mla args: bad arguments throw InvalidArgument naming the argum
       {"argument topk = 0", [](auto& a) { a.topk = 0; }},
       {"argument topk = 16448", [](auto& a) { a.topk = 16448; }},
       {"argument rows = -1", [](auto& a) { a.rows = -1; }},
+      {"argument rows = 268435456: expected <= 268435455 for h_q 128", [](auto& a) { a.rows = 268435456; a.h_q = 128; }},
+      {"argument rows = 536870912: expected <= 536870911 for h_q 64", [](auto& a) { a.rows = 536870912; a.h_q = 64; }},
       {"argument sm_scale = 0", [](auto& a) { a.sm_scale = 0.f; }},
       {"argument sm_scale = -0.5", [](auto& a) { a.sm_scale = -0.5f; }},
       {"argument sm_scale = nan", [](auto& a) { a.sm_scale = std::numeric_limits<float>::quiet_NaN(); }},
@@ -1089,6 +1091,8 @@ TEST_CASE("sparse_mla args: prefill takes next_n 1 only; the sizing queries refu
   using nsajit::sparse_mla_num_splits, nsajit::sparse_mla_workspace_bytes;
   CHECK(sizing_error([] { sparse_mla_num_splits(1, 12, 2048, 4); }).find("argument h_q = 12") != std::string::npos);
   CHECK(sizing_error([] { sparse_mla_num_splits(-1, 16, 2048, 4); }).find("argument rows = -1") != std::string::npos);
+  CHECK(sizing_error([] { sparse_mla_workspace_bytes(268435456, 128, 2048, 2); }).find("argument rows = 268435456") !=
+        std::string::npos);
   CHECK(sizing_error([] { sparse_mla_workspace_bytes(1, 16, 2048, 65); }).find("argument num_splits = 65") !=
         std::string::npos);
   CHECK(sizing_error([] { sparse_mla_workspace_bytes(1, 16, 100, 2); }).find("argument topk = 100") !=

@@ -49,13 +49,22 @@ bool pdl_allowed_by_environment() {
   return allowed;
 }
 
+// rows and h_q as every entry point takes them. The wgmma kernels' grid x is rows * (h_q /
+// heads_per_cta), CUDA allows 2^31 - 1, and a tile (a tuned one too) may hold as few as 16 heads.
+void check_rows_and_heads(const char* fn, int rows, int h_q) {
+  if (rows < 0) detail::throw_bad_argument(fn, "rows", std::to_string(rows), ">= 0");
+  if (h_q != 8 && h_q != 16 && h_q != 32 && h_q != 64 && h_q != 128)
+    detail::throw_bad_argument(fn, "h_q", std::to_string(h_q), "one of 8, 16, 32, 64, 128");
+  const std::int64_t ctas_per_row = std::max(1, h_q / 16);
+  if (std::int64_t(rows) * ctas_per_row > 2147483647)
+    detail::throw_bad_argument(fn, "rows", std::to_string(rows),
+                               "<= " + std::to_string(2147483647 / ctas_per_row) + " for h_q " + std::to_string(h_q) +
+                                   " (the grid holds 2^31 - 1 CTAs of 16 heads)");
+}
+
 // Everything is checked here, before any driver call, so a bad call never compiles or launches.
 void check_args(const SparseMlaDecodeArgs& a) {
-  if (a.rows < 0) bad("rows", std::to_string(a.rows), ">= 0");
-  // The wgmma kernel's grid x is rows * (h_q / 64) (CUDA allows 2^31 - 1).
-  if (a.h_q == 128 && a.rows > 1073741823) bad("rows", std::to_string(a.rows), "<= 2^30 - 1 for h_q 128");
-  if (a.h_q != 8 && a.h_q != 16 && a.h_q != 32 && a.h_q != 64 && a.h_q != 128)
-    bad("h_q", std::to_string(a.h_q), "one of 8, 16, 32, 64, 128");
+  check_rows_and_heads(kFn, a.rows, a.h_q);
   detail::require_topk(kFn, a.topk, 16384);
   if (!std::isfinite(a.sm_scale) || !(a.sm_scale > 0.f)) {
     std::ostringstream v;
@@ -115,9 +124,7 @@ void check_args(const SparseMlaDecodeArgs& a) {
 namespace {
 // The sizing queries take what a launch takes (check_args' rules for these four values).
 void check_sizing(const char* fn, int rows, int h_q, int topk, int num_splits) {
-  if (rows < 0) detail::throw_bad_argument(fn, "rows", std::to_string(rows), ">= 0");
-  if (h_q != 8 && h_q != 16 && h_q != 32 && h_q != 64 && h_q != 128)
-    detail::throw_bad_argument(fn, "h_q", std::to_string(h_q), "one of 8, 16, 32, 64, 128");
+  check_rows_and_heads(fn, rows, h_q);
   detail::require_topk(fn, topk, 16384);
   if (num_splits < 0 || num_splits > kMaxSplits)
     detail::throw_bad_argument(fn, "num_splits", std::to_string(num_splits), "0 (automatic) .. 64");
@@ -192,6 +199,15 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
   const KernelSpec& spec = plan.spec;
   const int splits = plan.num_splits;
   const LoadedKernel& k = kernel(spec);
+  // Both kernels are had before either launches: a combine that cannot be (strict mode, a graph
+  // capture, a compile error) must not leave a split kernel queued with nothing to merge it.
+  KernelSpec cspec;
+  const LoadedKernel* ck = nullptr;
+  if (splits > 1) {
+    cspec.family = Family::sparse_mla_combine;
+    cspec = spec_for_current_device(cspec);
+    ck = &kernel(cspec);
+  }
 
   SparseMlaDecodeParams p{};
   p.q = static_cast<const unsigned short*>(a.q);
@@ -236,10 +252,6 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
   launch(k, g, &p, stream);
 
   if (splits > 1) {
-    KernelSpec cspec;
-    cspec.family = Family::sparse_mla_combine;
-    cspec = spec_for_current_device(cspec);
-    const LoadedKernel& ck = kernel(cspec);
     SparseMlaCombineParams c{};
     c.o_part = p.o_part;
     c.lse_part = p.lse_part;
@@ -260,7 +272,7 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
     // first thing, griddepcontrol.launch_dependents), so its launch overlaps the split kernel.
     // (templates/sparse_mla_combine.cuh waits under the same condition: __CUDA_ARCH__ >= 900.)
     cg.programmatic = cspec.arch.sm >= 90 && plan.programmatic_combine;
-    launch(ck, cg, &c, stream);
+    launch(*ck, cg, &c, stream);
   }
 }
 

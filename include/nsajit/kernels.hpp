@@ -153,7 +153,8 @@ struct SparseMlaDecodeArgs {
   void* out = nullptr;                // bf16 [rows, h_q, 512]
   float* lse = nullptr;               // fp32 [rows, h_q]
   float* max_logits = nullptr;        // optional fp32 [rows, h_q]
-  int rows = 0;                       // query rows (b * next_n for decode, s_q for prefill)
+  int rows = 0;                       // query rows (b * next_n for decode, s_q for prefill);
+                                      // rows * max(1, h_q / 16) <= 2^31 - 1 (the grid's CTAs)
   int next_n = 1;                     // decode MTP tokens per request, 1..8; rows must be a multiple
   int h_q = 16;                       // 8, 16, 32, 64, 128
   int topk = 2048;                    // multiple of 64, <= 16384
@@ -188,7 +189,7 @@ void sparse_mla_prefill(const SparseMlaDecodeArgs& args, CUstream stream = nullp
 // device (1 when rows x h_q / 64 CTAs already fill it), or the tuning database's when larger
 // (the largest it chooses for (rows, h_q, topk) over KV dtypes: a bound for sizing the
 // workspace). At most 64 and at most the row's tiles. InvalidArgument for sizes a launch would
-// refuse (rows < 0, h_q, topk, num_splits outside 0..64).
+// refuse (rows < 0 or above the grid's bound, h_q, topk, num_splits outside 0..64).
 int sparse_mla_num_splits(int rows, int h_q, int topk, int num_splits = 0);
 // Workspace bytes the split-KV launch needs (0 when it does not split):
 // splits * rows * h_q * (512 + 2) * 4.

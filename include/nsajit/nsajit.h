@@ -185,7 +185,7 @@ typedef struct nsajit_sparse_mla_args {
   void* out;                      /* bf16 [rows, h_q, 512], 16-byte aligned */
   float* lse;                     /* fp32 [rows, h_q] */
   float* max_logits;              /* optional fp32 [rows, h_q] */
-  int32_t rows;                   /* b * next_n (decode) or s_q (prefill) */
+  int32_t rows;                   /* b * next_n (decode) or s_q (prefill); rows * max(1, h_q / 16) <= 2^31 - 1 */
   int32_t next_n;                 /* 1..8; default 1 */
   int32_t h_q;                    /* 8, 16, 32, 64, 128; default 16 */
   int32_t topk;                   /* multiple of 64 in [64, 16384]; default 2048 */
