@@ -111,12 +111,22 @@ pid_t temp_file_pid(const std::string& name) {
 // RAII flock on "<entry>.lock": one process compiles a key while the others wait, then hit. A
 // waiter says after 5 s which entry it waits for and gives up after NSAJIT_CACHE_LOCK_TIMEOUT
 // seconds (a holder may be stopped or stuck; compiling again is correct, only slower).
+// `before_wait` runs only when the lock is held elsewhere, before waiting; it may throw (a caller
+// capturing a CUDA graph must not stall on another process's compile).
 class EntryLock {
  public:
-  explicit EntryLock(const std::string& path) {
+  EntryLock(const std::string& path, const std::function<void()>& before_wait) {
     fd_ = open_entry_lock_file(path + ".lock");
     if (fd_ < 0) return;  // read-only directory: no lock, duplicate compiles are still correct
     if (try_lock()) return;
+    if (before_wait) {
+      try {
+        before_wait();
+      } catch (...) {
+        ::close(fd_);
+        throw;
+      }
+    }
     const std::int64_t timeout_s = env::read(env::kCacheLockTimeout);
     const auto start = std::chrono::steady_clock::now();
     auto pause = std::chrono::milliseconds(5);
@@ -149,6 +159,7 @@ class EntryLock {
   EntryLock& operator=(const EntryLock&) = delete;
 
   bool timed_out() const { return timed_out_; }
+  bool held() const { return fd_ >= 0; }
 
  private:
   bool try_lock() {
@@ -195,7 +206,8 @@ CacheKey make_cache_key(const CacheKeyFields& f) {
 
 std::string default_cache_dir() {
   if (std::string d = env::read_path("NSAJIT_CACHE_DIR"); !d.empty()) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/nsajit";
+  // The XDG base directory rules: a relative XDG_CACHE_HOME is invalid and ignored.
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return std::string(x) + "/nsajit";
   if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/nsajit";
   return fmt::format("/tmp/nsajit-cache-{}", ::getuid());  // no HOME: a per-user folder
 }
@@ -317,12 +329,13 @@ bool CubinCache::usable(bool create, int* create_errno) const {
   return ::stat(dir_.c_str(), &st) == 0;
 }
 
-std::optional<std::vector<char>> CubinCache::load(const std::string& name, const CacheKey& key) const {
-  return load_entry(name, key, false);
+std::optional<std::vector<char>> CubinCache::load(const std::string& name, const CacheKey& key,
+                                                  const std::function<void()>& before_wait) const {
+  return load_entry(name, key, false, before_wait);
 }
 
-std::optional<std::vector<char>> CubinCache::load_entry(const std::string& name, const CacheKey& key,
-                                                        bool lock_held) const {
+std::optional<std::vector<char>> CubinCache::load_entry(const std::string& name, const CacheKey& key, bool lock_held,
+                                                        const std::function<void()>& before_wait) const {
   if (!usable(false)) return std::nullopt;
   const std::string path = entry_path(name, key);
   CacheEntry entry = read_cache_entry(path, &key.record);
@@ -332,8 +345,12 @@ std::optional<std::vector<char>> CubinCache::load_entry(const std::string& name,
     // Under the entry's lock, and only if the name still holds the file we read: a process that
     // holds the lock may have published a good entry in its place meanwhile.
     std::optional<EntryLock> lock;
-    if (!lock_held) lock.emplace(path);
-    if (!lock || !lock->timed_out()) remove_cache_entry_if_unchanged(path, entry);
+    if (!lock_held) lock.emplace(path, before_wait);
+    errno = 0;
+    if ((!lock || !lock->timed_out()) && !remove_cache_entry_if_unchanged(path, entry) &&
+        (errno == EACCES || errno == EPERM || errno == EROFS))
+      warn(fmt::format("cannot remove the corrupt cache entry {} ({}): it stays, and its kernel is compiled in memory",
+                       path, std::strerror(errno)));
   }
   return std::nullopt;
 }
@@ -405,7 +422,8 @@ bool CubinCache::store(const std::string& name, const CacheKey& key, const std::
 }
 
 CacheLookup CubinCache::get_or_build(const std::string& name, const CacheKey& key,
-                                     const std::function<std::vector<char>()>& build) const {
+                                     const std::function<std::vector<char>()>& build,
+                                     const std::function<void()>& before_wait) const {
   CacheLookup result;
   auto build_and_store = [&] {
     result.cubin = build();
@@ -413,14 +431,14 @@ CacheLookup CubinCache::get_or_build(const std::string& name, const CacheKey& ke
     return result;
   };
   if (!usable(true)) return build_and_store();  // untrusted (warned) or not creatable: memory only
-  if (auto cubin = load(name, key)) {
+  if (auto cubin = load(name, key, before_wait)) {
     result.cubin = std::move(*cubin);
     result.hit = true;
     return result;
   }
-  EntryLock lock(entry_path(name, key));
-  if (!lock.timed_out()) {
-    if (auto cubin = load_entry(name, key, true)) {  // another process built it while we waited
+  EntryLock lock(entry_path(name, key), before_wait);
+  if (lock.held()) {  // without the lock (read-only directory, timeout) no one is known to have built it
+    if (auto cubin = load_entry(name, key, true, {})) {  // another process built it while we waited
       result.cubin = std::move(*cubin);
       result.hit = true;
       return result;

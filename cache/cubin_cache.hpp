@@ -110,20 +110,25 @@ class CubinCache {
   bool trusted() const { return !untrusted_.load(); }
 
   // Reads and verifies an entry. A missing entry gives nullopt; a corrupt one is reported,
-  // removed, and gives nullopt.
-  std::optional<std::vector<char>> load(const std::string& name, const CacheKey& key) const;
+  // removed (under the entry's lock), and gives nullopt. `before_wait`, when set, runs before
+  // waiting for a lock another process holds, and may throw to refuse the wait.
+  std::optional<std::vector<char>> load(const std::string& name, const CacheKey& key,
+                                        const std::function<void()>& before_wait = {}) const;
 
   // Publishes an entry atomically. Returns false (after a warning) if it could not be written, or
   // if the cubin is larger than kMaxCubinBytes (a reader would take the entry for a corrupt one).
   bool store(const std::string& name, const CacheKey& key, const std::vector<char>& cubin) const;
 
-  // Load, else (under the entry's lock, re-checking first) build and store.
+  // Load, else (under the entry's lock, re-checking first) build and store. `before_wait` as for
+  // load(): it runs before any wait for another process's lock (not when the lock is free).
   CacheLookup get_or_build(const std::string& name, const CacheKey& key,
-                           const std::function<std::vector<char>()>& build) const;
+                           const std::function<std::vector<char>()>& build,
+                           const std::function<void()>& before_wait = {}) const;
 
  private:
   // load(); lock_held: the caller holds the entry's lock (flock would block on a second one).
-  std::optional<std::vector<char>> load_entry(const std::string& name, const CacheKey& key, bool lock_held) const;
+  std::optional<std::vector<char>> load_entry(const std::string& name, const CacheKey& key, bool lock_held,
+                                              const std::function<void()>& before_wait) const;
   // Checks the directory (creating it 0700 when `create`; why that failed in *create_errno); false
   // when it is missing or untrusted.
   bool usable(bool create, int* create_errno = nullptr) const;

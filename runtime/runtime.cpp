@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -68,8 +69,15 @@ State& state() {
   return s;
 }
 
-// Why strict mode stopped, and the command that fills the cache with this kernel.
+// Why strict mode stopped, and the command that fills the cache with this kernel (or, for a
+// directory the cache does not trust, why it was not read).
 std::string not_precompiled_message(const std::string& name, const std::string& dir) {
+  if (const std::string why = cache_dir_distrust_reason(dir); !why.empty())
+    return fmt::format("kernel {} cannot be taken from the cache {}: nsajit does not use that path ({}), and strict "
+                       "mode (NSAJIT_NO_JIT=1 or nsajit::set_strict_mode) forbids compiling it at run time; fix the "
+                       "path's owner or mode, or point NSAJIT_CACHE_DIR at a directory of this user's and precompile "
+                       "there",
+                       name, dir, why);
   return fmt::format("kernel {} is not in the cache {} and strict mode (NSAJIT_NO_JIT=1 or "
                      "nsajit::set_strict_mode) forbids compiling it at run time; produce it with "
                      "`NSAJIT_CACHE_DIR={} nsajit precompile --spec {}` (or precompile the whole fleet: "
@@ -93,19 +101,24 @@ Cubin obtain_cubin(const KernelSpec& spec, CubinSource* source_out = nullptr) {
                                          .source = text});
     double compile_ms = 0;
     CacheLookup found;
+    // A capturing caller must not wait on another process's entry lock either (held while it compiles).
+    const std::function<void()> before_lock_wait = [&] { refuse_compile_while_capturing(spec); };
     if (strict_mode()) {
-      std::optional<std::vector<char>> cached = s.cache.load(name, key);
+      std::optional<std::vector<char>> cached = s.cache.load(name, key, before_lock_wait);
       if (!cached) throw KernelNotPrecompiled(not_precompiled_message(name, s.cache.dir()));
       found.cubin = std::move(*cached);
       found.hit = true;
       note_cache_entry_used(s.cache.entry_path(name, key));
     } else {
-      found = s.cache.get_or_build(name, key, [&] {
-        refuse_compile_while_capturing(spec);
-        CompileResult r = compile_cubin(name, text, options);
-        compile_ms = r.compile_ms;
-        return std::move(r.cubin);
-      });
+      found = s.cache.get_or_build(
+          name, key,
+          [&] {
+            refuse_compile_while_capturing(spec);
+            CompileResult r = compile_cubin(name, text, options);
+            compile_ms = r.compile_ms;
+            return std::move(r.cubin);
+          },
+          before_lock_wait);
       if (found.hit) note_cache_entry_used(s.cache.entry_path(name, key));
       if (found.stored && s.max_cache_bytes > 0)
         enforce_cache_size_bound(s.cache.dir(), s.max_cache_bytes, s.cache.entry_path(name, key));

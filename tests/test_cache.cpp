@@ -1,5 +1,6 @@
 // test_cache.cpp — cache keys, hit/miss, corrupt and truncated entries, concurrent processes,
-// untrusted directories, huge and non-regular entries, stuck lock holders, stale temporary files.
+// untrusted directories, huge and non-regular entries, stuck lock holders, callers that refuse to
+// wait, stale temporary files.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -15,6 +16,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -490,6 +493,52 @@ TEST_CASE("a lock holder that never releases: a notice after 5 s, then the kerne
   CHECK(o.lookup.cubin == tiny_cubin());
 }
 
+TEST_CASE("a caller that refuses to wait (a graph capture) is told at once when another process holds the lock") {
+  const Fixture f("refuse");
+  struct Refused {};
+  int asked = 0;
+  const std::function<void()> refuse = [&] {
+    ++asked;
+    throw Refused{};
+  };
+  // The lock free: a miss builds without asking; a hit asks nothing either.
+  int builds = 0;
+  CHECK_FALSE(f.cache.get_or_build(kName, f.key, [&] { ++builds; return tiny_cubin(); }, refuse).hit);
+  CHECK(f.cache.get_or_build(kName, f.key, [&] { ++builds; return tiny_cubin(); }, refuse).hit);
+  CHECK(builds == 1);
+  CHECK(asked == 0);
+
+  const int holder = ::open((f.path + ".lock").c_str(), O_RDWR | O_CREAT, 0600);
+  REQUIRE(holder >= 0);
+  REQUIRE(::flock(holder, LOCK_EX) == 0);
+  test::Watchdog watchdog("a refusing caller facing a held entry lock", 30);
+  // A corrupt entry is removed under the lock: with the lock held elsewhere the caller is asked
+  // first, and its refusal leaves the entry for a later call.
+  std::ofstream(f.path, std::ios::trunc) << "not a cache entry";
+  const std::string messages = test::capture_stderr([&] { CHECK_THROWS_AS(f.cache.load(kName, f.key, refuse), Refused); });
+  CHECK(test::count_of(messages, "is corrupt") == 1);
+  CHECK(asked == 1);
+  CHECK(fs::exists(f.path));
+  // A miss would wait for the holder's build: refused before waiting, nothing built.
+  fs::remove(f.path);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(f.cache.get_or_build(kName, f.key, [&] { ++builds; return tiny_cubin(); }, refuse), Refused);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 5);
+  CHECK(asked == 2);
+  CHECK(builds == 1);
+  // A caller that accepts the wait is not held up by the hook: it returns, then waits as before.
+  int waited = 0;
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ::close(holder);
+  });
+  const CacheLookup after = f.cache.get_or_build(kName, f.key, [&] { ++builds; return tiny_cubin(); }, [&] { ++waited; });
+  release.join();
+  CHECK(waited == 1);
+  CHECK(builds == 2);
+  CHECK(after.cubin == tiny_cubin());
+}
+
 TEST_CASE("temporary files of dead writers older than an hour are swept when the directory is next written") {
   const test::TempDir dir("stale");
   const CacheKey key = make_cache_key(tiny_fields());
@@ -517,4 +566,27 @@ TEST_CASE("temporary files of dead writers older than an hour are swept when the
   CHECK(fs::exists(fresh));
   CHECK(fs::exists(alive));
   CHECK(fs::exists(other));
+}
+
+TEST_CASE("the default cache directory takes XDG_CACHE_HOME only when it is absolute (the XDG rules)") {
+  struct SavedEnv {
+    const char* name;
+    std::optional<std::string> value;
+    explicit SavedEnv(const char* n) : name(n) {
+      if (const char* v = std::getenv(n)) value = v;
+    }
+    ~SavedEnv() {
+      if (value) ::setenv(name, value->c_str(), 1);
+      else ::unsetenv(name);
+    }
+  };
+  const SavedEnv cache_dir("NSAJIT_CACHE_DIR"), xdg("XDG_CACHE_HOME"), home("HOME");
+  ::unsetenv("NSAJIT_CACHE_DIR");
+  ::setenv("HOME", "/home/someone", 1);
+  ::setenv("XDG_CACHE_HOME", "/var/cache/someone", 1);
+  CHECK(default_cache_dir() == "/var/cache/someone/nsajit");
+  ::setenv("XDG_CACHE_HOME", "relative/cache", 1);
+  CHECK(default_cache_dir() == "/home/someone/.cache/nsajit");
+  ::setenv("NSAJIT_CACHE_DIR", "/opt/cubins", 1);
+  CHECK(default_cache_dir() == "/opt/cubins");
 }
