@@ -7,6 +7,7 @@
 #include <functional>
 #include <initializer_list>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <vector>
@@ -111,12 +112,14 @@ Arch parse_arch_part(const std::string& text, std::string_view v) {
 KernelSpec parse_canonical(const std::string& text, bool& names_arch) {
   KernelSpec s;
   bool has_family = false;
+  std::set<std::string> seen;  // a field given twice is refused, not overwritten by its last value
   std::istringstream in(text);
   for (std::string field; in >> field;) {
     const std::size_t eq = field.find('=');
     if (eq == std::string::npos) bad(text, field, "key=value");
     const std::string key = field.substr(0, eq);
     const std::string_view v = std::string_view(field).substr(eq + 1);
+    if (!seen.insert(key).second) bad(text, field, "each field once (" + key + " is given twice)");
     if (key == "family") s.family = parse_family(text, v), has_family = true;
     else if (key == "h_q") s.h_q = parse_int(text, field, v);
     else if (key == "topk") s.topk = parse_int(text, field, v);

@@ -82,6 +82,16 @@ TEST_CASE("validation names the bad field, its value and what is allowed") {
   threads.tile.threads = 100;
   CHECK(validation_error(threads).find("threads = 100") != std::string::npos);
 
+  // FP8 wgmma at 16 heads per CTA: the heads are named, not the producer warps they imply.
+  KernelSpec fp8_wgmma = sparse(128);
+  fp8_wgmma.kv_dtype = KvDtype::fp8_e4m3;
+  fp8_wgmma.tile = {.heads_per_cta = 16, .kernel = MlaKernel::wgmma, .producer_warps = 8};
+  CHECK(validation_error(fp8_wgmma).find("field heads_per_cta = 16: expected 64 for kernel wgmma with FP8 KV") !=
+        std::string::npos);
+  fp8_wgmma.tile = {.heads_per_cta = 64, .kernel = MlaKernel::wgmma, .producer_warps = 4};
+  CHECK(validation_error(fp8_wgmma).find("field producer_warps = 4: expected 8 for kernel wgmma with FP8 KV") !=
+        std::string::npos);
+
   KernelSpec old_arch = sparse(16);
   old_arch.arch = {70, 0};
   CHECK(validation_error(old_arch).find("arch.sm = 70") != std::string::npos);

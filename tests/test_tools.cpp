@@ -126,6 +126,9 @@ TEST_CASE("spec text: bad input names the part and what is expected") {
   CHECK(contains(error_of([] { parse_spec_text("topk.topk2048.sm_70"); }), "\"sm_70\": expected an arch"));
   CHECK(contains(error_of([] { parse_spec_text("topk.topk2048.blue.sm_90a"); }), "\"blue\""));
   CHECK(contains(error_of([] { parse_spec_text("family=topk colour=3"); }), "\"colour\""));
+  CHECK(contains(error_of([] { parse_spec_text("family=topk topk=2048 topk=1024"); }),
+                 "\"topk=1024\": expected each field once (topk is given twice)"));
+  CHECK(contains(error_of([] { parse_spec_text("family=topk family=sparse_mla h_q=16"); }), "family is given twice"));
   CHECK(contains(error_of([] { parse_spec_text("family=topk topk=2x"); }), "expected an integer"));
   // Validation of the parsed spec: the field and value.
   CHECK(contains(error_of([] { parse_spec_text("topk.topk100.sm_90a"); }), "topk = 100"));

@@ -57,8 +57,8 @@ void validate_spec(const KernelSpec& spec) {
       throw_bad_field(spec, "kernel", to_string(t.kernel), "mma_sync for " + to_string(spec.arch) + " (wgmma: sm_90a only)");
     if (hpc < 16) throw_bad_field(spec, "heads_per_cta", hpc, "16, 32 or 64 for kernel wgmma");
     if (!fp8(spec) && pw != 4) throw_bad_field(spec, "producer_warps", pw, "4 for kernel wgmma with bf16 KV");
-    if (fp8(spec) && (pw != 8 || hpc != 64))
-      throw_bad_field(spec, "producer_warps", pw, "8 at 64 heads per CTA for kernel wgmma with FP8 KV");
+    if (fp8(spec) && hpc != 64) throw_bad_field(spec, "heads_per_cta", hpc, "64 for kernel wgmma with FP8 KV");
+    if (fp8(spec) && pw != 8) throw_bad_field(spec, "producer_warps", pw, "8 for kernel wgmma with FP8 KV");
   } else {
     throw_bad_field(spec, "kernel", int(t.kernel), "mma_sync or wgmma");
   }
