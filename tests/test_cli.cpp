@@ -245,6 +245,29 @@ TEST_CASE("nsajit CLI: cache commands say when the cache directory does not exis
   CHECK_FALSE(has(r, "warning"));
 }
 
+TEST_CASE("nsajit CLI: info and cache stats say when nsajit will not use the cache path, and why") {
+  const nsajit::test::TempDir dir("cli-distrust");
+  const std::string open_dir = dir.path() + "/open";
+  std::filesystem::create_directory(open_dir);
+  std::filesystem::permissions(open_dir, std::filesystem::perms::all);  // 0777: others could plant entries
+  const Result info = run_tool({"info"}, {}, open_dir);
+  INFO(info.output);
+  CHECK(has(info, "cache: " + open_dir + " (not used: its mode 0777 lets group and others write it"));
+  CHECK(has(run_tool({"cache", "--dir", open_dir, "stats"}), "(not used by nsajit: its mode 0777"));
+  // Strict mode names the distrust, not a precompile into the same directory (which would not help).
+  const Result strict = run_tool({"run"}, {"NSAJIT_NO_JIT=1"}, open_dir);
+  INFO(strict.output);
+  CHECK(has(strict, "nsajit does not use that path (its mode 0777"));
+  CHECK_FALSE(has(strict, "NSAJIT_CACHE_DIR=" + open_dir + " nsajit precompile"));
+  const std::string file = dir.path() + "/file";
+  std::ofstream(file) << "x";
+  const Result clear = run_tool({"cache", "--dir", file, "clear"});
+  INFO(clear.output);
+  CHECK(has(clear, "it is a regular file, not a directory"));
+  CHECK(has(clear, "(name a directory)"));
+  CHECK_FALSE(has(clear, "fix its owner or mode"));
+}
+
 TEST_CASE("nsajit CLI: cache and info counts are singular for one (1 entry, 1 lock file, 1 temporary file)") {
   const nsajit::test::TempDir dir("cli-plural");
   const std::string entry = entry_path(dir.path());

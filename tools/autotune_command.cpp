@@ -556,7 +556,7 @@ Subcommand add_autotune_command(CLI::App& app) {
   cmd->add_option("--sm-count", o->sm_count, "--dry-run without a GPU: the SM count (default 132, the H200)")
       ->transform(integer_in(1, 1024));
   cmd->add_option("--arch", o->arch, "--dry-run without a GPU: the arch (default sm_90a)");
-  cmd->add_flag("--quiet,-q", o->quiet, "print nothing but errors");
+  cmd->add_flag("--quiet,-q", o->quiet, "print nothing but errors (and the listing --dry-run asks for)");
   return {cmd, [o] { return run_autotune(*o); }};
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/cache_admin.hpp"
+#include "cache/cubin_cache.hpp"
 #include "nsajit/jit.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/json_text.hpp"
@@ -56,7 +57,7 @@ int info(bool json) {
       {"nvrtc_version", nvrtc_version()},
       {"device", device},
       {"cache", {{"dir", dir}, {"entries", scan.entries.size()}, {"entry_bytes", scan.entry_bytes},
-                 {"max_bytes", max_bytes}}},
+                 {"max_bytes", max_bytes}, {"not_used_because", cache_dir_distrust_reason(dir)}}},
       {"strict_mode", strict_mode()},
       {"tuning_database", tuning_database_info()}};
   if (json) {
@@ -70,15 +71,17 @@ int info(bool json) {
     fmt::print("device: {} ({}, {} SMs; {} device(s); driver CUDA {})\n", device["name"].get<std::string>(),
                device["arch"].get<std::string>(), device["sm_count"].get<int>(), device["devices"].get<int>(),
                device["driver_cuda_version"].get<std::string>());
-  fmt::print("cache: {} ({} {}, {:.1f} MiB; size bound {})\n", dir, scan.entries.size(),
-             scan.entries.size() == 1 ? "entry" : "entries",
-             double(scan.entry_bytes) / double(1 << 20),
-             max_bytes ? fmt::format("{} bytes (NSAJIT_CACHE_MAX_BYTES)", max_bytes) : "none");
+  if (const std::string why = cache_dir_distrust_reason(dir); !why.empty())
+    fmt::print("cache: {} (not used: {}; kernels are compiled in memory only)\n", dir, why);
+  else
+    fmt::print("cache: {} ({} {}, {:.1f} MiB; size bound {})\n", dir, scan.entries.size(),
+               scan.entries.size() == 1 ? "entry" : "entries", double(scan.entry_bytes) / double(1 << 20),
+               max_bytes ? fmt::format("{} bytes (NSAJIT_CACHE_MAX_BYTES)", max_bytes) : "none");
   fmt::print("strict mode: {}{}\n", strict_mode() ? "on" : "off",
              no_jit ? fmt::format(" (NSAJIT_NO_JIT={})", no_jit) : "");
   const nlohmann::json db = j["tuning_database"];
   fmt::print("tuning database: {}{}\n", db["in_use"].get<std::string>(),
-             db["shipped"].empty() ? "" : fmt::format(" (shipped: {})", fmt::join(db["shipped"], ", ")));
+             db["shipped"].empty() ? "" : fmt::format(" (built in: {})", fmt::join(db["shipped"], ", ")));
   return 0;
 }
 

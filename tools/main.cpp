@@ -14,6 +14,7 @@
 #include "nsajit/jit.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/env.hpp"
+#include "tools/bench/anchors.hpp"
 #include "tools/bench/bench_common.hpp"
 #include "tools/commands.hpp"
 #include "tools/subcommands.hpp"
@@ -150,9 +151,11 @@ int run_cli(int argc, char** argv) {
                     "sparse-mla: time this kernel variant, tile fields as canonical text, e.g. "
                     "\"kernel=wgmma producer_warps=4 schedule=seesaw\" (default: the product's choice)");
   bench->add_flag("--no-baseline", no_baseline, "skip the PyTorch baseline");
-  bench->add_option("--anchors", bench_options.anchors,
-                    "recorded anchor figures merged by case name (anchor_us, vs_anchor); \"\" for none")
-      ->capture_default_str();
+  CLI::Option* anchors_option =
+      bench->add_option("--anchors", bench_options.anchors,
+                        "recorded anchor figures merged by case name (anchor_us, vs_anchor); \"\" for none; "
+                        "default: the repository's copy, when run from a checkout")
+          ->capture_default_str();
 
   std::vector<std::string> help_topic;
   CLI::App* help =
@@ -232,6 +235,10 @@ int run_cli(int argc, char** argv) {
       std::fprintf(stderr, "nsajit bench: no GPU (%s); nothing was measured\n", no_gpu_reason().c_str());
       return kExitNoGpu;
     }
+    if (bench_options.anchors.empty() && anchors_option->count() == 0)
+      std::fprintf(stderr, "nsajit bench: no anchors file here (bench/anchors/%s is relative to a checkout): "
+                           "no anchor figures merged; --anchors FILE names one\n",
+                   nsajit::tools::bench::kDefaultAnchors);
     if (!bench_options.anchors.empty()) {
       try {
         nsajit::tools::bench::load_anchors(bench_options.anchors);  // a bad file fails before the run

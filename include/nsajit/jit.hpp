@@ -15,7 +15,7 @@ std::string version();
 // NVRTC's version as "major.minor" (e.g. "13.0").
 std::string nvrtc_version();
 
-// The cache directory: $NSAJIT_CACHE_DIR, else $XDG_CACHE_HOME/nsajit, else ~/.cache/nsajit, else
+// The cache directory: $NSAJIT_CACHE_DIR, else $XDG_CACHE_HOME/nsajit (if absolute), else ~/.cache/nsajit, else
 // /tmp/nsajit-cache-<uid>. It is used only if owned by the current user or root and not writable by
 // group or others (else one warning, and kernels are compiled in memory only); nsajit creates it 0700.
 std::string cache_dir();

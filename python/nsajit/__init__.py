@@ -84,7 +84,7 @@ def _page_table_fields(args, page_table, device, name="page_table"):
     args.page_table_width = _int32(page_table.shape[1], f"{name}.shape[1]", 0)
     stride = _leading_stride(page_table, name, page_table.shape[1])
     args.page_table_row_stride = page_table.shape[1] if stride is None else stride
-    return page_table.shape[0]
+    return _int32(page_table.shape[0], f"{name}.shape[0]", 0)
 
 
 def _transform_fields(args, transform, rows, page_table, page_size, cu_seqlens_q, offsets, device):
@@ -117,13 +117,15 @@ def topk(scores, lengths, topk=2048, *, row_starts=None, sorted=False, transform
     forms of sgl_kernel's fast_topk_transform_fused / _ragged_fused. page_size > 1: page_table
     holds page ids (slot = page_table[b, p // P] * P + p % P).
     """
+    k = _int32(topk, "topk", 64, 4096)
+    if k % 64 != 0:  # before anything is allocated for [rows, topk]
+        raise ValueError(f"nsajit: argument topk = {k}: expected a multiple of 64 in [64, 4096]")
     t = torch()
     tensor(scores, "scores", (t.float32, t.bfloat16), ndim=2, inner_contiguous=True)
     device = scores.device
     rows, width = scores.shape
     tensor(lengths, "lengths", t.int32, shape=(rows,), device=device, contiguous=True)
     tensor(row_starts, "row_starts", t.int32, shape=(rows,), device=device, contiguous=True, optional=True)
-    k = _int32(topk, "topk", 1)
     if out is None:
         out = t.empty((rows, k), dtype=t.int32, device=device)
     tensor(out, "out", t.int32, shape=(rows, k), device=device, contiguous=True)
@@ -374,8 +376,10 @@ def _spec(family, h_q=0, topk=2048, page_size=1, mode="decode", kv_dtype="bf16",
         text = str(arch).removeprefix("sm_")
         suffix = text[-1] if text and text[-1].isalpha() else ""
         digits = text[: len(text) - len(suffix)]
-        if not digits.isdigit():
-            raise ValueError(f"nsajit: argument arch = {arch!r}: expected e.g. 'sm_90a' or '90a'")
+        # The library's own rule (parse_arch), so its messages never see a wrapped or coded value.
+        if not digits.isdigit() or not 90 <= int(digits) <= 199 or suffix not in ("", "a", "f"):
+            raise ValueError(f"nsajit: argument arch = {arch!r}: expected sm_<90..199> with an optional 'a' or "
+                             "'f' suffix, e.g. 'sm_90a' or '90a'")
         s.arch_sm = int(digits)
         s.arch_suffix = ord(suffix) if suffix else 0
     return s

@@ -165,6 +165,20 @@ def test_leading_strides_that_overlap_rows_are_refused_never_sent_as_the_default
     assert check(Strided((2, 576), (640, 1)), "kv", 576) == 640
 
 
+def test_arch_text_is_checked_as_the_library_reads_it():
+    for bad in ("sm_99999999999999999999", "sm_90z", "sm_9x", "sm_80", "sm_"):
+        with pytest.raises(ValueError, match=f"argument arch = '{bad}': expected sm_<90..199>"):
+            nsajit.kernel_name("topk", arch=bad)
+    assert nsajit.kernel_name("topk", arch="sm_90a").endswith(".sm_90a")
+    assert nsajit.kernel_name("topk", arch="100f").endswith(".sm_100f")
+
+
+def test_topk_is_checked_before_its_output_is_allocated():
+    for bad in (2**31 - 1, 100, 0, 8192):
+        with pytest.raises(ValueError, match=f"argument topk = {bad}"):
+            nsajit.topk(None, None, topk=bad)
+
+
 # ---- argument validation with torch tensors (CPU tensors are enough: checks come first) ----
 
 def _torch():

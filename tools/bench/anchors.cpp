@@ -12,8 +12,9 @@
 namespace nsajit::tools::bench {
 
 std::string default_anchors_path() {
-  const std::string shared = std::string("../shared/baselines/") + kDefaultAnchors;
-  return std::filesystem::exists(shared) ? shared : std::string("bench/anchors/") + kDefaultAnchors;
+  for (const std::string dir : {"../shared/baselines/", "bench/anchors/"})
+    if (std::filesystem::exists(dir + kDefaultAnchors)) return dir + kDefaultAnchors;
+  return "";
 }
 
 std::map<std::string, Anchor> load_anchors(const std::string& path) {

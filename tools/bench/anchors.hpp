@@ -22,7 +22,8 @@ const Anchor* find_anchor(const std::map<std::string, Anchor>& anchors, const st
                           const std::string& anchor_case);
 
 // The default anchors file: ../shared/baselines/<kDefaultAnchors> when present (a developer's
-// checkout), else bench/anchors/<kDefaultAnchors> (the copy that travels with the repository).
+// checkout), else bench/anchors/<kDefaultAnchors> (the copy that travels with the repository),
+// else "" (run outside a checkout: no anchors unless --anchors names a file).
 inline constexpr const char* kDefaultAnchors = "h200-anchors-2026-12-02.json";
 std::string default_anchors_path();
 
