@@ -95,8 +95,8 @@ class TryLock {
 void refuse_untrusted(const std::string& dir) {
   if (const std::string why = cache_dir_distrust_reason(dir); !why.empty())
     throw InvalidArgument(fmt::format("not removing anything from the cache directory {}: {}; nsajit does not use "
-                                      "such a directory (fix its owner or mode first)",
-                                      dir, why));
+                                      "such a path ({})",
+                                      dir, why, why.ends_with("not a directory") ? "name a directory" : "fix its owner or mode first"));
 }
 
 struct FileStat {
