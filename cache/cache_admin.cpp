@@ -96,7 +96,7 @@ void refuse_untrusted(const std::string& dir) {
   if (const std::string why = cache_dir_distrust_reason(dir); !why.empty())
     throw InvalidArgument(fmt::format("not removing anything from the cache directory {}: {}; nsajit does not use "
                                       "such a path ({})",
-                                      dir, why, why.ends_with("not a directory") ? "name a directory" : "fix its owner or mode first"));
+                                      dir, why, cache_dir_remedy(why)));
 }
 
 struct FileStat {

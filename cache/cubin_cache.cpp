@@ -119,7 +119,7 @@ class EntryLock {
     fd_ = open_entry_lock_file(path + ".lock");
     if (fd_ < 0) return;  // read-only directory: no lock, duplicate compiles are still correct
     if (try_lock()) return;
-    if (before_wait) {
+    if (before_wait && errno == EWOULDBLOCK) {  // held elsewhere (not a failure of flock itself)
       try {
         before_wait();
       } catch (...) {
@@ -229,6 +229,10 @@ std::string cache_dir_distrust_reason(const std::string& dir) {
                        : (st.st_mode & S_IWGRP)                         ? "its group"
                                                                         : "others");
   return "";
+}
+
+std::string cache_dir_remedy(const std::string& why) {
+  return why.ends_with("not a directory") ? "name a directory" : "fix its owner or mode";
 }
 
 CacheEntry read_cache_entry(const std::string& path, const std::string* expected_record) {
@@ -341,16 +345,16 @@ std::optional<std::vector<char>> CubinCache::load_entry(const std::string& name,
   CacheEntry entry = read_cache_entry(path, &key.record);
   if (entry.status == CacheEntry::Status::ok) return std::move(entry.cubin);
   if (entry.status == CacheEntry::Status::corrupt) {
-    warn(fmt::format("cache entry {} is corrupt ({}): removing it and rebuilding", path, entry.problem));
+    warn(fmt::format("cache entry {} is corrupt ({}): replacing it", path, entry.problem));
     // Under the entry's lock, and only if the name still holds the file we read: a process that
     // holds the lock may have published a good entry in its place meanwhile.
     std::optional<EntryLock> lock;
     if (!lock_held) lock.emplace(path, before_wait);
     errno = 0;
-    if ((!lock || !lock->timed_out()) && !remove_cache_entry_if_unchanged(path, entry) &&
-        (errno == EACCES || errno == EPERM || errno == EROFS))
-      warn(fmt::format("cannot remove the corrupt cache entry {} ({}): it stays, and its kernel is compiled in memory",
-                       path, std::strerror(errno)));
+    if ((!lock || !lock->timed_out()) && !remove_cache_entry_if_unchanged(path, entry) && errno != 0 &&
+        errno != ENOENT)
+      warn(fmt::format("cannot remove the corrupt cache entry {} ({}): it stays until removed by hand", path,
+                       std::strerror(errno)));
   }
   return std::nullopt;
 }

@@ -62,6 +62,9 @@ std::string default_cache_dir();
 // not writable by group or others, a directory), else the reason, e.g. "owned by uid 65534, not
 // by this user (uid 0) or root". A missing directory gives "" (nothing to trust or distrust yet).
 std::string cache_dir_distrust_reason(const std::string& dir);
+// What mends a path cache_dir_distrust_reason refused for `why`: "name a directory" or "fix its
+// owner or mode".
+std::string cache_dir_remedy(const std::string& why);
 
 // One entry file as read by read_cache_entry().
 struct CacheEntry {

@@ -64,6 +64,15 @@ void refuse_compile_while_capturing(const KernelSpec& spec) {
       readable_name(spec), static_cast<const void*>(t_launch_stream), canonical_text(spec)));
 }
 
+// The same refusal before waiting on another process's entry lock (it holds it while compiling).
+void refuse_lock_wait_while_capturing(const KernelSpec& spec) {
+  try {
+    refuse_compile_while_capturing(spec);
+  } catch (const CaptureError& e) {
+    throw CaptureError(fmt::format("{} (another process holds its cache entry's lock, compiling it)", e.what()));
+  }
+}
+
 State& state() {
   static State s;
   return s;
@@ -74,10 +83,9 @@ State& state() {
 std::string not_precompiled_message(const std::string& name, const std::string& dir) {
   if (const std::string why = cache_dir_distrust_reason(dir); !why.empty())
     return fmt::format("kernel {} cannot be taken from the cache {}: nsajit does not use that path ({}), and strict "
-                       "mode (NSAJIT_NO_JIT=1 or nsajit::set_strict_mode) forbids compiling it at run time; fix the "
-                       "path's owner or mode, or point NSAJIT_CACHE_DIR at a directory of this user's and precompile "
-                       "there",
-                       name, dir, why);
+                       "mode (NSAJIT_NO_JIT=1 or nsajit::set_strict_mode) forbids compiling it at run time; {}, or "
+                       "point NSAJIT_CACHE_DIR at a directory of this user's and precompile there",
+                       name, dir, why, cache_dir_remedy(why));
   return fmt::format("kernel {} is not in the cache {} and strict mode (NSAJIT_NO_JIT=1 or "
                      "nsajit::set_strict_mode) forbids compiling it at run time; produce it with "
                      "`NSAJIT_CACHE_DIR={} nsajit precompile --spec {}` (or precompile the whole fleet: "
@@ -102,7 +110,7 @@ Cubin obtain_cubin(const KernelSpec& spec, CubinSource* source_out = nullptr) {
     double compile_ms = 0;
     CacheLookup found;
     // A capturing caller must not wait on another process's entry lock either (held while it compiles).
-    const std::function<void()> before_lock_wait = [&] { refuse_compile_while_capturing(spec); };
+    const std::function<void()> before_lock_wait = [&] { refuse_lock_wait_while_capturing(spec); };
     if (strict_mode()) {
       std::optional<std::vector<char>> cached = s.cache.load(name, key, before_lock_wait);
       if (!cached) throw KernelNotPrecompiled(not_precompiled_message(name, s.cache.dir()));

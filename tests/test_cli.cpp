@@ -245,7 +245,7 @@ TEST_CASE("nsajit CLI: cache commands say when the cache directory does not exis
   CHECK_FALSE(has(r, "warning"));
 }
 
-TEST_CASE("nsajit CLI: info and cache stats say when nsajit will not use the cache path, and why") {
+TEST_CASE("nsajit CLI: info, cache stats and strict mode say when nsajit will not use the cache path, and why") {
   const nsajit::test::TempDir dir("cli-distrust");
   const std::string open_dir = dir.path() + "/open";
   std::filesystem::create_directory(open_dir);
@@ -253,7 +253,7 @@ TEST_CASE("nsajit CLI: info and cache stats say when nsajit will not use the cac
   const Result info = run_tool({"info"}, {}, open_dir);
   INFO(info.output);
   CHECK(has(info, "cache: " + open_dir + " (not used: its mode 0777 lets group and others write it"));
-  CHECK(has(run_tool({"cache", "--dir", open_dir, "stats"}), "(not used by nsajit: its mode 0777"));
+  CHECK(has(run_tool({"cache", "--dir", open_dir, "stats"}), "is not used by nsajit (its mode 0777"));
   // Strict mode names the distrust, not a precompile into the same directory (which would not help).
   const Result strict = run_tool({"run"}, {"NSAJIT_NO_JIT=1"}, open_dir);
   INFO(strict.output);

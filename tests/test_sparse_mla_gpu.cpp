@@ -1093,6 +1093,7 @@ TEST_CASE("sparse_mla args: prefill takes next_n 1 only; the sizing queries refu
   CHECK(sizing_error([] { sparse_mla_num_splits(-1, 16, 2048, 4); }).find("argument rows = -1") != std::string::npos);
   CHECK(sizing_error([] { sparse_mla_workspace_bytes(268435456, 128, 2048, 2); }).find("argument rows = 268435456") !=
         std::string::npos);
+  CHECK(sparse_mla_num_splits(268435455, 128, 2048, 1) == 1);  // the largest rows the bound accepts at h_q 128
   CHECK(sizing_error([] { sparse_mla_workspace_bytes(1, 16, 2048, 65); }).find("argument num_splits = 65") !=
         std::string::npos);
   CHECK(sizing_error([] { sparse_mla_workspace_bytes(1, 16, 100, 2); }).find("argument topk = 100") !=

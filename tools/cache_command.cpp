@@ -121,9 +121,7 @@ int stats_command(const CacheOptions& o) {
     fmt::print("{}\n", dump_json(j, 2));
     return 0;
   }
-  const std::string distrust = cache_dir_distrust_reason(o.dir);
-  fmt::print("cache {}{}\n", o.dir,
-             !distrust.empty() ? " (not used by nsajit: " + distrust + ")" : scan.exists ? "" : " (does not exist yet)");
+  fmt::print("cache {}{}\n", o.dir, scan.exists ? "" : " (does not exist yet)");
   fmt::print("entries: {} ({}); lock files: {}; temporary files: {}; other files: {}; total {}\n",
              scan.entries.size(), human_bytes(scan.entry_bytes), scan.lock_files.size(), scan.temp_files.size(),
              scan.other_files.size(), human_bytes(scan.total_bytes));

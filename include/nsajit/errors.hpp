@@ -37,8 +37,9 @@ struct KernelNotPrecompiled : Error {
   using Error::Error;
 };
 
-// A kernel would have to be compiled while the launch's stream is capturing a CUDA graph (raised by
-// calls through the C ABI, nsajit.h, which knows the stream before the kernel is looked up).
+// A kernel would have to be compiled, or its cache entry waited for while another process holds
+// its lock (compiling it), while the launch's stream is capturing a CUDA graph (raised by calls
+// through the C ABI, nsajit.h, which knows the stream before the kernel is looked up).
 // what() names the kernel and the precompile call that avoids it.
 struct CaptureError : Error {
   using Error::Error;

@@ -26,8 +26,9 @@
  * - `stream` is a CUstream (or cudaStream_t) passed as void*; NULL is the legacy default stream.
  *   Launches are asynchronous on that stream; no host synchronisation, no allocation.
  * - A kernel is compiled on first use (NVRTC, through the on-disk cache). While `stream` is
- *   capturing a CUDA graph a call that would need NVRTC fails with NSAJIT_ERROR_CAPTURE naming
- *   the kernel: precompile it (nsajit_precompile) or make the call once before capturing.
+ *   capturing a CUDA graph a call that would need NVRTC, or would wait for another process that
+ *   holds the kernel's cache entry lock, fails with NSAJIT_ERROR_CAPTURE naming the kernel:
+ *   precompile it (nsajit_precompile) or make the call once before capturing.
  *   In strict mode (environment NSAJIT_NO_JIT=1) nothing is compiled: a kernel missing from the
  *   cache fails with NSAJIT_ERROR_NOT_PRECOMPILED naming it and the `nsajit precompile` command.
  * - Booleans are int32 0 or 1; enums are int32 with the values below (anything else is an

@@ -43,7 +43,7 @@ def version():
 
 
 def cache_dir():
-    """The cubin cache directory ($NSAJIT_CACHE_DIR, else $XDG_CACHE_HOME/nsajit, else ~/.cache/nsajit)."""
+    """The cubin cache directory ($NSAJIT_CACHE_DIR, else an absolute $XDG_CACHE_HOME/nsajit, else ~/.cache/nsajit)."""
     return _lib.text(library().nsajit_cache_dir)
 
 
@@ -117,8 +117,8 @@ def topk(scores, lengths, topk=2048, *, row_starts=None, sorted=False, transform
     forms of sgl_kernel's fast_topk_transform_fused / _ragged_fused. page_size > 1: page_table
     holds page ids (slot = page_table[b, p // P] * P + p % P).
     """
-    k = _int32(topk, "topk", 64, 4096)
-    if k % 64 != 0:  # before anything is allocated for [rows, topk]
+    k = _int32(topk, "topk")
+    if not 64 <= k <= 4096 or k % 64 != 0:  # before anything is allocated for [rows, topk]
         raise ValueError(f"nsajit: argument topk = {k}: expected a multiple of 64 in [64, 4096]")
     t = torch()
     tensor(scores, "scores", (t.float32, t.bfloat16), ndim=2, inner_contiguous=True)
@@ -377,7 +377,7 @@ def _spec(family, h_q=0, topk=2048, page_size=1, mode="decode", kv_dtype="bf16",
         suffix = text[-1] if text and text[-1].isalpha() else ""
         digits = text[: len(text) - len(suffix)]
         # The library's own rule (parse_arch), so its messages never see a wrapped or coded value.
-        if not digits.isdigit() or not 90 <= int(digits) <= 199 or suffix not in ("", "a", "f"):
+        if not (digits.isascii() and digits.isdigit()) or not 90 <= int(digits) <= 199 or suffix not in ("", "a", "f"):
             raise ValueError(f"nsajit: argument arch = {arch!r}: expected sm_<90..199> with an optional 'a' or "
                              "'f' suffix, e.g. 'sm_90a' or '90a'")
         s.arch_sm = int(digits)

@@ -59,7 +59,7 @@ class CompileError(NsajitError):
 
 
 class CaptureError(NsajitError):
-    """The call needs a kernel compile while its stream is capturing a CUDA graph."""
+    """The call needs a kernel compile (or a wait for another process's) while its stream is capturing a CUDA graph."""
 
     status = ERROR_CAPTURE
 

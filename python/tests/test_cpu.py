@@ -166,7 +166,7 @@ def test_leading_strides_that_overlap_rows_are_refused_never_sent_as_the_default
 
 
 def test_arch_text_is_checked_as_the_library_reads_it():
-    for bad in ("sm_99999999999999999999", "sm_90z", "sm_9x", "sm_80", "sm_"):
+    for bad in ("sm_99999999999999999999", "sm_90z", "sm_9x", "sm_80", "sm_", "sm_\u0669\u0660a", "sm_\u00b2"):
         with pytest.raises(ValueError, match=f"argument arch = '{bad}': expected sm_<90..199>"):
             nsajit.kernel_name("topk", arch=bad)
     assert nsajit.kernel_name("topk", arch="sm_90a").endswith(".sm_90a")
