@@ -199,8 +199,8 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
   const KernelSpec& spec = plan.spec;
   const int splits = plan.num_splits;
   const LoadedKernel& k = kernel(spec);
-  // Both kernels are had before either launches: a combine that cannot be (strict mode, a graph
-  // capture, a compile error) must not leave a split kernel queued with nothing to merge it.
+  // Both kernels are obtained before either launches: a combine that cannot be (strict mode, a
+  // graph capture, a compile error) must not leave a split kernel queued with nothing to merge it.
   KernelSpec cspec;
   const LoadedKernel* ck = nullptr;
   if (splits > 1) {
