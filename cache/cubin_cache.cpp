@@ -321,7 +321,10 @@ bool CubinCache::usable(bool create, int* create_errno) const {
   if (untrusted_.load()) return false;
   struct stat st {};
   if (::stat(dir_.c_str(), &st) != 0) {
-    if (!create || errno != ENOENT) return false;
+    if (!create || errno != ENOENT) {
+      if (create_errno) *create_errno = errno;  // e.g. ENOTDIR: a file where a parent directory should be
+      return false;
+    }
     const int error = make_private_dirs(dir_);  // whoever created it, the check below decides
     if (create_errno) *create_errno = error ? error : ENOENT;
   }

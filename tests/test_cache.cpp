@@ -418,6 +418,16 @@ TEST_CASE("a cache directory that cannot be created is reported once, not once a
   CHECK(test::count_of(messages, "cannot create the cache directory /proc/nsajit-no-such-cache-dir") == 1);
 }
 
+TEST_CASE("a cache directory under a regular file is reported with the cause: not a directory") {
+  const test::TempDir dir("under-file");
+  std::ofstream(dir.path() + "/file") << "x";
+  const CubinCache cache(dir.path() + "/file/sub");
+  const std::string messages = test::capture_stderr([&] {
+    CHECK_FALSE(cache.get_or_build("k", make_cache_key(tiny_fields()), [] { return tiny_cubin(); }).stored);
+  });
+  CHECK(test::count_of(messages, "cannot create the cache directory " + dir.path() + "/file/sub (Not a directory)") == 1);
+}
+
 TEST_CASE("a cubin over the readers' 64 MiB limit is not stored (it would be read back as corrupt), only used") {
   Fixture f("huge-store");
   const std::vector<char> huge(std::size_t(kMaxCubinBytes) + 1, 'x');
