@@ -8,11 +8,14 @@
 // FP8 problems are quantized on the host (reference/fp8_kv_cache) and the reference runs on the
 // dequantized bf16 values. Outputs are poisoned before every launch so unwritten elements fail too.
 #include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <limits>
@@ -30,6 +33,7 @@
 #include "reference/sparse_mla.hpp"
 #include "families/sparse_mla/launch.hpp"
 #include "tests/gpu_support.hpp"
+#include "tests/test_dirs.hpp"
 
 namespace ref = nsajit::reference;
 using nsajit::test::DeviceBuffer;
@@ -872,6 +876,65 @@ TEST_CASE("sparse_mla gpu: a split-KV call captured into a CUDA graph matches th
     });
     CHECK(same_bits(graphed, 0, eager, 0, std::size_t(p.rows) * p.h_q));
   }
+}
+
+namespace {
+
+// The child of the test below, in a process of its own with an empty NSAJIT_CACHE_DIR: the split
+// kernel is precompiled, the combine is not, and strict mode forbids compiling it.
+void split_without_combine_child() {
+  Problem p = make_problem(2, 16, 2048, 6000, 31);
+  const Mode m{.splits = 4};
+  finalize(p, m);
+  std::string error = "(no error)";
+  std::vector<std::uint8_t> workspace;
+  launch(p, m, nullptr, [&](const nsajit::SparseMlaDecodeArgs& a) {
+    nsajit::precompile(nsajit::detail::plan_sparse_mla(a).spec);  // the split kernel only
+    nsajit::set_strict_mode(true);
+    try {
+      nsajit::sparse_mla_decode(a);
+    } catch (const nsajit::KernelNotPrecompiled& e) {
+      error = e.what();
+    }
+    nsajit::test::synchronize();
+    workspace.resize(a.workspace_bytes);
+    NSAJIT_CU(cuMemcpyDtoH, workspace.data(), reinterpret_cast<CUdeviceptr>(a.workspace), workspace.size());
+  });
+  INFO(error);
+  CHECK(error.find("kernel sparse_mla_combine.") != std::string::npos);
+  // The split kernel did not run: its partials' workspace keeps its poison (0xFF) everywhere.
+  REQUIRE_FALSE(workspace.empty());
+  CHECK(std::all_of(workspace.begin(), workspace.end(), [](std::uint8_t b) { return b == 0xFF; }));
+}
+
+}  // namespace
+
+TEST_CASE("sparse_mla gpu: a split-KV call whose combine kernel strict mode cannot have launches nothing") {
+  NSAJIT_REQUIRE_GPU();
+  if (std::getenv("NSAJIT_TEST_SPLIT_ORDER_CHILD")) return split_without_combine_child();
+  // This binary again, on this case alone, with a cache of its own (a process's cache directory
+  // and strict mode are fixed at first use); the environment is built before fork.
+  const nsajit::test::TempDir dir("split-order");
+  std::vector<std::string> env_text{"NSAJIT_TEST_SPLIT_ORDER_CHILD=1", "NSAJIT_CACHE_DIR=" + dir.path()};
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, "NSAJIT_CACHE_DIR=", 17) != 0 && std::strncmp(*e, "NSAJIT_NO_JIT=", 14) != 0)
+      env_text.emplace_back(*e);
+  std::vector<char*> envp;
+  for (std::string& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string filter = "-tc=sparse_mla gpu: a split-KV call whose combine kernel strict mode cannot have*";
+  std::string no_intro = "--no-intro=true";
+  char* argv[] = {const_cast<char*>("nsajit_tests"), filter.data(), no_intro.data(), nullptr};
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::execve("/proc/self/exe", argv, envp.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // the child's own checks (its output above says which failed)
 }
 
 namespace {
