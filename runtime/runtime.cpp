@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string_view>
 #include <unordered_map>
 
 #include "cache/cache_admin.hpp"
@@ -50,8 +51,9 @@ struct State {
 thread_local CUstream t_launch_stream = nullptr;
 thread_local bool t_launch_stream_active = false;
 
-// Throws CaptureError when this thread's launch stream (LaunchStreamScope) is capturing a graph.
-void refuse_compile_while_capturing(const KernelSpec& spec) {
+// Throws CaptureError when this thread's launch stream (LaunchStreamScope) is capturing a graph;
+// `also` is appended to its message (what the call would have waited for instead of compiling).
+void refuse_compile_while_capturing(const KernelSpec& spec, std::string_view also = "") {
   if (!t_launch_stream_active) return;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   const CUresult r = driver::api().cuStreamIsCapturing(t_launch_stream, &status);
@@ -60,17 +62,8 @@ void refuse_compile_while_capturing(const KernelSpec& spec) {
   throw CaptureError(fmt::format(
       "nsajit: kernel {} is not compiled and its launch stream {} is capturing a CUDA graph (compiling "
       "inside a capture would stall it): call nsajit_precompile / nsajit::precompile (Python: "
-      "nsajit.precompile) for spec \"{}\", or make the same call once before capturing",
-      readable_name(spec), static_cast<const void*>(t_launch_stream), canonical_text(spec)));
-}
-
-// The same refusal before waiting on another process's entry lock (it holds it while compiling).
-void refuse_lock_wait_while_capturing(const KernelSpec& spec) {
-  try {
-    refuse_compile_while_capturing(spec);
-  } catch (const CaptureError& e) {
-    throw CaptureError(fmt::format("{} (another process holds its cache entry's lock, compiling it)", e.what()));
-  }
+      "nsajit.precompile) for spec \"{}\", or make the same call once before capturing{}",
+      readable_name(spec), static_cast<const void*>(t_launch_stream), canonical_text(spec), also));
 }
 
 State& state() {
@@ -110,7 +103,9 @@ Cubin obtain_cubin(const KernelSpec& spec, CubinSource* source_out = nullptr) {
     double compile_ms = 0;
     CacheLookup found;
     // A capturing caller must not wait on another process's entry lock either (held while it compiles).
-    const std::function<void()> before_lock_wait = [&] { refuse_lock_wait_while_capturing(spec); };
+    const std::function<void()> before_lock_wait = [&] {
+      refuse_compile_while_capturing(spec, " (another process holds its cache entry's lock, compiling it)");
+    };
     if (strict_mode()) {
       std::optional<std::vector<char>> cached = s.cache.load(name, key, before_lock_wait);
       if (!cached) throw KernelNotPrecompiled(not_precompiled_message(name, s.cache.dir()));
