@@ -1,0 +1,511 @@
+// sparse_mla_fp8_direct.cuh — sparse MLA (§3) over the 656-byte FP8 KV cache (§4) at 8 or 16 heads
+// a CTA, with the raw tokens as tensor-core operands: no dequantized tile.
+//
+// Contract: sparse_mla_mma_sync.cuh's (S, softmax, out, lse, max_logits, attn_sink, invalid
+// entries, split-KV partials). Spec: kernel mma_sync, producer_warps 2, kv_dtype fp8, heads_per_cta
+// 8 or 16, precise 0.
+//
+// Why: the 512-thread FP8 kernel dequantizes every token into a bf16 tile in shared memory, and at
+// 16 heads that pass sets the tile time (its producers issue more instructions than the MMA warps;
+// docs/notes/sparse_mla.md, "Eleventh session"). Here two producer warps only bulk-copy the raw
+// tokens into 4 tiles, and the MMA warps convert e4m3 -> f16 (exact) in registers after ldmatrix.
+//
+// One CTA = one query row x HEADS_PER_CTA heads in one m16 tile (h 8: rows 8..15 of q are zero);
+// grid (rows, H_Q / HEADS_PER_CTA, num_splits); split s takes tiles [s T / ns, (s + 1) T / ns).
+//  QK: warp w: tokens 16 (w % 4) .. + 16 (two n8 tiles) over half the dims (kh = w / 4): latent
+//      scale blocks 2 kh, 2 kh + 1 (f16 MMA, one accumulator a block) and rope k-steps 2 kh, 2 kh + 1
+//      (bf16 MMA); S = qf_h (sc_2kh s_a + sc_2kh+1 s_b) + s_rope; the second half's S reaches the
+//      first through shared memory. K's fragment: ldmatrix of raw rows gives a lane bytes
+//      4 t4 .. 4 t4 + 3 of a 16-dim chunk: the low pair is k = 2 t4, 2 t4 + 1 of the MMA, the high
+//      pair k = 2 t4 + 8, 9. q is stored in that order (f16 chunk 2c: dims 16c + {0,1,4,5,8,9,12,13};
+//      chunk 2c + 1: 16c + {2,3,6,7,10,11,14,15}), as bf16 x 2^-E_h (exact), E_h = floor(log2 of the
+//      head's largest latent |q|) - 14, so every value fits f16; qf_h = 2^E_h.
+//  softmax: base 2, row maxima through shared memory, P owned by the first half's warps (as the
+//      mma_sync kernel); each tile's maxima of the blocks' scales ride along.
+//  PV: warp w owns dims 64 w .. + 64, all in scale block w / 2: o += P'_b V8, P'_b = p sc_b[token] /
+//      c_b in f16 (<= 1), V8 the raw e4m3 values, c_b the running maximum of block b's scales (o is
+//      rescaled by c_old / c_new with alpha; out = o c_b / l). V's fragment: ldmatrix.trans of 8 tokens
+//      x 16 bytes gives a lane tokens 2 t4, 2 t4 + 1 at dims 2 g, 2 g + 1; one byte permute splits them
+//      into the fragments of an n8 tile of the group's even dims and one of its odd dims, so a lane's
+//      accumulators of a 16-dim group are dims 4 t4 .. 4 t4 + 3.
+// Precision: K and V exact (e4m3 x scale in fp32; the reference rounds bf16(e4m3 x scale) first), q
+// exact but for values below 2^-29 of its head's largest, P' at f16's 2^-11 relative.
+// Producer warps 8, 9: thread p bulk-copies token p of every tile into buffer k % 4 once the MMA
+// warps released it (an empty mbarrier of 256 arrivals); an invalid token's row is zeroed (so are
+// its scales).
+//
+// Constants: NSAJIT_H_Q, NSAJIT_TOPK, NSAJIT_HEADS_PER_CTA, NSAJIT_KV_FP8 (1), NSAJIT_PRECISE (0),
+// NSAJIT_THREADS (320), NSAJIT_BLOCK_TOKENS (64), NSAJIT_DYNAMIC_SMEM.
+#pragma once
+#include "sparse_mla_mma_common.cuh"
+
+namespace mla {
+
+constexpr int kDimQK = kMlaDimQK;
+constexpr int kDimV = kMlaDimV;
+constexpr int kChunksQK = 72;  // 16-byte chunks of a q row
+constexpr unsigned ROW = kFp8KvTokenBytes;  // 656: 41 x 16 bytes; 8 rows' 16-byte columns fall in 8 bank groups
+
+constexpr int H_Q = NSAJIT_H_Q;
+constexpr int TOPK = NSAJIT_TOPK;
+constexpr int HEADS_PER_CTA = NSAJIT_HEADS_PER_CTA;
+constexpr int TILE_TOKENS = NSAJIT_BLOCK_TOKENS;
+static_assert(NSAJIT_KV_FP8 == 1 && NSAJIT_PRECISE == 0, "FP8 KV at the default precision");
+static_assert(NSAJIT_THREADS == 320 && TILE_TOKENS == 64, "8 MMA warps, 2 producer warps, 64-token tiles");
+static_assert(HEADS_PER_CTA == 8 || HEADS_PER_CTA == 16, "HEADS_PER_CTA: 8 or 16 (one m16 tile)");
+static_assert(H_Q % HEADS_PER_CTA == 0 && TOPK % TILE_TOKENS == 0, "H_Q: multiple of HEADS_PER_CTA; TOPK: of 64");
+
+constexpr int CTHREADS = 256;  // the MMA warps' threads
+constexpr int MROWS = 16;
+constexpr int NBUF = 4;        // raw tiles in flight
+constexpr int BLOCKS = 4;      // scale blocks of 128 latent dims
+constexpr int BLOCK_CHUNKS = 8;  // 16-dim fp8 chunks a block
+constexpr unsigned TILE_BYTES = TILE_TOKENS * ROW;
+
+// Shared memory layout (bytes).
+constexpr unsigned OFF_KV = 0;                                      // NBUF raw tiles [64][656]
+constexpr unsigned OFF_Q = OFF_KV + NBUF * TILE_BYTES;               // [16][576] 2-byte, sw576: f16 latent (permuted), bf16 rope
+constexpr unsigned OFF_P = OFF_Q + MROWS * kDimQK * 2;               // [BLOCKS][16][64] f16 P', sw64
+constexpr unsigned P_BLOCK_BYTES = MROWS * TILE_TOKENS * 2;
+constexpr unsigned OFF_RED = OFF_P + BLOCKS * P_BLOCK_BYTES;         // [8 warps][16] fp32: row maxima, then sums
+constexpr unsigned OFF_SX = OFF_RED + 8 * MROWS * 4;                 // [4 token groups][2 n8][4][32 lanes] fp32
+constexpr unsigned OFF_SCM = OFF_SX + 4 * 2 * 4 * 32 * 4;            // [4 token groups][BLOCKS] fp32: scale maxima
+constexpr unsigned OFF_QF = OFF_SCM + 4 * BLOCKS * 4;                // [16] fp32: qf_h = 2^E_h
+constexpr unsigned OFF_VALID = OFF_QF + MROWS * 4;                   // [NBUF][64] int
+constexpr unsigned OFF_MBAR = OFF_VALID + NBUF * TILE_TOKENS * 4;    // full[NBUF], empty[NBUF]
+constexpr unsigned SMEM_BYTES = OFF_MBAR + 2 * NBUF * 8;
+static_assert(SMEM_BYTES == sparse_mla_fp8_direct_smem_bytes(), "the layout must match the plan");
+static_assert(SMEM_BYTES == NSAJIT_DYNAMIC_SMEM, "host and kernel disagree on shared memory size");
+
+struct alignas(8) u32x2 {
+  uint32_t x, y;
+};
+
+// A barrier of the MMA warps (the producer warps never join one after the prologue).
+NSAJIT_DEVICE void mma_threads_sync() { bar_sync(15, CTHREADS); }
+// a[i] for a run-time i < 4 without a local-memory array.
+NSAJIT_DEVICE float pick4(const float (&a)[4], int i) { return i == 0 ? a[0] : i == 1 ? a[1] : i == 2 ? a[2] : a[3]; }
+
+}  // namespace mla
+
+extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1)
+nsajit_sparse_mla(const SparseMlaDecodeParams p) {
+  using namespace mla;
+#if __CUDA_ARCH__ >= 900
+  // Lets the split-KV combine (a programmatic dependent) launch now; it waits for this grid.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s_base = smem_u32(smem);
+  const uint32_t s_q = s_base + OFF_Q;
+  const uint32_t s_p = s_base + OFF_P;
+  float* red = reinterpret_cast<float*>(smem + OFF_RED);
+  float* scm = reinterpret_cast<float*>(smem + OFF_SCM);
+  float* qf_s = reinterpret_cast<float*>(smem + OFF_QF);
+  int* valid_s = reinterpret_cast<int*>(smem + OFF_VALID);
+  auto full_mbar = [&](int b) { return s_base + OFF_MBAR + 8u * unsigned(b); };
+  auto empty_mbar = [&](int b) { return s_base + OFF_MBAR + 8u * unsigned(NBUF + b); };
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;  // fragment row
+  const int t4 = lane & 3;  // fragment column pair
+  const long long row = blockIdx.x;
+  const int head0 = blockIdx.y * HEADS_PER_CTA;
+  const int split = blockIdx.z;
+  const int num_splits = gridDim.z;
+
+  // ---- tile range of this split
+  int n = TOPK;
+  if (p.topk_length != nullptr) n = min(max(__ldg(p.topk_length + row), 0), TOPK);
+  const int tiles = (n + TILE_TOKENS - 1) / TILE_TOKENS;
+  const int tile_begin = (int)((long long)tiles * split / num_splits);
+  const int tile_end = (int)((long long)tiles * (split + 1) / num_splits);
+  const int* idx_row = p.indices + row * TOPK;
+
+  // ---- q of this CTA's heads -> smem by the MMA threads (rows >= HEADS_PER_CTA zero)
+  if (tid < CTHREADS) {
+    const bf16_t* q_g = p.q + (row * H_Q + head0) * kDimQK;
+    for (int c = tid; c < MROWS * kChunksQK; c += CTHREADS) {
+      const int r = c / kChunksQK, k = c % kChunksQK;
+      if (r < HEADS_PER_CTA) cp_async_16(s_q + sw576(r, k), q_g + r * kDimQK + k * 8);
+      else st_shared_16(s_q + sw576(r, k), u32x4{0u, 0u, 0u, 0u});
+    }
+    cp_async_commit();
+  }
+  if (tid == 0) {
+#pragma unroll
+    for (int b = 0; b < NBUF; ++b) {
+      mbar_init(full_mbar(b), TILE_TOKENS);  // one arrival a producer thread (with its bytes)
+      mbar_init(empty_mbar(b), CTHREADS);    // every MMA thread, after its last read of the tile
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (tid >= CTHREADS) {
+    // ---- producer thread pt: token pt of every tile of the split. The first NBUF tiles' index
+    // entries are loaded together (their copies go out at once); then each entry a tile ahead.
+    const int pt = tid - CTHREADS;
+    auto issue = [&](int k, int idx) {
+      const int b = k % NBUF;
+      const uint32_t dst = s_base + OFF_KV + unsigned(b) * TILE_BYTES + unsigned(pt) * ROW;
+      valid_s[b * TILE_TOKENS + pt] = idx >= 0;
+      if (idx >= 0) {
+        // This thread's zero row of an earlier tile (generic stores) before the copy (async proxy).
+        fence_proxy_async();
+        mbar_arrive_tx(full_mbar(b), ROW);
+        const unsigned ps = (unsigned)p.page_size;  // 32-bit division: idx < 2^31
+        const unsigned char* src = p.kv_fp8 + (long long)((unsigned)idx / ps) * p.kv_page_stride +
+                                   (long long)((unsigned)idx % ps) * ROW;
+        bulk_copy(dst, src, ROW, full_mbar(b));
+      } else {
+#pragma unroll 1
+        for (unsigned c = 0; c < ROW / 16; ++c) st_shared_16(dst + 16u * c, u32x4{0u, 0u, 0u, 0u});
+        mbar_arrive_tx(full_mbar(b), 0u);  // releases the zeros and the flag to the MMA warps
+      }
+    };
+    int first[NBUF];
+#pragma unroll
+    for (int k = 0; k < NBUF; ++k)
+      first[k] = tile_begin + k < tile_end ? load_index_raw(idx_row, (tile_begin + k) * TILE_TOKENS + pt, n) : -1;
+#pragma unroll
+    for (int k = 0; k < NBUF; ++k)
+      if (tile_begin + k < tile_end) issue(k, valid_index(first[k], p.num_slots));
+    int raw = tile_begin + NBUF < tile_end ? load_index_raw(idx_row, (tile_begin + NBUF) * TILE_TOKENS + pt, n) : -1;
+    for (int t = tile_begin + NBUF; t < tile_end; ++t) {
+      const int k = t - tile_begin;
+      const int idx = valid_index(raw, p.num_slots);
+      raw = t + 1 < tile_end ? load_index_raw(idx_row, (t + 1) * TILE_TOKENS + pt, n) : -1;
+      mbar_wait(empty_mbar(k % NBUF), uint32_t((k / NBUF - 1) & 1));
+      issue(k, idx);
+    }
+    return;
+  }
+
+  // ---- q's latent dims -> f16 x 2^-E_h in the fragment order. Thread: head tid / 16, 16-dim
+  // groups tid % 16 and tid % 16 + 16 (the 16 threads of a head are one half warp).
+  cp_async_wait_all();
+  mma_threads_sync();
+  {
+    const int h = tid >> 4, part = tid & 15;
+    u32x4 c[2][2];
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int grp = part + 16 * i;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        c[i][half] = *reinterpret_cast<const u32x4*>(smem + OFF_Q + sw576(h, 2 * grp + half));
+        const uint32_t w[4] = {c[i][half].x, c[i][half].y, c[i][half].z, c[i][half].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) amax = fmaxf(amax, fmaxf(fabsf(bf16x2_lo(w[j])), fabsf(bf16x2_hi(w[j]))));
+      }
+    }
+#pragma unroll
+    for (int o = 1; o < 16; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    // The largest |q| lands in [2^14, 2^15); 0, inf and NaN keep E = 0 (their scores are 0 or not finite anyway).
+    int e = amax > 0.f && amax <= 3.4028234e38f ? int(__float_as_uint(amax) >> 23) - 127 - 14 : 0;
+    e = min(max(e, -100), 113);
+    const float down = __uint_as_float(uint32_t(127 - e) << 23);
+    if (part == 0) qf_s[h] = __uint_as_float(uint32_t(127 + e) << 23);
+    auto cv = [&](uint32_t w) { return pack_f16x2_rn(bf16x2_lo(w) * down, bf16x2_hi(w) * down); };
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int grp = part + 16 * i;
+      const u32x4 a = c[i][0], b = c[i][1];  // dims (0,1) (2,3) (4,5) (6,7) | (8,9) .. (14,15)
+      st_shared_16(s_q + sw576(h, 2 * grp), u32x4{cv(a.x), cv(a.z), cv(b.x), cv(b.z)});
+      st_shared_16(s_q + sw576(h, 2 * grp + 1), u32x4{cv(a.y), cv(a.w), cv(b.y), cv(b.w)});
+    }
+  }
+  mma_threads_sync();
+
+  const float scale_log2 = p.sm_scale * 1.4426950408889634f;
+  const float qf0 = qf_s[g], qf1 = qf_s[g + 8];
+  const int tg = warp & 3;         // QK token group: tokens 16 tg .. + 16
+  const int kh = warp >> 2;        // QK half: latent blocks 2 kh, 2 kh + 1, rope steps 2 kh, 2 kh + 1
+  const int tok0 = tg * 16;
+  const bool owns_s = kh == 0;
+  const int dim0 = warp * 64;      // PV: this warp's output dims
+  const int pv_block = warp >> 1;  // ... and their scale block
+
+  float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.f, 0.f};
+  float c_run[BLOCKS] = {0.f, 0.f, 0.f, 0.f};  // running maxima of the blocks' scales (the same in every thread)
+  float o[8][4];
+#pragma unroll
+  for (int nd = 0; nd < 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
+
+  for (int t = tile_begin; t < tile_end; ++t) {
+    const int k = t - tile_begin, buf = k % NBUF;
+    const unsigned kv_off = OFF_KV + unsigned(buf) * TILE_BYTES;
+    const uint32_t s_kv = s_base + kv_off;
+    mbar_wait(full_mbar(buf), uint32_t((k / NBUF) & 1));
+
+    // ---- S of this warp's 16 tokens over its half of the dims
+    float sa[2][4], sb[2][4], sr[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sa[nt][e] = sb[nt][e] = sr[nt][e] = 0.f;
+    const int a_row = lane & 15, a_cadd = lane >> 4;
+    {
+      // Latent: matrix lane / 8 = (token half (lane / 8) % 2, chunk + lane / 16).
+      const uint32_t k_lat = s_kv + uint32_t(tok0 + (((lane >> 3) & 1) << 3) + (lane & 7)) * ROW + 16u * uint32_t(lane >> 4);
+#pragma unroll
+      for (int blk = 0; blk < 2; ++blk) {
+#pragma unroll
+        for (int j = 0; j < BLOCK_CHUNKS; j += 2) {
+          const int c = (2 * kh + blk) * BLOCK_CHUNKS + j;  // chunks c, c + 1
+          uint32_t r[4];  // [chunk c + s][n8 tile nt] at 2 s + nt
+          ldsm_x4(k_lat + 16u * uint32_t(c), r[0], r[1], r[2], r[3]);
+#pragma unroll
+          for (int s = 0; s < 2; ++s) {
+            uint32_t a[4];
+            ldsm_x4(s_q + sw576(a_row, 2 * (c + s) + a_cadd), a[0], a[1], a[2], a[3]);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+              uint32_t b0, b1;
+              e4m3x4_to_f16x2x2(r[2 * s + nt], b0, b1);
+              if (blk == 0) mma_f16(sa[nt], a, b0, b1);
+              else mma_f16(sb[nt], a, b0, b1);
+            }
+          }
+        }
+      }
+      // Rope (bf16): matrix lane / 8 = (token half lane / 16, chunk + (lane / 8) % 2).
+      const uint32_t k_rope = s_kv + uint32_t(tok0 + ((lane >> 4) << 3) + (lane & 7)) * ROW +
+                              uint32_t(fp8_kv_rope_offset) + 16u * uint32_t((lane >> 3) & 1);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int rs = 2 * kh + j;  // rope dims 512 + 16 rs .. + 16
+        uint32_t a[4], b[4];
+        ldsm_x4(s_q + sw576(a_row, 64 + 2 * rs + a_cadd), a[0], a[1], a[2], a[3]);
+        ldsm_x4(k_rope + 32u * uint32_t(rs), b[0], b[1], b[2], b[3]);
+        mma_bf16(sr[0], a, b[0], b[1]);
+        mma_bf16(sr[1], a, b[2], b[3]);
+      }
+    }
+    // The scales of this thread's tokens tok0 + 8 nt + 2 t4 + j (0 for an invalid token's zero row).
+    float sc[2][2][BLOCKS];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const u32x4 v = *reinterpret_cast<const u32x4*>(smem + kv_off + unsigned(tok0 + 8 * nt + 2 * t4 + j) * ROW +
+                                                        unsigned(fp8_kv_scale_offset));
+        sc[nt][j][0] = __uint_as_float(v.x);
+        sc[nt][j][1] = __uint_as_float(v.y);
+        sc[nt][j][2] = __uint_as_float(v.z);
+        sc[nt][j][3] = __uint_as_float(v.w);
+      }
+    float s[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float* scj = sc[nt][e & 1];
+        const float sca = kh ? scj[2] : scj[0], scb = kh ? scj[3] : scj[1];
+        s[nt][e] = (e < 2 ? qf0 : qf1) * (sca * sa[nt][e] + scb * sb[nt][e]) + sr[nt][e];
+      }
+    {  // the second half's S -> the warp of the first half
+      float* sx = reinterpret_cast<float*>(smem + OFF_SX) + tg * (2 * 4 * 32) + lane;
+      if (kh == 1) {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sx[(nt * 4 + e) * 32] = s[nt][e];
+      }
+      mma_threads_sync();
+      if (kh == 0) {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[nt][e] += sx[(nt * 4 + e) * 32];
+      }
+    }
+
+    // ---- online softmax (base 2); the first half's warps own S
+    float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const bool ok = valid_s[buf * TILE_TOKENS + tok0 + 8 * nt + 2 * t4 + (e & 1)] != 0;
+        const float v = ok ? s[nt][e] * scale_log2 : neg_inf();
+        s[nt][e] = v;
+        mx[e >> 1] = fmaxf(mx[e >> 1], v);
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    }
+    if (owns_s) {
+      if (t4 == 0) {
+        red[tg * MROWS + g] = mx[0];
+        red[tg * MROWS + g + 8] = mx[1];
+      }
+      float cm[BLOCKS];
+#pragma unroll
+      for (int b = 0; b < BLOCKS; ++b) {
+        cm[b] = fmaxf(fmaxf(sc[0][0][b], sc[0][1][b]), fmaxf(sc[1][0][b], sc[1][1][b]));
+        cm[b] = fmaxf(cm[b], __shfl_xor_sync(0xffffffffu, cm[b], 1));
+        cm[b] = fmaxf(cm[b], __shfl_xor_sync(0xffffffffu, cm[b], 2));
+      }
+      if (lane == 0) *reinterpret_cast<u32x4*>(scm + tg * BLOCKS) =
+          u32x4{__float_as_uint(cm[0]), __float_as_uint(cm[1]), __float_as_uint(cm[2]), __float_as_uint(cm[3])};
+    }
+    mma_threads_sync();
+    float c_new[BLOCKS] = {c_run[0], c_run[1], c_run[2], c_run[3]};
+    mx[0] = mx[1] = neg_inf();  // the second half's warps held partial scores
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      mx[0] = fmaxf(mx[0], red[q * MROWS + g]);
+      mx[1] = fmaxf(mx[1], red[q * MROWS + g + 8]);
+      const u32x4 v = *reinterpret_cast<const u32x4*>(scm + q * BLOCKS);
+      c_new[0] = fmaxf(c_new[0], __uint_as_float(v.x));
+      c_new[1] = fmaxf(c_new[1], __uint_as_float(v.y));
+      c_new[2] = fmaxf(c_new[2], __uint_as_float(v.z));
+      c_new[3] = fmaxf(c_new[3], __uint_as_float(v.w));
+    }
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float m_new = fmaxf(m_run[h], mx[h]);
+      // m_new = -inf: nothing valid yet (o = l = 0): subtract 0 so -inf - -inf never happens.
+      const float m_use = m_new == neg_inf() ? 0.f : m_new;
+      alpha[h] = exp2_ftz(m_run[h] - m_use);
+      m_run[h] = m_new;
+      mx[h] = m_use;
+    }
+    float rs0 = 0.f, rs1 = 0.f;
+    if (owns_s) {
+      float inv_c[BLOCKS];
+#pragma unroll
+      for (int b = 0; b < BLOCKS; ++b) inv_c[b] = c_new[b] > 0.f ? 1.f / c_new[b] : 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const float p0 = exp2_ftz(s[nt][0] - mx[0]);
+        const float p1 = exp2_ftz(s[nt][1] - mx[0]);
+        const float p2 = exp2_ftz(s[nt][2] - mx[1]);
+        const float p3 = exp2_ftz(s[nt][3] - mx[1]);
+        rs0 += p0 + p1;
+        rs1 += p2 + p3;
+        const int chunk = (tok0 + 8 * nt) >> 3;
+#pragma unroll
+        for (int b = 0; b < BLOCKS; ++b) {
+          const float f0 = sc[nt][0][b] * inv_c[b], f1 = sc[nt][1][b] * inv_c[b];
+          const uint32_t pb = s_p + unsigned(b) * P_BLOCK_BYTES;
+          st_shared_4(pb + sw64(g, chunk) + 4 * t4, pack_f16x2_rn(p0 * f0, p1 * f1));
+          st_shared_4(pb + sw64(g + 8, chunk) + 4 * t4, pack_f16x2_rn(p2 * f0, p3 * f1));
+        }
+      }
+    }
+    l_run[0] = l_run[0] * alpha[0] + rs0;
+    l_run[1] = l_run[1] * alpha[1] + rs1;
+    {
+      const float c_old = pick4(c_run, pv_block), c_cur = pick4(c_new, pv_block);
+      const float ratio = c_cur > 0.f ? c_old / c_cur : 1.f;
+      const float r0 = alpha[0] * ratio, r1 = alpha[1] * ratio;
+#pragma unroll
+      for (int nd = 0; nd < 8; ++nd) {
+        o[nd][0] *= r0;
+        o[nd][1] *= r0;
+        o[nd][2] *= r1;
+        o[nd][3] *= r1;
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < BLOCKS; ++b) c_run[b] = c_new[b];
+    mma_threads_sync();  // P' published
+
+    // ---- O += P'_b . V8 over the tile's 64 tokens, this warp's 64 dims
+#pragma unroll
+    for (int kk = 0; kk < TILE_TOKENS / 16; ++kk) {
+      uint32_t a[4];
+      ldsm_x4(s_p + unsigned(pv_block) * P_BLOCK_BYTES + sw64(lane & 15, 2 * kk + (lane >> 4)), a[0], a[1], a[2], a[3]);
+      // Matrix lane / 8 = (token half (lane / 8) % 2, 16 dims + lane / 16).
+      const uint32_t v_row = s_kv + uint32_t(kk * 16 + (((lane >> 3) & 1) << 3) + (lane & 7)) * ROW +
+                             uint32_t(dim0) + 16u * uint32_t(lane >> 4);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        uint32_t r[4];  // [16-dim group 2 j + q][token half] at 2 q + half
+        ldsm_x4_t(v_row + 32u * uint32_t(j), r[0], r[1], r[2], r[3]);
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          // bytes (token 2 t4: dims 2 g, 2 g + 1; token 2 t4 + 1: the same) -> (even dim pair | odd dim pair)
+          uint32_t ev0, od0, ev1, od1;
+          e4m3x4_to_f16x2x2(__byte_perm(r[2 * q], 0u, 0x3120u), ev0, od0);
+          e4m3x4_to_f16x2x2(__byte_perm(r[2 * q + 1], 0u, 0x3120u), ev1, od1);
+          const int nd = 2 * (2 * j + q);
+          mma_f16(o[nd], a, ev0, ev1);
+          mma_f16(o[nd + 1], a, od0, od1);
+        }
+      }
+    }
+    // This thread's reads of the tile (generic proxy) before the bulk copies that refill it.
+    fence_proxy_async();
+    mbar_arrive_plain(empty_mbar(buf));
+  }
+
+  // ---- epilogue: total row sums l (over t4 lanes, then over the 8 warps)
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+  }
+  if (t4 == 0) {
+    red[warp * MROWS + g] = l_run[0];
+    red[warp * MROWS + g + 8] = l_run[1];
+  }
+  mma_threads_sync();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float a = 0.f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) a += red[w * MROWS + g + 8 * h];  // fixed order: the same sum in every warp
+    l_run[h] = a;
+  }
+
+  const bool partial = num_splits > 1;
+  const long long rows = p.rows;
+  const float c_pv = pick4(c_run, pv_block);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int hl = g + 8 * h;  // head within the CTA
+    if (hl >= HEADS_PER_CTA) continue;
+    const long long head = row * H_Q + head0 + hl;
+    const float l = l_run[h];
+    // The sink scales the final output only: a split's partial stays normalised by its own l.
+    const float* sink = !partial && p.attn_sink != nullptr ? p.attn_sink + (head0 + hl) : nullptr;
+    const float scale = mla_output_scale(l, m_run[h], sink) * c_pv;
+    if (!partial) {
+      unsigned short* out = p.out + head * kDimV + dim0 + 4 * t4;
+#pragma unroll
+      for (int q = 0; q < 4; ++q)  // dims dim0 + 16 q + 4 t4 .. + 4: even, odd, even, odd
+        *reinterpret_cast<u32x2*>(out + 16 * q) =
+            u32x2{pack_bf16x2_rn(o[2 * q][2 * h] * scale, o[2 * q + 1][2 * h] * scale),
+                  pack_bf16x2_rn(o[2 * q][2 * h + 1] * scale, o[2 * q + 1][2 * h + 1] * scale)};
+      if (warp == 0 && t4 == 0) {
+        const float m = m_run[h];
+        p.lse[head] = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : pos_inf();
+        if (p.max_logits != nullptr) p.max_logits[head] = l > 0.f ? m * 0.6931471805599453f : neg_inf();
+      }
+    } else {
+      // Workspace: o_part fp32 [splits][rows][H_Q][512] (normalised by this split's l),
+      // lse_part / max_part fp32 [splits][rows][H_Q] in base 2 (-inf: no valid token).
+      const long long ph = (long long)split * rows * H_Q + head;
+      float* out = p.o_part + ph * kDimV + dim0 + 4 * t4;
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        *reinterpret_cast<u32x4*>(out + 16 * q) =
+            u32x4{__float_as_uint(o[2 * q][2 * h] * scale), __float_as_uint(o[2 * q + 1][2 * h] * scale),
+                  __float_as_uint(o[2 * q][2 * h + 1] * scale), __float_as_uint(o[2 * q + 1][2 * h + 1] * scale)};
+      if (warp == 0 && t4 == 0) {
+        p.lse_part[ph] = l > 0.f ? m_run[h] + log2f(l) : neg_inf();
+        p.max_part[ph] = l > 0.f ? m_run[h] : neg_inf();
+      }
+    }
+  }
+}
