@@ -8,18 +8,17 @@
 // Why: the 512-thread FP8 kernel dequantizes every token into a bf16 tile in shared memory, and at
 // 16 heads that pass sets the tile time (its producers issue more instructions than the MMA warps;
 // docs/notes/sparse_mla.md, "Eleventh session"). Here two producer warps only bulk-copy the raw
-// tokens into 4 tiles, and the MMA warps convert e4m3 -> f16 (exact) in registers after ldmatrix.
+// tokens into 4 tiles, and the MMA warps convert the e4m3 codes in registers after ldmatrix.
 //
 // One CTA = one query row x HEADS_PER_CTA heads in one m16 tile (h 8: rows 8..15 of q are zero);
 // grid (rows, H_Q / HEADS_PER_CTA, num_splits); split s takes tiles [s T / ns, (s + 1) T / ns).
 //  QK: warp w: tokens 16 (w % 4) .. + 16 (two n8 tiles) over half the dims (kh = w / 4): latent
-//      scale blocks 2 kh, 2 kh + 1 (f16 MMA, one accumulator a block) and rope k-steps 2 kh, 2 kh + 1
-//      (bf16 MMA); S = qf_h (sc_2kh s_a + sc_2kh+1 s_b) + s_rope; the second half's S reaches the
-//      first through shared memory. K's fragment: ldmatrix of raw rows gives a lane bytes
-//      4 t4 .. 4 t4 + 3 of a 16-dim chunk: the low pair is k = 2 t4, 2 t4 + 1 of the MMA, the high
-//      pair k = 2 t4 + 8, 9. q is stored in that order (f16 chunk 2c: dims 16c + {0,1,4,5,8,9,12,13};
-//      chunk 2c + 1: 16c + {2,3,6,7,10,11,14,15}), as bf16 x 2^-E_h (exact), E_h = floor(log2 of the
-//      head's largest latent |q|) - 14, so every value fits f16; qf_h = 2^E_h.
+//      scale blocks 2 kh, 2 kh + 1 and rope k-steps 2 kh, 2 kh + 1 (bf16 MMA); the second half's S
+//      reaches the first through shared memory. K's fragment: ldmatrix of raw rows gives a lane
+//      bytes 4 t4 .. 4 t4 + 3 of a 16-dim chunk of its token, dequantized in registers to §4's
+//      bf16(e4m3 x scale) (the reference's K, bit for bit); the low pair is k = 2 t4, 2 t4 + 1 of
+//      the MMA, the high pair k = 2 t4 + 8, 9. q's latent dims are stored in that order (chunk 2c:
+//      dims 16c + {0,1,4,5,8,9,12,13}; chunk 2c + 1: 16c + {2,3,6,7,10,11,14,15}).
 //  softmax: base 2, row maxima through shared memory, P owned by the first half's warps (as the
 //      mma_sync kernel); each tile's maxima of the blocks' scales ride along.
 //  PV: warp w owns dims 64 w .. + 64, all in scale block w / 2: o += P'_b V8, P'_b = p sc_b[token] /
@@ -28,8 +27,9 @@
 //      x 16 bytes gives a lane tokens 2 t4, 2 t4 + 1 at dims 2 g, 2 g + 1; one byte permute splits them
 //      into the fragments of an n8 tile of the group's even dims and one of its odd dims, so a lane's
 //      accumulators of a 16-dim group are dims 4 t4 .. 4 t4 + 3.
-// Precision: K and V exact (e4m3 x scale in fp32; the reference rounds bf16(e4m3 x scale) first), q
-// exact but for values below 2^-29 of its head's largest, P' at f16's 2^-11 relative.
+// Precision: S as the reference's (K rounded as §4 defines it); V exact (e4m3 x scale in fp32, where
+// the reference rounds bf16(e4m3 x scale): 2^-9 relative an element, averaged by the softmax), P'
+// at f16's 2^-11 relative.
 // Producer warps 8, 9: thread p bulk-copies token p of every tile into buffer k % 4 once the MMA
 // warps released it (an empty mbarrier of 256 arrivals); an invalid token's row is zeroed (so are
 // its scales).
@@ -64,14 +64,13 @@ constexpr unsigned TILE_BYTES = TILE_TOKENS * ROW;
 
 // Shared memory layout (bytes).
 constexpr unsigned OFF_KV = 0;                                      // NBUF raw tiles [64][656]
-constexpr unsigned OFF_Q = OFF_KV + NBUF * TILE_BYTES;               // [16][576] 2-byte, sw576: f16 latent (permuted), bf16 rope
+constexpr unsigned OFF_Q = OFF_KV + NBUF * TILE_BYTES;               // [16][576] bf16, sw576 (latent dims permuted)
 constexpr unsigned OFF_P = OFF_Q + MROWS * kDimQK * 2;               // [BLOCKS][16][64] f16 P', sw64
 constexpr unsigned P_BLOCK_BYTES = MROWS * TILE_TOKENS * 2;
 constexpr unsigned OFF_RED = OFF_P + BLOCKS * P_BLOCK_BYTES;         // [8 warps][16] fp32: row maxima, then sums
 constexpr unsigned OFF_SX = OFF_RED + 8 * MROWS * 4;                 // [4 token groups][2 n8][4][32 lanes] fp32
 constexpr unsigned OFF_SCM = OFF_SX + 4 * 2 * 4 * 32 * 4;            // [4 token groups][BLOCKS] fp32: scale maxima
-constexpr unsigned OFF_QF = OFF_SCM + 4 * BLOCKS * 4;                // [16] fp32: qf_h = 2^E_h
-constexpr unsigned OFF_VALID = OFF_QF + MROWS * 4;                   // [NBUF][64] int
+constexpr unsigned OFF_VALID = OFF_SCM + 4 * BLOCKS * 4;              // [NBUF][64] int
 constexpr unsigned OFF_MBAR = OFF_VALID + NBUF * TILE_TOKENS * 4;    // full[NBUF], empty[NBUF]
 constexpr unsigned SMEM_BYTES = OFF_MBAR + 2 * NBUF * 8;
 static_assert(SMEM_BYTES == sparse_mla_fp8_direct_smem_bytes(), "the layout must match the plan");
@@ -101,7 +100,6 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   const uint32_t s_p = s_base + OFF_P;
   float* red = reinterpret_cast<float*>(smem + OFF_RED);
   float* scm = reinterpret_cast<float*>(smem + OFF_SCM);
-  float* qf_s = reinterpret_cast<float*>(smem + OFF_QF);
   int* valid_s = reinterpret_cast<int*>(smem + OFF_VALID);
   auto full_mbar = [&](int b) { return s_base + OFF_MBAR + 8u * unsigned(b); };
   auto empty_mbar = [&](int b) { return s_base + OFF_MBAR + 8u * unsigned(NBUF + b); };
@@ -184,45 +182,24 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     return;
   }
 
-  // ---- q's latent dims -> f16 x 2^-E_h in the fragment order. Thread: head tid / 16, 16-dim
-  // groups tid % 16 and tid % 16 + 16 (the 16 threads of a head are one half warp).
+  // ---- q's latent dims in the fragment's order. Thread: head tid / 16, 16-dim groups tid % 16 and
+  // tid % 16 + 16.
   cp_async_wait_all();
   mma_threads_sync();
   {
     const int h = tid >> 4, part = tid & 15;
-    u32x4 c[2][2];
-    float amax = 0.f;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int grp = part + 16 * i;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        c[i][half] = *reinterpret_cast<const u32x4*>(smem + OFF_Q + sw576(h, 2 * grp + half));
-        const uint32_t w[4] = {c[i][half].x, c[i][half].y, c[i][half].z, c[i][half].w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) amax = fmaxf(amax, fmaxf(fabsf(bf16x2_lo(w[j])), fabsf(bf16x2_hi(w[j]))));
-      }
-    }
-#pragma unroll
-    for (int o = 1; o < 16; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    // The largest |q| lands in [2^14, 2^15); 0, inf and NaN keep E = 0 (their scores are 0 or not finite anyway).
-    int e = amax > 0.f && amax <= 3.4028234e38f ? int(__float_as_uint(amax) >> 23) - 127 - 14 : 0;
-    e = min(max(e, -100), 113);
-    const float down = __uint_as_float(uint32_t(127 - e) << 23);
-    if (part == 0) qf_s[h] = __uint_as_float(uint32_t(127 + e) << 23);
-    auto cv = [&](uint32_t w) { return pack_f16x2_rn(bf16x2_lo(w) * down, bf16x2_hi(w) * down); };
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int grp = part + 16 * i;
-      const u32x4 a = c[i][0], b = c[i][1];  // dims (0,1) (2,3) (4,5) (6,7) | (8,9) .. (14,15)
-      st_shared_16(s_q + sw576(h, 2 * grp), u32x4{cv(a.x), cv(a.z), cv(b.x), cv(b.z)});
-      st_shared_16(s_q + sw576(h, 2 * grp + 1), u32x4{cv(a.y), cv(a.w), cv(b.y), cv(b.w)});
+      const u32x4 a = *reinterpret_cast<const u32x4*>(smem + OFF_Q + sw576(h, 2 * grp));      // dims (0,1) .. (6,7)
+      const u32x4 b = *reinterpret_cast<const u32x4*>(smem + OFF_Q + sw576(h, 2 * grp + 1));  // dims (8,9) .. (14,15)
+      st_shared_16(s_q + sw576(h, 2 * grp), u32x4{a.x, a.z, b.x, b.z});
+      st_shared_16(s_q + sw576(h, 2 * grp + 1), u32x4{a.y, a.w, b.y, b.w});
     }
   }
   mma_threads_sync();
 
   const float scale_log2 = p.sm_scale * 1.4426950408889634f;
-  const float qf0 = qf_s[g], qf1 = qf_s[g + 8];
   const int tg = warp & 3;         // QK token group: tokens 16 tg .. + 16
   const int kh = warp >> 2;        // QK half: latent blocks 2 kh, 2 kh + 1, rope steps 2 kh, 2 kh + 1
   const int tok0 = tg * 16;
@@ -243,13 +220,20 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     mbar_wait(full_mbar(buf), uint32_t((k / NBUF) & 1));
 
     // ---- S of this warp's 16 tokens over its half of the dims
-    float sa[2][4], sb[2][4], sr[2][4];
+    float s[2][4];
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sa[nt][e] = sb[nt][e] = sr[nt][e] = 0.f;
+    for (int nt = 0; nt < 2; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
     const int a_row = lane & 15, a_cadd = lane >> 4;
     {
+      // K's scales of this lane's fragment tokens tok0 + 8 nt + g, blocks 2 kh and 2 kh + 1.
+      float kscale[2][2];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const u32x4 v = *reinterpret_cast<const u32x4*>(smem + kv_off + unsigned(tok0 + 8 * nt + g) * ROW +
+                                                        unsigned(fp8_kv_scale_offset));
+        kscale[nt][0] = __uint_as_float(kh ? v.z : v.x);
+        kscale[nt][1] = __uint_as_float(kh ? v.w : v.y);
+      }
       // Latent: matrix lane / 8 = (token half (lane / 8) % 2, chunk + lane / 16).
       const uint32_t k_lat = s_kv + uint32_t(tok0 + (((lane >> 3) & 1) << 3) + (lane & 7)) * ROW + 16u * uint32_t(lane >> 4);
 #pragma unroll
@@ -260,15 +244,14 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
           uint32_t r[4];  // [chunk c + s][n8 tile nt] at 2 s + nt
           ldsm_x4(k_lat + 16u * uint32_t(c), r[0], r[1], r[2], r[3]);
 #pragma unroll
-          for (int s = 0; s < 2; ++s) {
+          for (int s2 = 0; s2 < 2; ++s2) {
             uint32_t a[4];
-            ldsm_x4(s_q + sw576(a_row, 2 * (c + s) + a_cadd), a[0], a[1], a[2], a[3]);
+            ldsm_x4(s_q + sw576(a_row, 2 * (c + s2) + a_cadd), a[0], a[1], a[2], a[3]);
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
-              uint32_t b0, b1;
-              e4m3x4_to_f16x2x2(r[2 * s + nt], b0, b1);
-              if (blk == 0) mma_f16(sa[nt], a, b0, b1);
-              else mma_f16(sb[nt], a, b0, b1);
+              uint32_t h0, h1;
+              e4m3x4_to_f16x2x2(r[2 * s2 + nt], h0, h1);
+              mma_bf16(s[nt], a, scale_f16x2_to_bf16x2(h0, kscale[nt][blk]), scale_f16x2_to_bf16x2(h1, kscale[nt][blk]));
             }
           }
         }
@@ -282,11 +265,11 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         uint32_t a[4], b[4];
         ldsm_x4(s_q + sw576(a_row, 64 + 2 * rs + a_cadd), a[0], a[1], a[2], a[3]);
         ldsm_x4(k_rope + 32u * uint32_t(rs), b[0], b[1], b[2], b[3]);
-        mma_bf16(sr[0], a, b[0], b[1]);
-        mma_bf16(sr[1], a, b[2], b[3]);
+        mma_bf16(s[0], a, b[0], b[1]);
+        mma_bf16(s[1], a, b[2], b[3]);
       }
     }
-    // The scales of this thread's tokens tok0 + 8 nt + 2 t4 + j (0 for an invalid token's zero row).
+    // V's scales of this thread's P columns, tokens tok0 + 8 nt + 2 t4 + j (0 for an invalid token's zero row).
     float sc[2][2][BLOCKS];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
@@ -298,15 +281,6 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         sc[nt][j][1] = __uint_as_float(v.y);
         sc[nt][j][2] = __uint_as_float(v.z);
         sc[nt][j][3] = __uint_as_float(v.w);
-      }
-    float s[2][4];
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float* scj = sc[nt][e & 1];
-        const float sca = kh ? scj[2] : scj[0], scb = kh ? scj[3] : scj[1];
-        s[nt][e] = (e < 2 ? qf0 : qf1) * (sca * sa[nt][e] + scb * sb[nt][e]) + sr[nt][e];
       }
     {  // the second half's S -> the warp of the first half
       float* sx = reinterpret_cast<float*>(smem + OFF_SX) + tg * (2 * 4 * 32) + lane;

@@ -109,7 +109,7 @@ TEST_CASE("tight-register kernels compile without serialised wgmma, spills or st
     spec.kv_dtype = KvDtype::fp8_e4m3;
     specs.push_back(spec);
   }
-  for (const int hpc : {8, 16}) {  // the FP8 direct kernel (320 threads: up to 204 registers, f16 fragments)
+  for (const int hpc : {8, 16}) {  // the FP8 direct kernel (320 threads: up to 204 registers)
     KernelSpec spec;
     spec.family = Family::sparse_mla;
     spec.h_q = 16;
