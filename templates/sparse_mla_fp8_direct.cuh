@@ -8,7 +8,7 @@
 // Why: the 512-thread FP8 kernel dequantizes every token into a bf16 tile in shared memory, and at
 // 16 heads that pass sets the tile time (its producers issue more instructions than the MMA warps;
 // docs/notes/sparse_mla.md, "Eleventh session"). Here two producer warps only bulk-copy the raw
-// tokens into 4 tiles, and the MMA warps convert the e4m3 codes in registers after ldmatrix.
+// tokens into 4 tiles, and the MMA warps dequantize the e4m3 codes in registers after ldmatrix.
 //
 // One CTA = one query row x HEADS_PER_CTA heads in one m16 tile (h 8: rows 8..15 of q are zero);
 // grid (rows, H_Q / HEADS_PER_CTA, num_splits); split s takes tiles [s T / ns, (s + 1) T / ns).
@@ -19,17 +19,14 @@
 //      bf16(e4m3 x scale) (the reference's K, bit for bit); the low pair is k = 2 t4, 2 t4 + 1 of
 //      the MMA, the high pair k = 2 t4 + 8, 9. q's latent dims are stored in that order (chunk 2c:
 //      dims 16c + {0,1,4,5,8,9,12,13}; chunk 2c + 1: 16c + {2,3,6,7,10,11,14,15}).
-//  softmax: base 2, row maxima through shared memory, P owned by the first half's warps (as the
-//      mma_sync kernel); each tile's maxima of the blocks' scales ride along.
-//  PV: warp w owns dims 64 w .. + 64, all in scale block w / 2: o += P'_b V8, P'_b = p sc_b[token] /
-//      c_b in f16 (<= 1), V8 the raw e4m3 values, c_b the running maximum of block b's scales (o is
-//      rescaled by c_old / c_new with alpha; out = o c_b / l). V's fragment: ldmatrix.trans of 8 tokens
-//      x 16 bytes gives a lane tokens 2 t4, 2 t4 + 1 at dims 2 g, 2 g + 1; one byte permute splits them
-//      into the fragments of an n8 tile of the group's even dims and one of its odd dims, so a lane's
-//      accumulators of a 16-dim group are dims 4 t4 .. 4 t4 + 3.
-// Precision: S as the reference's (K rounded as §4 defines it); V exact (e4m3 x scale in fp32, where
-// the reference rounds bf16(e4m3 x scale): 2^-9 relative an element, averaged by the softmax), P'
-// at f16's 2^-11 relative.
+//  softmax: base 2, row maxima through shared memory, P (bf16) owned by the first half's warps, as
+//      in the mma_sync kernel.
+//  PV: warp w owns dims 64 w .. + 64 (scale block w / 2). V's fragment: ldmatrix.trans of 8 tokens x
+//      16 bytes gives a lane tokens 2 t4, 2 t4 + 1 at dims 2 g, 2 g + 1; one byte permute splits them
+//      into the pairs of an n8 tile of the group's even dims and one of its odd dims, each
+//      dequantized in registers with its token's scale. So a lane's accumulators of a 16-dim group
+//      are dims 4 t4 .. 4 t4 + 3.
+// K, V and P are the reference's values bit for bit (§4's bf16(e4m3 x scale), bf16 P).
 // Producer warps 8, 9: thread p bulk-copies token p of every tile into buffer k % 4 once the MMA
 // warps released it (an empty mbarrier of 256 arrivals); an invalid token's row is zeroed (so are
 // its scales).
@@ -58,19 +55,16 @@ static_assert(H_Q % HEADS_PER_CTA == 0 && TOPK % TILE_TOKENS == 0, "H_Q: multipl
 constexpr int CTHREADS = 256;  // the MMA warps' threads
 constexpr int MROWS = 16;
 constexpr int NBUF = 4;        // raw tiles in flight
-constexpr int BLOCKS = 4;      // scale blocks of 128 latent dims
 constexpr int BLOCK_CHUNKS = 8;  // 16-dim fp8 chunks a block
 constexpr unsigned TILE_BYTES = TILE_TOKENS * ROW;
 
 // Shared memory layout (bytes).
 constexpr unsigned OFF_KV = 0;                                      // NBUF raw tiles [64][656]
 constexpr unsigned OFF_Q = OFF_KV + NBUF * TILE_BYTES;               // [16][576] bf16, sw576 (latent dims permuted)
-constexpr unsigned OFF_P = OFF_Q + MROWS * kDimQK * 2;               // [BLOCKS][16][64] f16 P', sw64
-constexpr unsigned P_BLOCK_BYTES = MROWS * TILE_TOKENS * 2;
-constexpr unsigned OFF_RED = OFF_P + BLOCKS * P_BLOCK_BYTES;         // [8 warps][16] fp32: row maxima, then sums
+constexpr unsigned OFF_P = OFF_Q + MROWS * kDimQK * 2;               // [16][64] bf16 P, sw64
+constexpr unsigned OFF_RED = OFF_P + MROWS * TILE_TOKENS * 2;         // [8 warps][16] fp32: row maxima, then sums
 constexpr unsigned OFF_SX = OFF_RED + 8 * MROWS * 4;                 // [4 token groups][2 n8][4][32 lanes] fp32
-constexpr unsigned OFF_SCM = OFF_SX + 4 * 2 * 4 * 32 * 4;            // [4 token groups][BLOCKS] fp32: scale maxima
-constexpr unsigned OFF_VALID = OFF_SCM + 4 * BLOCKS * 4;              // [NBUF][64] int
+constexpr unsigned OFF_VALID = OFF_SX + 4 * 2 * 4 * 32 * 4;          // [NBUF][64] int
 constexpr unsigned OFF_MBAR = OFF_VALID + NBUF * TILE_TOKENS * 4;    // full[NBUF], empty[NBUF]
 constexpr unsigned SMEM_BYTES = OFF_MBAR + 2 * NBUF * 8;
 static_assert(SMEM_BYTES == sparse_mla_fp8_direct_smem_bytes(), "the layout must match the plan");
@@ -82,8 +76,15 @@ struct alignas(8) u32x2 {
 
 // A barrier of the MMA warps (the producer warps never join one after the prologue).
 NSAJIT_DEVICE void mma_threads_sync() { bar_sync(15, CTHREADS); }
-// a[i] for a run-time i < 4 without a local-memory array.
-NSAJIT_DEVICE float pick4(const float (&a)[4], int i) { return i == 0 ? a[0] : i == 1 ? a[1] : i == 2 ? a[2] : a[3]; }
+// f16x2 -> bf16x2 of bf16(float(half) * its scale), each rounded to nearest even (§4's dequant of
+// two tokens' codes).
+NSAJIT_DEVICE uint32_t scale2_f16x2_to_bf16x2(uint32_t h2, float scale_lo, float scale_hi) {
+  float lo, hi;
+  asm("{ .reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
+      : "=f"(lo), "=f"(hi)
+      : "r"(h2));
+  return pack_bf16x2_rn(lo * scale_lo, hi * scale_hi);
+}
 
 }  // namespace mla
 
@@ -99,7 +100,6 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   const uint32_t s_q = s_base + OFF_Q;
   const uint32_t s_p = s_base + OFF_P;
   float* red = reinterpret_cast<float*>(smem + OFF_RED);
-  float* scm = reinterpret_cast<float*>(smem + OFF_SCM);
   int* valid_s = reinterpret_cast<int*>(smem + OFF_VALID);
   auto full_mbar = [&](int b) { return s_base + OFF_MBAR + 8u * unsigned(b); };
   auto empty_mbar = [&](int b) { return s_base + OFF_MBAR + 8u * unsigned(NBUF + b); };
@@ -205,10 +205,9 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   const int tok0 = tg * 16;
   const bool owns_s = kh == 0;
   const int dim0 = warp * 64;      // PV: this warp's output dims
-  const int pv_block = warp >> 1;  // ... and their scale block
+  const unsigned pv_scale = unsigned(fp8_kv_scale_offset) + 4u * unsigned(warp >> 1);  // ... and their scale's byte
 
   float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.f, 0.f};
-  float c_run[BLOCKS] = {0.f, 0.f, 0.f, 0.f};  // running maxima of the blocks' scales (the same in every thread)
   float o[8][4];
 #pragma unroll
   for (int nd = 0; nd < 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
@@ -269,19 +268,6 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         mma_bf16(s[1], a, b[2], b[3]);
       }
     }
-    // V's scales of this thread's P columns, tokens tok0 + 8 nt + 2 t4 + j (0 for an invalid token's zero row).
-    float sc[2][2][BLOCKS];
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const u32x4 v = *reinterpret_cast<const u32x4*>(smem + kv_off + unsigned(tok0 + 8 * nt + 2 * t4 + j) * ROW +
-                                                        unsigned(fp8_kv_scale_offset));
-        sc[nt][j][0] = __uint_as_float(v.x);
-        sc[nt][j][1] = __uint_as_float(v.y);
-        sc[nt][j][2] = __uint_as_float(v.z);
-        sc[nt][j][3] = __uint_as_float(v.w);
-      }
     {  // the second half's S -> the warp of the first half
       float* sx = reinterpret_cast<float*>(smem + OFF_SX) + tg * (2 * 4 * 32) + lane;
       if (kh == 1) {
@@ -315,33 +301,16 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
     }
-    if (owns_s) {
-      if (t4 == 0) {
-        red[tg * MROWS + g] = mx[0];
-        red[tg * MROWS + g + 8] = mx[1];
-      }
-      float cm[BLOCKS];
-#pragma unroll
-      for (int b = 0; b < BLOCKS; ++b) {
-        cm[b] = fmaxf(fmaxf(sc[0][0][b], sc[0][1][b]), fmaxf(sc[1][0][b], sc[1][1][b]));
-        cm[b] = fmaxf(cm[b], __shfl_xor_sync(0xffffffffu, cm[b], 1));
-        cm[b] = fmaxf(cm[b], __shfl_xor_sync(0xffffffffu, cm[b], 2));
-      }
-      if (lane == 0) *reinterpret_cast<u32x4*>(scm + tg * BLOCKS) =
-          u32x4{__float_as_uint(cm[0]), __float_as_uint(cm[1]), __float_as_uint(cm[2]), __float_as_uint(cm[3])};
+    if (owns_s && t4 == 0) {
+      red[tg * MROWS + g] = mx[0];
+      red[tg * MROWS + g + 8] = mx[1];
     }
     mma_threads_sync();
-    float c_new[BLOCKS] = {c_run[0], c_run[1], c_run[2], c_run[3]};
     mx[0] = mx[1] = neg_inf();  // the second half's warps held partial scores
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       mx[0] = fmaxf(mx[0], red[q * MROWS + g]);
       mx[1] = fmaxf(mx[1], red[q * MROWS + g + 8]);
-      const u32x4 v = *reinterpret_cast<const u32x4*>(scm + q * BLOCKS);
-      c_new[0] = fmaxf(c_new[0], __uint_as_float(v.x));
-      c_new[1] = fmaxf(c_new[1], __uint_as_float(v.y));
-      c_new[2] = fmaxf(c_new[2], __uint_as_float(v.z));
-      c_new[3] = fmaxf(c_new[3], __uint_as_float(v.w));
     }
     float alpha[2];
 #pragma unroll
@@ -355,9 +324,6 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     }
     float rs0 = 0.f, rs1 = 0.f;
     if (owns_s) {
-      float inv_c[BLOCKS];
-#pragma unroll
-      for (int b = 0; b < BLOCKS; ++b) inv_c[b] = c_new[b] > 0.f ? 1.f / c_new[b] : 0.f;
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         const float p0 = exp2_ftz(s[nt][0] - mx[0]);
@@ -367,38 +333,33 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         rs0 += p0 + p1;
         rs1 += p2 + p3;
         const int chunk = (tok0 + 8 * nt) >> 3;
-#pragma unroll
-        for (int b = 0; b < BLOCKS; ++b) {
-          const float f0 = sc[nt][0][b] * inv_c[b], f1 = sc[nt][1][b] * inv_c[b];
-          const uint32_t pb = s_p + unsigned(b) * P_BLOCK_BYTES;
-          st_shared_4(pb + sw64(g, chunk) + 4 * t4, pack_f16x2_rn(p0 * f0, p1 * f1));
-          st_shared_4(pb + sw64(g + 8, chunk) + 4 * t4, pack_f16x2_rn(p2 * f0, p3 * f1));
-        }
+        st_shared_4(s_p + sw64(g, chunk) + 4 * t4, pack_bf16x2_rn(p0, p1));
+        st_shared_4(s_p + sw64(g + 8, chunk) + 4 * t4, pack_bf16x2_rn(p2, p3));
       }
     }
     l_run[0] = l_run[0] * alpha[0] + rs0;
     l_run[1] = l_run[1] * alpha[1] + rs1;
-    {
-      const float c_old = pick4(c_run, pv_block), c_cur = pick4(c_new, pv_block);
-      const float ratio = c_cur > 0.f ? c_old / c_cur : 1.f;
-      const float r0 = alpha[0] * ratio, r1 = alpha[1] * ratio;
 #pragma unroll
-      for (int nd = 0; nd < 8; ++nd) {
-        o[nd][0] *= r0;
-        o[nd][1] *= r0;
-        o[nd][2] *= r1;
-        o[nd][3] *= r1;
-      }
+    for (int nd = 0; nd < 8; ++nd) {
+      o[nd][0] *= alpha[0];
+      o[nd][1] *= alpha[0];
+      o[nd][2] *= alpha[1];
+      o[nd][3] *= alpha[1];
     }
-#pragma unroll
-    for (int b = 0; b < BLOCKS; ++b) c_run[b] = c_new[b];
-    mma_threads_sync();  // P' published
+    mma_threads_sync();  // P published
 
-    // ---- O += P'_b . V8 over the tile's 64 tokens, this warp's 64 dims
+    // ---- O += P . V over the tile's 64 tokens, this warp's 64 dims
 #pragma unroll
     for (int kk = 0; kk < TILE_TOKENS / 16; ++kk) {
       uint32_t a[4];
-      ldsm_x4(s_p + unsigned(pv_block) * P_BLOCK_BYTES + sw64(lane & 15, 2 * kk + (lane >> 4)), a[0], a[1], a[2], a[3]);
+      ldsm_x4(s_p + sw64(lane & 15, 2 * kk + (lane >> 4)), a[0], a[1], a[2], a[3]);
+      // The scales of this lane's fragment tokens 16 kk + 8 half + 2 t4 + {0, 1}.
+      float vs[2][2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          vs[half][j] = *reinterpret_cast<const float*>(smem + kv_off + unsigned(kk * 16 + 8 * half + 2 * t4 + j) * ROW + pv_scale);
       // Matrix lane / 8 = (token half (lane / 8) % 2, 16 dims + lane / 16).
       const uint32_t v_row = s_kv + uint32_t(kk * 16 + (((lane >> 3) & 1) << 3) + (lane & 7)) * ROW +
                              uint32_t(dim0) + 16u * uint32_t(lane >> 4);
@@ -409,12 +370,17 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
           // bytes (token 2 t4: dims 2 g, 2 g + 1; token 2 t4 + 1: the same) -> (even dim pair | odd dim pair)
-          uint32_t ev0, od0, ev1, od1;
-          e4m3x4_to_f16x2x2(__byte_perm(r[2 * q], 0u, 0x3120u), ev0, od0);
-          e4m3x4_to_f16x2x2(__byte_perm(r[2 * q + 1], 0u, 0x3120u), ev1, od1);
+          uint32_t ev[2], od[2];
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            uint32_t he, ho;
+            e4m3x4_to_f16x2x2(__byte_perm(r[2 * q + half], 0u, 0x3120u), he, ho);
+            ev[half] = scale2_f16x2_to_bf16x2(he, vs[half][0], vs[half][1]);
+            od[half] = scale2_f16x2_to_bf16x2(ho, vs[half][0], vs[half][1]);
+          }
           const int nd = 2 * (2 * j + q);
-          mma_f16(o[nd], a, ev0, ev1);
-          mma_f16(o[nd + 1], a, od0, od1);
+          mma_bf16(o[nd], a, ev[0], ev[1]);
+          mma_bf16(o[nd + 1], a, od[0], od[1]);
         }
       }
     }
@@ -444,7 +410,6 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
 
   const bool partial = num_splits > 1;
   const long long rows = p.rows;
-  const float c_pv = pick4(c_run, pv_block);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int hl = g + 8 * h;  // head within the CTA
@@ -453,7 +418,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
     const float l = l_run[h];
     // The sink scales the final output only: a split's partial stays normalised by its own l.
     const float* sink = !partial && p.attn_sink != nullptr ? p.attn_sink + (head0 + hl) : nullptr;
-    const float scale = mla_output_scale(l, m_run[h], sink) * c_pv;
+    const float scale = mla_output_scale(l, m_run[h], sink);
     if (!partial) {
       unsigned short* out = p.out + head * kDimV + dim0 + 4 * t4;
 #pragma unroll
