@@ -143,6 +143,22 @@ NSAJIT_DEVICE uint32_t pack_bf16x2_rn(float lo, float hi) {
   return r;
 }
 
+// Four e4m3 codes (byte i = element i) -> f16x2 of elements 0, 1 (lo) and 2, 3 (hi), exact (sm_89+).
+// Each 16-bit half of the word goes to the conversion as it is: masking and shifting the halves
+// out first (as a cvt.u16.u32 per pair did) costs two instructions a word.
+NSAJIT_DEVICE void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.rn.f16x2.e4m3x2 %0, l; cvt.rn.f16x2.e4m3x2 %1, h; }"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+}
+
+// Two floats -> f16x2 (lo in the low half), each rounded to nearest even.
+NSAJIT_DEVICE uint32_t pack_f16x2_rn(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
 // f16x2 -> bf16x2 of bf16(float(f16) * scale), each half rounded to nearest even.
 NSAJIT_DEVICE uint32_t scale_f16x2_to_bf16x2(uint32_t h2, float scale) {
   float lo, hi;
@@ -154,17 +170,12 @@ NSAJIT_DEVICE uint32_t scale_f16x2_to_bf16x2(uint32_t h2, float scale) {
 
 // 16 e4m3 codes (byte i = dim i) -> bf16 dims 0-7 (lo) and 8-15 (hi) of bf16(float(e4m3) * scale),
 // §4's dequant, with the sm_89+ conversion (e4m3 -> f16 is exact). Bit-exact with
-// reference/fp8_kv_cache.cpp for non-NaN codes. Each 16-bit half of a word goes to the conversion
-// as it is: masking and shifting the halves out first (as a cvt.u16.u32 per pair did) costs two
-// instructions a word.
+// reference/fp8_kv_cache.cpp for non-NaN codes.
 NSAJIT_DEVICE void dequant_e4m3x16(const u32x4& f, float scale, u32x4& lo, u32x4& hi) {
   uint32_t h[8];
   const uint32_t w[4] = {f.x, f.y, f.z, f.w};
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.rn.f16x2.e4m3x2 %0, l; cvt.rn.f16x2.e4m3x2 %1, h; }"
-        : "=r"(h[2 * i]), "=r"(h[2 * i + 1])
-        : "r"(w[i]));
+  for (int i = 0; i < 4; ++i) e4m3x4_to_f16x2x2(w[i], h[2 * i], h[2 * i + 1]);
   lo = u32x4{scale_f16x2_to_bf16x2(h[0], scale), scale_f16x2_to_bf16x2(h[1], scale),
              scale_f16x2_to_bf16x2(h[2], scale), scale_f16x2_to_bf16x2(h[3], scale)};
   hi = u32x4{scale_f16x2_to_bf16x2(h[4], scale), scale_f16x2_to_bf16x2(h[5], scale),

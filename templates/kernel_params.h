@@ -154,6 +154,15 @@ NSAJIT_HOST_DEVICE constexpr unsigned sparse_mla_mma_sync_smem_bytes(int block_t
   return kv + q + p + row_exchange + s_exchange + valid + mbarriers;
 }
 
+// The FP8 direct kernel's plan (templates/sparse_mla_fp8_direct.cuh: 8 or 16 heads a CTA, 320
+// threads): 4 raw 656-byte tiles of 64 tokens, q [16][576], P [16][64] bf16, row maxima and sums
+// [8][16], the second half's S [4][2][4][32] (fp32), validity flags [4][64], full and empty
+// mbarriers [2][4].
+NSAJIT_HOST_DEVICE constexpr unsigned sparse_mla_fp8_direct_smem_bytes() {
+  return 4u * 64u * 656u + 16u * 576u * 2u + 16u * 64u * 2u + 8u * 16u * 4u + 4u * 2u * 4u * 32u * 4u + 4u * 64u * 4u +
+         2u * 4u * 8u;
+}
+
 struct SparseMlaDecodeParams {
   const unsigned short* q;         // bf16 [rows, h_q, 576]
   const unsigned short* kv;        // bf16 KV: [num_slots, kv_row_stride]

@@ -109,6 +109,14 @@ TEST_CASE("tight-register kernels compile without serialised wgmma, spills or st
     spec.kv_dtype = KvDtype::fp8_e4m3;
     specs.push_back(spec);
   }
+  for (const int hpc : {8, 16}) {  // the FP8 direct kernel (320 threads: up to 204 registers)
+    KernelSpec spec;
+    spec.family = Family::sparse_mla;
+    spec.h_q = 16;
+    spec.kv_dtype = KvDtype::fp8_e4m3;
+    spec.tile = {.threads = 320, .block_tokens = 64, .heads_per_cta = hpc, .kernel = MlaKernel::mma_sync, .producer_warps = 2};
+    specs.push_back(spec);
+  }
   for (const int threads : {256, 512, 1024})
     for (const int page_size : {-1, 0, 1, 64}) {  // -1: sorted, 0: plain top-k, else fused
       KernelSpec spec;

@@ -336,6 +336,48 @@ TEST_CASE("sparse_mla gpu: the mma_sync kernel without producer warps up to 32 h
                        {8, 16, 32});
 }
 
+// The FP8 direct kernel (2 producer warps copy raw tokens; the MMA warps take e4m3 fragments):
+// the forced-variant rows at 8 and 16 heads (page sizes 64 and 1, splits, a gap, an all-invalid
+// row, every third entry invalid); topk 64 and 576 (fewer tiles than its 4 buffers, an odd count a
+// split), topk_length, 40 rows of h_q 64 in 16-head groups; attention sinks (the scale
+// magnitudes case below runs it too: per-token scales 1e-8..1e3 in one tile).
+TEST_CASE("sparse_mla gpu: the FP8 direct kernel at 8 and 16 heads: splits, invalid entries, topk 64/576, topk_length, attn_sink") {
+  NSAJIT_REQUIRE_GPU();
+  const nsajit::TileConfig direct{.kernel = nsajit::MlaKernel::mma_sync, .producer_warps = 2};
+  check_forced_variant(direct, 1300,
+                       {Mode{.fp8 = true}, Mode{.fp8 = true, .page_size = 1, .splits = 3},
+                        Mode{.fp8 = true, .splits = 0}, Mode{.fp8 = true, .splits = 16}},
+                       {8, 16});
+  for (const int splits : {1, 0}) {
+    const Mode m{.fp8 = true, .splits = splits, .tile = direct};
+    for (const int topk : {64, 576}) {
+      Problem p = make_problem(3, 16, topk, 2000, std::uint32_t(1310 + topk));
+      set_range(p, 1, topk - 64, topk, -1);
+      finalize(p, m);
+      check(p, "direct topk " + std::to_string(topk), m);
+    }
+    Problem lens = make_problem(5, 16, 2048, 6000, 1320);
+    lens.topk_length = {2048, 0, 1, 700, 2047};
+    finalize(lens, m);
+    check_empty_row(check(lens, "direct topk_length", m), lens, 1);
+    Problem wide = make_problem(40, 64, 2048, 9000, 1321);
+    Mode m16 = m;
+    m16.tile.heads_per_cta = 16;
+    finalize(wide, m16);
+    check(wide, "direct h_q 64 in 16-head groups", m16);
+    Problem sinks = make_problem(4, 16, 2048, 6000, 1322);
+    set_range(sinks, 2, 0, 2048, -1);
+    std::mt19937 rng(1323);
+    std::uniform_real_distribution<float> around(std::log(2048.f) - 3.f, std::log(2048.f) + 6.f);
+    sinks.attn_sink.resize(16);
+    for (float& v : sinks.attn_sink) v = around(rng);
+    sinks.attn_sink[0] = std::numeric_limits<float>::infinity();
+    sinks.attn_sink[1] = -std::numeric_limits<float>::infinity();
+    finalize(sinks, m);
+    check_empty_row(check(sinks, "direct attn_sink", m), sinks, 2);
+  }
+}
+
 // The bf16 wgmma kernel below 64 heads per CTA (no default: 4 % slower than mma_sync at 16), a
 // tuning point.
 TEST_CASE("sparse_mla gpu: the bf16 wgmma kernel at 16 and 32 heads, splits, invalid entries") {
@@ -689,9 +731,13 @@ TEST_CASE("sparse_mla gpu: FP8 page sizes 1, 3 and 64, padded pages, shuffled pa
           }
         set_range(p, 2, 512, 1024, -1);
         p.num_slots = std::int64_t(num_pages) * page_size;
-        const Mode m{.fp8 = true, .page_size = page_size, .page_pad = pad};
+        Mode m{.fp8 = true, .page_size = page_size, .page_pad = pad};
         finalize(p, m);
         check(p, "page size " + std::to_string(page_size) + " h_q " + std::to_string(h_q) + " pad " + std::to_string(pad), m);
+        if (h_q == 16) {  // and the FP8 direct kernel
+          m.tile = {.kernel = nsajit::MlaKernel::mma_sync, .producer_warps = 2};
+          check(p, "direct, page size " + std::to_string(page_size) + " pad " + std::to_string(pad), m);
+        }
       }
 }
 
@@ -722,9 +768,14 @@ TEST_CASE("sparse_mla gpu: FP8 tiles zero, tiny, 448, huge, non-power-of-two sca
           v = ref::float_to_bf16(ref::bf16_to_float(v) * (d < 384 ? 1e-2f : 1e-5f));
         }
     set_range(p, 1, 0, 100, -1);
-    const Mode m{.fp8 = true, .page_size = 64};
-    finalize(p, m, 81, +fill);
-    check(p, "fp8 tile magnitudes", m);
+    for (const int pw : {-1, 2}) {  // the default kernel; the FP8 direct kernel at 16 heads
+      if (pw == 2 && h_q != 16) continue;
+      Mode m{.fp8 = true, .page_size = 64};
+      if (pw == 2) m.tile = {.kernel = nsajit::MlaKernel::mma_sync, .producer_warps = 2};
+      Problem run = p;
+      finalize(run, m, 81, +fill);
+      check(run, "fp8 tile magnitudes" + std::string(pw == 2 ? " (direct)" : ""), m);
+    }
   }
 }
 
@@ -1217,7 +1268,15 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   CHECK(spec(128, fp8, {.threads = 512}).tile == spec(128, fp8).tile);
   CHECK(spec(16, nsajit::KvDtype::bf16, {.threads = 384}).tile.kernel == MlaKernel::wgmma);
   // Variants outside their range name the field.
-  CHECK(message(spec(16, fp8, {.kernel = MlaKernel::mma_sync, .producer_warps = 2})).find("producer_warps = 2") != std::string::npos);
+  // FP8 with 2 producer warps: the direct kernel, up to 16 heads per CTA, not precise.
+  CHECK(message(spec(16, fp8, {.kernel = MlaKernel::mma_sync, .producer_warps = 2})) == "(valid)");
+  CHECK(message(spec(8, fp8, {.kernel = MlaKernel::mma_sync, .producer_warps = 2})) == "(valid)");
+  CHECK(message(spec(32, fp8, {.kernel = MlaKernel::mma_sync, .producer_warps = 2})).find("producer_warps = 2") != std::string::npos);
+  {
+    KernelSpec t = spec(16, fp8, {.kernel = MlaKernel::mma_sync, .producer_warps = 2});
+    t.precise = true;
+    CHECK(message(t).find("precise = 1") != std::string::npos);
+  }
   CHECK(message(spec(64, nsajit::KvDtype::bf16, {.kernel = MlaKernel::mma_sync, .producer_warps = 2})).find("producer_warps = 2") != std::string::npos);
   CHECK(message(spec(32, fp8, {.kernel = MlaKernel::mma_sync, .producer_warps = 8})).find("producer_warps = 8") != std::string::npos);
   CHECK(message(spec(128, fp8, {.kernel = MlaKernel::wgmma, .producer_warps = 4})).find("producer_warps = 4") != std::string::npos);
@@ -1262,6 +1321,8 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   CHECK(nsajit::readable_name(spec(16)) == "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_90a");
   CHECK(nsajit::readable_name(spec(16, fp8)) == "sparse_mla.h16.topk2048.kv_fp8.mma_sync.hpc16.pw8.sm_90a");
   CHECK(nsajit::readable_name(spec(16, fp8, {.threads = 512})) == nsajit::readable_name(spec(16, fp8)));
+  CHECK(nsajit::readable_name(spec(16, fp8, {.kernel = MlaKernel::mma_sync, .producer_warps = 2})) ==
+        "sparse_mla.h16.topk2048.kv_fp8.mma_sync.hpc16.pw2.sm_90a");
   CHECK(nsajit::readable_name(spec(16, fp8, {.threads = 256})) == "sparse_mla.h16.topk2048.kv_fp8.mma_sync.hpc16.pw0.sm_90a");
   CHECK(nsajit::readable_name(spec(128, fp8)) == "sparse_mla.h128.topk2048.kv_fp8.wgmma.hpc64.pw8.sm_90a");
   // precise: a named field, in the name only when set, a different kernel (source and cache key).

@@ -1,5 +1,6 @@
 // traits.cpp — family traits of sparse MLA (decode and prefill rows share its kernels): the
-// mma_sync kernel (templates/sparse_mla_mma_sync.cuh), the wgmma kernel
+// mma_sync kernel (templates/sparse_mla_mma_sync.cuh) and its FP8 direct form
+// (templates/sparse_mla_fp8_direct.cuh: FP8 with 2 producer warps), the wgmma kernel
 // (templates/sparse_mla_wgmma.cuh) and its seesaw schedule (templates/sparse_mla_seesaw.cuh), one
 // variant per spec (tile.kernel, tile.producer_warps, tile.schedule).
 #include <string>
@@ -20,12 +21,18 @@ bool is_sm90a(const Arch& a) { return a.sm == 90 && a.suffix == 'a'; }
 bool wgmma(const KernelSpec& spec) { return spec.tile.kernel == MlaKernel::wgmma; }
 bool fp8(const KernelSpec& spec) { return spec.kv_dtype == KvDtype::fp8_e4m3; }
 bool seesaw(const KernelSpec& spec) { return spec.tile.schedule == MlaSchedule::seesaw; }
+// FP8 tokens as MMA operands, copied by 2 producer warps (no dequantized tile).
+bool fp8_direct(const KernelSpec& spec) {
+  return spec.tile.kernel == MlaKernel::mma_sync && fp8(spec) && spec.tile.producer_warps == 2;
+}
 
 static_assert(sparse_mla_wgmma_smem_bytes() <= kMaxSmem, "the wgmma kernel's layout must fit the 227 KiB opt-in limit");
 static_assert(sparse_mla_seesaw_smem_bytes() <= kMaxSmem, "the seesaw plan must fit the 227 KiB opt-in limit");
+static_assert(sparse_mla_fp8_direct_smem_bytes() <= kMaxSmem, "the FP8 direct plan must fit the 227 KiB opt-in limit");
 
 unsigned smem_bytes(const KernelSpec& spec) {
   if (wgmma(spec)) return seesaw(spec) ? sparse_mla_seesaw_smem_bytes() : sparse_mla_wgmma_smem_bytes();
+  if (fp8_direct(spec)) return sparse_mla_fp8_direct_smem_bytes();
   return sparse_mla_mma_sync_smem_bytes(spec.tile.block_tokens, spec.tile.heads_per_cta, spec.tile.threads, fp8(spec));
 }
 
@@ -47,9 +54,11 @@ void validate_spec(const KernelSpec& spec) {
   const int pw = t.producer_warps;
   if (t.kernel == MlaKernel::mma_sync) {
     if (pw != 0 && pw != 2 && pw != 8)
-      throw_bad_field(spec, "producer_warps", pw, "0, 2 (bf16) or 8 (FP8) for kernel mma_sync");
-    if (pw == 2 && (fp8(spec) || hpc > 32))
-      throw_bad_field(spec, "producer_warps", pw, "0 or 8 for this spec (2: bf16 KV, <= 32 heads per CTA)");
+      throw_bad_field(spec, "producer_warps", pw, "0, 2 or 8 (FP8) for kernel mma_sync");
+    if (pw == 2 && hpc > (fp8(spec) ? 16 : 32))
+      throw_bad_field(spec, "producer_warps", pw, "0 for this spec (2: bf16 KV up to 32 heads per CTA, FP8 up to 16)");
+    if (pw == 2 && fp8(spec) && spec.precise)
+      throw_bad_field(spec, "precise", 1, "0 for FP8 KV with 2 producer warps (P is one f16 rounding)");
     if (pw == 8 && (!fp8(spec) || hpc > 16))
       throw_bad_field(spec, "producer_warps", pw, "0 or 2 for this spec (8: FP8 KV, <= 16 heads per CTA)");
   } else if (t.kernel == MlaKernel::wgmma) {
@@ -106,6 +115,7 @@ std::string readable_stem(const KernelSpec& spec) {
 unsigned max_dynamic_smem(const KernelSpec& spec) { return smem_bytes(spec); }
 
 std::string_view template_file(const KernelSpec& spec) {
+  if (fp8_direct(spec)) return "sparse_mla_fp8_direct.cuh";
   if (!wgmma(spec)) return "sparse_mla_mma_sync.cuh";
   return seesaw(spec) ? "sparse_mla_seesaw.cuh" : "sparse_mla_wgmma.cuh";
 }
