@@ -107,14 +107,14 @@ TEST_CASE("tight-register kernels compile without serialised wgmma, spills or st
     spec.family = Family::sparse_mla_decode;
     spec.h_q = h_q;
     spec.kv_dtype = KvDtype::fp8_e4m3;
+    spec.tile = {.threads = 512, .block_tokens = 64, .heads_per_cta = h_q, .kernel = MlaKernel::mma_sync, .producer_warps = 8};
     specs.push_back(spec);
   }
-  for (const int hpc : {8, 16}) {  // the FP8 direct kernel (320 threads: up to 204 registers)
+  for (const int h_q : {8, 16}) {  // the FP8 direct kernel, the default at up to 16 heads (320 threads: up to 204 registers)
     KernelSpec spec;
-    spec.family = Family::sparse_mla;
-    spec.h_q = 16;
+    spec.family = Family::sparse_mla_decode;
+    spec.h_q = h_q;
     spec.kv_dtype = KvDtype::fp8_e4m3;
-    spec.tile = {.threads = 320, .block_tokens = 64, .heads_per_cta = hpc, .kernel = MlaKernel::mma_sync, .producer_warps = 2};
     specs.push_back(spec);
   }
   for (const int threads : {256, 512, 1024})
@@ -133,10 +133,9 @@ TEST_CASE("tight-register kernels compile without serialised wgmma, spills or st
     spec.arch = {90, 'a'};
     const bool default_tile = spec.tile.threads == 0;
     spec = with_default_tile(spec);
-    // 64 heads per CTA: the wgmma kernel (FP8: its 512-thread form); fewer (FP8): the mma.sync
-    // kernel with producer warps
+    // 64 heads per CTA: the wgmma kernel (FP8: its 512-thread form); fewer (FP8): the direct kernel
     if (spec.family == Family::sparse_mla_decode && default_tile)
-      REQUIRE(spec.tile.threads == (spec.h_q >= 64 && spec.kv_dtype == KvDtype::bf16 ? 384 : 512));
+      REQUIRE(spec.tile.threads == (spec.h_q < 64 ? 320 : spec.kv_dtype == KvDtype::bf16 ? 384 : 512));
   }
   const auto outcomes =
       test::run_in_parallel<CompileResult>(specs.size(), [&](std::size_t i) { return compile_verbose(specs[i]); });

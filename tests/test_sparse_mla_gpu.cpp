@@ -1252,12 +1252,14 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   CHECK(spec(8).tile.heads_per_cta == 8);
   CHECK(spec(32).tile.heads_per_cta == 32);
   CHECK(spec(128).tile.heads_per_cta == 64);
-  // Defaults on sm_90a: bf16 mma_sync + 2 producer warps up to 32 heads per CTA, FP8 mma_sync + 8
-  // up to 16 (none at 32), wgmma at 64 (FP8: two producer warpgroups).
+  // Defaults on sm_90a: bf16 mma_sync + 2 producer warps up to 32 heads per CTA, FP8 mma_sync + 2
+  // up to 16 (the direct kernel; precise: + 8; none at 32), wgmma at 64 (FP8: two producer warpgroups).
   CHECK(spec(16).tile.kernel == MlaKernel::mma_sync);
   CHECK(spec(16).tile.producer_warps == 2);
   CHECK(spec(16).tile.threads == 320);
-  CHECK(spec(16, fp8).tile.producer_warps == 8);
+  CHECK(spec(16, fp8).tile.producer_warps == 2);
+  CHECK(spec(16, fp8).tile.threads == 320);
+  CHECK(nsajit::with_default_tile({.family = Family::sparse_mla, .h_q = 16, .kv_dtype = fp8, .precise = true}).tile.producer_warps == 8);
   CHECK(spec(32, fp8).tile.producer_warps == 0);
   CHECK(spec(128).tile.kernel == MlaKernel::wgmma);
   CHECK(spec(128).tile.threads == 384);
@@ -1319,10 +1321,8 @@ TEST_CASE("sparse_mla spec: traits validate fields and name kernels") {
   CHECK(message(s).find("heads_per_cta = 32") != std::string::npos);  // does not divide h_q
   // Names carry the variant, defaults included.
   CHECK(nsajit::readable_name(spec(16)) == "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2.sm_90a");
-  CHECK(nsajit::readable_name(spec(16, fp8)) == "sparse_mla.h16.topk2048.kv_fp8.mma_sync.hpc16.pw8.sm_90a");
-  CHECK(nsajit::readable_name(spec(16, fp8, {.threads = 512})) == nsajit::readable_name(spec(16, fp8)));
-  CHECK(nsajit::readable_name(spec(16, fp8, {.kernel = MlaKernel::mma_sync, .producer_warps = 2})) ==
-        "sparse_mla.h16.topk2048.kv_fp8.mma_sync.hpc16.pw2.sm_90a");
+  CHECK(nsajit::readable_name(spec(16, fp8)) == "sparse_mla.h16.topk2048.kv_fp8.mma_sync.hpc16.pw2.sm_90a");
+  CHECK(nsajit::readable_name(spec(16, fp8, {.threads = 512})) == "sparse_mla.h16.topk2048.kv_fp8.mma_sync.hpc16.pw8.sm_90a");
   CHECK(nsajit::readable_name(spec(16, fp8, {.threads = 256})) == "sparse_mla.h16.topk2048.kv_fp8.mma_sync.hpc16.pw0.sm_90a");
   CHECK(nsajit::readable_name(spec(128, fp8)) == "sparse_mla.h128.topk2048.kv_fp8.wgmma.hpc64.pw8.sm_90a");
   // precise: a named field, in the name only when set, a different kernel (source and cache key).

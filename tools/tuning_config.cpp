@@ -416,9 +416,9 @@ std::vector<DbSpec> tuning_db_specs(const tuning::TuningDb& db, Arch arch, int t
   if (db.key.arch != to_string(arch)) return out;
   for (const tuning::SparseMlaTuningEntry& e : db.sparse_mla) {
     // A choice whose kernel cannot take this topk (seesaw: a multiple of 128) serves no call of it.
-    if (!e.bucket.topk.contains(topk) || !tuning::choice_serves(e.choice, topk, false)) continue;
+    if (!e.bucket.topk.contains(topk)) continue;
     for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3}) {
-      if (e.bucket.kv_dtype && *e.bucket.kv_dtype != kv) continue;
+      if ((e.bucket.kv_dtype && *e.bucket.kv_dtype != kv) || !tuning::choice_serves(e.choice, topk, kv, false)) continue;
       out.push_back({tuning::sparse_mla_spec_of(e.choice, e.bucket.h_q, topk, kv, arch),
                      fmt::format("{}: sparse MLA bucket {}", db.origin, e.bucket.name)});
     }

@@ -11,7 +11,8 @@ bool is_sm90a(const Arch& a) { return a.sm == 90 && a.suffix == 'a'; }
 // Heads per CTA from which wgmma is the default on sm_90a: 1.7-1.9x faster at 64, 4 % slower at 16.
 constexpr int kWgmmaMinHeads = 64;
 // bf16 producer warps fit up to 32 heads per CTA (64 need every register of 256 threads);
-// FP8 producer warps up to 16 (128 registers a thread).
+// FP8 producer warps up to 16 (the direct kernel's 2, or for precise calls the 512-thread kernel's 8:
+// 128 registers a thread).
 constexpr int kMaxBf16ProducerHeads = 32;
 constexpr int kMaxFp8ProducerHeads = 16;
 
@@ -38,7 +39,8 @@ void fill_default_tile(KernelSpec& spec) {
   if (t.producer_warps < 0) {
     if (t.kernel == MlaKernel::wgmma) t.producer_warps = fp8 && t.heads_per_cta == 64 ? 8 : 4;
     else if (!fp8) t.producer_warps = t.heads_per_cta <= kMaxBf16ProducerHeads ? 2 : 0;
-    else t.producer_warps = t.heads_per_cta <= kMaxFp8ProducerHeads ? 8 : 0;
+    // The direct kernel: H100 b1 / b8 n1 -6 %, b128 n2 -4 %, the rest within +-1.5 % (docs/notes/sparse_mla.md).
+    else t.producer_warps = t.heads_per_cta <= kMaxFp8ProducerHeads ? (spec.precise ? 8 : 2) : 0;
   }
   if (t.threads == 0) t.threads = threads_of(t.producer_warps);
 }

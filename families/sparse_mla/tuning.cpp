@@ -132,8 +132,12 @@ SparseMlaTuningEntry parse_sparse_mla_entry(const nlohmann::json& j, const std::
   return e;
 }
 
-bool choice_serves(const SparseMlaChoice& c, int topk, bool precise, int forced_splits) {
-  return c.tile.schedule != MlaSchedule::seesaw || (sparse_mla::seesaw_takes(topk, precise) && forced_splits <= 1);
+bool choice_serves(const SparseMlaChoice& c, int topk, KvDtype kv, bool precise, int forced_splits) {
+  if (c.tile.schedule == MlaSchedule::seesaw && !(sparse_mla::seesaw_takes(topk, precise) && forced_splits <= 1))
+    return false;
+  const bool fp8_direct =
+      kv == KvDtype::fp8_e4m3 && c.tile.kernel == MlaKernel::mma_sync && c.tile.producer_warps == 2;
+  return !(fp8_direct && precise);
 }
 
 const SparseMlaTuningEntry* find_sparse_mla_entry(std::span<const SparseMlaTuningEntry> entries, int rows, int h_q,
@@ -141,7 +145,7 @@ const SparseMlaTuningEntry* find_sparse_mla_entry(std::span<const SparseMlaTunin
   for (const SparseMlaTuningEntry& e : entries) {
     const SparseMlaBucket& b = e.bucket;
     if (b.h_q == h_q && (!b.kv_dtype || *b.kv_dtype == kv) && b.rows.contains(rows) && b.next_n.contains(next_n) &&
-        b.topk.contains(topk) && choice_serves(e.choice, topk, precise, forced_splits))
+        b.topk.contains(topk) && choice_serves(e.choice, topk, kv, precise, forced_splits))
       return &e;
   }
   return nullptr;
