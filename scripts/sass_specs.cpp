@@ -40,6 +40,13 @@ std::vector<std::pair<std::string, KernelSpec>> kernels() {
       out.push_back({"mla.variant.wgmma1.h" + std::to_string(h) + "." + d, with_default_tile(s)});
     }
   }
+  // FP8 at up to 16 heads a CTA: the 512-thread kernel (precise calls' default) beside the direct
+  // kernel (the default's).
+  for (int h : {8, 16}) {
+    KernelSpec s{.family = Family::sparse_mla, .h_q = h, .topk = topk, .kv_dtype = KvDtype::fp8_e4m3,
+                 .tile = {.kernel = MlaKernel::mma_sync, .producer_warps = 8}};
+    out.push_back({"mla.variant.pw8.h" + std::to_string(h) + ".fp8", with_default_tile(s)});
+  }
   // The seesaw schedule of the bf16 wgmma kernel (64 heads per CTA; h_q 128: two head groups).
   for (int h : {64, 128}) {
     KernelSpec s{.family = Family::sparse_mla, .h_q = h, .topk = topk, .kv_dtype = KvDtype::bf16,
