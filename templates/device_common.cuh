@@ -152,13 +152,6 @@ NSAJIT_DEVICE void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
       : "r"(w));
 }
 
-// Two floats -> f16x2 (lo in the low half), each rounded to nearest even.
-NSAJIT_DEVICE uint32_t pack_f16x2_rn(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
 // f16x2 -> bf16x2 of bf16(float(f16) * scale), each half rounded to nearest even.
 NSAJIT_DEVICE uint32_t scale_f16x2_to_bf16x2(uint32_t h2, float scale) {
   float lo, hi;

@@ -353,6 +353,18 @@ TEST_CASE("tuning database: bucket lookups are pure and take the first bucket th
   // A forced split count (> 1) passes over the seesaw (no split-KV); 0 or 1 does not.
   CHECK(tuning::find_sparse_mla_entry(seesaw, 4096, 64, 1, 2048, KvDtype::bf16, false, 4) == &seesaw[1]);
   CHECK(tuning::find_sparse_mla_entry(seesaw, 4096, 64, 1, 2048, KvDtype::bf16, false, 1) == &seesaw[0]);
+  // The FP8 direct kernel (2 producer warps; kernel mma_sync or left automatic) serves no precise
+  // FP8 call, which gets the next entry; precise bf16 calls (the bf16 2-producer-warp kernel) it serves.
+  for (const MlaKernel kernel : {MlaKernel::mma_sync, MlaKernel::automatic}) {
+    std::vector<tuning::SparseMlaTuningEntry> direct = {
+        {.bucket = {.h_q = 16, .rows = {1, 8192}, .topk = {64, 4096}},
+         .choice = {.tile = {.kernel = kernel, .producer_warps = 2}}},
+        {.bucket = {.h_q = 16, .rows = {1, 8192}, .topk = {64, 4096}}, .choice = {.num_splits = 2}},
+    };
+    CHECK(tuning::find_sparse_mla_entry(direct, 64, 16, 1, 2048, KvDtype::fp8_e4m3, false) == &direct[0]);
+    CHECK(tuning::find_sparse_mla_entry(direct, 64, 16, 1, 2048, KvDtype::fp8_e4m3, true) == &direct[1]);
+    CHECK(tuning::find_sparse_mla_entry(direct, 64, 16, 1, 2048, KvDtype::bf16, true) == &direct[0]);
+  }
   CHECK(tuning::max_tuned_splits(mla, 4, 64, 2048) == 16);  // any KV dtype or next_n
   CHECK(tuning::max_tuned_splits(mla, 6, 64, 2048) == 16);
   CHECK(tuning::max_tuned_splits(mla, 9, 64, 2048) == 2);

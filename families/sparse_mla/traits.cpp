@@ -58,7 +58,7 @@ void validate_spec(const KernelSpec& spec) {
     if (pw == 2 && hpc > (fp8(spec) ? 16 : 32))
       throw_bad_field(spec, "producer_warps", pw, "0 for this spec (2: bf16 KV up to 32 heads per CTA, FP8 up to 16)");
     if (pw == 2 && fp8(spec) && spec.precise)
-      throw_bad_field(spec, "precise", 1, "0 for FP8 KV with 2 producer warps (P is one f16 rounding)");
+      throw_bad_field(spec, "precise", 1, "0 for FP8 KV with 2 producer warps (the direct kernel has no P_lo)");
     if (pw == 8 && (!fp8(spec) || hpc > 16))
       throw_bad_field(spec, "producer_warps", pw, "0 or 2 for this spec (8: FP8 KV, <= 16 heads per CTA)");
   } else if (t.kernel == MlaKernel::wgmma) {

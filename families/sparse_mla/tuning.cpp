@@ -135,8 +135,9 @@ SparseMlaTuningEntry parse_sparse_mla_entry(const nlohmann::json& j, const std::
 bool choice_serves(const SparseMlaChoice& c, int topk, KvDtype kv, bool precise, int forced_splits) {
   if (c.tile.schedule == MlaSchedule::seesaw && !(sparse_mla::seesaw_takes(topk, precise) && forced_splits <= 1))
     return false;
+  // wgmma never takes 2 producer warps: a choice of 2 with the kernel left automatic is mma_sync too.
   const bool fp8_direct =
-      kv == KvDtype::fp8_e4m3 && c.tile.kernel == MlaKernel::mma_sync && c.tile.producer_warps == 2;
+      kv == KvDtype::fp8_e4m3 && c.tile.kernel != MlaKernel::wgmma && c.tile.producer_warps == 2;
   return !(fp8_direct && precise);
 }
 

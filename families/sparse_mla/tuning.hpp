@@ -58,8 +58,8 @@ KernelSpec sparse_mla_spec_of(const SparseMlaChoice& c, int h_q, int topk, KvDty
 // Whether a choice's kernel takes a call of this topk, KV dtype, precision and forced split count
 // (the call's num_splits with a workspace, else 0): the per-call limits of validation
 // (families/sparse_mla/traits.cpp) and of the plan that a bucket's ranges do not fix (the seesaw
-// schedule: topk a multiple of 128, not precise, no split-KV; the FP8 direct kernel, mma_sync with
-// 2 producer warps on FP8 KV: not precise). Pure.
+// schedule: topk a multiple of 128, not precise, no split-KV; the FP8 direct kernel, 2 producer
+// warps on FP8 KV: not precise). Pure.
 bool choice_serves(const SparseMlaChoice& c, int topk, KvDtype kv, bool precise, int forced_splits = 0);
 // The first entry whose bucket holds the shape and whose choice serves the call (choice_serves), or
 // nullptr: a call its bucket's kernel cannot take runs the heuristics' kernel. Pure.
