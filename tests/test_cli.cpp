@@ -424,6 +424,13 @@ TEST_CASE("nsajit CLI: bench and run --require-gpu exit 3 without a GPU; bad NSA
   Result r = run_tool({"bench", "topk", "--no-baseline"});
   CHECK(r.code == 3);
   CHECK(has(r, "no GPU"));
+  // A --tile no case can take is a usage error before the GPU check; one some case takes is not.
+  r = run_tool({"bench", "sparse-mla", "--no-baseline", "--tile", "kernel=bogus"});
+  CHECK(r.code == 2);
+  CHECK(has(r, "fits no case"));
+  CHECK(has(r, "bogus"));
+  r = run_tool({"bench", "sparse-mla", "--no-baseline", "--tile", "kernel=wgmma schedule=seesaw heads_per_cta=64 producer_warps=4"});
+  CHECK(r.code == 3);
   r = run_tool({"run", "--require-gpu"}, {"NSAJIT_PDL=garbage", "NSAJIT_CACHE_LOCK_TIMEOUT=soon"});
   CHECK(r.code == 3);
   CHECK(has(r, "nothing was checked"));

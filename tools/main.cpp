@@ -231,6 +231,9 @@ int run_cli(int argc, char** argv) {
     if (no_baseline) bench_options.baseline_script.clear();
     // Its compile and disk-cache cases need no GPU (the GPU cases say they were skipped).
     if (bench_family == "jit") return nsajit::tools::bench::bench_jit(bench_options);
+    if (bench_family == "sparse-mla" && !bench_options.tile.empty())
+      if (const std::string e = nsajit::tools::bench::sparse_mla_tile_error(bench_options.tile); !e.empty())
+        return error_exit(("nsajit bench sparse-mla: --tile \"" + bench_options.tile + "\" fits no case: " + e).c_str(), kExitUsage);
     if (!nsajit::driver::available()) {
       std::fprintf(stderr, "nsajit bench: no GPU (%s); nothing was measured\n", no_gpu_reason().c_str());
       return kExitNoGpu;

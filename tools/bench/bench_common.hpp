@@ -159,6 +159,9 @@ struct BenchOptions {
 // a case's check fails).
 int bench_topk(const BenchOptions& options);
 int bench_sparse_mla(const BenchOptions& options);
+// "" when `tile` (BenchOptions::tile) makes a valid kernel for at least one sparse-mla case, else
+// validation's message for the first case: checked before the GPU is, so a bad tile is a usage error.
+std::string sparse_mla_tile_error(const std::string& tile);
 // `nsajit bench jit` (tools/bench/bench_jit.cpp): also without a GPU (then the GPU cases are skipped).
 int bench_jit(const BenchOptions& options);
 

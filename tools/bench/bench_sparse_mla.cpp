@@ -64,7 +64,26 @@ struct Shape {
   }
 };
 
+// The kernel spec of --tile's fields for a case: its h_q and topk, its KV dtype (the kernel spec
+// has no page size: the pool's is a launch argument). Throws InvalidArgument.
+KernelSpec tile_spec(const Shape& sh, const std::string& tile) {
+  const std::string kv = sh.fp8 && !sh.gather ? " kv_dtype=fp8 " : std::string(" ");
+  return parse_spec_text("family=sparse_mla h_q=" + std::to_string(sh.h_q) + " topk=" + std::to_string(kTopk) + kv + tile);
+}
+
 }  // namespace
+
+std::string sparse_mla_tile_error(const std::string& tile) {
+  std::string first;
+  for (bool fp8 : {false, true})
+    for (int h : {16, 64, 128}) try {
+        tile_spec({false, 1, 1, h, fp8}, tile);
+        return "";
+      } catch (const InvalidArgument& e) {
+        if (first.empty()) first = e.what();
+      }
+  return first;
+}
 
 int bench_sparse_mla(const BenchOptions& options) {
   std::vector<Shape> shapes;
@@ -151,11 +170,7 @@ int bench_sparse_mla(const BenchOptions& options) {
     // the KV dtype as the case's). The default: the product's choice (heuristics, tuning database).
     TileConfig forced{};
     if (!options.tile.empty()) try {
-      // (The kernel spec has no page size: the pool's is a launch argument.)
-      const std::string kv = sh.fp8 && !sh.gather ? " kv_dtype=fp8 " : std::string(" ");
-      forced = parse_spec_text("family=sparse_mla h_q=" + std::to_string(sh.h_q) + " topk=" + std::to_string(kTopk) + kv +
-                               options.tile)
-                   .tile;
+      forced = tile_spec(sh, options.tile).tile;
     } catch (const InvalidArgument& e) {
       // A case the variant does not support (e.g. FP8 KV for the seesaw) is skipped, not failed.
       fmt::print(stderr, "nsajit bench sparse-mla: {}: skipped for --tile: {}\n", sh.name(), e.what());
