@@ -91,7 +91,8 @@ struct TileConfig {
   int heads_per_cta = 0; // sparse MLA: query heads handled by one CTA (0 = family default)
   MlaKernel kernel = MlaKernel::automatic;  // sparse MLA: the kernel variant
   int producer_warps = -1;  // sparse MLA: warps that only copy (and dequantize) KV tiles (-1 = default);
-                            // mma_sync: 0, 2 (bf16, <= 32 heads per CTA) or 8 (FP8, <= 16);
+                            // mma_sync: 0, 2 (bf16 <= 32 heads per CTA; FP8 <= 16, not precise:
+                            // the MMA warps dequantize) or 8 (FP8, <= 16);
                             // wgmma: 4 (one warpgroup) or 8 (two: FP8 at 64 heads per CTA)
   TopkAlgorithm algorithm = TopkAlgorithm::exact_sweeps;  // top-k: the selection path compiled
   MlaSchedule schedule = MlaSchedule::single;  // sparse MLA wgmma: the math warpgroups' schedule
