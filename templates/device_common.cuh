@@ -152,14 +152,16 @@ NSAJIT_DEVICE void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
       : "r"(w));
 }
 
-// f16x2 -> bf16x2 of bf16(float(f16) * scale), each half rounded to nearest even.
-NSAJIT_DEVICE uint32_t scale_f16x2_to_bf16x2(uint32_t h2, float scale) {
+// f16x2 -> bf16x2 of bf16(float(f16) * its scale), each half rounded to nearest even.
+NSAJIT_DEVICE uint32_t scale2_f16x2_to_bf16x2(uint32_t h2, float scale_lo, float scale_hi) {
   float lo, hi;
   asm("{ .reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
       : "=f"(lo), "=f"(hi)
       : "r"(h2));
-  return pack_bf16x2_rn(lo * scale, hi * scale);
+  return pack_bf16x2_rn(lo * scale_lo, hi * scale_hi);
 }
+// The same with one scale for both halves.
+NSAJIT_DEVICE uint32_t scale_f16x2_to_bf16x2(uint32_t h2, float scale) { return scale2_f16x2_to_bf16x2(h2, scale, scale); }
 
 // 16 e4m3 codes (byte i = dim i) -> bf16 dims 0-7 (lo) and 8-15 (hi) of bf16(float(e4m3) * scale),
 // §4's dequant, with the sm_89+ conversion (e4m3 -> f16 is exact). Bit-exact with

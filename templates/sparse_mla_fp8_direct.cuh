@@ -76,15 +76,6 @@ struct alignas(8) u32x2 {
 
 // A barrier of the MMA warps (the producer warps never join one after the prologue).
 NSAJIT_DEVICE void mma_threads_sync() { bar_sync(15, CTHREADS); }
-// f16x2 -> bf16x2 of bf16(float(half) * its scale), each rounded to nearest even (§4's dequant of
-// two tokens' codes).
-NSAJIT_DEVICE uint32_t scale2_f16x2_to_bf16x2(uint32_t h2, float scale_lo, float scale_hi) {
-  float lo, hi;
-  asm("{ .reg .f16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
-      : "=f"(lo), "=f"(hi)
-      : "r"(h2));
-  return pack_bf16x2_rn(lo * scale_lo, hi * scale_hi);
-}
 
 }  // namespace mla
 
