@@ -212,6 +212,13 @@ NSAJIT_DEVICE const uint8_t* fp8_kv_token(const uint8_t* cache, long long page_s
   return cache + (slot / page_size) * page_stride + (slot % page_size) * fp8_kv_token_bytes;
 }
 
+// The same for a valid slot below 2^31 and a run-time page size: 32-bit division and remainder
+// (cheaper than 64-bit ones), 64-bit offsets.
+NSAJIT_DEVICE const uint8_t* fp8_kv_token_u32(const uint8_t* cache, long long page_stride, int page_size, int slot) {
+  const unsigned ps = (unsigned)page_size;
+  return cache + (long long)((unsigned)slot / ps) * page_stride + (long long)((unsigned)slot % ps) * fp8_kv_token_bytes;
+}
+
 // The fp32 scale of tile t (0..3) of a token.
 NSAJIT_DEVICE float fp8_kv_scale(const uint8_t* token, int tile) {
   return reinterpret_cast<const float*>(token + fp8_kv_scale_offset)[tile];

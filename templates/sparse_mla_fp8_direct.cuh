@@ -145,10 +145,7 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
         // This thread's zero row of an earlier tile (generic stores) before the copy (async proxy).
         fence_proxy_async();
         mbar_arrive_tx(full_mbar(b), ROW);
-        const unsigned ps = (unsigned)p.page_size;  // 32-bit division: idx < 2^31
-        const unsigned char* src = p.kv_fp8 + (long long)((unsigned)idx / ps) * p.kv_page_stride +
-                                   (long long)((unsigned)idx % ps) * ROW;
-        bulk_copy(dst, src, ROW, full_mbar(b));
+        bulk_copy(dst, fp8_kv_token_u32(p.kv_fp8, p.kv_page_stride, p.page_size, idx), ROW, full_mbar(b));
       } else {
 #pragma unroll 1
         for (unsigned c = 0; c < ROW / 16; ++c) st_shared_16(dst + 16u * c, u32x4{0u, 0u, 0u, 0u});

@@ -236,12 +236,8 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
       }
     }
   };
-  // fp8: the first byte of valid slot idx's 656-byte token in the paged pool (32-bit division:
-  // idx < 2^31).
-  auto fp8_token = [&](int idx) -> const unsigned char* {
-    const unsigned ps = (unsigned)p.page_size;
-    return p.kv_fp8 + (long long)((unsigned)idx / ps) * p.kv_page_stride + (long long)((unsigned)idx % ps) * kFp8Bytes;
-  };
+  // fp8: the first byte of valid slot idx's 656-byte token in the paged pool.
+  auto fp8_token = [&](int idx) -> const unsigned char* { return fp8_kv_token_u32(p.kv_fp8, p.kv_page_stride, p.page_size, idx); };
   // fp8: bulk-copy token g_tok of a tile into staging buffer `st` (invalid: nothing copied).
   auto fp8_mbar = [&](int st) { return s_base + OFF_MBAR + 8 * st; };
   auto fp8_issue = [&](int st, int idx) {
