@@ -2,10 +2,11 @@
 // "seesaw" schedule (spec tile.schedule = seesaw; docs/design/sparse_mla.md): two math warpgroups
 // each compute S = Q K^T of every other KV tile, so the tensor pipe has two issuers in every phase
 // (sparse_mla_wgmma.cuh's single schedule leaves WG1 idle while WG0 runs QK and the softmax).
-// Same contract and outputs as the other sparse MLA kernels, without split-KV (the launch keeps one
-// split): bf16 P (no precise), 64 heads per CTA, topk a multiple of 128.
+// Same contract and outputs as the other sparse MLA kernels, split-KV included (a split takes whole
+// pairs; its partials have the wgmma kernel's format): bf16 P (no precise), 64 heads per CTA, topk
+// a multiple of 128.
 //
-// CTA = one query row x 64 heads, 384 threads, 1 CTA per SM; KV tiles of 64 tokens go in pairs:
+// CTA = one query row x 64 heads (x one split's pairs), 384 threads, 1 CTA per SM; KV tiles of 64 tokens go in pairs:
 // tile 2i in buffer 0, tile 2i + 1 in buffer 1 (an odd tile count's last pair has an all-invalid
 // second tile, zero-filled). Halves of a buffer b: Lb = subtiles 0-3 (dims 0-255: K, V-left),
 // Hb = subtiles 4-8 (dims 256-575: K, V-right, rope). m: the running max (base 2), the same in
@@ -194,7 +195,7 @@ NSAJIT_DEVICE void producer(const SparseMlaDecodeParams& p, uint32_t s_base, int
 // Math warpgroup W (0: even tiles, O[:, 0:256]; 1: odd tiles, O[:, 256:512]).
 template <int W>
 NSAJIT_DEVICE void math_warpgroup(const SparseMlaDecodeParams& p, uint32_t s_base, const int* valid_s, float* max_s,
-                                  float* sum_s, int pairs, long long row, int head0) {
+                                  float* sum_s, int pairs, long long row, int head0, int split) {
   set_max_regs<REG_MATH>();
   const int ct = threadIdx.x & 127;
   const int lane = ct & 31;
@@ -384,8 +385,9 @@ NSAJIT_DEVICE void math_warpgroup(const SparseMlaDecodeParams& p, uint32_t s_bas
     }
   }
 
-  // ---- epilogue: l = l0 + l1 of both warpgroups (each over its 4 lanes first), 1 / l with the
-  // attention sink; WG0 writes lse / max_logits; each warpgroup its 256 output dims
+  // ---- epilogue: l = l0 + l1 of both warpgroups (each over its 4 lanes first), 1 / l (with the
+  // attention sink when not split: the combine applies it); WG0 writes lse / max_logits (split: the
+  // base-2 partials); each warpgroup its 256 output dims (split: fp32 O / l of the split)
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
@@ -398,20 +400,28 @@ NSAJIT_DEVICE void math_warpgroup(const SparseMlaDecodeParams& p, uint32_t s_bas
   bar_sync(W == 0 ? BAR_SUM1 : BAR_SUM0, 256);
   // the same sum in both warpgroups (one order), so both halves of a row get the same 1 / l
   const float lt0 = sum_s[r0] + sum_s[TILE_TOKENS + r0], lt1 = sum_s[r1] + sum_s[TILE_TOKENS + r1];
-  const float inv0 = mla_output_scale(lt0, m0, p.attn_sink != nullptr ? p.attn_sink + (head0 + r0) : nullptr);
-  const float inv1 = mla_output_scale(lt1, m1, p.attn_sink != nullptr ? p.attn_sink + (head0 + r1) : nullptr);
+  const bool sink = split < 0 && p.attn_sink != nullptr;
+  const float inv0 = mla_output_scale(lt0, m0, sink ? p.attn_sink + (head0 + r0) : nullptr);
+  const float inv1 = mla_output_scale(lt1, m1, sink ? p.attn_sink + (head0 + r1) : nullptr);
   if (W == 0 && t4 == 0) {
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int r = hh ? r1 : r0;
       const float l = hh ? lt1 : lt0, m = hh ? m1 : m0;
       const long long head = row * H_Q + head0 + r;
-      p.lse[head] = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : pos_inf();
-      if (p.max_logits != nullptr) p.max_logits[head] = l > 0.f ? m * 0.6931471805599453f : neg_inf();
+      if (split < 0) {
+        p.lse[head] = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : pos_inf();
+        if (p.max_logits != nullptr) p.max_logits[head] = l > 0.f ? m * 0.6931471805599453f : neg_inf();
+      } else {
+        const long long part_row = (long long)split * p.rows * H_Q + head;
+        p.lse_part[part_row] = l > 0.f ? m + log2f(l) : neg_inf();
+        p.max_part[part_row] = l > 0.f ? m : neg_inf();
+      }
     }
   }
   // The Q tile is free: both warpgroups' QKs completed before SUM0 / SUM1, and q is copied only with a pair.
-  store_o_staged(p, o, W, s_base + OFF_Q, inv0, inv1, row, head0);
+  if (split < 0) store_o_staged(p, o, W, s_base + OFF_Q, inv0, inv1, row, head0);
+  else store_o(p, o, 256 * W, r0, r1, t4, inv0, inv1, row, head0, split, true);
 }
 
 }  // namespace mla
@@ -419,6 +429,9 @@ NSAJIT_DEVICE void math_warpgroup(const SparseMlaDecodeParams& p, uint32_t s_bas
 extern "C" __global__ void __launch_bounds__(NSAJIT_THREADS, 1)
 nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   using namespace mla;
+  // A split launch's combine is a programmatic dependent: it may launch now and waits for this
+  // grid (griddepcontrol.wait) before reading. A no-op without one.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t s_base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
@@ -435,8 +448,15 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   int n = TOPK;
   if (p.topk_length != nullptr) n = min(max(__ldg(p.topk_length + row), 0), TOPK);
   const int tiles = (n + TILE_TOKENS - 1) / TILE_TOKENS;
-  const int pairs = (tiles + 1) / 2;  // an odd count's last pair: the second tile all invalid
-  const int* idx_row = p.indices + row * TOPK;
+  const int all_pairs = (tiles + 1) / 2;  // an odd count's last pair: the second tile all invalid
+  // split-KV (gridDim.z splits): whole pairs, so only a row's last pair may hold a padding tile
+  const int num_splits = gridDim.z;
+  const int pair_begin = int((long long)all_pairs * blockIdx.z / num_splits);
+  const int pairs = int((long long)all_pairs * (blockIdx.z + 1) / num_splits) - pair_begin;
+  const int split = num_splits > 1 ? int(blockIdx.z) : -1;  // -1: not split (out, lse)
+  const int tok_begin = 2 * TILE_TOKENS * pair_begin;
+  const int* idx_row = p.indices + row * TOPK + tok_begin;
+  n = min(n - tok_begin, 2 * TILE_TOKENS * pairs);  // this split's tokens (<= 0: none)
 
   if (tid == 0) {
     // full: one cp.async arrival (noinc) per producer thread, + one plain arrival on the halves
@@ -454,6 +474,6 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
   __syncthreads();
 
   if (wg == 2) producer(p, s_base, valid_s, idx_row, n, pairs, row, head0);
-  else if (wg == 0) math_warpgroup<0>(p, s_base, valid_s, max_s, sum_s, pairs, row, head0);
-  else math_warpgroup<1>(p, s_base, valid_s, max_s, sum_s, pairs, row, head0);
+  else if (wg == 0) math_warpgroup<0>(p, s_base, valid_s, max_s, sum_s, pairs, row, head0, split);
+  else math_warpgroup<1>(p, s_base, valid_s, max_s, sum_s, pairs, row, head0, split);
 }

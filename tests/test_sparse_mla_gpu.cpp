@@ -428,87 +428,91 @@ TEST_CASE("sparse_mla gpu: precise: every h_q and mode under the 1e-3 tolerance;
 }
 
 // The seesaw schedule of the bf16 wgmma kernel (tile.schedule = seesaw, docs/notes/sparse_mla.md
-// "The seesaw schedule for the bf16 prefill"), launched through an explicit plan: prefill rows at
-// h_q 64 and 128, topk 128 / 512 / 2048: every entry invalid, a gap, every third entry invalid,
-// invalid values other than -1; topk_length 0, one tile, a partial tile, topk - 1, odd tile counts
-// past the first pair, negative and past topk (entries past it point at NaN slots); then the same
-// rows with attention sinks (random, +inf, -inf); against the fp64 reference at the default
-// tolerance.
-TEST_CASE("sparse_mla gpu: the seesaw schedule: prefill h64/h128, topk 128/512/2048, invalid entries, topk_length, attn_sink") {
+// "The seesaw schedule for the bf16 prefill"), launched through an explicit plan, unsplit and in
+// 2, 3 and 16 splits (splits of whole pairs; at topk 128 and 512, or short rows, some splits
+// empty): prefill rows at h_q 64 and 128, topk 128 / 512 / 2048: every entry invalid, a gap, every
+// third entry invalid, invalid values other than -1; topk_length 0, one tile, a partial tile,
+// topk - 1, odd tile counts past the first pair, negative and past topk (entries past it point at
+// NaN slots); then the same rows with attention sinks (random, +inf, -inf); against the fp64
+// reference at the default tolerance.
+TEST_CASE("sparse_mla gpu: the seesaw schedule: h64/h128, topk 128/512/2048, splits 1/2/3/16, invalid entries, topk_length, attn_sink") {
   NSAJIT_REQUIRE_GPU();
   const std::optional<Mode> seesaw = seesaw_mode();
   if (!seesaw) {
     MESSAGE("skipped: the wgmma kernel needs sm_90a");
     return;
   }
-  const Mode& m = *seesaw;
   try {
     nsajit::validate(nsajit::with_default_tile(
-        {.family = nsajit::Family::sparse_mla, .h_q = 64, .topk = 2048, .tile = m.tile, .arch = {90, 'a'}}));
+        {.family = nsajit::Family::sparse_mla, .h_q = 64, .topk = 2048, .tile = seesaw->tile, .arch = {90, 'a'}}));
   } catch (const nsajit::InvalidArgument& e) {
     FAIL("the seesaw schedule is not selectable: ", e.what());
     return;
   }
   const float inf = std::numeric_limits<float>::infinity();
-  for (int h_q : {64, 128}) {
-    for (int topk : {128, 512, 2048}) {
-      const int rows = 16;
-      Problem p = make_problem(rows, h_q, topk, 7000, std::uint32_t(1100 + h_q + topk));
-      set_range(p, 1, 0, topk, -1);                 // every entry invalid
-      set_range(p, 2, topk / 4, topk / 4 + 50, -1);  // a gap across a tile boundary
-      for (int j = 0; j < topk; j += 3) p.indices[std::size_t(3) * topk + j] = -1;
-      p.topk_length.assign(std::size_t(rows), topk);
-      p.topk_length[4] = 0;         // no entry used
-      p.topk_length[5] = 64;        // one tile: the pair's odd tile is empty
-      p.topk_length[6] = 100;       // a partial second tile
-      p.topk_length[7] = topk - 1;  // the last tile one short
-      p.topk_length[8] = std::min(topk - 1, 2 * 64 + 30);  // 3 tiles: an odd count past the first pair (topk 128: 2)
-      p.topk_length[9] = topk - 123;                       // 2k + 1 tiles (topk 128: 1)
-      p.topk_length[10] = -3;                              // as 0
-      p.topk_length[11] = kIntMax;                         // as topk
-      // Row 12: invalid values other than -1, sprinkled: other negatives and slots >= num_slots.
-      const std::int32_t odd[] = {-2, -1000, kIntMin, std::int32_t(p.num_slots), std::int32_t(p.num_slots + 1), kIntMax};
-      for (int j = 0; j < topk; j += 7) p.indices[std::size_t(12) * topk + j] = odd[(j / 7) % 6];
-      // Row 13: the first valid token in an odd tile (WG0's tile 0 all invalid) and, past the
-      // first pair, an even tile all invalid while the running max is finite.
-      set_range(p, 13, 0, 64, -1);
-      if (topk >= 256) set_range(p, 13, 128, 192, -1);
-      // Rows 14 / 15: the same slots in opposite tile orders, KV scaled up tile by tile along row 14,
-      // so that its tile maxima rise (WG1's tile raises the pair's max: the correction each pair)
-      // and row 15's fall (never).
-      for (int t = 0; t < topk / 64; ++t)
-        for (int j = 0; j < 64; ++j)
-          p.indices[std::size_t(15) * topk + std::size_t(topk - 64 * (t + 1) + j)] =
-              p.indices[std::size_t(14) * topk + std::size_t(64 * t + j)];
-      // Entries past topk_length point at never-filled (NaN) slots: reading one would poison the row.
-      for (int r = 0; r < rows; ++r)
-        for (int j = std::clamp(p.topk_length[std::size_t(r)], 0, topk); j < topk; ++j)
-          p.indices[std::size_t(r) * topk + j] = p.poison_slot(j % kPoisonSlots);
-      finalize(p, m);
-      for (int t = 0; t < topk / 64; ++t) {
-        const float scale = 1.f + 0.125f * float(t);
-        for (int j = 0; j < 64; ++j) {
-          std::uint16_t* row = p.kv.data() + p.indices[std::size_t(14) * topk + std::size_t(64 * t + j)] * p.kv_row_stride;
-          for (int d = 0; d < D; ++d) row[d] = ref::float_to_bf16(ref::bf16_to_float(row[d]) * scale);
+  for (const int splits : {1, 2, 3, 16}) {
+    Mode m = *seesaw;
+    m.splits = splits;
+    for (int h_q : {64, 128}) {
+      for (int topk : {128, 512, 2048}) {
+        const int rows = 16;
+        Problem p = make_problem(rows, h_q, topk, 7000, std::uint32_t(1100 + h_q + topk));
+        set_range(p, 1, 0, topk, -1);                 // every entry invalid
+        set_range(p, 2, topk / 4, topk / 4 + 50, -1);  // a gap across a tile boundary
+        for (int j = 0; j < topk; j += 3) p.indices[std::size_t(3) * topk + j] = -1;
+        p.topk_length.assign(std::size_t(rows), topk);
+        p.topk_length[4] = 0;         // no entry used
+        p.topk_length[5] = 64;        // one tile: the pair's odd tile is empty
+        p.topk_length[6] = 100;       // a partial second tile
+        p.topk_length[7] = topk - 1;  // the last tile one short
+        p.topk_length[8] = std::min(topk - 1, 2 * 64 + 30);  // 3 tiles: an odd count past the first pair (topk 128: 2)
+        p.topk_length[9] = topk - 123;                       // 2k + 1 tiles (topk 128: 1)
+        p.topk_length[10] = -3;                              // as 0
+        p.topk_length[11] = kIntMax;                         // as topk
+        // Row 12: invalid values other than -1, sprinkled: other negatives and slots >= num_slots.
+        const std::int32_t odd[] = {-2, -1000, kIntMin, std::int32_t(p.num_slots), std::int32_t(p.num_slots + 1), kIntMax};
+        for (int j = 0; j < topk; j += 7) p.indices[std::size_t(12) * topk + j] = odd[(j / 7) % 6];
+        // Row 13: the first valid token in an odd tile (WG0's tile 0 all invalid) and, past the
+        // first pair, an even tile all invalid while the running max is finite.
+        set_range(p, 13, 0, 64, -1);
+        if (topk >= 256) set_range(p, 13, 128, 192, -1);
+        // Rows 14 / 15: the same slots in opposite tile orders, KV scaled up tile by tile along row 14,
+        // so that its tile maxima rise (WG1's tile raises the pair's max: the correction each pair)
+        // and row 15's fall (never).
+        for (int t = 0; t < topk / 64; ++t)
+          for (int j = 0; j < 64; ++j)
+            p.indices[std::size_t(15) * topk + std::size_t(topk - 64 * (t + 1) + j)] =
+                p.indices[std::size_t(14) * topk + std::size_t(64 * t + j)];
+        // Entries past topk_length point at never-filled (NaN) slots: reading one would poison the row.
+        for (int r = 0; r < rows; ++r)
+          for (int j = std::clamp(p.topk_length[std::size_t(r)], 0, topk); j < topk; ++j)
+            p.indices[std::size_t(r) * topk + j] = p.poison_slot(j % kPoisonSlots);
+        finalize(p, m);
+        for (int t = 0; t < topk / 64; ++t) {
+          const float scale = 1.f + 0.125f * float(t);
+          for (int j = 0; j < 64; ++j) {
+            std::uint16_t* row = p.kv.data() + p.indices[std::size_t(14) * topk + std::size_t(64 * t + j)] * p.kv_row_stride;
+            for (int d = 0; d < D; ++d) row[d] = ref::float_to_bf16(ref::bf16_to_float(row[d]) * scale);
+          }
         }
-      }
-      const std::string what = "seesaw h_q " + std::to_string(h_q) + " topk " + std::to_string(topk);
-      const Result r = check(p, what, m);
-      check_empty_row(r, p, 1);
-      check_empty_row(r, p, 4);
-      check_empty_row(r, p, 10);
+        const std::string what = "seesaw h_q " + std::to_string(h_q) + " topk " + std::to_string(topk) + " " + m.name();
+        const Result r = check(p, what, m);
+        check_empty_row(r, p, 1);
+        check_empty_row(r, p, 4);
+        check_empty_row(r, p, 10);
 
-      Problem sinks = p;
-      std::mt19937 rng(std::uint32_t(h_q + topk));
-      std::uniform_real_distribution<float> around(std::log(float(topk)) - 3.f, std::log(float(topk)) + 6.f);
-      sinks.attn_sink.resize(std::size_t(h_q));
-      for (float& s : sinks.attn_sink) s = around(rng);
-      sinks.attn_sink[0] = inf;
-      sinks.attn_sink[1] = -inf;
-      const Result s = check(sinks, what + " attn_sink", m);
-      check_empty_row(s, sinks, 1);
-      check_empty_row(s, sinks, 4);
-      check_empty_row(s, sinks, 10);
+        Problem sinks = p;
+        std::mt19937 rng(std::uint32_t(h_q + topk));
+        std::uniform_real_distribution<float> around(std::log(float(topk)) - 3.f, std::log(float(topk)) + 6.f);
+        sinks.attn_sink.resize(std::size_t(h_q));
+        for (float& s : sinks.attn_sink) s = around(rng);
+        sinks.attn_sink[0] = inf;
+        sinks.attn_sink[1] = -inf;
+        const Result s = check(sinks, what + " attn_sink", m);
+        check_empty_row(s, sinks, 1);
+        check_empty_row(s, sinks, 4);
+        check_empty_row(s, sinks, 10);
+      }
     }
   }
 }

@@ -12,6 +12,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -350,9 +351,6 @@ TEST_CASE("tuning database: bucket lookups are pure and take the first bucket th
   CHECK(tuning::find_sparse_mla_entry(seesaw, 4096, 64, 1, 1984, KvDtype::bf16, false) == &seesaw[1]);
   CHECK(tuning::find_sparse_mla_entry(seesaw, 4096, 64, 1, 2048, KvDtype::bf16, true) == &seesaw[1]);
   CHECK(tuning::find_sparse_mla_entry(std::span(seesaw).first(1), 4096, 64, 1, 192, KvDtype::bf16, false) == nullptr);
-  // A forced split count (> 1) passes over the seesaw (no split-KV); 0 or 1 does not.
-  CHECK(tuning::find_sparse_mla_entry(seesaw, 4096, 64, 1, 2048, KvDtype::bf16, false, 4) == &seesaw[1]);
-  CHECK(tuning::find_sparse_mla_entry(seesaw, 4096, 64, 1, 2048, KvDtype::bf16, false, 1) == &seesaw[0]);
   // The FP8 direct kernel (2 producer warps; kernel mma_sync or left automatic) serves no precise
   // FP8 call, which gets the next entry; precise bf16 calls (the bf16 2-producer-warp kernel) it serves.
   for (const MlaKernel kernel : {MlaKernel::mma_sync, MlaKernel::automatic}) {
@@ -417,7 +415,7 @@ TEST_CASE("autotune dry run: the heuristics' choice first, distinct candidates, 
   bool hpc = false;
   for (const tools::Dropped& d : dropped) hpc = hpc || contains(d.why, "heads_per_cta");
   CHECK(hpc);  // 64 heads per CTA for h_q 16
-  {  // the seesaw has no split-KV: its automatic count is one split, a forced one is dropped
+  {  // the seesaw splits as the single schedule does: one candidate a split count
     nlohmann::json s = small_config();
     s["sparse_mla"]["search"] = {{"kernel", {"wgmma"}},
                                  {"heads_per_cta", {64}},
@@ -429,16 +427,11 @@ TEST_CASE("autotune dry run: the heuristics' choice first, distinct candidates, 
     REQUIRE(decode.bucket.h_q == 64);
     REQUIRE(decode.rows == 2);
     dropped.clear();
-    int seesaws = 0;
+    std::set<int> seesaw_splits;
     for (const auto& m : tools::sparse_mla_candidates(decode, KvDtype::bf16, Arch{90, 'a'}, 132, dropped))
-      if (m.spec.tile.schedule == MlaSchedule::seesaw) {
-        ++seesaws;
-        CHECK(m.splits == 1);
-      }
-    CHECK(seesaws == 1);
-    bool no_split = false;
-    for (const tools::Dropped& d : dropped) no_split = no_split || contains(d.why, "schedule seesaw has no split-KV");
-    CHECK(no_split);
+      if (m.spec.tile.schedule == MlaSchedule::seesaw) seesaw_splits.insert(m.splits);
+    CHECK(seesaw_splits == std::set<int>{4, sparse_mla::auto_splits(2, 64, 2048, 132)});
+    CHECK(sparse_mla::auto_splits(2, 64, 2048, 132) == 16);
   }
 
   const std::string listing = tools::dry_run_listing(c, Arch{90, 'a'}, 132);

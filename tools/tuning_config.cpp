@@ -325,14 +325,6 @@ std::vector<SparseMlaCandidate> sparse_mla_candidates(const SparseMlaTuneBucket&
     }
     cand.splits = splits_of(c);
     resolve_schedule(c, cand);
-    if (!sparse_mla::schedule_splits(cand.spec.tile.schedule)) {
-      if (c.num_splits > 1) {
-        const std::string why = fmt::format("schedule {} has no split-KV", to_string(cand.spec.tile.schedule));
-        if (dropped_seen.insert(why).second) dropped.push_back({fmt::format("num_splits {}", c.num_splits), why});
-        return;
-      }
-      cand.splits = 1;  // its automatic count, as the launch plan takes it
-    }
     const long long ctas = (long long)b.rows * (h_q / cand.spec.tile.heads_per_cta);
     if (cand.splits > 1 && ctas >= sm_count && c.num_splits > 0) {
       const std::string why = fmt::format("{} CTAs already fill the {} SMs: split counts > 1 not tried", ctas, sm_count);

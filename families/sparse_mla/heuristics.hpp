@@ -15,9 +15,6 @@ inline constexpr int kBlockTokens = 64;  // KV tokens per tile (the kernels' sch
 // choice_serves): its KV tiles go in pairs, and its P is one bf16 rounding (never precise).
 inline constexpr int kSeesawTopkMultiple = 2 * kBlockTokens;
 inline bool seesaw_takes(int topk, bool precise) { return topk % kSeesawTopkMultiple == 0 && !precise; }
-// Whether a schedule has split-KV (the seesaw's rows fill the GPU: an automatic count is one split,
-// a forced one an error).
-inline bool schedule_splits(MlaSchedule s) { return s != MlaSchedule::seesaw; }
 
 // Query heads one CTA handles: all of h_q up to 64.
 inline int default_heads_per_cta(int h_q) { return h_q < 64 ? (h_q > 0 ? h_q : 64) : 64; }

@@ -159,7 +159,7 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
   const tuning::SparseMlaTuningEntry* tuned =
       tile.kernel == MlaKernel::automatic && !batch_invariant
           ? tuning::tuned_sparse_mla(a.rows, a.h_q, a.next_n, a.topk, a.kv_dtype, a.precise,
-                                     driver::current_context_info().sm_count, a.num_splits)
+                                     driver::current_context_info().sm_count)
           : nullptr;
   int splits = 1;
   if (a.workspace != nullptr && a.num_splits > 0)
@@ -177,11 +177,6 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
   plan.spec.precise = a.precise;
   if (tile.kernel != MlaKernel::automatic) plan.spec.tile = tile;
   else if (tuned) plan.spec.tile = tuned->choice.tile;
-  if (!sparse_mla::schedule_splits(plan.spec.tile.schedule) && plan.num_splits > 1) {
-    if (a.num_splits > 1)
-      bad("num_splits", std::to_string(a.num_splits), "0 or 1 with tile.schedule seesaw (no split-KV)");
-    plan.num_splits = 1;
-  }
   // next_n stays 1: rows are already flattened (b * next_n), so every MTP depth shares one kernel.
   plan.spec = spec_for_current_device(plan.spec);
   // The dispatcher's schedule, unless the database's choice named one: known once the tile is filled

@@ -132,9 +132,8 @@ SparseMlaTuningEntry parse_sparse_mla_entry(const nlohmann::json& j, const std::
   return e;
 }
 
-bool choice_serves(const SparseMlaChoice& c, int topk, KvDtype kv, bool precise, int forced_splits) {
-  if (c.tile.schedule == MlaSchedule::seesaw && !(sparse_mla::seesaw_takes(topk, precise) && forced_splits <= 1))
-    return false;
+bool choice_serves(const SparseMlaChoice& c, int topk, KvDtype kv, bool precise) {
+  if (c.tile.schedule == MlaSchedule::seesaw && !sparse_mla::seesaw_takes(topk, precise)) return false;
   // wgmma never takes 2 producer warps: a choice of 2 with the kernel left automatic is mma_sync too.
   const bool fp8_direct =
       kv == KvDtype::fp8_e4m3 && c.tile.kernel != MlaKernel::wgmma && c.tile.producer_warps == 2;
@@ -142,11 +141,11 @@ bool choice_serves(const SparseMlaChoice& c, int topk, KvDtype kv, bool precise,
 }
 
 const SparseMlaTuningEntry* find_sparse_mla_entry(std::span<const SparseMlaTuningEntry> entries, int rows, int h_q,
-                                                  int next_n, int topk, KvDtype kv, bool precise, int forced_splits) {
+                                                  int next_n, int topk, KvDtype kv, bool precise) {
   for (const SparseMlaTuningEntry& e : entries) {
     const SparseMlaBucket& b = e.bucket;
     if (b.h_q == h_q && (!b.kv_dtype || *b.kv_dtype == kv) && b.rows.contains(rows) && b.next_n.contains(next_n) &&
-        b.topk.contains(topk) && choice_serves(e.choice, topk, kv, precise, forced_splits))
+        b.topk.contains(topk) && choice_serves(e.choice, topk, kv, precise))
       return &e;
   }
   return nullptr;
@@ -161,10 +160,10 @@ int max_tuned_splits(std::span<const SparseMlaTuningEntry> entries, int rows, in
 }
 
 const SparseMlaTuningEntry* tuned_sparse_mla(int rows, int h_q, int next_n, int topk, KvDtype kv, bool precise,
-                                             int sm_count, int forced_splits) {
+                                             int sm_count) {
   const TuningDb* db = active_tuning_db();
   if (db == nullptr || db->sparse_mla.empty() || db->key.sm_count != sm_count) return nullptr;
-  return find_sparse_mla_entry(db->sparse_mla, rows, h_q, next_n, topk, kv, precise, forced_splits);
+  return find_sparse_mla_entry(db->sparse_mla, rows, h_q, next_n, topk, kv, precise);
 }
 
 int tuned_max_splits(int rows, int h_q, int topk, int sm_count) {

@@ -55,23 +55,22 @@ SparseMlaTuningEntry parse_sparse_mla_entry(const nlohmann::json& j, const std::
 // choice leaves it. Validated (InvalidArgument).
 KernelSpec sparse_mla_spec_of(const SparseMlaChoice& c, int h_q, int topk, KvDtype kv, Arch arch);
 
-// Whether a choice's kernel takes a call of this topk, KV dtype, precision and forced split count
-// (the call's num_splits with a workspace, else 0): the per-call limits of validation
-// (families/sparse_mla/traits.cpp) and of the plan that a bucket's ranges do not fix (the seesaw
-// schedule: topk a multiple of 128, not precise, no split-KV; the FP8 direct kernel, 2 producer
-// warps on FP8 KV: not precise). Pure.
-bool choice_serves(const SparseMlaChoice& c, int topk, KvDtype kv, bool precise, int forced_splits = 0);
+// Whether a choice's kernel takes a call of this topk, KV dtype and precision: the per-call limits
+// of validation (families/sparse_mla/traits.cpp) that a bucket's ranges do not fix (the seesaw
+// schedule: topk a multiple of 128, not precise; the FP8 direct kernel, 2 producer warps on FP8
+// KV: not precise). Pure.
+bool choice_serves(const SparseMlaChoice& c, int topk, KvDtype kv, bool precise);
 // The first entry whose bucket holds the shape and whose choice serves the call (choice_serves), or
 // nullptr: a call its bucket's kernel cannot take runs the heuristics' kernel. Pure.
 const SparseMlaTuningEntry* find_sparse_mla_entry(std::span<const SparseMlaTuningEntry> entries, int rows, int h_q,
-                                                  int next_n, int topk, KvDtype kv, bool precise, int forced_splits = 0);
+                                                  int next_n, int topk, KvDtype kv, bool precise);
 // The largest split count any entry of either KV dtype and any next_n chooses for (rows, h_q,
 // topk); 0 when none does (workspace sizing covers what the launch may choose). Pure.
 int max_tuned_splits(std::span<const SparseMlaTuningEntry> entries, int rows, int h_q, int topk);
 
 // The active database's entry for the shape, or nullptr (the dispatcher's hook).
 const SparseMlaTuningEntry* tuned_sparse_mla(int rows, int h_q, int next_n, int topk, KvDtype kv, bool precise,
-                                             int sm_count, int forced_splits = 0);
+                                             int sm_count);
 // max_tuned_splits of the active database (0 without one).
 int tuned_max_splits(int rows, int h_q, int topk, int sm_count);
 
