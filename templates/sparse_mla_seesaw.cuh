@@ -6,9 +6,9 @@
 // pairs; its partials have the wgmma kernel's format): bf16 P (no precise), 64 heads per CTA, topk
 // a multiple of 128.
 //
-// CTA = one query row x 64 heads (x one split's pairs), 384 threads, 1 CTA per SM; KV tiles of 64 tokens go in pairs:
-// tile 2i in buffer 0, tile 2i + 1 in buffer 1 (an odd tile count's last pair has an all-invalid
-// second tile, zero-filled). Halves of a buffer b: Lb = subtiles 0-3 (dims 0-255: K, V-left),
+// CTA = one query row x 64 heads (x one split's pairs), 384 threads, 1 CTA per SM; KV tiles of 64
+// tokens go in pairs: tile 2i in buffer 0, tile 2i + 1 in buffer 1 (an odd tile count's last pair
+// has an all-invalid second tile, zero-filled). Halves of a buffer b: Lb = subtiles 0-3 (dims 0-255: K, V-left),
 // Hb = subtiles 4-8 (dims 256-575: K, V-right, rope). m: the running max (base 2), the same in
 // both math warpgroups; l0 / l1: the row sums of WG0's / WG1's tiles, added in the epilogue.
 //   WG0 (warps 0-3, REG_MATH): S0 = Q K0^T (L0 first), mask; mA = max(m, rowmax S0) -> max[0];

@@ -390,9 +390,10 @@ TEST_CASE("sparse_mla gpu: the bf16 wgmma kernel at 16 and 32 heads, splits, inv
                        {Mode{}, Mode{.splits = 3}, Mode{.splits = 0}}, {16, 32});
 }
 
-// The single schedule of the bf16 wgmma kernel at 64 heads per CTA without a split: batch-invariant
-// calls take the seesaw there (sparse_mla::default_schedule), so only an explicit plan reaches it.
-TEST_CASE("sparse_mla gpu: the single-schedule bf16 wgmma kernel at 64 heads without a split, invalid entries") {
+// The single schedule of the bf16 wgmma kernel at 64 heads per CTA, unsplit and split: the defaults
+// take the seesaw there (sparse_mla::default_schedule), so only an explicit plan (or a database
+// entry naming it) reaches it.
+TEST_CASE("sparse_mla gpu: the single-schedule bf16 wgmma kernel at 64 heads, unsplit and split, invalid entries") {
   NSAJIT_REQUIRE_GPU();
   if (const auto& device = nsajit::driver::current_context_info(); device.major != 9 || device.minor != 0) {
     MESSAGE("skipped: the wgmma kernel needs sm_90a");
@@ -400,7 +401,7 @@ TEST_CASE("sparse_mla gpu: the single-schedule bf16 wgmma kernel at 64 heads wit
   }
   check_forced_variant({.heads_per_cta = 64, .kernel = nsajit::MlaKernel::wgmma, .producer_warps = 4,
                         .schedule = nsajit::MlaSchedule::single},
-                       940, {Mode{}}, {64, 128});
+                       940, {Mode{}, Mode{.splits = 3}, Mode{.splits = 0}}, {64, 128});
 }
 
 // The precise option (P = P_hi + P_lo) on every kernel the defaults pick and on the forced

@@ -197,11 +197,12 @@ TEST_CASE("fleet enumeration: every family, KV dtype, tp, arch and MTP depth, ea
   // sm_90a's 64-head CTAs take the wgmma kernel, sm_100a's the mma.sync kernel: different specs.
   int wgmma = 0;
   for (const tools::FleetSpec& f : specs) wgmma += f.spec.family == Family::sparse_mla && f.spec.tile.kernel == MlaKernel::wgmma;
-  CHECK(wgmma == 6);  // h128 and h64, bf16 (single and seesaw) and fp8, on sm_90a only
-  // The seesaw the dispatcher takes for rows that fill the GPU (sparse_mla::default_schedule).
+  CHECK(wgmma == 4);  // h128 and h64, bf16 (the seesaw) and fp8, on sm_90a only
+  // bf16 at 64 heads a CTA: the seesaw the dispatcher takes (sparse_mla::default_schedule), not the single schedule.
   CHECK(names.contains("sparse_mla.h128.topk2048.kv_bf16.wgmma.hpc64.pw4.seesaw.sm_90a"));
   CHECK(names.contains("sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.seesaw.sm_90a"));
-  CHECK(specs.size() == 4 * 2 + 2 + 8 + 6 * 8 * 2 + 1 * 2 + 3 * 2 + 2 * 2);  // MLA, seesaw, top-k, combine, transform, FP8
+  CHECK(!names.contains("sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.sm_90a"));
+  CHECK(specs.size() == 4 * 2 + 8 + 6 * 8 * 2 + 1 * 2 + 3 * 2 + 2 * 2);  // MLA, top-k, combine, transform, FP8
 
   tools::FleetConfig bad = fleet;
   bad.tps = {1, 3};
@@ -292,6 +293,14 @@ TEST_CASE("precompile lists a tuning database's sparse MLA choice only for a top
   REQUIRE(at_2048.size() == 1);
   CHECK(at_2048[0].spec.tile.schedule == MlaSchedule::seesaw);
   CHECK(tools::tuning_db_specs(db, Arch{90, 'a'}, 2112).empty());  // 2112 % 128 = 64: the seesaw refuses it
+  // A choice that leaves the schedule open lists the one the dispatcher takes (sparse_mla::default_schedule).
+  db.sparse_mla[0].choice.tile.schedule = MlaSchedule::single;
+  REQUIRE(!tuning::schedule_chosen(db.sparse_mla[0].choice));
+  const std::vector<tools::DbSpec> open = tools::tuning_db_specs(db, Arch{90, 'a'}, 2048);
+  REQUIRE(open.size() == 1);
+  CHECK(open[0].spec.tile.schedule == MlaSchedule::seesaw);
+  db.sparse_mla[0].choice.schedule_named = true;  // a searched "single" stays single
+  CHECK(tools::tuning_db_specs(db, Arch{90, 'a'}, 2048)[0].spec.tile.schedule == MlaSchedule::single);
 }
 
 TEST_CASE("top-k plans load a kernel compiled for their CTA layout, under any constraints") {

@@ -441,7 +441,7 @@ TEST_CASE("autotune dry run: the heuristics' choice first, distinct candidates, 
   CHECK(contains(listing, "sparse_mla bucket h64 bf16 rows [5,null]"));
 }
 
-TEST_CASE("sparse MLA schedule: the seesaw for batch-invariant calls and where one split of the rows fills the GPU; an unnamed database schedule is the heuristics'") {
+TEST_CASE("sparse MLA schedule: the seesaw wherever its kernel takes the spec; an unnamed database schedule is the heuristics'") {
   const Arch sm90a{90, 'a'};
   auto filled = [&](int h_q, int topk, KvDtype kv, bool precise) {
     KernelSpec s{.family = Family::sparse_mla, .h_q = h_q, .topk = topk, .kv_dtype = kv, .precise = precise, .arch = sm90a};
@@ -449,33 +449,20 @@ TEST_CASE("sparse MLA schedule: the seesaw for batch-invariant calls and where o
   };
   const KernelSpec h64 = filled(64, 2048, KvDtype::bf16, false), h128 = filled(128, 2048, KvDtype::bf16, false);
   const MlaSchedule seesaw = MlaSchedule::seesaw, single = MlaSchedule::single;
-  // Split mode (a workspace, automatic count): the seesaw where one split of the rows fills the GPU.
-  CHECK(sparse_mla::default_schedule(h64, 4096, 1, false, 132) == seesaw);  // prefill
-  CHECK(sparse_mla::default_schedule(h64, 128, 1, false, 132) == seesaw);   // decode b128 n1
-  CHECK(sparse_mla::default_schedule(h64, 67, 1, false, 132) == seesaw);    // the fewest rows auto_splits leaves at 1
-  CHECK(sparse_mla::default_schedule(h64, 66, 2, false, 132) == single);    // two splits fill it better
-  CHECK(sparse_mla::default_schedule(h64, 66, 1, false, 132) == single);    // a workspace too small for them
-  CHECK(sparse_mla::default_schedule(h128, 34, 1, false, 132) == seesaw);   // 68 CTAs
-  CHECK(sparse_mla::default_schedule(h128, 33, 2, false, 132) == single);
-  CHECK(sparse_mla::default_schedule(h64, 4096, 2, false, 132) == single);  // a split count was chosen
-  // Batch-invariant calls: the seesaw whatever the rows (a choice by rows would change a row's bits).
-  for (long long rows : {1LL, 8LL, 66LL, 4096LL}) {
-    CHECK(sparse_mla::default_schedule(h64, rows, 1, true, 132) == seesaw);
-    CHECK(sparse_mla::default_schedule(h128, rows, 1, true, 132) == seesaw);
-  }
-  // Specs the seesaw does not take, in either mode.
-  for (bool invariant : {false, true}) {
-    CHECK(sparse_mla::default_schedule(filled(64, 2048, KvDtype::fp8_e4m3, false), 4096, 1, invariant, 132) == single);
-    CHECK(sparse_mla::default_schedule(filled(64, 2048, KvDtype::bf16, true), 4096, 1, invariant, 132) == single);
-    CHECK(sparse_mla::default_schedule(filled(64, 1984, KvDtype::bf16, false), 4096, 1, invariant, 132) == single);
-    CHECK(sparse_mla::default_schedule(filled(32, 2048, KvDtype::bf16, false), 4096, 1, invariant, 132) == single);
-    KernelSpec mma = filled(64, 2048, KvDtype::bf16, false);
-    mma.tile = {.kernel = MlaKernel::mma_sync};
-    CHECK(sparse_mla::default_schedule(with_default_tile(mma), 4096, 1, invariant, 132) == single);
-    const KernelSpec sm90 = with_default_tile(
-        KernelSpec{.family = Family::sparse_mla, .h_q = 64, .topk = 2048, .arch = Arch{90, '\0'}});
-    CHECK(sparse_mla::default_schedule(sm90, 4096, 1, invariant, 132) == single);  // no wgmma off sm_90a
-  }
+  // The seesaw wherever its kernel takes the spec, whatever the rows, splits and mode.
+  CHECK(sparse_mla::default_schedule(h64) == seesaw);
+  CHECK(sparse_mla::default_schedule(h128) == seesaw);
+  // Specs the seesaw does not take.
+  CHECK(sparse_mla::default_schedule(filled(64, 2048, KvDtype::fp8_e4m3, false)) == single);
+  CHECK(sparse_mla::default_schedule(filled(64, 2048, KvDtype::bf16, true)) == single);
+  CHECK(sparse_mla::default_schedule(filled(64, 1984, KvDtype::bf16, false)) == single);
+  CHECK(sparse_mla::default_schedule(filled(32, 2048, KvDtype::bf16, false)) == single);
+  KernelSpec mma = filled(64, 2048, KvDtype::bf16, false);
+  mma.tile = {.kernel = MlaKernel::mma_sync};
+  CHECK(sparse_mla::default_schedule(with_default_tile(mma)) == single);
+  const KernelSpec sm90 = with_default_tile(
+      KernelSpec{.family = Family::sparse_mla, .h_q = 64, .topk = 2048, .arch = Arch{90, '\0'}});
+  CHECK(sparse_mla::default_schedule(sm90) == single);  // no wgmma off sm_90a
 
   // A database choice names its schedule only when it was searched; "single" then stays single.
   tuning::SparseMlaChoice c;
@@ -492,7 +479,7 @@ TEST_CASE("sparse MLA schedule: the seesaw for batch-invariant calls and where o
   CHECK(tuning::schedule_chosen(made));
   CHECK(tuning::sparse_mla_choice_json(made)["schedule"] == "seesaw");
 
-  // autotune times what the dispatcher would run: an unsearched schedule resolved for the tuned rows.
+  // autotune times what the dispatcher would run: an unsearched schedule resolved by the rule.
   nlohmann::json j = small_config();
   j["sparse_mla"]["search"] = {{"kernel", {"wgmma"}}, {"heads_per_cta", {64}}, {"num_splits", {"auto"}}};
   j["sparse_mla"]["buckets"] = nlohmann::json::parse(

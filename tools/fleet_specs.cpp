@@ -65,23 +65,19 @@ void add_heuristic_specs(const FleetConfig& fleet, Arch arch, std::vector<FleetS
   // The FP8 KV cache writer and reader.
   out.push_back(make({.family = Family::fp8_kv_quantize, .page_size = m.page_size}, arch, "FP8 KV cache writer"));
   out.push_back(make({.family = Family::fp8_kv_gather, .page_size = m.page_size}, arch, "FP8 KV cache reader"));
-  // Sparse MLA: each tp's h_q, both KV dtypes, on the default tile (the variant the runtime
-  // picks for every shape: decode, MTP and prefill rows share it; batch-invariant and split
-  // modes too), plus the split-KV combine.
+  // Sparse MLA: each tp's h_q, both KV dtypes, on the default tile and schedule (the variant the
+  // runtime picks for every shape without a database entry: decode, MTP and prefill rows share
+  // it; batch-invariant and split modes too), plus the split-KV combine.
   for (int tp : fleet.tps) {
     ModelConfig c = m;
     c.tp = tp;
     for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3}) {
-      const FleetSpec f = make({.family = Family::sparse_mla, .h_q = c.h_q(), .topk = m.index_topk, .kv_dtype = kv},
-                               arch, fmt::format("sparse MLA, tp {} (h_q {}), {} KV, default tile", tp, c.h_q(), to_string(kv)));
-      out.push_back(f);
-      // The schedule the dispatcher takes for batch-invariant calls and rows that fill the GPU.
-      KernelSpec s = f.spec;
-      s.tile.schedule = sparse_mla::default_schedule(s, 1, 1, true, sm_counts_of(arch).front());
-      if (s.tile.schedule != f.spec.tile.schedule)
-        out.push_back(make(s, arch, fmt::format("sparse MLA, tp {} (h_q {}), {} KV, {} schedule (batch-invariant or "
-                                                "rows that fill the GPU)", tp, c.h_q(), to_string(kv),
-                                                to_string(s.tile.schedule))));
+      // The default tile with the dispatcher's schedule (sparse_mla::default_schedule).
+      KernelSpec s{.family = Family::sparse_mla, .h_q = c.h_q(), .topk = m.index_topk, .kv_dtype = kv, .arch = arch};
+      s = with_default_tile(s);
+      s.tile.schedule = sparse_mla::default_schedule(s);
+      out.push_back(make(s, arch, fmt::format("sparse MLA, tp {} (h_q {}), {} KV, default tile, {} schedule", tp,
+                                              c.h_q(), to_string(kv), to_string(s.tile.schedule))));
     }
   }
   out.push_back(make({.family = Family::sparse_mla_combine}, arch, "sparse MLA split-KV combine"));

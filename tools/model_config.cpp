@@ -200,10 +200,8 @@ std::vector<KernelSpec> decode_step_specs(const ModelConfig& c, Arch arch,
     s = with_default_tile(s);
   }
   // The run's sparse MLA calls are batch-invariant (no workspace): the heuristics' variant (no
-  // tuning database) and the dispatcher's schedule for them.
-  KernelSpec bf16_mla = specs[2];
-  bf16_mla.tile.schedule = sparse_mla::default_schedule(bf16_mla, c.batch, 1, true, 1);
-  if (bf16_mla.tile.schedule != specs[2].tile.schedule) specs.push_back(bf16_mla);
+  // tuning database) with the dispatcher's schedule.
+  specs[2].tile.schedule = sparse_mla::default_schedule(specs[2]);
   // The tuning databases' choices this run can dispatch: top-k's tile for its shape on the
   // database's GPU.
   auto add = [&](const KernelSpec& s) {

@@ -299,7 +299,7 @@ std::vector<SparseMlaCandidate> sparse_mla_candidates(const SparseMlaTuneBucket&
   // A schedule the choice leaves open is the dispatcher's for the tuned rows (plan_sparse_mla).
   auto resolve_schedule = [&](const tuning::SparseMlaChoice& c, SparseMlaCandidate& cand) {
     if (!tuning::schedule_chosen(c))
-      cand.spec.tile.schedule = sparse_mla::default_schedule(cand.spec, b.rows, cand.splits, false, sm_count);
+      cand.spec.tile.schedule = sparse_mla::default_schedule(cand.spec);
   };
   SparseMlaCandidate heuristic;
   heuristic.spec = tuning::sparse_mla_spec_of({}, h_q, topk, kv, arch);
@@ -411,8 +411,9 @@ std::vector<DbSpec> tuning_db_specs(const tuning::TuningDb& db, Arch arch, int t
     if (!e.bucket.topk.contains(topk)) continue;
     for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3}) {
       if ((e.bucket.kv_dtype && *e.bucket.kv_dtype != kv) || !tuning::choice_serves(e.choice, topk, kv, false)) continue;
-      out.push_back({tuning::sparse_mla_spec_of(e.choice, e.bucket.h_q, topk, kv, arch),
-                     fmt::format("{}: sparse MLA bucket {}", db.origin, e.bucket.name)});
+      KernelSpec s = tuning::sparse_mla_spec_of(e.choice, e.bucket.h_q, topk, kv, arch);
+      if (!tuning::schedule_chosen(e.choice)) s.tile.schedule = sparse_mla::default_schedule(s);  // as the dispatcher does
+      out.push_back({s, fmt::format("{}: sparse MLA bucket {}", db.origin, e.bucket.name)});
     }
   }
   for (const detail::TopkTuningEntry& e : db.topk) {

@@ -52,15 +52,11 @@ int auto_splits(long long rows, int h_q, int topk, int sm_count) {
   return int(std::clamp<long long>(sm_count / ctas, 1, std::min(kMaxSplits, max_by_tiles)));
 }
 
-MlaSchedule default_schedule(const KernelSpec& filled, long long rows, int num_splits, bool batch_invariant,
-                             int sm_count) {
+MlaSchedule default_schedule(const KernelSpec& filled) {
   const TileConfig& t = filled.tile;
   const bool takes = t.kernel == MlaKernel::wgmma && t.heads_per_cta == 64 && filled.kv_dtype == KvDtype::bf16 &&
                      seesaw_takes(filled.topk, filled.precise);
-  if (!takes) return MlaSchedule::single;
-  if (batch_invariant) return MlaSchedule::seesaw;
-  return num_splits <= 1 && auto_splits(rows, filled.h_q, filled.topk, sm_count) == 1 ? MlaSchedule::seesaw
-                                                                                      : MlaSchedule::single;
+  return takes ? MlaSchedule::seesaw : MlaSchedule::single;
 }
 
 }  // namespace nsajit::sparse_mla

@@ -33,14 +33,10 @@ inline int threads_of(int producer_warps) {
 // sm_count SMs busy, else enough splits to fill them, keeping >= 2 tiles per split, <= kMaxSplits.
 int auto_splits(long long rows, int h_q, int topk, int sm_count);
 
-// The schedule of a filled spec (fill_default_tile) for a launch of `rows` rows in `num_splits`
-// splits: seesaw where that kernel takes it (wgmma, 64 heads per CTA, bf16 KV, seesaw_takes) and
-// either the call is batch-invariant (one CTA a row and head group whatever the rows: a choice by
-// rows would change a row's bits) or the rows alone keep the GPU busy (one split, auto_splits 1);
-// else single. In split mode the filled spec may be a tuning database's tile, which the rows do
-// choose; batch-invariant calls take the heuristics' tile, which they do not.
-MlaSchedule default_schedule(const KernelSpec& filled, long long rows, int num_splits, bool batch_invariant,
-                             int sm_count);
+// The schedule of a filled spec (fill_default_tile): seesaw wherever that kernel takes it (wgmma, 64
+// heads per CTA, bf16 KV, seesaw_takes), whatever the rows and splits (H200: 4-11 % faster than
+// single at 2-16 splits, level or faster unsplit); else single.
+MlaSchedule default_schedule(const KernelSpec& filled);
 
 // Workspace bytes of `splits` partial results (0 without a split).
 inline std::size_t workspace_bytes(int rows, int h_q, int splits) {

@@ -182,8 +182,7 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
   // The dispatcher's schedule, unless the database's choice named one: known once the tile is filled
   // (the seesaw only where its validation holds: default_schedule's conditions are that validation).
   if (tile.kernel == MlaKernel::automatic && !(tuned && tuning::schedule_chosen(tuned->choice))) {
-    plan.spec.tile.schedule = sparse_mla::default_schedule(plan.spec, a.rows, plan.num_splits, batch_invariant,
-                                                           driver::current_context_info().sm_count);
+    plan.spec.tile.schedule = sparse_mla::default_schedule(plan.spec);
   }
   plan.programmatic_combine = a.programmatic_launch && pdl_allowed_by_environment();
   return plan;
