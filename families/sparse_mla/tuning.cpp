@@ -108,6 +108,7 @@ KernelSpec sparse_mla_spec_of(const SparseMlaChoice& c, int h_q, int topk, KvDty
   s.arch = arch;
   s.tile = c.tile;
   s = with_default_tile(s);
+  if (!schedule_chosen(c)) s.tile.schedule = sparse_mla::default_schedule(s);  // as plan_sparse_mla does
   validate(s);
   return s;
 }
