@@ -28,7 +28,7 @@ template <class T>
 void read_field(const nlohmann::json& j, const char* key, T& field, ModelConfig& c, const std::string& path) {
   if (!j.contains(key)) return;
   const nlohmann::json& v = j.at(key);
-  auto wrong = [&](const char* expected) {
+  auto wrong = [&](const std::string& expected) {
     throw InvalidArgument(fmt::format("--config {}: key \"{}\" = {}: expected {}", path, key, dump_json(v), expected));
   };
   if constexpr (std::is_same_v<T, std::string>) {
@@ -42,13 +42,13 @@ void read_field(const nlohmann::json& j, const char* key, T& field, ModelConfig&
     if (!v.is_number_integer()) wrong("an integer");
     if (v.is_number_unsigned()) {
       const auto u = v.get<std::uint64_t>();
-      if (u > std::uint64_t(std::numeric_limits<T>::max())) wrong("an integer in the field's range");
+      if (u > std::uint64_t(std::numeric_limits<T>::max())) wrong(fmt::format("an integer in [{}, {}]", std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
       field = T(u);
     } else {
       const auto i = v.get<std::int64_t>();
       if (i < std::int64_t(std::numeric_limits<T>::min()) ||
           (i > 0 && std::uint64_t(i) > std::uint64_t(std::numeric_limits<T>::max())))
-        wrong("an integer in the field's range");
+        wrong(fmt::format("an integer in [{}, {}]", std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
       field = T(i);
     }
   }

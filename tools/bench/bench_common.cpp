@@ -8,17 +8,24 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <numeric>
 
+#include <stdlib.h>  // mkdtemp
+
 #include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/json_text.hpp"
+
+extern const char* const kNsajitBuildCommit;  // build_commit.cpp, written at build time
 
 namespace nsajit::tools::bench {
 namespace {
@@ -117,6 +124,22 @@ void add_clock_params(nlohmann::json& params, const Timing& timing, const std::s
   params[prefix + "clock_limited"] = *timing.clock_limited;
 }
 
+PrivateWorkDir::PrivateWorkDir() {
+  std::error_code ec;
+  std::filesystem::path parent = std::filesystem::temp_directory_path(ec);
+  if (ec) parent = "/tmp";
+  std::string templ = (parent / "nsajit-bench-XXXXXX").string();
+  if (!::mkdtemp(templ.data()))
+    throw Error(fmt::format("nsajit bench: cannot make a private folder for the baseline inputs in {} ($TMPDIR): {}",
+                            parent.string(), std::strerror(errno)));
+  path_ = templ;
+}
+
+PrivateWorkDir::~PrivateWorkDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
 void write_blob(const std::string& dir, const std::string& name, const void* data, std::size_t bytes) {
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/" + name;
@@ -160,10 +183,9 @@ std::string run_python_baseline(const std::string& script, const std::string& fa
 }
 
 std::string write_results(const RunInfo& info, const std::vector<Case>& cases, const std::string& path_in) {
+  // The tree the tool was built from ("-dirty": uncommitted changes), unless $NSAJIT_COMMIT names it.
   std::string commit = std::getenv("NSAJIT_COMMIT") ? std::getenv("NSAJIT_COMMIT") : "";
-  // "-dirty" marks a measurement of uncommitted changes.
-  if (commit.empty()) commit = trim(capture("git describe --always --dirty --abbrev=12 2>/dev/null").first);
-  if (commit.empty()) commit = "unknown";
+  if (commit.empty()) commit = kNsajitBuildCommit;
 
   // `bench jit` also runs without a GPU (its compile and disk cases): no device fields then.
   char name[256] = "none";
