@@ -270,10 +270,10 @@ def sparse_mla(q, kv, indices, sm_scale, *, topk_length=None, next_n=1, num_spli
 
 def _sizing(fn, value, rows, h_q, topk, num_splits, device):
     args = (_int32(rows, "rows"), _int32(h_q, "h_q"), _int32(topk, "topk"), _int32(num_splits, "num_splits"))
-    if num_splits == 0:  # the automatic count depends on the device
+    if num_splits == 0 and (device is not None or _torch_has_gpu()):  # the automatic count depends on the device
         with launch_on(device if device is not None else torch().cuda.current_device()):
             _lib.check(fn(*args, ctypes.byref(value)))
-    else:
+    else:  # a fixed count, or the C ABI's current device (without torch)
         _lib.check(fn(*args, ctypes.byref(value)))
     return value.value
 
