@@ -348,6 +348,7 @@ TEST_CASE("nsajit CLI: help, --help and --version of every subcommand exit 0") {
     INFO(args.front() << ":\n" << r.output);
     CHECK(r.code == 0);
     CHECK(has(r, "nsajit 0."));
+    CHECK(has(r, "(built from "));
     CHECK(has(r, "NVRTC 1"));
     CHECK(has(r, "CUDA driver "));  // a version, or "not available (...)" without libcuda or a device
   }

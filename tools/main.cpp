@@ -20,6 +20,8 @@
 #include "tools/commands.hpp"
 #include "tools/subcommands.hpp"
 
+extern const char* const kNsajitBuildCommit;  // build_commit.cpp, written at build time
+
 namespace {
 
 using namespace nsajit::tools;
@@ -44,7 +46,8 @@ std::string versions() {
   } catch (const nsajit::Error& e) {
     driver = fmt::format("not available ({})", e.what());
   }
-  return fmt::format("nsajit {}\nNVRTC {}\nCUDA driver {}", nsajit::version(), nsajit::nvrtc_version(), driver);
+  return fmt::format("nsajit {} (built from {})\nNVRTC {}\nCUDA driver {}", nsajit::version(), kNsajitBuildCommit,
+                     nsajit::nvrtc_version(), driver);
 }
 
 int error_exit(const char* what, int code) {
