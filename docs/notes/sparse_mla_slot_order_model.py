@@ -32,7 +32,7 @@ def simulate(order, rows=1024, sms=132, topk=2048, tile=64, pool=262144, l2_mb=5
             shift = pool.bit_length() - 1 - 4
             start = int((t % period) / period * 16)
             s.sort(key=lambda x: ((x >> shift) - start) % 16)
-        if order == "sorted":
+        elif order == "sorted":
             s.sort()
         elif order == "buckets16":
             shift = pool.bit_length() - 1 - 4
