@@ -17,10 +17,9 @@
 #include "runtime/env.hpp"
 #include "tools/bench/anchors.hpp"
 #include "tools/bench/bench_common.hpp"
+#include "tools/build_commit.hpp"
 #include "tools/commands.hpp"
 #include "tools/subcommands.hpp"
-
-extern const char* const kNsajitBuildCommit;  // build_commit.cpp, written at build time
 
 namespace {
 

@@ -27,13 +27,11 @@
 #include "runtime/device_buffer.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/json_text.hpp"
-
-extern const char* const kNsajitBuildCommit;  // build_commit.cpp, written at build time
+#include "tools/build_commit.hpp"
 
 namespace nsajit::tools::bench {
 namespace {
 
-// Output of a shell command (stdout), and its exit status.
 // One word for /bin/sh whatever the text holds (blanks, quotes, $): '...' with each ' as '\''.
 std::string shell_quoted(const std::string& text) {
   std::string out = "'";
@@ -41,6 +39,7 @@ std::string shell_quoted(const std::string& text) {
   return out + "'";
 }
 
+// Output of a shell command (stdout), and its exit status.
 std::pair<std::string, int> capture(const std::string& command) {
   std::string out;
   FILE* pipe = ::popen(command.c_str(), "r");
