@@ -23,7 +23,7 @@ HS = (64,) if os.environ.get("PROBE_MIN") else (64, 128)
 SKVS = (262144,) if os.environ.get("PROBE_MIN") else (262144, 8192, 32768)
 for h in HS:
     q = torch.randn(4096, h, 576, device=dev).to(torch.bfloat16)
-    for skv, sq in [(k, 4096) for k in SKVS] + [(262144, 264)]:  # 264 rows: two aligned waves (h64)
+    for skv, sq in [(k, 4096) for k in SKVS] + [(262144, 264)]:  # 264 rows: two waves at h64 (four at h128), still aligned
         qq = q[:sq].contiguous()
         idx = torch.randint(0, skv, (sq, 2048), device=dev, dtype=torch.int32)
         srt = torch.sort(idx, dim=1).values.contiguous()
