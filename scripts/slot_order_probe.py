@@ -4,6 +4,8 @@
 # docs/notes/sparse_mla_slot_order_model.py predicts it). Torch is the device's reference tool here,
 # not a dependency of the library. Run on the GPU machine from the repository root:
 #   NSAJIT_LIBRARY=build/libnsajit.so python3 scripts/slot_order_probe.py   (PROBE_MIN=1: h64 only)
+# PROBE_SKVS=262144 limits the pools; a library built with docs/notes/unmerged/clock-order.patch
+# starts each CTA's sweep at the slot range a global clock points at (the sorted rows' lever).
 import os, sys, statistics, torch
 sys.path.insert(0, "python")
 import nsajit
@@ -21,6 +23,7 @@ def timed(fn, iters=7):
 kv = torch.randn(262144, 576, device=dev).to(torch.bfloat16)
 HS = (64,) if os.environ.get("PROBE_MIN") else (64, 128)
 SKVS = (262144,) if os.environ.get("PROBE_MIN") else (262144, 8192, 32768)
+if os.environ.get("PROBE_SKVS"): SKVS = tuple(int(x) for x in os.environ["PROBE_SKVS"].split(","))
 for h in HS:
     q = torch.randn(4096, h, 576, device=dev).to(torch.bfloat16)
     for skv, sq in [(k, 4096) for k in SKVS] + [(262144, 264)]:  # 264 rows: two waves at h64 (four at h128), still aligned
