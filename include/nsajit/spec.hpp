@@ -67,9 +67,8 @@ enum class MlaSchedule : std::uint8_t {
   single,  // a spec's default: WG0 QK + softmax + PV left half, WG1 PV right half (sparse_mla_wgmma.cuh)
   seesaw,  // two KV tiles in flight: WG0 S = Q K^T of even tiles, WG1 of odd tiles, P exchanged
            // through smem, output split by V columns (sparse_mla_seesaw.cuh; bf16 KV, not precise,
-           // topk a multiple of 128; split-KV by whole pairs; the dispatcher's choice for
-           // batch-invariant calls and where one split of the rows fills the GPU:
-           // sparse_mla::default_schedule, docs/design/sparse_mla.md)
+           // topk a multiple of 128; split-KV by whole pairs; the dispatcher's choice wherever it
+           // takes the spec: sparse_mla::default_schedule, docs/design/sparse_mla.md)
 };
 
 // How a split-KV launch of sparse MLA merges its splits' partial results.
