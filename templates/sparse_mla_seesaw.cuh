@@ -439,7 +439,10 @@ NSAJIT_DEVICE void math_warpgroup(const SparseMlaDecodeParams& p, uint32_t s_bas
       const float M = fmaxf(m_self, m_peer);
       const float f_peer = m_peer == neg_inf() ? 0.f : exp2_ftz(m_peer - M);
       f_self[hh] = m_self == neg_inf() ? 0.f : exp2_ftz(m_self - M);
-      ll[hh] = rank == 0 ? l_self * f_self[hh] + l_peer * f_peer : l_peer * f_peer + l_self * f_self[hh];
+      // rank 0's term first in both CTAs, and no contraction into an fma (which would round the
+      // two products differently on the two ranks): the same L bits in both halves of the row
+      const float a0 = __fmul_rn(l_self, f_self[hh]), a1 = __fmul_rn(l_peer, f_peer);
+      ll[hh] = rank == 0 ? __fadd_rn(a0, a1) : __fadd_rn(a1, a0);
       mm[hh] = M;
     }
     const uint32_t recv = s_base + OFF_KV + uint32_t(ct) * 16u;  // [32 j][128 threads] float4

@@ -518,6 +518,14 @@ TEST_CASE("sparse_mla gpu: the seesaw schedule: h64/h128, topk 128/512/2048, spl
       }
     }
   }
+  {  // the cluster combine with the caller's tile and a forced count other than 2: an error naming it
+    Mode m = *seesaw;
+    m.splits = 3;
+    m.tile.combine = nsajit::MlaCombine::cluster;
+    Problem p = make_problem(2, 64, 256, 3000, 77);
+    finalize(p, m);
+    CHECK_THROWS_WITH_AS(launch(p, m), doctest::Contains("num_splits"), nsajit::InvalidArgument);
+  }
 }
 
 // FlashMLA's attention sink in the epilogue (split: in the combine): out of head h times

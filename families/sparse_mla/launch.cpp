@@ -179,11 +179,14 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
   else if (tuned) plan.spec.tile = tuned->choice.tile;
   if (plan.spec.tile.combine == MlaCombine::cluster) {
     // A row and head group's two splits merge in a 2-CTA cluster: exactly kClusterSplits splits;
-    // without a split (no workspace, num_splits 1, a workspace too small) the plain seesaw.
-    if (a.num_splits > 1 && a.num_splits != sparse_mla::kClusterSplits)
+    // without a split (no workspace, num_splits 1, a workspace too small) the plain seesaw. A forced
+    // other count is an error with the caller's own tile; under a database's choice it takes the
+    // combine kernel (the caller cannot see the database).
+    const bool other_count = a.num_splits > 1 && a.num_splits != sparse_mla::kClusterSplits;
+    if (other_count && tile.kernel != MlaKernel::automatic)
       bad("num_splits", std::to_string(a.num_splits),
           "0, 1 or " + std::to_string(sparse_mla::kClusterSplits) + " with tile.combine cluster (a 2-CTA cluster a row and head group)");
-    if (plan.num_splits > 1) plan.num_splits = sparse_mla::kClusterSplits;
+    if (plan.num_splits > 1 && !other_count) plan.num_splits = sparse_mla::kClusterSplits;
     else plan.spec.tile.combine = MlaCombine::kernel;
   }
   // next_n stays 1: rows are already flattened (b * next_n), so every MTP depth shares one kernel.
