@@ -467,6 +467,14 @@ TEST_CASE("autotune dry run: the heuristics' choice first, distinct candidates, 
                                               {"combine", "cluster"}, {"num_splits", 4}}}};
     CHECK_THROWS_WITH_AS(tuning::parse_sparse_mla_entry(entry, "db.sparse_mla[0]", Arch{90, 'a'}),
                          doctest::Contains("num_splits"), InvalidArgument);
+    // Without a named schedule it is the seesaw's (the only schedule it takes), and it serves only
+    // the calls the seesaw takes.
+    tuning::SparseMlaChoice open{.tile = {.heads_per_cta = 64, .kernel = MlaKernel::wgmma, .combine = MlaCombine::cluster}};
+    REQUIRE(!tuning::schedule_chosen(open));
+    CHECK(tuning::sparse_mla_spec_of(open, 64, 2048, KvDtype::bf16, Arch{90, 'a'}).tile.schedule == MlaSchedule::seesaw);
+    CHECK(tuning::choice_serves(open, 2048, KvDtype::bf16, false));
+    CHECK(!tuning::choice_serves(open, 2048, KvDtype::bf16, true));
+    CHECK(!tuning::choice_serves(open, 1984, KvDtype::bf16, false));
   }
 
   const std::string listing = tools::dry_run_listing(c, Arch{90, 'a'}, 132);

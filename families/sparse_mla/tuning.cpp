@@ -115,6 +115,9 @@ KernelSpec sparse_mla_spec_of(const SparseMlaChoice& c, int h_q, int topk, KvDty
   s.arch = arch;
   s.tile = c.tile;
   s = with_default_tile(s);
+  // The cluster combine exists for the seesaw only: a choice that leaves the schedule to the
+  // dispatcher gets the one the dispatcher picks wherever the seesaw takes the call.
+  if (s.tile.combine == MlaCombine::cluster && !schedule_chosen(c)) s.tile.schedule = MlaSchedule::seesaw;
   validate(s);
   return s;
 }
@@ -144,7 +147,8 @@ SparseMlaTuningEntry parse_sparse_mla_entry(const nlohmann::json& j, const std::
 }
 
 bool choice_serves(const SparseMlaChoice& c, int topk, KvDtype kv, bool precise) {
-  if (c.tile.schedule == MlaSchedule::seesaw && !sparse_mla::seesaw_takes(topk, precise)) return false;
+  const bool seesaw = c.tile.schedule == MlaSchedule::seesaw || c.tile.combine == MlaCombine::cluster;
+  if (seesaw && !sparse_mla::seesaw_takes(topk, precise)) return false;
   // wgmma never takes 2 producer warps: a choice of 2 with the kernel left automatic is mma_sync too.
   const bool fp8_direct =
       kv == KvDtype::fp8_e4m3 && c.tile.kernel != MlaKernel::wgmma && c.tile.producer_warps == 2;
