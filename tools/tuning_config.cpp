@@ -296,15 +296,10 @@ std::vector<SparseMlaCandidate> sparse_mla_candidates(const SparseMlaTuneBucket&
     return c.num_splits > 0 ? std::min(c.num_splits, topk / sparse_mla::kBlockTokens)
                             : sparse_mla::auto_splits(b.rows, h_q, topk, sm_count);
   };
-  // A schedule the choice leaves open is the dispatcher's for the tuned rows (plan_sparse_mla).
-  auto resolve_schedule = [&](const tuning::SparseMlaChoice& c, SparseMlaCandidate& cand) {
-    if (!tuning::schedule_chosen(c))
-      cand.spec.tile.schedule = sparse_mla::default_schedule(cand.spec);
-  };
+  // (A schedule the choice leaves open is the dispatcher's: sparse_mla_spec_of resolves it.)
   SparseMlaCandidate heuristic;
   heuristic.spec = tuning::sparse_mla_spec_of({}, h_q, topk, kv, arch);
   heuristic.splits = splits_of({});
-  resolve_schedule({}, heuristic);
   heuristic.heuristic = true;
   out.push_back(heuristic);
   std::set<std::string> dropped_seen;
@@ -324,7 +319,6 @@ std::vector<SparseMlaCandidate> sparse_mla_candidates(const SparseMlaTuneBucket&
       return;
     }
     cand.splits = splits_of(c);
-    resolve_schedule(c, cand);
     if (cand.spec.tile.combine == MlaCombine::cluster) {  // a 2-CTA cluster of each row and head group's splits
       if (c.num_splits > 1 && c.num_splits != sparse_mla::kClusterSplits) {
         const std::string why = fmt::format("combine cluster takes {} splits", sparse_mla::kClusterSplits);
@@ -420,9 +414,8 @@ std::vector<DbSpec> tuning_db_specs(const tuning::TuningDb& db, Arch arch, int t
     if (!e.bucket.topk.contains(topk)) continue;
     for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3}) {
       if ((e.bucket.kv_dtype && *e.bucket.kv_dtype != kv) || !tuning::choice_serves(e.choice, topk, kv, false)) continue;
-      KernelSpec s = tuning::sparse_mla_spec_of(e.choice, e.bucket.h_q, topk, kv, arch);
-      if (!tuning::schedule_chosen(e.choice)) s.tile.schedule = sparse_mla::default_schedule(s);  // as the dispatcher does
-      out.push_back({s, fmt::format("{}: sparse MLA bucket {}", db.origin, e.bucket.name)});
+      out.push_back({tuning::sparse_mla_spec_of(e.choice, e.bucket.h_q, topk, kv, arch),
+                     fmt::format("{}: sparse MLA bucket {}", db.origin, e.bucket.name)});
     }
   }
   for (const detail::TopkTuningEntry& e : db.topk) {

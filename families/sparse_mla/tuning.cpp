@@ -115,9 +115,7 @@ KernelSpec sparse_mla_spec_of(const SparseMlaChoice& c, int h_q, int topk, KvDty
   s.arch = arch;
   s.tile = c.tile;
   s = with_default_tile(s);
-  // The cluster combine exists for the seesaw only: a choice that leaves the schedule to the
-  // dispatcher gets the one the dispatcher picks wherever the seesaw takes the call.
-  if (s.tile.combine == MlaCombine::cluster && !schedule_chosen(c)) s.tile.schedule = MlaSchedule::seesaw;
+  if (!schedule_chosen(c)) s.tile.schedule = sparse_mla::default_schedule(s);  // as plan_sparse_mla does
   validate(s);
   return s;
 }

@@ -52,7 +52,8 @@ nlohmann::json sparse_mla_bucket_json(const SparseMlaBucket& b);
 SparseMlaTuningEntry parse_sparse_mla_entry(const nlohmann::json& j, const std::string& where, Arch arch);
 
 // The spec a choice gives for (h_q, topk, kv) on arch: the tile filled by the heuristics where the
-// choice leaves it. Validated (InvalidArgument).
+// choice leaves it, and a schedule it leaves open the dispatcher's (sparse_mla::default_schedule).
+// Validated (InvalidArgument).
 KernelSpec sparse_mla_spec_of(const SparseMlaChoice& c, int h_q, int topk, KvDtype kv, Arch arch);
 
 // Whether a choice's kernel takes a call of this topk, KV dtype and precision: the per-call limits
