@@ -22,18 +22,17 @@
 # (doctest's ? stands for the space) when only other families changed since the suite last ran whole.
 # The kernel cache is a fresh temporary folder unless NSAJIT_CACHE_DIR names one (e.g. a carried
 # `nsajit precompile` of the fleet, made with the device's NVRTC version).
-# Usage (from the repository root): NSAJIT_COMMIT=<sha> scripts/gpu_verify.sh tests|bench|checks|all [build-dir]
+# Usage (from the repository root): [NSAJIT_COMMIT=<sha>] scripts/gpu_verify.sh tests|bench|checks|all [build-dir]
 set -uo pipefail
 phase=${1:-}
 build=${2:-build}
 case "$phase" in tests|bench|checks|all) ;; *)
-  echo "usage: NSAJIT_COMMIT=<sha> $0 tests|bench|checks|all [build-dir]" >&2; exit 2 ;;
+  echo "usage: [NSAJIT_COMMIT=<sha>] $0 tests|bench|checks|all [build-dir]" >&2; exit 2 ;;
 esac
 out=${OUT:-out}
 logs=$(mktemp -d /tmp/nsajit-verify-logs-XXXXXX)
 mkdir -p "$out"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export NSAJIT_COMMIT=${NSAJIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 if [ -z "${NSAJIT_CACHE_DIR:-}" ]; then
   export NSAJIT_CACHE_DIR=$(mktemp -d /tmp/nsajit-verify-cache-XXXXXX)
   trap 'rm -rf "$NSAJIT_CACHE_DIR" "$logs"' EXIT
@@ -72,7 +71,7 @@ test_memcheck() {  # NAME TEST-CASE-PATTERN LIMIT
   show "memcheck_$1" "ERROR SUMMARY|test cases|Device not supported"
 }
 
-summary "gpu_verify $phase: commit $NSAJIT_COMMIT, build $build, budget $budget s"
+summary "gpu_verify $phase: commit ${NSAJIT_COMMIT:-$("$build/nsajit" --version 2>/dev/null | sed -n '1s/.*built from \(.*\))/\1/p')}, build $build, budget $budget s"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
 
 if [ "$phase" = tests ] || [ "$phase" = all ]; then

@@ -2,6 +2,7 @@
 // files, arch checks, messages that name the source of a bad value, and `run` without a GPU.
 // The tool runs with CUDA_VISIBLE_DEVICES="" so that these hold on a GPU machine too.
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -347,6 +348,7 @@ TEST_CASE("nsajit CLI: help, --help and --version of every subcommand exit 0") {
     INFO(args.front() << ":\n" << r.output);
     CHECK(r.code == 0);
     CHECK(has(r, "nsajit 0."));
+    CHECK(has(r, "(built from "));
     CHECK(has(r, "NVRTC 1"));
     CHECK(has(r, "CUDA driver "));  // a version, or "not available (...)" without libcuda or a device
   }
@@ -431,12 +433,38 @@ TEST_CASE("nsajit CLI: bench and run --require-gpu exit 3 without a GPU; bad NSA
   CHECK(has(r, "bogus"));
   r = run_tool({"bench", "sparse-mla", "--no-baseline", "--tile", "kernel=wgmma schedule=seesaw heads_per_cta=64 producer_warps=4"});
   CHECK(r.code == 3);
+  // Options of another family are usage errors, not silently ignored.
+  r = run_tool({"bench", "topk", "--tile", "kernel=wgmma"});
+  CHECK(r.code == 2);
+  CHECK(has(r, "--tile applies to bench sparse-mla only"));
+  r = run_tool({"bench", "jit", "--anchors", "a.json"});
+  CHECK(r.code == 2);
+  CHECK(has(r, "--anchors applies to bench topk and sparse-mla only"));
   r = run_tool({"run", "--require-gpu"}, {"NSAJIT_PDL=garbage", "NSAJIT_CACHE_LOCK_TIMEOUT=soon"});
   CHECK(r.code == 3);
   CHECK(has(r, "nothing was checked"));
   CHECK(nsajit::test::count_of(r.output, "NSAJIT_PDL=\"garbage\"") == 1);
   CHECK(has(r, "[0, 1]"));
   CHECK(nsajit::test::count_of(r.output, "NSAJIT_CACHE_LOCK_TIMEOUT=\"soon\"") == 1);
+}
+
+TEST_CASE("nsajit CLI: bench jit works in a folder of its own under $TMPDIR and removes it; the results name a commit") {
+  const nsajit::test::TempDir tmp("cli-tmpdir");
+  const std::string out = tmp.path() + "/results.json";
+  const Result r = run_tool({"bench", "jit", "--only", "index_transform", "--out", out}, {"TMPDIR=" + tmp.path()});
+  INFO(r.output);
+  CHECK(r.code == 0);
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path())) left.push_back(e.path().filename().string());
+  CHECK(left == std::vector<std::string>{"results.json"});
+  std::ifstream in(out);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  // The commit nsajit --version names (the build's), not one looked up where the tool runs.
+  const Result version = run_tool({"--version"});
+  const std::size_t from = version.output.find("(built from ");
+  REQUIRE(from != std::string::npos);
+  const std::size_t begin = from + std::string("(built from ").size();
+  CHECK(j["commit"] == version.output.substr(begin, version.output.find(')', begin) - begin));
 }
 
 TEST_CASE("nsajit CLI: precompile exits 0; run without a GPU compiles, says nothing was checked and exits 0") {

@@ -700,14 +700,14 @@ TEST_CASE("nsajit precompile --tuning-db: the database's choices are enumerated;
   write_file(dir.path() + "/bad.json", bad.dump());
   r = run_cli(env, "precompile --tp 1 --check --quiet --tuning-db " + dir.path() + "/bad.json");
   CHECK(r.code == 2);
-  CHECK(contains(r.output, "bad.json: families.sparse_mla[0].choice.heads_per_cta = 7"));
+  CHECK(contains(r.output, "error: --tuning-db " + dir.path() + "/bad.json: families.sparse_mla[0].choice.heads_per_cta = 7"));
   // A file that cannot be read is named with where it came from: the flag, or the variable.
   r = run_cli(env, "precompile --tp 1 --check --quiet --tuning-db " + dir.path() + "/absent.json");
   CHECK(r.code == 2);
-  CHECK(contains(r.output, "--tuning-db " + dir.path() + "/absent.json: cannot read the file"));
+  CHECK(contains(r.output, "error: --tuning-db " + dir.path() + "/absent.json: cannot read the file"));
   r = run_cli(env + " NSAJIT_TUNING_DB='" + dir.path() + "/absent.json'", "precompile --tp 1 --check --quiet");
   CHECK(r.code == 2);
-  CHECK(contains(r.output, "NSAJIT_TUNING_DB " + dir.path() + "/absent.json: cannot read the file"));
+  CHECK(contains(r.output, "error: NSAJIT_TUNING_DB " + dir.path() + "/absent.json: cannot read the file"));
 }
 
 TEST_CASE("NSAJIT_TUNING_DB, --tuning-db and --config naming a FIFO or /dev/zero neither hang nor exhaust memory") {

@@ -220,7 +220,8 @@ Subcommand add_cache_command(CLI::App& app) {
   CLI::App* verify = cmd->add_subcommand("verify", "check every entry (format, checksum, key); exit 1 naming corrupt ones");
   verify->add_flag("--fix", o->fix, "also remove the corrupt entries");
   CLI::App* prune = cmd->add_subcommand(
-      "prune", "evict least recently used entries and orphan lock and temporary files (entries being built are kept)");
+      "prune", "remove orphan lock and temporary files, and evict the entries --max-size, --older-than or --stale "
+               "select (least recently used first; without them no entry is evicted; entries being built are kept)");
   prune->add_option("--max-size", o->max_size, "evict until the entries take at most this, e.g. 2G")
       ->check(byte_count());
   prune->add_option("--older-than", o->older_than_days, "evict entries not used for this many days")

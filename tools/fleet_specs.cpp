@@ -8,7 +8,6 @@
 #include <set>
 
 #include "nsajit/errors.hpp"
-#include "families/sparse_mla/heuristics.hpp"
 #include "families/topk/heuristics.hpp"
 #include "tools/tuning_config.hpp"
 
@@ -72,10 +71,8 @@ void add_heuristic_specs(const FleetConfig& fleet, Arch arch, std::vector<FleetS
     ModelConfig c = m;
     c.tp = tp;
     for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3}) {
-      // The default tile with the dispatcher's schedule (sparse_mla::default_schedule).
-      KernelSpec s{.family = Family::sparse_mla, .h_q = c.h_q(), .topk = m.index_topk, .kv_dtype = kv, .arch = arch};
-      s = with_default_tile(s);
-      s.tile.schedule = sparse_mla::default_schedule(s);
+      // The heuristics' tile with the dispatcher's schedule: what an empty tuning choice gives.
+      const KernelSpec s = tuning::sparse_mla_spec_of({}, c.h_q(), m.index_topk, kv, arch);
       out.push_back(make(s, arch, fmt::format("sparse MLA, tp {} (h_q {}), {} KV, default tile, {} schedule", tp,
                                               c.h_q(), to_string(kv), to_string(s.tile.schedule))));
     }

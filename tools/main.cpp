@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@
 #include "tools/bench/bench_common.hpp"
 #include "tools/commands.hpp"
 #include "tools/subcommands.hpp"
+
+extern const char* const kNsajitBuildCommit;  // build_commit.cpp, written at build time
 
 namespace {
 
@@ -43,7 +46,8 @@ std::string versions() {
   } catch (const nsajit::Error& e) {
     driver = fmt::format("not available ({})", e.what());
   }
-  return fmt::format("nsajit {}\nNVRTC {}\nCUDA driver {}", nsajit::version(), nsajit::nvrtc_version(), driver);
+  return fmt::format("nsajit {} (built from {})\nNVRTC {}\nCUDA driver {}", nsajit::version(), kNsajitBuildCommit,
+                     nsajit::nvrtc_version(), driver);
 }
 
 int error_exit(const char* what, int code) {
@@ -140,14 +144,16 @@ int run_cli(int argc, char** argv) {
       ->required()
       ->check(CLI::IsMember({"topk", "sparse-mla", "jit"}));
   bench->add_option("--out", bench_options.out, "results file (default: bench/results/<family>-<date>-<commit>.json)");
-  bench->add_option("--iters", bench_options.iters, "timed launches per case (median reported)")->transform(integer_in(1, 100000));
+  bench->add_option("--iters", bench_options.iters, "timed launches per case (median reported; default 50)")->transform(integer_in(1, 100000));
   bench->add_option("--soak-ms", bench_options.soak_ms,
                     "before each recorded timing, launch the case untimed for this long, so that it is timed in the "
                     "card's steady state (at the power cap for compute-bound kernels) whatever ran before (default 0)")
       ->transform(integer_in(0, 600000));
   bench->add_option("--only", bench_options.only, "run only the cases whose name contains this text");
-  bench->add_option("--baseline-script", bench_options.baseline_script, "python3 script timing the PyTorch baseline");
-  bench->add_option("--tile", bench_options.tile,
+  bench->add_option("--baseline-script", bench_options.baseline_script,
+                    "python3 script timing the PyTorch baseline (default: bench/torch_baseline.py, relative to the "
+                    "current directory)");
+  CLI::Option* tile_option = bench->add_option("--tile", bench_options.tile,
                     "sparse-mla: time this kernel variant, tile fields as canonical text, e.g. "
                     "\"kernel=wgmma producer_warps=4 schedule=seesaw\" (default: the product's choice)");
   bench->add_flag("--no-baseline", no_baseline, "skip the PyTorch baseline");
@@ -229,6 +235,18 @@ int run_cli(int argc, char** argv) {
     bench_options.command = "nsajit";
     for (int i = 1; i < argc; ++i) bench_options.command += std::string(" ") + argv[i];
     if (no_baseline) bench_options.baseline_script.clear();
+    if (tile_option->count() > 0 && bench_family != "sparse-mla")
+      return error_exit(("nsajit bench " + bench_family + ": --tile applies to bench sparse-mla only").c_str(), kExitUsage);
+    if (anchors_option->count() > 0 && bench_family == "jit")
+      return error_exit("nsajit bench jit: --anchors applies to bench topk and sparse-mla only (jit has no anchors)",
+                        kExitUsage);
+    std::optional<nsajit::tools::bench::PrivateWorkDir> work_dir;
+    try {
+      work_dir.emplace();
+    } catch (const nsajit::Error& e) {
+      return error_exit(e.what(), kExitFailed);
+    }
+    bench_options.work_dir = work_dir->path();
     // Its compile and disk-cache cases need no GPU (the GPU cases say they were skipped).
     if (bench_family == "jit") return nsajit::tools::bench::bench_jit(bench_options);
     if (bench_family == "sparse-mla" && !bench_options.tile.empty())

@@ -28,7 +28,7 @@ template <class T>
 void read_field(const nlohmann::json& j, const char* key, T& field, ModelConfig& c, const std::string& path) {
   if (!j.contains(key)) return;
   const nlohmann::json& v = j.at(key);
-  auto wrong = [&](const char* expected) {
+  auto wrong = [&](const std::string& expected) {
     throw InvalidArgument(fmt::format("--config {}: key \"{}\" = {}: expected {}", path, key, dump_json(v), expected));
   };
   if constexpr (std::is_same_v<T, std::string>) {
@@ -40,15 +40,19 @@ void read_field(const nlohmann::json& j, const char* key, T& field, ModelConfig&
   } else {
     static_assert(std::is_integral_v<T>);
     if (!v.is_number_integer()) wrong("an integer");
+    const auto out_of_type = [] {
+      return fmt::format("an integer its type holds ([{}, {}]; the field's own bounds are checked after)",
+                         std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+    };
     if (v.is_number_unsigned()) {
       const auto u = v.get<std::uint64_t>();
-      if (u > std::uint64_t(std::numeric_limits<T>::max())) wrong("an integer in the field's range");
+      if (u > std::uint64_t(std::numeric_limits<T>::max())) wrong(out_of_type());
       field = T(u);
     } else {
       const auto i = v.get<std::int64_t>();
       if (i < std::int64_t(std::numeric_limits<T>::min()) ||
           (i > 0 && std::uint64_t(i) > std::uint64_t(std::numeric_limits<T>::max())))
-        wrong("an integer in the field's range");
+        wrong(out_of_type());
       field = T(i);
     }
   }

@@ -448,8 +448,14 @@ std::vector<tuning::TuningDb> read_tuning_dbs(std::vector<std::string> paths, co
     source = tuning::kEnvVariable;
   }
   std::vector<tuning::TuningDb> dbs;
-  for (const std::string& path : paths)
-    dbs.push_back(tuning::parse_tuning_db(read_small_file(path, source + " " + path), path));
+  for (const std::string& path : paths) {
+    const std::string text = read_small_file(path, source + " " + path);  // its errors name the source
+    try {
+      dbs.push_back(tuning::parse_tuning_db(text, path));
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(source + " " + e.what());  // the parser's message starts with the path
+    }
+  }
   return dbs;
 }
 

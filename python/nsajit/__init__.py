@@ -270,10 +270,10 @@ def sparse_mla(q, kv, indices, sm_scale, *, topk_length=None, next_n=1, num_spli
 
 def _sizing(fn, value, rows, h_q, topk, num_splits, device):
     args = (_int32(rows, "rows"), _int32(h_q, "h_q"), _int32(topk, "topk"), _int32(num_splits, "num_splits"))
-    if num_splits == 0:  # the automatic count depends on the device
+    if num_splits == 0 and (device is not None or _torch_has_gpu()):  # the automatic count depends on the device
         with launch_on(device if device is not None else torch().cuda.current_device()):
             _lib.check(fn(*args, ctypes.byref(value)))
-    else:
+    else:  # a fixed count, or the C ABI's current device (without torch)
         _lib.check(fn(*args, ctypes.byref(value)))
     return value.value
 
@@ -428,12 +428,17 @@ def _precompile_call(call, on_current_device):
         with launch_on(torch().cuda.current_device()):
             _lib.check(call())
     elif on_current_device:
-        try:
-            _lib.check(call())
-        except CudaError as e:
-            raise CudaError(f"{e} (to compile without a GPU, name the arch: arch='sm_90a', or arch=sm_90a in spec text)") from None
+        _with_arch_hint(lambda: _lib.check(call()))
     else:
         _lib.check(call())
+
+
+def _with_arch_hint(call):
+    """Runs a C ABI call that asks the current device for the arch; its failure says how to go without one."""
+    try:
+        return call()
+    except CudaError as e:
+        raise CudaError(f"{e} (to compile without a GPU, name the arch: arch='sm_90a', or arch=sm_90a in spec text)") from None
 
 
 def precompile_text(text):
@@ -455,12 +460,16 @@ def precompile_text(text):
 
 def kernel_name(family, **spec):
     """The readable kernel name of a spec (needs arch= without a GPU)."""
-    return _lib.text(library().nsajit_kernel_name, ctypes.byref(_spec_of("kernel_name", family, spec)))
+    s = _spec_of("kernel_name", family, spec)
+    call = lambda: _lib.text(library().nsajit_kernel_name, ctypes.byref(s))
+    return _with_arch_hint(call) if s.arch_sm == 0 else call()
 
 
 def generate_source(family, **spec):
     """The generated CUDA source of a spec (needs arch= without a GPU)."""
-    return _lib.text(library().nsajit_generate_source, ctypes.byref(_spec_of("generate_source", family, spec)))
+    s = _spec_of("generate_source", family, spec)
+    call = lambda: _lib.text(library().nsajit_generate_source, ctypes.byref(s))
+    return _with_arch_hint(call) if s.arch_sm == 0 else call()
 
 
 def jit_records():

@@ -7,12 +7,20 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <numeric>
+
+#include <signal.h>    // kill
+#include <stdlib.h>    // mkdtemp
+#include <sys/stat.h>  // lstat
+#include <unistd.h>    // getpid, getuid
 
 #include "nsajit/errors.hpp"
 #include "nsajit/jit.hpp"
@@ -20,10 +28,19 @@
 #include "runtime/driver.hpp"
 #include "runtime/json_text.hpp"
 
+extern const char* const kNsajitBuildCommit;  // build_commit.cpp, written at build time
+
 namespace nsajit::tools::bench {
 namespace {
 
 // Output of a shell command (stdout), and its exit status.
+// One word for /bin/sh whatever the text holds (blanks, quotes, $): '...' with each ' as '\''.
+std::string shell_quoted(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 std::pair<std::string, int> capture(const std::string& command) {
   std::string out;
   FILE* pipe = ::popen(command.c_str(), "r");
@@ -117,6 +134,47 @@ void add_clock_params(nlohmann::json& params, const Timing& timing, const std::s
   params[prefix + "clock_limited"] = *timing.clock_limited;
 }
 
+namespace {
+
+// Folders nsajit-bench-<pid>-XXXXXX of this user whose process is gone: a run stopped by a signal
+// leaves its baseline inputs (hundreds of MB for sparse-mla) behind, so the next run removes them.
+void remove_abandoned_work_dirs(const std::filesystem::path& parent) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    const std::string prefix = "nsajit-bench-";
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::size_t dash = name.find('-', prefix.size());
+    if (dash == std::string::npos || dash == prefix.size() || dash - prefix.size() > 9) continue;
+    const std::string digits = name.substr(prefix.size(), dash - prefix.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    struct stat st{};
+    if (::lstat(e.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid()) continue;
+    const pid_t pid = pid_t(std::stol(digits));
+    if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    std::filesystem::remove_all(e.path(), ec);
+  }
+}
+
+}  // namespace
+
+PrivateWorkDir::PrivateWorkDir() {
+  std::error_code ec;
+  std::filesystem::path parent = std::filesystem::temp_directory_path(ec);  // $TMPDIR if it is a folder
+  if (ec) parent = "/tmp";
+  remove_abandoned_work_dirs(parent);
+  std::string templ = (parent / fmt::format("nsajit-bench-{}-XXXXXX", ::getpid())).string();
+  if (!::mkdtemp(templ.data()))
+    throw Error(fmt::format("nsajit bench: cannot make a private folder for the baseline inputs in {}: {}",
+                            parent.string(), std::strerror(errno)));
+  path_ = templ;
+}
+
+PrivateWorkDir::~PrivateWorkDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
 void write_blob(const std::string& dir, const std::string& name, const void* data, std::size_t bytes) {
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/" + name;
@@ -136,7 +194,8 @@ std::string run_python_baseline(const std::string& script, const std::string& fa
   std::filesystem::create_directories(work_dir);
   const std::string cases_path = work_dir + "/" + family + "-cases.json";
   std::ofstream(cases_path) << dump_json(list, 1);
-  const auto [out, status] = capture(fmt::format("python3 {} {} {}", script, family, cases_path));
+  const auto [out, status] =
+      capture(fmt::format("python3 {} {} {}", shell_quoted(script), shell_quoted(family), shell_quoted(cases_path)));
   if (status != 0) return fmt::format("python3 {} exited with status {}", script, status);
   nlohmann::json times;
   try {
@@ -160,10 +219,9 @@ std::string run_python_baseline(const std::string& script, const std::string& fa
 }
 
 std::string write_results(const RunInfo& info, const std::vector<Case>& cases, const std::string& path_in) {
+  // The tree the tool was built from ("-dirty": uncommitted changes), unless $NSAJIT_COMMIT names it.
   std::string commit = std::getenv("NSAJIT_COMMIT") ? std::getenv("NSAJIT_COMMIT") : "";
-  // "-dirty" marks a measurement of uncommitted changes.
-  if (commit.empty()) commit = trim(capture("git describe --always --dirty --abbrev=12 2>/dev/null").first);
-  if (commit.empty()) commit = "unknown";
+  if (commit.empty()) commit = kNsajitBuildCommit;
 
   // `bench jit` also runs without a GPU (its compile and disk cases): no device fields then.
   char name[256] = "none";

@@ -127,23 +127,37 @@ std::string run_python_baseline(const std::string& script, const std::string& fa
 void write_blob(const std::string& dir, const std::string& name, const void* data, std::size_t bytes);
 
 struct RunInfo {
-  std::string family;   // topk | transform | sparse_mla | fp8_quant | jit
+  std::string family;   // topk | sparse_mla | jit
   std::string command;  // the exact command line
   std::string anchors;  // recorded anchor figures merged by case name ("" = none)
 };
 
-// Writes the results JSON (GPU name, SM count, driver, NVRTC, commit from `git rev-parse` or
-// $NSAJIT_COMMIT, date) to `path`, or to bench/results/<family>-<date>-<commit>.json when path is
+// Writes the results JSON (GPU name, SM count, driver, NVRTC, commit: $NSAJIT_COMMIT, else the
+// one the tool was built from, date) to `path`, or to bench/results/<family>-<date>-<commit>.json when path is
 // "", with each case's fastest recorded anchor (anchor, anchor_us, vs_anchor = anchor_us /
 // nsajit_us) merged from info.anchors. Prints a table of the cases. Returns the path written.
 std::string write_results(const RunInfo& info, const std::vector<Case>& cases, const std::string& path);
+
+// A folder only this process uses (mkdtemp under $TMPDIR or /tmp, mode 0700), removed with
+// everything in it when the object goes. Throws nsajit::Error naming the parent when it cannot be made.
+class PrivateWorkDir {
+ public:
+  PrivateWorkDir();
+  ~PrivateWorkDir();
+  PrivateWorkDir(const PrivateWorkDir&) = delete;
+  PrivateWorkDir& operator=(const PrivateWorkDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 // Options of `nsajit bench <family>`.
 struct BenchOptions {
   std::string command;        // the exact command line (recorded in the results)
   std::string out;            // results path ("" = bench/results/<family>-<date>-<commit>.json)
   std::string baseline_script = "bench/torch_baseline.py";  // "" = no baseline
-  std::string work_dir = "/tmp/nsajit-bench";  // baseline inputs are written here
+  std::string work_dir;  // baseline inputs are written here (a PrivateWorkDir's path)
   int iters = 50;
   int soak_ms = 0;            // TimingOptions::soak_ms of every recorded timing
   std::string only;           // run only cases whose name contains this ("" = all)
