@@ -34,6 +34,7 @@ enum SpecField : unsigned {
   uses_score_dtype = 1u << 11,
   uses_topk_algorithm = 1u << 12,  // tile.algorithm
   uses_mla_schedule = 1u << 13,    // tile.schedule
+  uses_mla_combine = 1u << 14,     // tile.combine
 };
 
 struct FamilyTraits {

@@ -29,6 +29,7 @@ std::string to_string(KvDtype d) { return enum_name(d, "KvDtype", {"bf16", "fp8"
 std::string to_string(ScoreDtype d) { return enum_name(d, "ScoreDtype", {"fp32", "bf16"}); }
 std::string to_string(MlaKernel k) { return enum_name(k, "MlaKernel", {"automatic", "mma_sync", "wgmma"}); }
 std::string to_string(MlaSchedule s) { return enum_name(s, "MlaSchedule", {"single", "seesaw"}); }
+std::string to_string(MlaCombine c) { return enum_name(c, "MlaCombine", {"kernel", "cluster"}); }
 
 namespace {
 constexpr const char* kTopkAlgorithmNames[] = {"exact_sweeps", "cluster_sweeps", "speculative_sweep",
@@ -116,6 +117,9 @@ void validate(const KernelSpec& spec) {
   unused(uses_mla_schedule, "schedule", int(spec.tile.schedule), int(defaults.tile.schedule));
   if (int(spec.tile.schedule) > int(MlaSchedule::seesaw))
     throw_bad_field(spec, "schedule", int(spec.tile.schedule), "single (0) or seesaw (1)");
+  unused(uses_mla_combine, "combine", int(spec.tile.combine), int(defaults.tile.combine));
+  if (int(spec.tile.combine) > int(MlaCombine::cluster))
+    throw_bad_field(spec, "combine", int(spec.tile.combine), "kernel (0) or cluster (1)");
   if (int(spec.tile.algorithm) >= int(std::size(kTopkAlgorithmNames)))
     throw_bad_field(spec, "algorithm", int(spec.tile.algorithm),
                     fmt::format("{} (0..{})", fmt::join(kTopkAlgorithmNames, ", "), std::size(kTopkAlgorithmNames) - 1));
@@ -142,11 +146,12 @@ std::string canonical_text(const KernelSpec& s) {
   return fmt::format(
       "family={} h_q={} topk={} page_size={} mode={} kv_dtype={} next_n={} fused_transform={} sorted={} "
       "precise={} score_dtype={} threads={} block_tokens={} heads_per_cta={} kernel={} producer_warps={} "
-      "algorithm={} schedule={} arch={}",
+      "algorithm={} schedule={} combine={} arch={}",
       to_string(s.family), s.h_q, s.topk, s.page_size, to_string(s.mode), to_string(s.kv_dtype),
       s.next_n, int(s.fused_transform), int(s.sorted), int(s.precise), to_string(s.score_dtype), s.tile.threads,
       s.tile.block_tokens, s.tile.heads_per_cta, to_string(s.tile.kernel), s.tile.producer_warps,
-      to_string(s.tile.algorithm), to_string(s.tile.schedule), to_string(s.arch));
+      to_string(s.tile.algorithm), to_string(s.tile.schedule), to_string(s.tile.combine),
+      to_string(s.arch));
 }
 
 std::string readable_name(const KernelSpec& spec) {
@@ -194,6 +199,7 @@ std::size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
   mix(s.tile.producer_warps);
   mix(int(s.tile.algorithm));
   mix(int(s.tile.schedule));
+  mix(int(s.tile.combine));
   mix(s.arch.sm);
   mix(s.arch.suffix);
   return h;

@@ -86,6 +86,10 @@ MlaSchedule parse_schedule(const std::string& text, std::string_view v) {
   return parse_enum(text, v, {MlaSchedule::single, MlaSchedule::seesaw}, "single or seesaw");
 }
 
+MlaCombine parse_combine(const std::string& text, std::string_view v) {
+  return parse_enum(text, v, {MlaCombine::kernel, MlaCombine::cluster}, "kernel or cluster");
+}
+
 TopkAlgorithm parse_algorithm(const std::string& text, std::string_view v) {
   try {
     return parse_topk_algorithm(v);
@@ -138,12 +142,13 @@ KernelSpec parse_canonical(const std::string& text, bool& names_arch) {
     else if (key == "producer_warps") s.tile.producer_warps = parse_int(text, field, v);
     else if (key == "algorithm") s.tile.algorithm = parse_algorithm(text, v);
     else if (key == "schedule") s.tile.schedule = parse_schedule(text, v);
+    else if (key == "combine") s.tile.combine = parse_combine(text, v);
     else if (key == "arch") s.arch = parse_arch_part(text, v), names_arch = true;
     else
       bad(text, key,
           "a field of the canonical text: family, h_q, topk, page_size, mode, kv_dtype, next_n, fused_transform, "
           "sorted, precise, score_dtype, threads, block_tokens, heads_per_cta, kernel, producer_warps, algorithm, "
-          "schedule, arch");
+          "schedule, combine, arch");
   }
   if (!has_family) bad(text, text, "a family=<name> field");
   return s;
@@ -176,6 +181,7 @@ KernelSpec parse_readable(const std::string& text) {
     else if (p.starts_with("ps")) s.page_size = number_after("ps");
     else if (p == "mma_sync" || p == "wgmma") s.tile.kernel = parse_kernel(text, p);
     else if (p == "seesaw") s.tile.schedule = MlaSchedule::seesaw;
+    else if (p == "cluster_combine") s.tile.combine = MlaCombine::cluster;
     else if (p.starts_with("hpc")) s.tile.heads_per_cta = number_after("hpc");
     else if (p.starts_with("pw")) s.tile.producer_warps = number_after("pw");
     else if (p.starts_with("h")) s.h_q = number_after("h");

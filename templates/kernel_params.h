@@ -16,6 +16,8 @@
 constexpr int kMlaDimQK = 576;       // d_qk: kv_lora_rank 512 latent dims + 64 rope dims
 constexpr int kMlaDimV = 512;        // d_v = kv_lora_rank: V is the latent part of the KV row
 constexpr int kFp8KvTokenBytes = 656;  // §4: 512 e4m3 + 4 fp32 scales + 64 bf16 rope
+// Sparse MLA tile.combine cluster: CTAs a cluster (a row and head group's splits).
+constexpr int kMlaClusterSplits = 2;
 
 struct IndexTransformParams {
   const int* topk_indices;          // [rows, topk]

@@ -73,6 +73,9 @@
 namespace mla {
 
 static_assert(NSAJIT_KV_FP8 == 0 && NSAJIT_PRECISE == 0, "seesaw: bf16 KV, bf16 P");
+// tile.combine cluster: a row and head group's two splits are one 2-CTA cluster (x = unit * 2 +
+// rank); CTA rank r keeps O[:, 256 r : 256 r + 256] and receives the peer's part of it (below).
+constexpr bool CLUSTER = NSAJIT_CLUSTER_COMBINE != 0;
 static_assert(NSAJIT_THREADS == 384 && TILE_TOKENS == 64 && HEADS_PER_CTA == 64, "seesaw: 384 threads, 64-token tiles, 64 heads");
 static_assert(H_Q % HEADS_PER_CTA == 0 && TOPK % (2 * TILE_TOKENS) == 0, "seesaw: H_Q / TOPK (tiles in pairs)");
 
@@ -99,6 +102,18 @@ enum : int { BAR_MAX0 = 1, BAR_MAX1 = 2, BAR_P0_READY = 3, BAR_P1_READY = 4, BAR
 // mbarrier addresses: full[b][h] at OFF_BAR + 16 b + 8 h, empty[b][h] 32 bytes on.
 NSAJIT_DEVICE uint32_t bar_full(uint32_t s_base, int b, int h) { return s_base + OFF_BAR + 16u * b + 8u * h; }
 NSAJIT_DEVICE uint32_t bar_empty(uint32_t s_base, int b, int h) { return s_base + OFF_BAR + 32u + 16u * b + 8u * h; }
+
+// Distributed shared memory of the 2-CTA cluster (tile.combine cluster).
+NSAJIT_DEVICE uint32_t peer_address(uint32_t local, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+// Every non-exited thread of both CTAs (the producers have exited): writes before it, on either
+// CTA, are visible after it.
+NSAJIT_DEVICE void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
 
 // cp.async with an L2 prefetch-size hint: a miss fills the whole 256-byte block (FlashMLA's gather;
 // faster than 128-byte fills behind a line prefetch a pair ahead, docs/notes/sparse_mla.md).
@@ -399,17 +414,74 @@ NSAJIT_DEVICE void math_warpgroup(const SparseMlaDecodeParams& p, uint32_t s_bas
   bar_arrive(W == 0 ? BAR_SUM0 : BAR_SUM1, 256);
   bar_sync(W == 0 ? BAR_SUM1 : BAR_SUM0, 256);
   // the same sum in both warpgroups (one order), so both halves of a row get the same 1 / l
-  const float lt0 = sum_s[r0] + sum_s[TILE_TOKENS + r0], lt1 = sum_s[r1] + sum_s[TILE_TOKENS + r1];
-  const bool sink = split < 0 && p.attn_sink != nullptr;
+  float lt0 = sum_s[r0] + sum_s[TILE_TOKENS + r0], lt1 = sum_s[r1] + sum_s[TILE_TOKENS + r1];
+  if constexpr (CLUSTER) {
+    // The cluster's merge: (m, l) of every row to the peer through its max[] buffer (read by the
+    // loop only: free after SUM0 / SUM1), the pair's M = max(m_0, m_1) and L = sum l_s 2^(m_s - M)
+    // in rank order (both CTAs the same bits); WG 1 - rank sends its O half times 2^(m - M) into the
+    // owner's KV buffer 0 (free: both its warpgroups passed their last tile before the first
+    // cluster barrier), in the receiver thread's fragment order; WG rank adds it to its own.
+    const uint32_t rank = uint32_t(split);
+    f32x2* stat_s = reinterpret_cast<f32x2*>(max_s);  // [64] (m, l)
+    if (W == 0 && t4 == 0) {
+      stat_s[r0] = f32x2{m0, lt0};
+      stat_s[r1] = f32x2{m1, lt1};
+    }
+    cluster_sync();
+    float f_self[2], mm[2], ll[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = hh ? r1 : r0;
+      const float m_self = hh ? m1 : m0, l_self = hh ? lt1 : lt0;
+      float m_peer, l_peer;
+      asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(m_peer), "=f"(l_peer)
+                   : "r"(peer_address(smem_u32(stat_s + r), rank ^ 1u)) : "memory");
+      const float M = fmaxf(m_self, m_peer);
+      const float f_peer = m_peer == neg_inf() ? 0.f : exp2_ftz(m_peer - M);
+      f_self[hh] = m_self == neg_inf() ? 0.f : exp2_ftz(m_self - M);
+      // rank 0's term first in both CTAs, and no contraction into an fma (which would round the
+      // two products differently on the two ranks): the same L bits in both halves of the row
+      const float a0 = __fmul_rn(l_self, f_self[hh]), a1 = __fmul_rn(l_peer, f_peer);
+      ll[hh] = rank == 0 ? __fadd_rn(a0, a1) : __fadd_rn(a1, a0);
+      mm[hh] = M;
+    }
+    const uint32_t recv = s_base + OFF_KV + uint32_t(ct) * 16u;  // [32 j][128 threads] float4
+    if (uint32_t(W) != rank) {
+      const uint32_t to = peer_address(recv, rank ^ 1u);
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(to + uint32_t(j) * 2048u),
+                     "f"(o[4 * j] * f_self[0]), "f"(o[4 * j + 1] * f_self[0]), "f"(o[4 * j + 2] * f_self[1]),
+                     "f"(o[4 * j + 3] * f_self[1])
+                     : "memory");
+    }
+    cluster_sync();  // after it no CTA touches the other's shared memory: either may exit
+    if (uint32_t(W) != rank) return;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      float v[4];
+      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+                   : "r"(recv + uint32_t(j) * 2048u) : "memory");
+      o[4 * j] = fmaf(o[4 * j], f_self[0], v[0]);
+      o[4 * j + 1] = fmaf(o[4 * j + 1], f_self[0], v[1]);
+      o[4 * j + 2] = fmaf(o[4 * j + 2], f_self[1], v[2]);
+      o[4 * j + 3] = fmaf(o[4 * j + 3], f_self[1], v[3]);
+    }
+    m0 = mm[0];
+    m1 = mm[1];
+    lt0 = ll[0];
+    lt1 = ll[1];
+  }
+  const bool sink = (CLUSTER || split < 0) && p.attn_sink != nullptr;
   const float inv0 = mla_output_scale(lt0, m0, sink ? p.attn_sink + (head0 + r0) : nullptr);
   const float inv1 = mla_output_scale(lt1, m1, sink ? p.attn_sink + (head0 + r1) : nullptr);
-  if (W == 0 && t4 == 0) {
+  if (W == 0 && t4 == 0) {  // (cluster: only rank 0's WG0 gets here)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int r = hh ? r1 : r0;
       const float l = hh ? lt1 : lt0, m = hh ? m1 : m0;
       const long long head = row * H_Q + head0 + r;
-      if (split < 0) {
+      if (CLUSTER || split < 0) {
         p.lse[head] = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : pos_inf();
         if (p.max_logits != nullptr) p.max_logits[head] = l > 0.f ? m * 0.6931471805599453f : neg_inf();
       } else {
@@ -420,7 +492,7 @@ NSAJIT_DEVICE void math_warpgroup(const SparseMlaDecodeParams& p, uint32_t s_bas
     }
   }
   // The Q tile is free: both warpgroups' QKs completed before SUM0 / SUM1, and q is copied only with a pair.
-  if (split < 0) store_o_staged(p, o, W, s_base + OFF_Q, inv0, inv1, row, head0);
+  if (CLUSTER || split < 0) store_o_staged(p, o, W, s_base + OFF_Q, inv0, inv1, row, head0);
   else store_o(p, o, 256 * W, r0, r1, t4, inv0, inv1, row, head0, split, true);
 }
 
@@ -442,18 +514,21 @@ nsajit_sparse_mla(const SparseMlaDecodeParams p) {
 
   const int tid = threadIdx.x;
   const int wg = tid >> 7;
-  // blockIdx.x = row * (H_Q / 64) + head group: the CTAs of one row run side by side (L2 hits)
-  const long long row = blockIdx.x / (H_Q / HEADS_PER_CTA);
-  const int head0 = int(blockIdx.x % (H_Q / HEADS_PER_CTA)) * HEADS_PER_CTA;
+  // unit = row * (H_Q / 64) + head group: the CTAs of one row run side by side (L2 hits);
+  // blockIdx.x = unit, or unit * 2 + cluster rank (tile.combine cluster)
+  const unsigned unit = CLUSTER ? blockIdx.x / kMlaClusterSplits : blockIdx.x;
+  const long long row = unit / (H_Q / HEADS_PER_CTA);
+  const int head0 = int(unit % (H_Q / HEADS_PER_CTA)) * HEADS_PER_CTA;
   int n = TOPK;
   if (p.topk_length != nullptr) n = min(max(__ldg(p.topk_length + row), 0), TOPK);
   const int tiles = (n + TILE_TOKENS - 1) / TILE_TOKENS;
   const int all_pairs = (tiles + 1) / 2;  // an odd count's last pair: the second tile all invalid
   // split-KV (gridDim.z splits): whole pairs, so only a row's last pair may hold a padding tile
-  const int num_splits = gridDim.z;
-  const int pair_begin = int((long long)all_pairs * blockIdx.z / num_splits);
-  const int pairs = int((long long)all_pairs * (blockIdx.z + 1) / num_splits) - pair_begin;
-  const int split = num_splits > 1 ? int(blockIdx.z) : -1;  // -1: not split (out, lse)
+  const int num_splits = CLUSTER ? kMlaClusterSplits : int(gridDim.z);
+  const int z = CLUSTER ? int(blockIdx.x % kMlaClusterSplits) : int(blockIdx.z);
+  const int pair_begin = int((long long)all_pairs * z / num_splits);
+  const int pairs = int((long long)all_pairs * (z + 1) / num_splits) - pair_begin;
+  const int split = num_splits > 1 ? z : -1;  // -1: not split (out, lse); cluster: the rank
   const int tok_begin = 2 * TILE_TOKENS * pair_begin;
   const int* idx_row = p.indices + row * TOPK + tok_begin;
   n = min(n - tok_begin, 2 * TILE_TOKENS * pairs);  // this split's tokens (<= 0: none)

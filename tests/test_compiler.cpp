@@ -117,6 +117,15 @@ TEST_CASE("tight-register kernels compile without serialised wgmma, spills or st
     spec.kv_dtype = KvDtype::fp8_e4m3;
     specs.push_back(spec);
   }
+  // The seesaw's cluster combine (the merge of O through distributed shared memory).
+  for (const int h_q : {64, 128}) {
+    KernelSpec spec;
+    spec.family = Family::sparse_mla;
+    spec.h_q = h_q;
+    spec.tile = {.threads = 384, .block_tokens = 64, .heads_per_cta = 64, .kernel = MlaKernel::wgmma,
+                 .producer_warps = 4, .schedule = MlaSchedule::seesaw, .combine = MlaCombine::cluster};
+    specs.push_back(spec);
+  }
   for (const int threads : {256, 512, 1024})
     for (const int page_size : {-1, 0, 1, 64}) {  // -1: sorted, 0: plain top-k, else fused
       KernelSpec spec;

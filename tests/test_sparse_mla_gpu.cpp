@@ -429,14 +429,14 @@ TEST_CASE("sparse_mla gpu: precise: every h_q and mode under the 1e-3 tolerance;
 }
 
 // The seesaw schedule of the bf16 wgmma kernel (tile.schedule = seesaw, docs/notes/sparse_mla.md
-// "The seesaw schedule for the bf16 prefill"), launched through an explicit plan, unsplit and in
-// 2, 3 and 16 splits (splits of whole pairs; at topk 128 and 512, or short rows, some splits
-// empty): prefill rows at h_q 64 and 128, topk 128 / 512 / 2048: every entry invalid, a gap, every
+// "The seesaw schedule for the bf16 prefill"), launched through an explicit plan, unsplit, in 2, 3
+// and 16 splits (splits of whole pairs; at topk 128 and 512, or short rows, some splits empty), and
+// in 2 splits merged by a 2-CTA cluster (tile.combine cluster): prefill rows at h_q 64 and 128, topk 128 / 512 / 2048: every entry invalid, a gap, every
 // third entry invalid, invalid values other than -1; topk_length 0, one tile, a partial tile,
 // topk - 1, odd tile counts past the first pair, negative and past topk (entries past it point at
 // NaN slots); then the same rows with attention sinks (random, +inf, -inf); against the fp64
 // reference at the default tolerance.
-TEST_CASE("sparse_mla gpu: the seesaw schedule: h64/h128, topk 128/512/2048, splits 1/2/3/16, invalid entries, topk_length, attn_sink") {
+TEST_CASE("sparse_mla gpu: the seesaw schedule: h64/h128, topk 128/512/2048, splits 1/2/3/16, cluster combine, invalid entries, topk_length, attn_sink") {
   NSAJIT_REQUIRE_GPU();
   const std::optional<Mode> seesaw = seesaw_mode();
   if (!seesaw) {
@@ -451,9 +451,10 @@ TEST_CASE("sparse_mla gpu: the seesaw schedule: h64/h128, topk 128/512/2048, spl
     return;
   }
   const float inf = std::numeric_limits<float>::infinity();
-  for (const int splits : {1, 2, 3, 16}) {
+  for (const int splits : {1, 2, 3, 16, -2}) {  // -2: 2 splits, tile.combine cluster
     Mode m = *seesaw;
-    m.splits = splits;
+    m.splits = std::abs(splits);
+    if (splits < 0) m.tile.combine = nsajit::MlaCombine::cluster;
     for (int h_q : {64, 128}) {
       for (int topk : {128, 512, 2048}) {
         const int rows = 16;
@@ -496,7 +497,8 @@ TEST_CASE("sparse_mla gpu: the seesaw schedule: h64/h128, topk 128/512/2048, spl
             for (int d = 0; d < D; ++d) row[d] = ref::float_to_bf16(ref::bf16_to_float(row[d]) * scale);
           }
         }
-        const std::string what = "seesaw h_q " + std::to_string(h_q) + " topk " + std::to_string(topk) + " " + m.name();
+        const std::string what = "seesaw h_q " + std::to_string(h_q) + " topk " + std::to_string(topk) + " " + m.name() +
+                                 (splits < 0 ? " cluster combine" : "");
         const Result r = check(p, what, m);
         check_empty_row(r, p, 1);
         check_empty_row(r, p, 4);
@@ -515,6 +517,14 @@ TEST_CASE("sparse_mla gpu: the seesaw schedule: h64/h128, topk 128/512/2048, spl
         check_empty_row(s, sinks, 10);
       }
     }
+  }
+  {  // the cluster combine with the caller's tile and a forced count other than 2: an error naming it
+    Mode m = *seesaw;
+    m.splits = 3;
+    m.tile.combine = nsajit::MlaCombine::cluster;
+    Problem p = make_problem(2, 64, 256, 3000, 77);
+    finalize(p, m);
+    CHECK_THROWS_WITH_AS(launch(p, m), doctest::Contains("num_splits"), nsajit::InvalidArgument);
   }
 }
 

@@ -202,3 +202,42 @@ TEST_CASE("the seesaw schedule: a named field, its combinations checked, its own
   CHECK(!has(render_source(single), "BAR_P1_READY"));
   CHECK(traits(Family::sparse_mla).max_dynamic_smem(single) == sparse_mla_wgmma_smem_bytes());
 }
+
+TEST_CASE("the cluster combine: a named field, the seesaw only, its own kernel") {
+  auto cluster = [](int h_q) {
+    KernelSpec s = sparse(h_q);
+    s.tile = {.threads = 384, .block_tokens = 64, .heads_per_cta = 64, .kernel = MlaKernel::wgmma, .producer_warps = 4,
+              .schedule = MlaSchedule::seesaw, .combine = MlaCombine::cluster};
+    return with_default_tile(s);
+  };
+  auto has = [](const std::string& m, const char* what) { return m.find(what) != std::string::npos; };
+  CHECK(to_string(MlaCombine::kernel) == "kernel");
+  CHECK(to_string(MlaCombine::cluster) == "cluster");
+  CHECK(readable_name(cluster(64)) == "sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.seesaw.cluster_combine.sm_90a");
+  KernelSpec plain = cluster(64);
+  plain.tile.combine = MlaCombine::kernel;
+  CHECK(readable_name(plain) == "sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.seesaw.sm_90a");
+  CHECK(has(canonical_text(cluster(64)), "combine=cluster"));
+  CHECK(has(canonical_text(plain), "combine=kernel"));
+  CHECK(KernelSpecHash{}(cluster(64)) != KernelSpecHash{}(plain));
+  CHECK(with_default_tile(sparse(64)).tile.combine == MlaCombine::kernel);  // not a spec's default
+  // Both printed forms read back to the spec.
+  CHECK(parse_spec_text(readable_name(cluster(128))) == cluster(128));
+  CHECK(parse_spec_text(canonical_text(cluster(64))) == cluster(64));
+  CHECK(has(render_source(cluster(64)), "#define NSAJIT_CLUSTER_COMBINE 1"));
+  CHECK(has(render_source(plain), "#define NSAJIT_CLUSTER_COMBINE 0"));
+  CHECK(validation_error(cluster(64)) == "");
+  CHECK(validation_error(cluster(128)) == "");
+
+  // Unsupported combinations name the field, its value and what is allowed.
+  KernelSpec single = cluster(64);
+  single.tile.schedule = MlaSchedule::single;
+  CHECK(has(validation_error(single), "field combine = cluster: expected kernel for schedule single"));
+  KernelSpec mma = sparse(64);
+  mma.tile = {.heads_per_cta = 16, .kernel = MlaKernel::mma_sync, .combine = MlaCombine::cluster};
+  CHECK(has(validation_error(with_default_tile(mma)), "field combine = cluster: expected kernel for schedule single"));
+  CHECK(has(validation_error({.family = Family::topk, .tile = {.combine = MlaCombine::cluster}}),
+            "field combine = 1: expected 0 (the topk family does not use it)"));
+  CHECK_THROWS_WITH_AS(parse_spec_text("family=sparse_mla h_q=16 combine=tree"), doctest::Contains("kernel or cluster"),
+                       InvalidArgument);
+}

@@ -433,6 +433,49 @@ TEST_CASE("autotune dry run: the heuristics' choice first, distinct candidates, 
     CHECK(seesaw_splits == std::set<int>{4, sparse_mla::auto_splits(2, 64, 2048, 132)});
     CHECK(sparse_mla::auto_splits(2, 64, 2048, 132) == 16);
   }
+  {  // the cluster combine: the seesaw at 2 splits only (one 2-CTA cluster a row and head group)
+    nlohmann::json s = small_config();
+    s["sparse_mla"]["search"] = {{"kernel", {"wgmma"}},
+                                 {"heads_per_cta", {64}},
+                                 {"schedule", {"seesaw"}},
+                                 {"combine", {"kernel", "cluster"}},
+                                 {"num_splits", {"auto", 1, 2, 4}}};
+    const tools::TuneConfig sc = tools::parse_tune_config(s.dump(), "t.json");
+    const tools::SparseMlaTuneBucket& decode = sc.sparse_mla[2];
+    dropped.clear();
+    int clusters = 0;
+    for (const auto& m : tools::sparse_mla_candidates(decode, KvDtype::bf16, Arch{90, 'a'}, 132, dropped))
+      if (m.spec.tile.combine == MlaCombine::cluster) {
+        ++clusters;
+        CHECK(m.splits == 2);
+      }
+    CHECK(clusters == 1);  // "auto" and 2 are one launch; 1 is the plain seesaw's
+    bool four = false;
+    for (const tools::Dropped& d : dropped) four = four || contains(d.why, "combine cluster takes 2 splits");
+    CHECK(four);
+  }
+  {  // a database choice names it; a split count other than 2 with it is an error naming the field
+    tuning::SparseMlaChoice choice;
+    tuning::set_sparse_mla_choice_field(choice, "combine", "cluster", "c");
+    CHECK(choice.tile.combine == MlaCombine::cluster);
+    CHECK(tuning::sparse_mla_choice_json(choice)["combine"] == "cluster");
+    CHECK(!tuning::sparse_mla_choice_json({}).contains("combine"));
+    CHECK_THROWS_WITH_AS(tuning::set_sparse_mla_choice_field(choice, "combine", "tree", "c"),
+                         doctest::Contains("\"kernel\" or \"cluster\""), InvalidArgument);
+    const nlohmann::json entry = {{"bucket", {{"h_q", 64}, {"kv_dtype", "bf16"}, {"rows", {64, 64}}, {"topk", 2048}}},
+                                  {"choice", {{"kernel", "wgmma"}, {"heads_per_cta", 64}, {"schedule", "seesaw"},
+                                              {"combine", "cluster"}, {"num_splits", 4}}}};
+    CHECK_THROWS_WITH_AS(tuning::parse_sparse_mla_entry(entry, "db.sparse_mla[0]", Arch{90, 'a'}),
+                         doctest::Contains("num_splits"), InvalidArgument);
+    // Without a named schedule it is the seesaw's (the only schedule it takes), and it serves only
+    // the calls the seesaw takes.
+    tuning::SparseMlaChoice open{.tile = {.heads_per_cta = 64, .kernel = MlaKernel::wgmma, .combine = MlaCombine::cluster}};
+    REQUIRE(!tuning::schedule_chosen(open));
+    CHECK(tuning::sparse_mla_spec_of(open, 64, 2048, KvDtype::bf16, Arch{90, 'a'}).tile.schedule == MlaSchedule::seesaw);
+    CHECK(tuning::choice_serves(open, 2048, KvDtype::bf16, false));
+    CHECK(!tuning::choice_serves(open, 2048, KvDtype::bf16, true));
+    CHECK(!tuning::choice_serves(open, 1984, KvDtype::bf16, false));
+  }
 
   const std::string listing = tools::dry_run_listing(c, Arch{90, 'a'}, 132);
   CHECK(contains(listing, "t.json"));

@@ -319,6 +319,15 @@ std::vector<SparseMlaCandidate> sparse_mla_candidates(const SparseMlaTuneBucket&
       return;
     }
     cand.splits = splits_of(c);
+    if (cand.spec.tile.combine == MlaCombine::cluster) {  // a 2-CTA cluster of each row and head group's splits
+      if (c.num_splits > 1 && c.num_splits != sparse_mla::kClusterSplits) {
+        const std::string why = fmt::format("combine cluster takes {} splits", sparse_mla::kClusterSplits);
+        if (dropped_seen.insert(why).second) dropped.push_back({fmt::format("num_splits {}", c.num_splits), why});
+        return;
+      }
+      if (cand.splits <= 1) return;  // without a split it is the kernel combine's spec at one split
+      cand.splits = sparse_mla::kClusterSplits;  // as the launch plan takes it
+    }
     const long long ctas = (long long)b.rows * (h_q / cand.spec.tile.heads_per_cta);
     if (cand.splits > 1 && ctas >= sm_count && c.num_splits > 0) {
       const std::string why = fmt::format("{} CTAs already fill the {} SMs: split counts > 1 not tried", ctas, sm_count);

@@ -10,6 +10,9 @@
 namespace nsajit::sparse_mla {
 
 inline constexpr int kMaxSplits = 64;
+// Cluster combine (MlaCombine::cluster, the seesaw only): a row and head group's two splits run as
+// one 2-CTA cluster and merge O through distributed shared memory (no partials, no combine kernel).
+inline constexpr int kClusterSplits = kMlaClusterSplits;
 inline constexpr int kBlockTokens = 64;  // KV tokens per tile (the kernels' schedules assume it)
 // The seesaw schedule's per-call limits (validation in traits.cpp, the tuning lookup's
 // choice_serves): its KV tiles go in pairs, and its P is one bf16 rounding (never precise).

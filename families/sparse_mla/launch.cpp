@@ -177,6 +177,18 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
   plan.spec.precise = a.precise;
   if (tile.kernel != MlaKernel::automatic) plan.spec.tile = tile;
   else if (tuned) plan.spec.tile = tuned->choice.tile;
+  if (plan.spec.tile.combine == MlaCombine::cluster) {
+    // A row and head group's two splits merge in a 2-CTA cluster: exactly kClusterSplits splits;
+    // without a split (no workspace, num_splits 1, a workspace too small) the plain seesaw. A forced
+    // other count is an error with the caller's own tile; under a database's choice it takes the
+    // combine kernel (the caller cannot see the database).
+    const bool other_count = a.num_splits > 1 && a.num_splits != sparse_mla::kClusterSplits;
+    if (other_count && tile.kernel != MlaKernel::automatic)
+      bad("num_splits", std::to_string(a.num_splits),
+          "0, 1 or " + std::to_string(sparse_mla::kClusterSplits) + " with tile.combine cluster (a 2-CTA cluster a row and head group)");
+    if (plan.num_splits > 1 && !other_count) plan.num_splits = sparse_mla::kClusterSplits;
+    else plan.spec.tile.combine = MlaCombine::kernel;
+  }
   // next_n stays 1: rows are already flattened (b * next_n), so every MTP depth shares one kernel.
   plan.spec = spec_for_current_device(plan.spec);
   // The dispatcher's schedule, unless the database's choice named one: known once the tile is filled
@@ -197,7 +209,7 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
   // graph capture, a compile error) must not leave a split kernel queued with nothing to merge it.
   KernelSpec cspec;
   const LoadedKernel* ck = nullptr;
-  if (splits > 1) {
+  if (splits > 1 && spec.tile.combine == MlaCombine::kernel) {
     cspec.family = Family::sparse_mla_combine;
     cspec = spec_for_current_device(cspec);
     ck = &kernel(cspec);
@@ -224,7 +236,7 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
   p.sm_scale = a.sm_scale;
   p.rows = a.rows;
   const std::size_t heads = std::size_t(a.rows) * std::size_t(a.h_q);
-  if (splits > 1) {
+  if (splits > 1 && spec.tile.combine == MlaCombine::kernel) {
     char* ws = static_cast<char*>(a.workspace);
     p.o_part = reinterpret_cast<float*>(ws);
     p.lse_part = reinterpret_cast<float*>(ws + std::size_t(splits) * heads * kMlaDimV * 4);
@@ -233,6 +245,7 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
 
   LaunchGeometry g;
   const unsigned groups = unsigned(a.h_q / spec.tile.heads_per_cta);
+  const bool cluster_combine = spec.tile.combine == MlaCombine::cluster && splits > 1;
   if (spec.tile.kernel == MlaKernel::wgmma) {  // x = row * groups + group (a row's CTAs adjacent)
     g.grid_x = unsigned(a.rows) * groups;
     g.grid_y = 1;
@@ -241,11 +254,23 @@ void launch_sparse_mla(const SparseMlaDecodeArgs& a, const SparseMlaLaunchPlan& 
     g.grid_y = groups;
   }
   g.grid_z = unsigned(splits);
+  if (cluster_combine) {  // x = (row * groups + group) * splits + split: a row and head group's splits are one cluster
+    g.grid_x *= unsigned(splits);
+    g.grid_z = 1;
+    g.cluster_x = unsigned(splits);
+  }
   g.block = unsigned(spec.tile.threads);
   g.dynamic_smem = traits(spec.family).max_dynamic_smem(spec);
+  // A cluster the device cannot hold (a MIG slice): the combine kernel instead.
+  if (cluster_combine && resident_ctas(k, g) == 0) {
+    SparseMlaLaunchPlan fallback = plan;
+    fallback.spec.tile.combine = MlaCombine::kernel;
+    launch_sparse_mla(a, fallback, stream);
+    return;
+  }
   launch(k, g, &p, stream);
 
-  if (splits > 1) {
+  if (splits > 1 && !cluster_combine) {
     SparseMlaCombineParams c{};
     c.o_part = p.o_part;
     c.lse_part = p.lse_part;

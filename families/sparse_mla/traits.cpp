@@ -83,6 +83,8 @@ void validate_spec(const KernelSpec& spec) {
       throw_bad_field(spec, "topk", spec.topk,
                       "a multiple of " + std::to_string(sparse_mla::kSeesawTopkMultiple) + " for schedule seesaw (KV tiles go in pairs)");
   }
+  if (t.combine == MlaCombine::cluster && t.schedule != MlaSchedule::seesaw)
+    throw_bad_field(spec, "combine", to_string(t.combine), "kernel for schedule " + to_string(t.schedule) + " (cluster: the seesaw only)");
   if (t.threads != sparse_mla::threads_of(pw))
     throw_bad_field(spec, "threads", t.threads,
                     std::to_string(sparse_mla::threads_of(pw)) + " (256 + 32 * producer_warps " + std::to_string(pw) + ")");
@@ -99,17 +101,20 @@ std::vector<KernelConstant> constants(const KernelSpec& spec) {
       {"HEADS_PER_CTA", spec.tile.heads_per_cta},
       {"KV_FP8", fp8(spec) ? 1 : 0},
       {"PRECISE", spec.precise ? 1 : 0},
+      {"CLUSTER_COMBINE", spec.tile.combine == MlaCombine::cluster ? 1 : 0},
       {"DYNAMIC_SMEM", smem_bytes(spec)},
   };
 }
 
-// "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2", ".seesaw" and ".precise" appended when set
+// "sparse_mla.h16.topk2048.kv_bf16.mma_sync.hpc16.pw2", ".seesaw", ".cluster_combine" and ".precise"
+// appended when set
 // (readable_name appends the arch).
 std::string readable_stem(const KernelSpec& spec) {
   return "sparse_mla.h" + std::to_string(spec.h_q) + ".topk" + std::to_string(spec.topk) + ".kv_" +
          to_string(spec.kv_dtype) + "." + to_string(spec.tile.kernel) + ".hpc" +
          std::to_string(spec.tile.heads_per_cta) + ".pw" + std::to_string(spec.tile.producer_warps) +
-         (spec.tile.schedule == MlaSchedule::seesaw ? ".seesaw" : "") + (spec.precise ? ".precise" : "");
+         (spec.tile.schedule == MlaSchedule::seesaw ? ".seesaw" : "") +
+         (spec.tile.combine == MlaCombine::cluster ? ".cluster_combine" : "") + (spec.precise ? ".precise" : "");
 }
 
 unsigned max_dynamic_smem(const KernelSpec& spec) { return smem_bytes(spec); }
@@ -127,7 +132,7 @@ const FamilyTraits sparse_mla_traits = {
     .family = Family::sparse_mla,
     // not next_n: rows are flattened
     .used_fields = uses_h_q | uses_kv_dtype | uses_block_tokens | uses_heads_per_cta | uses_kernel_variant | uses_precise |
-                   uses_mla_schedule,
+                   uses_mla_schedule | uses_mla_combine,
     .name = "sparse_mla",
     .kernel_entry = "nsajit_sparse_mla",
     .template_file = &template_file,

@@ -30,7 +30,8 @@ std::optional<KvDtype> parse_kv(const nlohmann::json& v, const std::string& wher
 }  // namespace
 
 const std::vector<std::string>& sparse_mla_choice_fields() {
-  static const std::vector<std::string> f = {"kernel", "producer_warps", "heads_per_cta", "schedule", "num_splits"};
+  static const std::vector<std::string> f = {"kernel", "producer_warps", "heads_per_cta", "schedule", "combine",
+                                             "num_splits"};
   return f;
 }
 
@@ -52,6 +53,11 @@ void set_sparse_mla_choice_field(SparseMlaChoice& c, const std::string& field, c
     else if (v == "seesaw") c.tile.schedule = MlaSchedule::seesaw;
     else bad_field(where, value, "\"single\" or \"seesaw\"");
     c.schedule_named = true;
+  } else if (field == "combine") {
+    const std::string v = value.is_string() ? value.get<std::string>() : "";
+    if (v == "kernel") c.tile.combine = MlaCombine::kernel;
+    else if (v == "cluster") c.tile.combine = MlaCombine::cluster;
+    else bad_field(where, value, "\"kernel\" or \"cluster\"");
   } else if (field == "num_splits") {
     c.num_splits = integer_or_auto(value, 0, 1, 64, where);
   } else {
@@ -66,6 +72,7 @@ nlohmann::json sparse_mla_choice_json(const SparseMlaChoice& c) {
   if (c.tile.producer_warps >= 0) j["producer_warps"] = c.tile.producer_warps;
   if (c.tile.heads_per_cta > 0) j["heads_per_cta"] = c.tile.heads_per_cta;
   if (schedule_chosen(c)) j["schedule"] = to_string(c.tile.schedule);
+  if (c.tile.combine != MlaCombine::kernel) j["combine"] = to_string(c.tile.combine);
   j["num_splits"] = c.num_splits > 0 ? nlohmann::json(c.num_splits) : nlohmann::json("auto");
   return j;
 }
@@ -121,6 +128,10 @@ SparseMlaTuningEntry parse_sparse_mla_entry(const nlohmann::json& j, const std::
       [&](const std::string& f, const nlohmann::json& v, const std::string& w) {
         set_sparse_mla_choice_field(e.choice, f, v, w);
       });
+  if (e.choice.tile.combine == MlaCombine::cluster && e.choice.num_splits > 0 &&
+      e.choice.num_splits != sparse_mla::kClusterSplits)
+    bad_field(where + ".choice.num_splits", e.choice.num_splits,
+              fmt::format("\"auto\" or {} with combine \"cluster\"", sparse_mla::kClusterSplits));
   for (KvDtype kv : {KvDtype::bf16, KvDtype::fp8_e4m3}) {
     if (e.bucket.kv_dtype && *e.bucket.kv_dtype != kv) continue;
     try {
@@ -134,7 +145,8 @@ SparseMlaTuningEntry parse_sparse_mla_entry(const nlohmann::json& j, const std::
 }
 
 bool choice_serves(const SparseMlaChoice& c, int topk, KvDtype kv, bool precise) {
-  if (c.tile.schedule == MlaSchedule::seesaw && !sparse_mla::seesaw_takes(topk, precise)) return false;
+  const bool seesaw = c.tile.schedule == MlaSchedule::seesaw || c.tile.combine == MlaCombine::cluster;
+  if (seesaw && !sparse_mla::seesaw_takes(topk, precise)) return false;
   // wgmma never takes 2 producer warps: a choice of 2 with the kernel left automatic is mma_sync too.
   const bool fp8_direct =
       kv == KvDtype::fp8_e4m3 && c.tile.kernel != MlaKernel::wgmma && c.tile.producer_warps == 2;

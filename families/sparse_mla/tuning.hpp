@@ -38,8 +38,8 @@ struct SparseMlaTuningEntry {
 };
 
 // Fields a search space or a choice may name: kernel ("mma_sync", "wgmma"), producer_warps,
-// heads_per_cta, schedule ("single", "seesaw"; unnamed: the heuristics'), num_splits (integers;
-// "auto" leaves the heuristics' value).
+// heads_per_cta, schedule ("single", "seesaw"; unnamed: the heuristics'), combine ("kernel",
+// "cluster": the seesaw's 2-CTA merge), num_splits (integers; "auto" leaves the heuristics' value).
 const std::vector<std::string>& sparse_mla_choice_fields();
 void set_sparse_mla_choice_field(SparseMlaChoice& c, const std::string& field, const nlohmann::json& value,
                                  const std::string& where);
@@ -58,8 +58,8 @@ KernelSpec sparse_mla_spec_of(const SparseMlaChoice& c, int h_q, int topk, KvDty
 
 // Whether a choice's kernel takes a call of this topk, KV dtype and precision: the per-call limits
 // of validation (families/sparse_mla/traits.cpp) that a bucket's ranges do not fix (the seesaw
-// schedule: topk a multiple of 128, not precise; the FP8 direct kernel, 2 producer warps on FP8
-// KV: not precise). Pure.
+// schedule and the cluster combine, which runs it: topk a multiple of 128, not precise; the FP8
+// direct kernel, 2 producer warps on FP8 KV: not precise). Pure.
 bool choice_serves(const SparseMlaChoice& c, int topk, KvDtype kv, bool precise);
 // The first entry whose bucket holds the shape and whose choice serves the call (choice_serves), or
 // nullptr: a call its bucket's kernel cannot take runs the heuristics' kernel. Pure.

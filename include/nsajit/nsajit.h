@@ -293,7 +293,7 @@ NSAJIT_API nsajit_status nsajit_precompile(const nsajit_kernel_spec* spec, nsaji
  * `nsajit precompile --manifest` write it) or canonical text ("family=sparse_mla h_q=64
  * kernel=wgmma schedule=seesaw": any fields in any order, the rest at their defaults; without arch=
  * the current device's, which needs a GPU). It reaches every tile field, including those
- * nsajit_kernel_spec lacks (sparse MLA's kernel, producer_warps and schedule). */
+ * nsajit_kernel_spec lacks (sparse MLA's kernel, producer_warps, schedule and combine). */
 NSAJIT_API nsajit_status nsajit_precompile_text(const char* spec_text, nsajit_kernel_record* record_out);
 
 /* Copies a NUL-terminated text into buffer (capacity bytes). *needed_out (may be NULL) gets the

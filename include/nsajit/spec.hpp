@@ -71,6 +71,15 @@ enum class MlaSchedule : std::uint8_t {
            // takes the spec: sparse_mla::default_schedule, docs/design/sparse_mla.md)
 };
 
+// How a split-KV launch of sparse MLA merges its splits' partial results.
+enum class MlaCombine : std::uint8_t {
+  kernel,   // a spec's default: fp32 partials in the workspace, merged by the combine kernel
+            // (templates/sparse_mla_combine.cuh, a programmatic dependent launch)
+  cluster,  // a row and head group's two splits run as one 2-CTA cluster and merge through
+            // distributed shared memory in the epilogue: no second kernel, no partials in global
+            // memory (the seesaw schedule only; docs/design/sparse_mla.md)
+};
+
 // Top-k selection path compiled into a kernel (families/topk/heuristics.cpp picks one per launch;
 // docs/design/topk.md). Every path but the two exact ones falls back, per row, to the exact sweeps
 // of its CTA layout when its speculation does not hold the row's selection.
@@ -95,6 +104,7 @@ struct TileConfig {
                             // wgmma: 4 (one warpgroup) or 8 (two: FP8 at 64 heads per CTA)
   TopkAlgorithm algorithm = TopkAlgorithm::exact_sweeps;  // top-k: the selection path compiled
   MlaSchedule schedule = MlaSchedule::single;  // sparse MLA wgmma: the math warpgroups' schedule
+  MlaCombine combine = MlaCombine::kernel;     // sparse MLA seesaw: how split-KV partials merge
   friend bool operator==(const TileConfig&, const TileConfig&) = default;
 };
 
@@ -155,6 +165,7 @@ std::string to_string(KvDtype d);
 std::string to_string(ScoreDtype d);  // "fp32", "bf16"
 std::string to_string(MlaKernel k);  // "automatic", "mma_sync", "wgmma"
 std::string to_string(MlaSchedule s);  // "single", "seesaw"
+std::string to_string(MlaCombine c);   // "kernel", "cluster"
 std::string to_string(TopkAlgorithm a);  // "exact_sweeps", "cluster_sweeps", ...
 // The algorithm of that name; InvalidArgument naming the text and the names allowed.
 TopkAlgorithm parse_topk_algorithm(std::string_view text);

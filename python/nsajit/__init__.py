@@ -446,8 +446,8 @@ def precompile_text(text):
     its readable name ('sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.seesaw.sm_90a', as
     kernel_name, jit_records and `nsajit precompile --manifest` write it) or canonical text
     ('family=sparse_mla h_q=64 kernel=wgmma schedule=seesaw'; without arch= the current device's,
-    which needs a GPU). Reaches every tile field, including sparse MLA's kernel, producer_warps and
-    schedule. Returns a KernelRecord."""
+    which needs a GPU). Reaches every tile field, including sparse MLA's kernel, producer_warps,
+    schedule and combine. Returns a KernelRecord."""
     if not isinstance(text, str):
         raise TypeError(f"nsajit: argument text has type {type(text).__name__}: expected a str")
     if "\0" in text:
