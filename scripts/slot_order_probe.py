@@ -6,6 +6,8 @@
 #   NSAJIT_LIBRARY=build/libnsajit.so python3 scripts/slot_order_probe.py   (PROBE_MIN=1: h64 only)
 # PROBE_SKVS=262144 limits the pools; a library built with docs/notes/unmerged/clock-order.patch
 # starts each CTA's sweep at the slot range a global clock points at (the sorted rows' lever).
+# PROBE_DECODE=1: decode rows instead (one wave: 64 / 128 / 256 rows, automatic split count, the
+# bench's 262,144-slot pool), where the L2 model also expects sorted rows to cut DRAM rows by a quarter.
 import os, sys, statistics, torch
 sys.path.insert(0, "python")
 import nsajit
@@ -21,6 +23,19 @@ def timed(fn, iters=7):
         if i >= 2: ts.append(a.elapsed_time(b) * 1000)
     return statistics.median(ts)
 kv = torch.randn(262144, 576, device=dev).to(torch.bfloat16)
+if os.environ.get("PROBE_DECODE"):
+    for h, rows in ((64, 64), (64, 128), (64, 256), (128, 64), (128, 128)):
+        q = torch.randn(rows, h, 576, device=dev).to(torch.bfloat16)
+        idx = torch.randint(0, 262144, (rows, 2048), device=dev, dtype=torch.int32)
+        srt = torch.sort(idx, dim=1).values.contiguous()
+        res, outs = {}, {}
+        for name, ind in (("random", idx), ("sorted", srt)):
+            outs[name] = nsajit.sparse_mla(q, kv, ind, 576 ** -0.5, num_splits=0)[0].float()
+            res[name] = timed(lambda: nsajit.sparse_mla(q, kv, ind, 576 ** -0.5, num_splits=0), iters=15)
+        d1 = (outs["sorted"] - outs["random"]).abs().max().item()
+        print(f"decode h{h} rows{rows} bf16: random {res['random']:.1f} us, sorted {res['sorted']:.1f} "
+              f"({res['sorted']/res['random']-1:+.1%}); max |out sorted - random| {d1:.2e}", flush=True)
+    sys.exit(0)
 HS = (64,) if os.environ.get("PROBE_MIN") else (64, 128)
 SKVS = (262144,) if os.environ.get("PROBE_MIN") else (262144, 8192, 32768)
 if os.environ.get("PROBE_SKVS"): SKVS = tuple(int(x) for x in os.environ["PROBE_SKVS"].split(","))
