@@ -27,6 +27,16 @@ KernelSpec sparse(int h_q, int topk = 2048) {
   return {.family = Family::sparse_mla_decode, .h_q = h_q, .topk = topk};
 }
 
+// A bf16 wgmma spec at 64 heads per CTA, the only combination the seesaw schedule supports.
+KernelSpec seesaw(int h_q, int topk = 2048) {
+  KernelSpec s = sparse(h_q, topk);
+  s.tile = {.threads = 384, .block_tokens = 64, .heads_per_cta = 64, .kernel = MlaKernel::wgmma,
+            .producer_warps = 4, .schedule = MlaSchedule::seesaw};
+  return s;
+}
+
+bool has(const std::string& text, const char* what) { return text.find(what) != std::string::npos; }
+
 }  // namespace
 
 TEST_CASE("valid specs of the DeepSeek-V3.2 matrix pass validation") {
@@ -150,14 +160,6 @@ TEST_CASE("canonical text lists every field and separates different specs") {
 }
 
 TEST_CASE("the seesaw schedule: a named field, its combinations checked, its own kernel") {
-  // A bf16 wgmma spec at 64 heads per CTA, the only combination the seesaw schedule supports.
-  auto seesaw = [](int h_q, int topk = 2048) {
-    KernelSpec s = sparse(h_q, topk);
-    s.tile = {.threads = 384, .block_tokens = 64, .heads_per_cta = 64, .kernel = MlaKernel::wgmma,
-              .producer_warps = 4, .schedule = MlaSchedule::seesaw};
-    return s;
-  };
-  auto has = [](const std::string& m, const char* what) { return m.find(what) != std::string::npos; };
   CHECK(to_string(MlaSchedule::single) == "single");
   CHECK(to_string(MlaSchedule::seesaw) == "seesaw");
   CHECK(readable_name(seesaw(64)) == "sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.seesaw.sm_90a");
@@ -205,12 +207,10 @@ TEST_CASE("the seesaw schedule: a named field, its combinations checked, its own
 
 TEST_CASE("the cluster combine: a named field, the seesaw only, its own kernel") {
   auto cluster = [](int h_q) {
-    KernelSpec s = sparse(h_q);
-    s.tile = {.threads = 384, .block_tokens = 64, .heads_per_cta = 64, .kernel = MlaKernel::wgmma, .producer_warps = 4,
-              .schedule = MlaSchedule::seesaw, .combine = MlaCombine::cluster};
+    KernelSpec s = seesaw(h_q);
+    s.tile.combine = MlaCombine::cluster;
     return with_default_tile(s);
   };
-  auto has = [](const std::string& m, const char* what) { return m.find(what) != std::string::npos; };
   CHECK(to_string(MlaCombine::kernel) == "kernel");
   CHECK(to_string(MlaCombine::cluster) == "cluster");
   CHECK(readable_name(cluster(64)) == "sparse_mla.h64.topk2048.kv_bf16.wgmma.hpc64.pw4.seesaw.cluster_combine.sm_90a");
