@@ -13,38 +13,21 @@
 // per (N, S, R): medians over 25 launches of the slowest CTA's and of the median CTA's time, in us.
 // The second table fills the same rows with 16-byte cp.async from 128 threads (indices staged in
 // shared memory first): is the bulk copy, one a row, what limits one SM's fill rate?
-#include <cuda_runtime.h>
-
 #include <algorithm>
-#include <cstdint>
-#include <cstdio>
 #include <random>
 #include <vector>
 
+#include "probe_common.cuh"
+
 constexpr int kRowBytes = 1152, kPadRow = 1168, kMaxRows = 128, kThreads = 64;
 constexpr long long kSlots = 262144;
-
-#define CHECK(x)                                                                            \
-  do {                                                                                      \
-    cudaError_t e = (x);                                                                    \
-    if (e != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      return 1;                                                                             \
-    }                                                                                       \
-  } while (0)
-
-__device__ __forceinline__ unsigned long long now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 // indices: [N / S groups][R]; out: [N] nanoseconds from the CTA's start to its rows' arrival.
 __global__ void __launch_bounds__(kThreads, 1) fill(const unsigned char* pool, const int* indices, int rows, int share,
                                                     unsigned long long* out) {
   extern __shared__ __align__(128) unsigned char buf[];
   __shared__ __align__(8) unsigned long long bar;
-  const unsigned long long t0 = now();
+  const unsigned long long t0 = probe_now_ns();
   const uint32_t b = uint32_t(__cvta_generic_to_shared(&bar));
   if (threadIdx.x == 0) {
     asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(b), "r"(unsigned(rows)));
@@ -65,7 +48,7 @@ __global__ void __launch_bounds__(kThreads, 1) fill(const unsigned char* pool, c
     while (!done)
       asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
                    : "=r"(done) : "r"(b) : "memory");
-    out[blockIdx.x] = now() - t0;
+    out[blockIdx.x] = probe_now_ns() - t0;
   }
 }
 
@@ -76,7 +59,7 @@ __global__ void __launch_bounds__(kCpThreads, 1) fill_cp(const unsigned char* po
                                                         int share, unsigned long long* out) {
   extern __shared__ __align__(128) unsigned char buf[];
   __shared__ int slot_of[kMaxRows];
-  const unsigned long long t0 = now();
+  const unsigned long long t0 = probe_now_ns();
   const int* idx = indices + (long long)(blockIdx.x / share) * rows;
   for (int r = threadIdx.x; r < rows; r += kCpThreads) slot_of[r] = idx[r];
   __syncthreads();
@@ -89,7 +72,7 @@ __global__ void __launch_bounds__(kCpThreads, 1) fill_cp(const unsigned char* po
   }
   asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
   __syncthreads();
-  if (threadIdx.x == 0) out[blockIdx.x] = now() - t0;
+  if (threadIdx.x == 0) out[blockIdx.x] = probe_now_ns() - t0;
 }
 
 int main() {

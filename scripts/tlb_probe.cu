@@ -22,35 +22,19 @@
 // "spread" against "local" reads the same lines once each and differs in the pages a CTA touches at
 // a time; "spread-sorted" is a slot-ordered row without any repeat between rows. Median of 15
 // launches after a 256 MB L2 flush (CUDA events).
-#include <cuda_runtime.h>
-
 #include <algorithm>
-#include <cstdint>
-#include <cstdio>
 #include <numeric>
 #include <random>
 #include <vector>
 
-#define CHECK(x)                                                                            \
-  do {                                                                                      \
-    cudaError_t e = (x);                                                                    \
-    if (e != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      return 1;                                                                             \
-    }                                                                                       \
-  } while (0)
+#include "probe_common.cuh"
 
 constexpr long long kPage = 2ll << 20, kLine = 128;
 constexpr long long kChaseBytes = 4ll << 30, kFlushBytes = 256ll << 20;
 constexpr int kHops = 1024;
-constexpr int kThreads = 64, kCtas = 128, kRowsPerCta = 2048, kDepth = 2, kRowBytes = 1152;
-constexpr int kRows = kCtas * kRowsPerCta;  // 262,144
-
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
-}
+constexpr int kCtas = 128, kDepth = 2, kRowBytes = 1152;
+constexpr int kRows = kCtas * kGatherRowsPerCta;  // 262,144
+constexpr int kRowsPerCta = kGatherRowsPerCta;
 
 // buf[hop[i]] = hop[i + 1] (byte offsets; the last points to itself).
 __global__ void build_chain(unsigned long long* buf, const long long* hop, int n) {
@@ -60,9 +44,9 @@ __global__ void build_chain(unsigned long long* buf, const long long* hop, int n
 
 __global__ void chase(const unsigned long long* buf, long long start, int n, unsigned long long* result) {
   unsigned long long p = (unsigned long long)start;
-  const unsigned long long t0 = global_ns();
+  const unsigned long long t0 = probe_now_ns();
   for (int i = 0; i < n; ++i) p = __ldcg(buf + p / 8);
-  const unsigned long long t1 = global_ns();
+  const unsigned long long t1 = probe_now_ns();
   result[0] = t1 - t0;
   result[1] = p;  // keeps the chain live
 }
@@ -71,42 +55,6 @@ __global__ void chase(const unsigned long long* buf, long long start, int n, uns
 __global__ void touch_pages(unsigned char* buf, long long pages) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < pages; i += (long long)gridDim.x * blockDim.x)
     buf[i * kPage + 64] = 1;
-}
-
-__global__ void __launch_bounds__(kThreads, 1) gather(const unsigned char* pool, const int* indices, unsigned* sink) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ __align__(8) unsigned long long bars[kDepth];
-  if (threadIdx.x < kDepth) {
-    const uint32_t b = uint32_t(__cvta_generic_to_shared(&bars[threadIdx.x]));
-    asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(b), "r"(unsigned(kThreads)));
-  }
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  __syncthreads();
-  const int* idx = indices + (long long)blockIdx.x * kRowsPerCta;
-  constexpr int tiles = kRowsPerCta / kThreads;
-  for (int t = 0; t < tiles + kDepth; ++t) {
-    if (t >= kDepth) {  // the oldest tile in flight lands before its buffer is refilled
-      const int u = t - kDepth;
-      const uint32_t b = uint32_t(__cvta_generic_to_shared(&bars[u % kDepth]));
-      const uint32_t parity = uint32_t((u / kDepth) & 1);
-      uint32_t done = 0;
-      while (!done)
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done)
-                     : "r"(b), "r"(parity)
-                     : "memory");
-    }
-    if (t < tiles) {
-      const long long slot = idx[t * kThreads + threadIdx.x];
-      const uint32_t b = uint32_t(__cvta_generic_to_shared(&bars[t % kDepth]));
-      const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem + ((t % kDepth) * kThreads + threadIdx.x) * kRowBytes));
-      asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(b), "r"(unsigned(kRowBytes)) : "memory");
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-                   "l"(pool + slot * kRowBytes), "r"(unsigned(kRowBytes)), "r"(b)
-                   : "memory");
-    }
-  }
-  if (threadIdx.x == 0 && smem[0] == 0xAB && smem[1] == 0xCD) sink[blockIdx.x] = 1;  // keeps the copies live
 }
 
 int main() {
@@ -180,13 +128,8 @@ int main() {
   CHECK(cudaMemset(pool, 1, max_slots * kRowBytes));
   CHECK(cudaMalloc(&indices, sizeof(int) * kRows));
   CHECK(cudaMalloc(&sink, sizeof(unsigned) * kCtas));
-  const std::size_t smem = std::size_t(kDepth) * kThreads * kRowBytes;
-  CHECK(cudaFuncSetAttribute(gather, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
   std::printf("\nthroughput: %d CTAs x %d rows of %d B (bulk copies, %d tiles of %d in flight)\n", kCtas, kRowsPerCta,
-              kRowBytes, kDepth, kThreads);
+              kRowBytes, kDepth, kGatherThreads);
   std::printf("%-24s %9s %10s %9s %8s\n", "order", "pool MB", "median us", "G rows/s", "TB/s");
   const auto sort_each_cta = [](std::vector<int>& v) {
     for (int c = 0; c < kCtas; ++c) std::sort(v.begin() + c * kRowsPerCta, v.begin() + (c + 1) * kRowsPerCta);
@@ -220,20 +163,8 @@ int main() {
   }
   for (const Order& o : orders) {
     CHECK(cudaMemcpy(indices, o.rows.data(), sizeof(int) * kRows, cudaMemcpyHostToDevice));
-    std::vector<float> times;
-    for (int it = 0; it < 16; ++it) {
-      CHECK(flush_l2(it));
-      CHECK(cudaEventRecord(e0));
-      gather<<<kCtas, kThreads, smem>>>(pool, indices, sink);
-      CHECK(cudaEventRecord(e1));
-      CHECK(cudaEventSynchronize(e1));
-      CHECK(cudaGetLastError());
-      float ms = 0.f;
-      CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      if (it > 0) times.push_back(ms * 1000.f);
-    }
-    std::sort(times.begin(), times.end());
-    const float us = times[times.size() / 2];
+    const float us = probe_time_gather(flush, pool, indices, kCtas, kRowBytes, kRowBytes, kDepth, sink);
+    if (us < 0) return 1;
     std::printf("%-24s %9.0f %10.1f %9.2f %8.2f\n", o.name, o.slots * double(kRowBytes) / 1e6, us, kRows / us / 1e3,
                 double(kRows) * kRowBytes / us / 1e6);
   }
