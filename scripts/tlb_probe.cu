@@ -51,10 +51,10 @@ __global__ void chase(const unsigned long long* buf, long long start, int n, uns
   result[1] = p;  // keeps the chain live
 }
 
-// One line of each 2 MB page: a translation for every page of the buffer, none of the chase's.
+// One line of each 2 MB page, from every CTA (one an SM): each SM's translations and the shared
+// ones are filled with the buffer's pages, none of the chase's.
 __global__ void touch_pages(unsigned char* buf, long long pages) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < pages; i += (long long)gridDim.x * blockDim.x)
-    buf[i * kPage + 64] = 1;
+  for (long long i = threadIdx.x; i < pages; i += blockDim.x) buf[i * kPage + 64] = 1;
 }
 
 int main() {
