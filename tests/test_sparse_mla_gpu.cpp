@@ -1209,6 +1209,12 @@ TEST_CASE("sparse_mla args: prefill takes next_n 1 only; the sizing queries refu
     return std::string("(no InvalidArgument)");
   };
   CHECK(prefill_error().find("nsajit::sparse_mla_prefill: argument next_n = 2") != std::string::npos);
+  a.next_n = 1;  // every other check names the prefill entry point too
+  a.sm_scale = -1.f;
+  CHECK(prefill_error().rfind("nsajit::sparse_mla_prefill: argument sm_scale = -1", 0) == 0);
+  a.sm_scale = 0.5f;
+  a.lse = reinterpret_cast<float*>(std::uintptr_t(0x50001));
+  CHECK(prefill_error().rfind("nsajit::sparse_mla_prefill: argument lse = ", 0) == 0);
   auto sizing_error = [](auto query) {
     try {
       query();

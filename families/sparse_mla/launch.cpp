@@ -22,14 +22,10 @@
 namespace nsajit {
 namespace {
 
-constexpr const char* kFn = "nsajit::sparse_mla_decode";
-
-[[noreturn]] void bad(std::string_view name, std::string_view value, std::string_view expected) {
-  detail::throw_bad_argument(kFn, name, value, expected);
-}
-
-void check_pointer(const char* name, const void* p, unsigned alignment) {
-  detail::require_pointer(kFn, name, p, alignment);
+// `fn` below: the entry point the caller called (sparse_mla_decode or sparse_mla_prefill), which
+// every error message names.
+[[noreturn]] void bad(const char* fn, std::string_view name, std::string_view value, std::string_view expected) {
+  detail::throw_bad_argument(fn, name, value, expected);
 }
 
 using sparse_mla::kMaxSplits;
@@ -63,60 +59,60 @@ void check_rows_and_heads(const char* fn, int rows, int h_q) {
 }
 
 // Everything is checked here, before any driver call, so a bad call never compiles or launches.
-void check_args(const SparseMlaDecodeArgs& a) {
-  check_rows_and_heads(kFn, a.rows, a.h_q);
-  detail::require_topk(kFn, a.topk, 16384);
+void check_args(const char* fn, const SparseMlaDecodeArgs& a) {
+  check_rows_and_heads(fn, a.rows, a.h_q);
+  detail::require_topk(fn, a.topk, 16384);
   if (!std::isfinite(a.sm_scale) || !(a.sm_scale > 0.f)) {
     std::ostringstream v;
     v << a.sm_scale;
-    bad("sm_scale", v.str(), "finite and > 0");
+    bad(fn, "sm_scale", v.str(), "finite and > 0");
   }
-  if (a.next_n < 1 || a.next_n > 8) bad("next_n", std::to_string(a.next_n), "1..8");
+  if (a.next_n < 1 || a.next_n > 8) bad(fn, "next_n", std::to_string(a.next_n), "1..8");
   if (a.rows % a.next_n != 0)
-    bad("rows", std::to_string(a.rows), "a multiple of next_n (" + std::to_string(a.next_n) + ")");
-  if (a.num_slots < 0) bad("num_slots", std::to_string(a.num_slots), ">= 0");
+    bad(fn, "rows", std::to_string(a.rows), "a multiple of next_n (" + std::to_string(a.next_n) + ")");
+  if (a.num_slots < 0) bad(fn, "num_slots", std::to_string(a.num_slots), ">= 0");
   if (a.kv_dtype == KvDtype::bf16) {
     // Rows are copied in 16-byte chunks: the stride keeps every row 16-byte aligned.
     if (a.kv_row_stride < kMlaDimQK || a.kv_row_stride % 8 != 0)
-      bad("kv_row_stride", std::to_string(a.kv_row_stride), "a multiple of 8 elements, >= 576");
+      bad(fn, "kv_row_stride", std::to_string(a.kv_row_stride), "a multiple of 8 elements, >= 576");
   } else if (a.kv_dtype == KvDtype::fp8_e4m3) {
-    if (a.page_size < 1) bad("page_size", std::to_string(a.page_size), ">= 1");
+    if (a.page_size < 1) bad(fn, "page_size", std::to_string(a.page_size), ">= 1");
     if (a.kv_page_stride != 0 &&
         (a.kv_page_stride % 16 != 0 || a.kv_page_stride < std::int64_t(a.page_size) * kFp8KvTokenBytes))
-      bad("kv_page_stride", std::to_string(a.kv_page_stride),
+      bad(fn, "kv_page_stride", std::to_string(a.kv_page_stride),
           "0 or a multiple of 16 bytes >= page_size * 656 (" + std::to_string(std::int64_t(a.page_size) * kFp8KvTokenBytes) + ")");
     if (a.num_slots % a.page_size != 0)
-      bad("num_slots", std::to_string(a.num_slots),
+      bad(fn, "num_slots", std::to_string(a.num_slots),
           "num_pages * page_size (a multiple of page_size " + std::to_string(a.page_size) + ")");
   } else {
-    bad("kv_dtype", to_string(a.kv_dtype), "bf16 or fp8");
+    bad(fn, "kv_dtype", to_string(a.kv_dtype), "bf16 or fp8");
   }
   if (a.num_splits < 0 || a.num_splits > kMaxSplits)
-    bad("num_splits", std::to_string(a.num_splits), "0 (automatic) .. 64");
+    bad(fn, "num_splits", std::to_string(a.num_splits), "0 (automatic) .. 64");
   // A forced count resolves without the device (capped at the row's 64-token tiles, as the
   // workspace sizing caps it: a count that resolves to one split needs no workspace).
   const int forced = std::min(a.num_splits, a.topk / 64);
   if (a.workspace == nullptr && forced > 1 && a.rows > 0)
-    bad("num_splits", std::to_string(a.num_splits), "0 or 1 without a workspace");
+    bad(fn, "num_splits", std::to_string(a.num_splits), "0 or 1 without a workspace");
   if (a.workspace != nullptr && forced > 1 && a.workspace_bytes < workspace_bytes(a.rows, a.h_q, forced))
-    bad("workspace_bytes", std::to_string(a.workspace_bytes),
+    bad(fn, "workspace_bytes", std::to_string(a.workspace_bytes),
         ">= sparse_mla_workspace_bytes(...) = " + std::to_string(workspace_bytes(a.rows, a.h_q, forced)) + " for " +
             std::to_string(forced) + " splits");
   if (a.rows == 0) return;  // nothing is read or written
-  check_pointer("q", a.q, 16);
+  detail::require_pointer(fn, "q", a.q, 16);
   // With no slots every index is invalid and the pool is never read, so it may be null.
-  if (a.num_slots > 0 || a.kv != nullptr) check_pointer("kv", a.kv, 16);
-  check_pointer("indices", a.indices, 4);
+  if (a.num_slots > 0 || a.kv != nullptr) detail::require_pointer(fn, "kv", a.kv, 16);
+  detail::require_pointer(fn, "indices", a.indices, 4);
   if (a.topk_length != nullptr && reinterpret_cast<std::uintptr_t>(a.topk_length) % 4 != 0)
-    bad("topk_length", detail::pointer_text(a.topk_length), "a 4-byte aligned device pointer or null");
-  check_pointer("out", a.out, 16);
-  check_pointer("lse", a.lse, 4);
+    bad(fn, "topk_length", detail::pointer_text(a.topk_length), "a 4-byte aligned device pointer or null");
+  detail::require_pointer(fn, "out", a.out, 16);
+  detail::require_pointer(fn, "lse", a.lse, 4);
   if (a.max_logits != nullptr && reinterpret_cast<std::uintptr_t>(a.max_logits) % 4 != 0)
-    bad("max_logits", detail::pointer_text(a.max_logits), "a 4-byte aligned device pointer or null");
+    bad(fn, "max_logits", detail::pointer_text(a.max_logits), "a 4-byte aligned device pointer or null");
   if (a.attn_sink != nullptr && reinterpret_cast<std::uintptr_t>(a.attn_sink) % 4 != 0)
-    bad("attn_sink", detail::pointer_text(a.attn_sink), "a 4-byte aligned device pointer or null");
+    bad(fn, "attn_sink", detail::pointer_text(a.attn_sink), "a 4-byte aligned device pointer or null");
   if (a.workspace != nullptr && reinterpret_cast<std::uintptr_t>(a.workspace) % 16 != 0)
-    bad("workspace", detail::pointer_text(a.workspace), "a 16-byte aligned device pointer or null");
+    bad(fn, "workspace", detail::pointer_text(a.workspace), "a 16-byte aligned device pointer or null");
 }
 
 }  // namespace
@@ -145,8 +141,8 @@ std::size_t sparse_mla_workspace_bytes(int rows, int h_q, int topk, int num_spli
 
 namespace detail {
 
-SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConfig& tile) {
-  check_args(a);
+SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConfig& tile, const char* entry) {
+  check_args(entry, a);
   SparseMlaLaunchPlan plan;
   plan.num_splits = 0;
   if (a.rows == 0) return plan;
@@ -184,7 +180,7 @@ SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& a, const TileConf
     // combine kernel (the caller cannot see the database).
     const bool other_count = a.num_splits > 1 && a.num_splits != sparse_mla::kClusterSplits;
     if (other_count && tile.kernel != MlaKernel::automatic)
-      bad("num_splits", std::to_string(a.num_splits),
+      bad(entry, "num_splits", std::to_string(a.num_splits),
           "0, 1 or " + std::to_string(sparse_mla::kClusterSplits) + " with tile.combine cluster (a 2-CTA cluster a row and head group)");
     if (plan.num_splits > 1 && !other_count) plan.num_splits = sparse_mla::kClusterSplits;
     else plan.spec.tile.combine = MlaCombine::kernel;
@@ -302,10 +298,10 @@ void sparse_mla_decode(const SparseMlaDecodeArgs& a, CUstream stream) {
 }
 
 void sparse_mla_prefill(const SparseMlaDecodeArgs& a, CUstream stream) {
+  constexpr const char* kPrefill = "nsajit::sparse_mla_prefill";
   if (a.next_n != 1)
-    detail::throw_bad_argument("nsajit::sparse_mla_prefill", "next_n", std::to_string(a.next_n),
-                               "1 (prefill rows are single query tokens)");
-  sparse_mla_decode(a, stream);
+    detail::throw_bad_argument(kPrefill, "next_n", std::to_string(a.next_n), "1 (prefill rows are single query tokens)");
+  detail::launch_sparse_mla(a, detail::plan_sparse_mla(a, {}, kPrefill), stream);
 }
 
 }  // namespace nsajit

@@ -18,8 +18,10 @@ struct SparseMlaLaunchPlan {
 // The plan nsajit::sparse_mla_decode launches `args` with on the current device: the default
 // variant for (h_q, topk, kv_dtype, arch), the split count (heuristics.hpp), lowered to what the
 // workspace holds. `tile` replaces the variant when its kernel is not automatic. Checks args
-// first (InvalidArgument); with rows == 0 no driver call and nothing to launch.
-SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& args, const TileConfig& tile = {});
+// first (InvalidArgument naming `entry`, the caller's entry point); with rows == 0 no driver call
+// and nothing to launch.
+SparseMlaLaunchPlan plan_sparse_mla(const SparseMlaDecodeArgs& args, const TileConfig& tile = {},
+                                    const char* entry = "nsajit::sparse_mla_decode");
 
 // Launches `args` (checked) with `plan` on `stream`.
 void launch_sparse_mla(const SparseMlaDecodeArgs& args, const SparseMlaLaunchPlan& plan, CUstream stream);

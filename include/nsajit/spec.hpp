@@ -16,7 +16,7 @@ namespace nsajit {
 
 enum class Family : std::uint8_t {
   index_transform,    // §1: top-k positions -> KV-cache slots through the page table
-  topk,               // §2: per-row top-k of fp32 indexer scores
+  topk,               // §2: per-row top-k of the indexer scores (fp32 or bf16: score_dtype)
   sparse_mla,         // §3: sparse MLA attention over the top-k KV tokens of each query row (decode and prefill)
   sparse_mla_decode = sparse_mla,  // the family's former name, kept for source compatibility
   sparse_mla_combine, // §3: merges the partial results of split-KV sparse MLA
@@ -31,7 +31,8 @@ enum class Family : std::uint8_t {
 
 // How an index-transform / fused top-k row finds its page-table row and offset (§1).
 enum class IndexMode : std::uint8_t {
-  decode,   // row r uses page-table row r (MTP: the caller repeats each request's row next_n times)
+  decode,   // index_transform: row r uses page-table row r (MTP: the caller repeats each request's
+            // row next_n times); fused top-k: row r uses page-table row r / next_n
   prefill,  // row r belongs to request b through cu_seqlens_q; uses page-table row b
   ragged,   // out = idx + offset[r]; no page table
 };
@@ -111,11 +112,14 @@ struct TileConfig {
 struct KernelSpec {
   Family family = Family::topk;
   int h_q = 0;            // sparse_mla_decode: query heads per GPU (16, 32, 64, 128; 8 allowed)
-  int topk = 2048;        // all families: indices per row (multiple of 64, <= 4096 for topk)
-  int page_size = 1;      // index_transform: page size P >= 1 (1 = page_table_1)
+  int topk = 2048;        // indices per row, a multiple of 64: <= 4096 for topk, <= 16384 for
+                          // index_transform and sparse_mla; unused (must stay 2048) by the others
+  int page_size = 1;      // index_transform, fused topk: page size P in [1, 4096] (1 = page_table_1);
+                          // fp8_kv_*: tokens per cache page, [1, 4096]
   IndexMode mode = IndexMode::decode;  // index_transform
   KvDtype kv_dtype = KvDtype::bf16;    // sparse_mla_decode
-  int next_n = 1;         // sparse_mla_decode, fused topk decode: query tokens per request (MTP), 1..8
+  int next_n = 1;         // fused topk decode: query tokens per request (MTP), 1..8; 1 for every
+                          // other family (sparse MLA rows are flattened: next_n is a launch argument)
   bool fused_transform = false;  // topk: output transformed indices (§2 fused forms) instead of positions
   bool sorted = false;           // topk: output ordered by score descending
   bool precise = false;          // sparse_mla: P as bf16 hi + lo before P.V (tighter tolerance, slower);
