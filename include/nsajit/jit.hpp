@@ -37,8 +37,10 @@ struct KernelRecord {
 };
 
 // Ensures the spec's cubin is in the disk cache (compiling if needed, unless strict mode is on);
-// needs no GPU or driver. The spec's arch field is the target. Returns how it was obtained.
-// Throws KernelNotPrecompiled in strict mode when the cubin is not in the cache.
+// needs no GPU or driver. The spec's arch field is the target. Returns how it was obtained
+// (source memory for a spec this process already holds). Throws InvalidArgument for a spec
+// validate() refuses, CompileError when NVRTC fails, and KernelNotPrecompiled in strict mode when
+// the cubin is not in the cache.
 KernelRecord precompile(const KernelSpec& spec);
 
 // Strict mode: the process never compiles. A kernel whose cubin is neither in memory nor in the

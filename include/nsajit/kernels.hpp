@@ -9,7 +9,9 @@
 //   output element is written.
 // - Bad arguments throw nsajit::InvalidArgument naming the argument, its value and what was
 //   expected, before anything is compiled or launched. Driver failures throw nsajit::CudaError,
-//   NVRTC failures nsajit::CompileError. Values inside device memory (indices, lengths) cannot be
+//   NVRTC failures nsajit::CompileError; in strict mode (NSAJIT_NO_JIT=1) a kernel missing from the
+//   cache throws nsajit::KernelNotPrecompiled, and an NSAJIT_NO_JIT value other than 0 or 1
+//   InvalidArgument (nsajit/jit.hpp). Values inside device memory (indices, lengths) cannot be
 //   checked on the host without a sync; the kernels handle every value as the spec says.
 // Semantics: docs/nsa-semantics.md in the source tree (§ numbers below).
 #pragma once
@@ -26,20 +28,29 @@ namespace nsajit {
 
 // §1 Index transform: raw top-k positions -> KV-cache slots.
 // Follows SGLang's transform_index_page_table_decode / _prefill (nsa/transform_index.py) and the
-// ragged `topk_indices + offset` path of nsa_backend.py, with -1 for every invalid position.
+// ragged `topk_indices + offset` path of nsa_backend.py, with -1 for every invalid position:
+// decode / prefill: a position < 0 or >= page_table_width * page_size, or whose page-table entry
+// is negative, gives -1; slot = page_table[b, p / P] * P + p % P (64-bit, stored as int32); a
+// prefill row outside [cu_seqlens_q[0], cu_seqlens_q[num_requests]) is all -1. ragged: out = idx +
+// offsets[r] for idx >= 0 (int32 wrapping add), else -1.
+// Errors: InvalidArgument for rows < 0, topk not a multiple of 64 in [64, 16384], mode, page_size
+// outside [1, 4096], page_table_width < 0, page_table_row_stride in (0, page_table_width),
+// num_requests (decode: == rows; prefill: >= 0), and, when rows > 0, a null or misaligned (4 bytes)
+// topk_indices, out, offsets (ragged), cu_seqlens_q (prefill) or page_table (read when
+// num_requests > 0 and page_table_width > 0).
 struct IndexTransformArgs {
   IndexMode mode = IndexMode::decode;
   const std::int32_t* topk_indices = nullptr;  // int32 [rows, topk]: position in request, or -1
   std::int32_t* out = nullptr;                 // int32 [rows, topk]: slot, or -1
   int rows = 0;                                // query rows (>= 0)
-  int topk = 2048;                             // multiple of 64
+  int topk = 2048;                             // multiple of 64 in [64, 16384]
   // decode / prefill: the request's page table. page_size == 1: page_table_1 (SGLang's
   // req_to_token), entries are slots. page_size P > 1: the real page table, entries are page ids,
   // slot(p) = page_table[b, p / P] * P + p % P.
   const std::int32_t* page_table = nullptr;  // int32 [num_requests, page_table_width]
   int page_table_width = 0;                  // entries per page-table row
   std::int64_t page_table_row_stride = 0;    // elements between rows; 0 = page_table_width
-  int page_size = 1;                         // P >= 1
+  int page_size = 1;                         // P in [1, 4096]
   // decode: row r uses page-table row r (num_requests == rows).
   // prefill: row r of request b (cu_seqlens_q[b] <= r < cu_seqlens_q[b+1]) uses row b.
   const std::int32_t* cu_seqlens_q = nullptr;  // int32 [num_requests + 1], last == rows
@@ -89,7 +100,7 @@ void index_transform(const IndexTransformArgs& args, CUstream stream = nullptr);
 // have their slices prefetched into L2 before their lengths are read, so every row's whole
 // [width] columns must be mapped memory even where len <= topk (no value is read there). See
 // templates/topk.cuh and docs/notes/topk.md.
-// Errors: InvalidArgument for rows < 0, width < 0 or > 4194304 (2^22: the classify's per-position
+// Errors: InvalidArgument for rows outside [0, 2^27) (up to 16 CTAs a row in the grid), width < 0 or > 4194304 (2^22: the classify's per-position
 // bitmaps of a slice must fit shared memory), topk not a multiple of 64 in [64, 4096],
 // score_row_stride in (0, width), score_dtype not fp32 or bf16, a null pointer that would be read
 // or scores not aligned to their element size, and (fused) the
@@ -102,7 +113,7 @@ struct TopkArgs {
   const std::int32_t* lengths = nullptr;  // int32 [rows]
   const std::int32_t* row_starts = nullptr;  // optional int32 [rows]; nullptr = all 0
   std::int32_t* out = nullptr;           // int32 [rows, topk]: positions, or slots when fused
-  int rows = 0;
+  int rows = 0;                          // 0 <= rows < 2^27
   int width = 0;                         // columns of scores, 0..4194304
   int topk = 2048;                       // multiple of 64, <= 4096
   bool sorted = false;                   // order by score descending (see above)
@@ -124,14 +135,15 @@ void topk(const TopkArgs& args, CUstream stream = nullptr);
 // rows are s_q query tokens, decode rows are b requests x next_n MTP tokens, flattened).
 // Follows FlashMLA's flash_mla_with_kvcache(..., indices=...) (decode, FP8 KV) and
 // flash_mla_sparse_fwd (prefill, bf16 KV): out = softmax(sm_scale * q . kv[idx]) . kv[idx][:512],
-// lse natural log, max_logits = max score. Invalid indices (< 0 or >= num_slots) contribute
+// lse = log sum_j exp(sm_scale * q . kv[j]) (natural log), max_logits = max_j sm_scale * q . kv[j]
+// (the same natural units). Invalid indices (< 0 or >= num_slots) contribute
 // nothing and are never read; a row with none gives out 0, lse +inf, max_logits -inf.
 // KV layouts: bf16 [num_slots, 576] (row stride kv_row_stride elements), or the FP8 paged cache
 // (§4) uint8 [num_pages, page_size, 656], num_slots = num_pages * page_size, read directly and
 // dequantized in the kernel (bf16(float(e4m3) * scale)); slot s = page s / page_size, row s % page_size.
 //
 // Modes. Batch-invariant (the default: no workspace, or num_splits = 1): one CTA walks the whole
-// index row of its (row, heads); a row's results are bit-identical whatever its batchmates and
+// index row of its (row, head group of 16-64 heads); a row's results are bit-identical whatever its batchmates and
 // the launch's batch size. Split-KV (workspace given, num_splits 0 = automatic or > 1): when
 // rows x h_q / 64 CTAs cannot fill the GPU, each row's tiles are split over num_splits CTAs that
 // write fp32 partials into `workspace`, merged by a second kernel (same stream; on sm_90+ a
@@ -139,9 +151,18 @@ void topk(const TopkArgs& args, CUstream stream = nullptr);
 // environment, e.g. for a driver or graph-capture setup that rejects PDL). Results are
 // deterministic for a given split count, but the automatic count depends on the batch size, so
 // split mode is not batch-invariant (differences of ~1 bf16 ulp).
+// Errors (InvalidArgument, before any driver call, naming the entry point called): rows < 0 or
+// past the grid's bound (rows * max(1, h_q / 16) <= 2^31 - 1), h_q, topk not a multiple of 64 in
+// [64, 16384], sm_scale not finite and > 0, next_n outside 1..8 or not dividing rows, num_slots < 0,
+// kv_dtype; bf16: kv_row_stride not a multiple of 8 >= 576; fp8: page_size < 1, kv_page_stride not 0
+// or a multiple of 16 >= page_size * 656, num_slots not a multiple of page_size; num_splits outside
+// 0..64, a forced count of several splits without a workspace or with workspace_bytes below
+// sparse_mla_workspace_bytes; and, when rows > 0, a null or misaligned q, kv (16 bytes; kv may be
+// null when num_slots is 0), indices, lse (4), out (16), or a misaligned topk_length, max_logits,
+// attn_sink (4) or workspace (16). sparse_mla_prefill also refuses next_n != 1.
 struct SparseMlaDecodeArgs {
-  const void* q = nullptr;            // bf16 [rows, h_q, 576] contiguous (rows = b * next_n)
-  const void* kv = nullptr;           // bf16: [num_slots, 576], row stride kv_row_stride;
+  const void* q = nullptr;            // bf16 [rows, h_q, 576] contiguous (rows = b * next_n), 16-byte aligned
+  const void* kv = nullptr;           // 16-byte aligned; bf16: [num_slots, 576], row stride kv_row_stride;
                                       // fp8: uint8 [num_pages, page_size, 656], pages kv_page_stride apart
   std::int64_t num_slots = 0;         // valid indices are [0, num_slots) (fp8: num_pages * page_size)
   std::int64_t kv_row_stride = 576;   // bf16: elements, a multiple of 8, >= 576
@@ -149,8 +170,8 @@ struct SparseMlaDecodeArgs {
   int page_size = 1;                  // fp8: tokens per page (>= 1)
   std::int64_t kv_page_stride = 0;    // fp8: bytes between pages; 0 = page_size * 656; a multiple of 16
   const std::int32_t* indices = nullptr;  // int32 [rows, topk] transformed indices (slots or -1)
-  const std::int32_t* topk_length = nullptr;  // optional int32 [rows]: use only the first n
-  void* out = nullptr;                // bf16 [rows, h_q, 512]
+  const std::int32_t* topk_length = nullptr;  // optional int32 [rows]: use only the first n (clamped to [0, topk])
+  void* out = nullptr;                // bf16 [rows, h_q, 512], 16-byte aligned
   float* lse = nullptr;               // fp32 [rows, h_q]
   float* max_logits = nullptr;        // optional fp32 [rows, h_q]
   int rows = 0;                       // query rows (b * next_n for decode, s_q for prefill);
@@ -188,11 +209,12 @@ void sparse_mla_prefill(const SparseMlaDecodeArgs& args, CUstream stream = nullp
 // Split count the launch uses: num_splits when > 0, else the automatic choice for the current
 // device (1 when rows x h_q / 64 CTAs already fill it), or the tuning database's when larger
 // (the largest it chooses for (rows, h_q, topk) over KV dtypes: a bound for sizing the
-// workspace). At most 64 and at most the row's tiles. InvalidArgument for sizes a launch would
-// refuse (rows < 0 or above the grid's bound, h_q, topk, num_splits outside 0..64).
+// workspace). At most 64 and at most the row's tiles; 1 for rows == 0. InvalidArgument for sizes
+// a launch would refuse (rows < 0 or above the grid's bound, h_q, topk, num_splits outside 0..64);
+// num_splits 0 asks the current device (CudaError without a GPU).
 int sparse_mla_num_splits(int rows, int h_q, int topk, int num_splits = 0);
-// Workspace bytes the split-KV launch needs (0 when it does not split):
-// splits * rows * h_q * (512 + 2) * 4.
+// Workspace bytes the split-KV launch needs (0 when it does not split, and for rows == 0):
+// splits * rows * h_q * (512 + 2) * 4. The same errors as sparse_mla_num_splits.
 std::size_t sparse_mla_workspace_bytes(int rows, int h_q, int topk, int num_splits = 0);
 
 // §4 FP8 KV cache, 656 bytes per token, in pages: uint8 [num_pages, page_size, 656] (a page may be
@@ -212,7 +234,8 @@ enum class Fp8ScaleFormat : std::uint8_t {
 // scale)), with vLLM's max(..., FLT_MIN) so that an all-zero tile is not 0 / 0. For row i with
 // slot = slots[i] in [0, num_pages * page_size): per 128-dim tile t, amax = max |x| over the tile,
 // scale as scale_fmt says, latent byte d = e4m3(x_d / scale) (fp32 division, saturated to ±448,
-// round to nearest even; an all-zero tile stores zeros and scale FLT_MIN, never NaN); scales at
+// round to nearest even; an all-zero tile stores zeros and scale FLT_MIN (fp32) or 2^-13 (ue8m0:
+// 1e-4 rounded up to a power of two), never NaN); scales at
 // bytes 512..527; rope dims copied. A slot < 0 or >= num_pages * page_size is skipped: its row is
 // not read and no byte of the cache changes. Two rows with the same valid slot race (the token's
 // bytes may mix both rows): give each slot once.

@@ -142,7 +142,7 @@ typedef struct nsajit_topk_args {
   const int32_t* lengths;         /* int32 [rows] */
   const int32_t* row_starts;      /* optional int32 [rows]; NULL = all 0 */
   int32_t* out;                   /* int32 [rows, topk] */
-  int32_t rows;                   /* >= 0 */
+  int32_t rows;                   /* 0 <= rows < 2^27 */
   int32_t width;                  /* 0..4194304 */
   int32_t topk;                   /* multiple of 64 in [64, 4096]; default 2048 */
   int32_t sorted;                 /* 0 or 1 */
@@ -164,14 +164,15 @@ NSAJIT_API nsajit_status nsajit_topk(const nsajit_topk_args* args, void* stream)
 /* ---- §3 Sparse MLA attention (decode and prefill rows) --------------------------------------
  * Follows FlashMLA's flash_mla_with_kvcache(..., indices=...) (decode, FP8 KV) and
  * flash_mla_sparse_fwd (prefill, bf16 KV): out = softmax(sm_scale * q . kv[idx]) . kv[idx][:512],
- * lse natural log, max_logits = max score. Indices < 0 or >= num_slots contribute nothing and are
+ * lse natural log, max_logits = max_j sm_scale * q . kv[j] (natural units). Indices < 0 or >= num_slots contribute nothing and are
  * never read; a row with none gives out 0, lse +inf, max_logits -inf. bf16 KV: [num_slots, 576],
  * row stride kv_row_stride elements. fp8 KV: uint8 [num_pages, page_size, 656] (§4), pages
  * kv_page_stride bytes apart (FlashMLA's padded page stride), num_slots = num_pages * page_size.
  * Split-KV: with a workspace (16-byte aligned, >= nsajit_sparse_mla_workspace_bytes) and
  * num_splits 0 (automatic) or 2..64, small batches split each row over several CTAs and a second
- * kernel merges them (same stream). Without a workspace: one CTA per (row, 64 heads),
- * batch-invariant results. */
+ * kernel merges them (same stream; a programmatic dependent launch on sm_90+: set NSAJIT_PDL=0 in the
+ * environment where the driver or a graph capture rejects it). Without a workspace: one CTA per
+ * (row, head group of 16-64 heads), batch-invariant results. */
 typedef struct nsajit_sparse_mla_args {
   size_t struct_size;
   const void* q;                  /* bf16 [rows, h_q, 576] contiguous, 16-byte aligned */
@@ -182,7 +183,7 @@ typedef struct nsajit_sparse_mla_args {
   int32_t page_size;              /* fp8: tokens per page; default 1 */
   int64_t kv_page_stride;         /* fp8: bytes between pages; 0 = page_size * 656; multiple of 16 */
   const int32_t* indices;         /* int32 [rows, topk] slots (or invalid) */
-  const int32_t* topk_length;     /* optional int32 [rows]: only the first n indices are used */
+  const int32_t* topk_length;     /* optional int32 [rows]: only the first n indices are used (clamped to [0, topk]) */
   void* out;                      /* bf16 [rows, h_q, 512], 16-byte aligned */
   float* lse;                     /* fp32 [rows, h_q] */
   float* max_logits;              /* optional fp32 [rows, h_q] */
@@ -191,7 +192,7 @@ typedef struct nsajit_sparse_mla_args {
   int32_t h_q;                    /* 8, 16, 32, 64, 128; default 16 */
   int32_t topk;                   /* multiple of 64 in [64, 16384]; default 2048 */
   float sm_scale;                 /* > 0, finite */
-  void* workspace;                /* NULL: no split */
+  void* workspace;                /* NULL: no split (num_splits must then be 0 or 1, workspace_bytes 0) */
   size_t workspace_bytes;
   int32_t num_splits;             /* 0 automatic (with a workspace), 1 no split, 2..64 forced */
   int32_t precise;                /* 0 (default): P rounded to bf16 before P.V (FlashMLA's precision);
@@ -213,8 +214,9 @@ NSAJIT_API nsajit_status nsajit_sparse_mla_workspace_bytes(int32_t rows, int32_t
                                                            int32_t num_splits, size_t* bytes_out);
 
 /* ---- §4 FP8 KV cache (656 bytes per token: 512 e4m3, 4 fp32 scales, 64 bf16 rope) ------------
- * Quantize-and-store follows FlashMLA's / SGLang's quantize_k_cache (x / scale, scale =
- * max(amax / 448, FLT_MIN), or a power of two with NSAJIT_SCALE_UE8M0); a slot < 0 or >=
+ * Quantize-and-store follows FlashMLA's / SGLang's quantize_k_cache (x / scale), scale =
+ * max(amax / 448, FLT_MIN) (vLLM's floor; SGLang's writer has none), or a power of two with
+ * NSAJIT_SCALE_UE8M0; an all-zero tile stores zeros and scale FLT_MIN / 2^-13; a slot < 0 or >=
  * num_pages * page_size is skipped. Gather-and-dequantize follows SGLang's
  * dequantize_k_cache_paged: out[i] = bf16(e4m3 * scale) of slots[i]; an invalid slot gives zeros. */
 typedef struct nsajit_fp8_kv_quantize_args {
@@ -236,12 +238,12 @@ NSAJIT_API nsajit_status nsajit_fp8_kv_quantize(const nsajit_fp8_kv_quantize_arg
 typedef struct nsajit_fp8_kv_gather_args {
   size_t struct_size;
   const void* cache;              /* uint8 [num_pages, page_size, 656], 16-byte aligned */
-  int64_t num_pages;
-  int32_t page_size;              /* default 64 */
-  int64_t page_stride_bytes;      /* 0 = page_size * 656 */
+  int64_t num_pages;              /* >= 0 */
+  int32_t page_size;              /* [1, 4096]; default 64 */
+  int64_t page_stride_bytes;      /* 0 = page_size * 656; else a multiple of 16, >= that */
   const int32_t* slots;           /* int32 [n] */
-  int32_t n;
-  void* out;                      /* bf16 [n, 576], row stride out_row_stride */
+  int32_t n;                      /* >= 0 */
+  void* out;                      /* bf16 [n, 576], row stride out_row_stride (2-byte aligned) */
   int64_t out_row_stride;         /* elements, >= 576; default 576 */
 } nsajit_fp8_kv_gather_args;
 NSAJIT_API nsajit_fp8_kv_gather_args nsajit_fp8_kv_gather_defaults(void);
@@ -277,7 +279,8 @@ NSAJIT_API nsajit_kernel_spec nsajit_kernel_spec_defaults(void);
 /* Where one kernel's cubin came from on its first request in this process. */
 typedef struct nsajit_kernel_record {
   size_t struct_size;
-  char name[256];                 /* readable name, e.g. "topk.topk2048.sm_90a" (NUL-terminated) */
+  char name[256];                 /* readable name, e.g. "topk.topk2048.sm_90a" (NUL-terminated; a longer
+                                     name is cut at 255 bytes). The C++ record's cache key is not here. */
   int32_t source;                 /* NSAJIT_SOURCE_* (DISK_CACHE = hit, COMPILED = miss) */
   double compile_ms;              /* NVRTC time (0 on a hit) */
   double load_ms;                 /* read + verify (+ write after compiling) */
@@ -298,7 +301,8 @@ NSAJIT_API nsajit_status nsajit_precompile_text(const char* spec_text, nsajit_ke
 
 /* Copies a NUL-terminated text into buffer (capacity bytes). *needed_out (may be NULL) gets the
  * bytes needed including the NUL; a small buffer gives NSAJIT_ERROR_BUFFER_TOO_SMALL. buffer may be
- * NULL with capacity 0 to ask for the size. */
+ * NULL with capacity 0 to ask for the size: that call also returns NSAJIT_ERROR_BUFFER_TOO_SMALL,
+ * with *needed_out set. */
 NSAJIT_API nsajit_status nsajit_cache_dir(char* buffer, size_t capacity, size_t* needed_out);
 NSAJIT_API nsajit_status nsajit_nvrtc_version(char* buffer, size_t capacity, size_t* needed_out);
 /* The generated CUDA source of a spec (same buffer convention). */

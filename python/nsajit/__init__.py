@@ -4,7 +4,7 @@ KV cache) JIT-compiled by libnsajit, called through its C ABI with ctypes.
 Every launch goes on the current torch CUDA stream of the tensors' device, asynchronously, like a
 torch op; outputs are new tensors unless `out=` is given. Bad arguments raise TypeError or
 ValueError naming the argument (nsajit.InvalidArgument, a ValueError, for the checks made by the
-library). `import nsajit` needs neither torch nor a GPU; torch is imported on first use.
+library); a KV tensor with more than one KV head raises NotImplementedError. `import nsajit` needs neither torch nor a GPU; torch is imported on first use.
 
 Drop-in modules with the signatures of the functions they replace: nsajit.compat.sgl_kernel,
 nsajit.compat.sglang_nsa, nsajit.compat.flash_mla. Semantics: docs/nsa-semantics.md.
@@ -43,11 +43,14 @@ def version():
 
 
 def cache_dir():
-    """The cubin cache directory ($NSAJIT_CACHE_DIR, else an absolute $XDG_CACHE_HOME/nsajit, else ~/.cache/nsajit)."""
+    """The cubin cache directory: $NSAJIT_CACHE_DIR, else an absolute $XDG_CACHE_HOME/nsajit, else
+    ~/.cache/nsajit, else /tmp/nsajit-cache-<uid>. It is used only if owned by the current user or
+    root and not writable by group or others (else kernels are compiled in memory only)."""
     return _lib.text(library().nsajit_cache_dir)
 
 
 def nvrtc_version():
+    """The NVRTC version libnsajit loaded, as 'major.minor' (e.g. '13.0')."""
     return _lib.text(library().nsajit_nvrtc_version)
 
 
@@ -104,13 +107,15 @@ def _transform_fields(args, transform, rows, page_table, page_size, cu_seqlens_q
 
 def topk(scores, lengths, topk=2048, *, row_starts=None, sorted=False, transform=None, page_table=None,
          page_size=1, cu_seqlens_q=None, offsets=None, next_n=1, out=None):
-    """Top-k positions of each row of the indexer scores (sgl_kernel fast_topk_v2 semantics, any topk).
+    """Top-k positions of each row of the indexer scores (sgl_kernel fast_topk_v2 semantics, any topk
+    that is a multiple of 64 up to 4096).
 
     scores: float32 or bfloat16 [rows, width] (last dim contiguous, any row stride; bf16 is exact
     on the bf16 values); lengths: int32 [rows];
     row_starts: optional int32 [rows]. topk: a multiple of 64 in [64, 4096]. Returns int32
     [rows, topk]: per row the positions (relative to row_start) of the top-k scores among the
-    first lengths[r], or 0..len-1 then -1 when len <= topk. sorted=True orders them by score.
+    first lengths[r], or 0..len-1 then -1 when len <= topk. sorted=True orders them by score
+    descending, ties by index. next_n (1..8, 'decode' only; else 1): MTP query rows per request.
     transform: None (positions), 'decode' (page_table [rows / next_n, W]: row r uses page-table
     row r // next_n), 'prefill' (page_table [num_requests, W] and cu_seqlens_q int32
     [num_requests + 1]) or 'ragged' (offsets int32 [rows]: position + offset) — the fused
@@ -150,11 +155,12 @@ def topk(scores, lengths, topk=2048, *, row_starts=None, sorted=False, transform
 def index_transform(topk_indices, *, transform="decode", page_table=None, page_size=1, cu_seqlens_q=None,
                     offsets=None, out=None):
     """Top-k positions -> KV-cache slots (SGLang's transform_index_page_table_decode / _prefill and
-    the ragged offset form). topk_indices: int32 [rows, topk] (topk a multiple of 64), -1 or any
-    negative value = invalid. transform 'decode': page_table [rows, W] (row r uses row r);
-    'prefill': page_table [num_requests, W] + cu_seqlens_q int32 [num_requests + 1]; 'ragged':
-    offsets int32 [rows]. Returns int32 [rows, topk]: the slot, or -1 (invalid position or one past
-    the page table)."""
+    the ragged offset form). topk_indices: int32 [rows, topk] (topk a multiple of 64 in [64,
+    16384]), -1 or any negative value = invalid. transform 'decode': page_table [rows, W] (row r
+    uses row r); 'prefill': page_table [num_requests, W] + cu_seqlens_q int32 [num_requests + 1];
+    'ragged': offsets int32 [rows]. page_size 1: page_table holds slots (page_table_1); P > 1: page
+    ids (slot = page_table[b, p // P] * P + p % P). Returns int32 [rows, topk]: the slot, or -1
+    (invalid position, one past the page table, or a negative page-table entry)."""
     t = torch()
     tensor(topk_indices, "topk_indices", t.int32, ndim=2, contiguous=True)
     device = topk_indices.device
@@ -209,10 +215,13 @@ def sparse_mla(q, kv, indices, sm_scale, *, topk_length=None, next_n=1, num_spli
                return_max_logits=False, out=None, lse=None, precise=False, attn_sink=None):
     """Sparse MLA attention over the top-k KV tokens of each query row (FlashMLA semantics).
 
-    q: bf16 [rows, h_q, 576] contiguous (h_q 8, 16, 32, 64 or 128); kv: bf16 [num_slots, 576]
-    (row stride a multiple of 8) or the FP8 cache [num_pages, page_size, 656] (uint8 / int8 /
-    float8_e4m3fn; pages any multiple of 16 bytes apart); indices: int32 [rows, topk] slots, an
-    index < 0 or >= num_slots is skipped; topk_length: optional int32 [rows] (use the first n).
+    q: bf16 [rows, h_q, 576] contiguous (h_q 8, 16, 32, 64 or 128); kv: bf16 [num_slots, 576] or
+    [num_slots, 1, 576] (row stride a multiple of 8) or the FP8 cache [num_pages, page_size, (1,)
+    656] (uint8 / int8 / float8_e4m3fn; pages any multiple of 16 bytes apart); more than one KV
+    head raises NotImplementedError. indices: int32 [rows, topk] slots (topk a multiple of 64 in
+    [64, 16384]), an index < 0 or >= num_slots is skipped; topk_length: optional int32 [rows] (use
+    the first n, clamped to [0, topk]). next_n: decode MTP rows per request (1..8, dividing rows);
+    prefill=True: the prefill entry point (next_n must be 1).
     num_splits: 1 = one CTA per row (batch-invariant), 0 = automatic split-KV (a workspace is
     allocated from torch's caching allocator), 2..64 forced. Returns (out bf16 [rows, h_q, 512],
     lse fp32 [rows, h_q] natural log) and max_logits fp32 [rows, h_q] when return_max_logits.
@@ -279,12 +288,16 @@ def _sizing(fn, value, rows, h_q, topk, num_splits, device):
 
 
 def sparse_mla_num_splits(rows, h_q, topk, num_splits=0, *, device=None):
-    """Split count a sparse MLA launch of these sizes uses (num_splits 0: automatic for the device)."""
+    """Split count a sparse MLA launch of these sizes uses (nsajit::sparse_mla_num_splits):
+    num_splits when > 0 (at most the row's 64-token tiles), 0 = automatic for the device (needs a
+    GPU); 1 for rows == 0. ValueError (InvalidArgument) for sizes a launch would refuse: rows < 0
+    or past the grid's bound, h_q, topk, num_splits outside 0..64."""
     return _sizing(library().nsajit_sparse_mla_num_splits, ctypes.c_int32(0), rows, h_q, topk, num_splits, device)
 
 
 def sparse_mla_workspace_bytes(rows, h_q, topk, num_splits=0, *, device=None):
-    """Workspace bytes a split-KV launch needs (0 when it does not split)."""
+    """Workspace bytes a split-KV launch needs (0 when it does not split, and for rows == 0):
+    splits * rows * h_q * (512 + 2) * 4. The same errors as sparse_mla_num_splits."""
     return _sizing(library().nsajit_sparse_mla_workspace_bytes, ctypes.c_size_t(0), rows, h_q, topk, num_splits,
                    device)
 
@@ -308,8 +321,9 @@ def _cache_fields(args, cache, device, name="cache"):
 def fp8_kv_quantize(kv, slots, cache, *, scale_fmt="fp32"):
     """Quantizes bf16 rows kv [n, 576] (last dim contiguous, any row stride) into the FP8 cache
     [num_pages, page_size, (1,) 656] at slots int32 [n] (slot = page * page_size + row; a slot < 0
-    or past the cache is skipped), in place. scale_fmt 'fp32' (max(amax / 448, FLT_MIN), SGLang /
-    vLLM) or 'ue8m0' (a power of two, FlashMLA's test quantizer). Returns cache."""
+    or past the cache is skipped), in place (FlashMLA's / SGLang's quantize_k_cache). scale_fmt
+    'fp32' (max(amax / 448, FLT_MIN): vLLM's floor, SGLang's writer has none) or 'ue8m0' (a power
+    of two, FlashMLA's test quantizer). Returns cache."""
     t = torch()
     tensor(kv, "kv", t.bfloat16, ndim=2, inner_contiguous=True)
     device = kv.device
@@ -329,7 +343,8 @@ def fp8_kv_quantize(kv, slots, cache, *, scale_fmt="fp32"):
 
 def fp8_kv_gather(cache, slots, *, out=None):
     """Gathers and dequantizes the tokens of slots int32 [n] from the FP8 cache
-    [num_pages, page_size, (1,) 656]: bf16 [n, 576] (an invalid slot gives zeros)."""
+    [num_pages, page_size, (1,) 656]: bf16 [n, 576] (an invalid slot gives zeros). Follows SGLang's
+    dequantize_k_cache_paged: latent dim d = bf16(float(e4m3) * scale[d // 128]), rope copied."""
     t = torch()
     tensor(slots, "slots", t.int32, ndim=1, contiguous=True)
     device = slots.device
@@ -410,8 +425,8 @@ def _record(r):
 
 def precompile(family, **spec):
     """Puts one kernel's cubin into the disk cache (nsajit::precompile). family: 'topk',
-    'index_transform', 'sparse_mla_decode', 'sparse_mla_combine', 'fp8_kv_quantize',
-    'fp8_kv_gather'; keyword fields as in nsajit/spec.hpp (h_q, topk, page_size, mode, kv_dtype
+    'index_transform', 'sparse_mla' ('sparse_mla_decode', its former name, is accepted),
+    'sparse_mla_combine', 'fp8_kv_quantize', 'fp8_kv_gather'; keyword fields as in nsajit/spec.hpp (h_q, topk, page_size, mode, kv_dtype
     'bf16' / 'fp8', next_n, fused_transform, sorted, threads, block_tokens, heads_per_cta, precise,
     score_dtype 'fp32' / 'bf16', topk_algorithm 'exact_sweeps' / 'cluster_sweeps' /
     'speculative_sweep' / 'dense_registers' / 'cluster_lists') and
