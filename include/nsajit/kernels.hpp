@@ -100,8 +100,8 @@ void index_transform(const IndexTransformArgs& args, CUstream stream = nullptr);
 // have their slices prefetched into L2 before their lengths are read, so every row's whole
 // [width] columns must be mapped memory even where len <= topk (no value is read there). See
 // templates/topk.cuh and docs/notes/topk.md.
-// Errors: InvalidArgument for rows outside [0, 2^27) (up to 16 CTAs a row in the grid), width < 0 or > 4194304 (2^22: the classify's per-position
-// bitmaps of a slice must fit shared memory), topk not a multiple of 64 in [64, 4096],
+// Errors: InvalidArgument for rows outside [0, 2^27) (up to 16 CTAs a row in the grid), width < 0
+// or > 4194304 (2^22: the classify's per-position bitmaps of a slice must fit shared memory), topk not a multiple of 64 in [64, 4096],
 // score_row_stride in (0, width), score_dtype not fp32 or bf16, a null pointer that would be read
 // or scores not aligned to their element size, and (fused) the
 // index_transform checks: mode, page_size in [1, 4096], page_table_width >= 0, row stride,
@@ -170,7 +170,7 @@ struct SparseMlaDecodeArgs {
   int page_size = 1;                  // fp8: tokens per page (>= 1)
   std::int64_t kv_page_stride = 0;    // fp8: bytes between pages; 0 = page_size * 656; a multiple of 16
   const std::int32_t* indices = nullptr;  // int32 [rows, topk] transformed indices (slots or -1)
-  const std::int32_t* topk_length = nullptr;  // optional int32 [rows]: use only the first n (clamped to [0, topk])
+  const std::int32_t* topk_length = nullptr;  // optional int32 [rows]: use only the first n, clamped to [0, topk]
   void* out = nullptr;                // bf16 [rows, h_q, 512], 16-byte aligned
   float* lse = nullptr;               // fp32 [rows, h_q]
   float* max_logits = nullptr;        // optional fp32 [rows, h_q]

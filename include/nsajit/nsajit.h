@@ -164,8 +164,9 @@ NSAJIT_API nsajit_status nsajit_topk(const nsajit_topk_args* args, void* stream)
 /* ---- §3 Sparse MLA attention (decode and prefill rows) --------------------------------------
  * Follows FlashMLA's flash_mla_with_kvcache(..., indices=...) (decode, FP8 KV) and
  * flash_mla_sparse_fwd (prefill, bf16 KV): out = softmax(sm_scale * q . kv[idx]) . kv[idx][:512],
- * lse natural log, max_logits = max_j sm_scale * q . kv[j] (natural units). Indices < 0 or >= num_slots contribute nothing and are
- * never read; a row with none gives out 0, lse +inf, max_logits -inf. bf16 KV: [num_slots, 576],
+ * lse natural log, max_logits = max_j sm_scale * q . kv[j] (natural units). Indices < 0 or >=
+ * num_slots contribute nothing and are never read; a row with none gives out 0, lse +inf,
+ * max_logits -inf. bf16 KV: [num_slots, 576],
  * row stride kv_row_stride elements. fp8 KV: uint8 [num_pages, page_size, 656] (§4), pages
  * kv_page_stride bytes apart (FlashMLA's padded page stride), num_slots = num_pages * page_size.
  * Split-KV: with a workspace (16-byte aligned, >= nsajit_sparse_mla_workspace_bytes) and
@@ -183,7 +184,8 @@ typedef struct nsajit_sparse_mla_args {
   int32_t page_size;              /* fp8: tokens per page; default 1 */
   int64_t kv_page_stride;         /* fp8: bytes between pages; 0 = page_size * 656; multiple of 16 */
   const int32_t* indices;         /* int32 [rows, topk] slots (or invalid) */
-  const int32_t* topk_length;     /* optional int32 [rows]: only the first n indices are used (clamped to [0, topk]) */
+  const int32_t* topk_length;     /* optional int32 [rows]: only the first n indices are used
+                                     (n clamped to [0, topk]) */
   void* out;                      /* bf16 [rows, h_q, 512], 16-byte aligned */
   float* lse;                     /* fp32 [rows, h_q] */
   float* max_logits;              /* optional fp32 [rows, h_q] */
