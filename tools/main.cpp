@@ -159,7 +159,8 @@ int run_cli(int argc, char** argv) {
   CLI::Option* anchors_option =
       bench->add_option("--anchors", bench_options.anchors,
                         "recorded anchor figures merged by case name (anchor_us, vs_anchor); \"\" for none; "
-                        "default: the repository's copy, when run from a checkout")
+                        "default: ../shared/baselines/h200-anchors-2026-12-02.json where it exists, else the "
+                        "checkout's copy, bench/anchors/h200-anchors-2026-12-02.json (relative to the current directory)")
           ->capture_default_str();
 
   std::vector<std::string> help_topic;
